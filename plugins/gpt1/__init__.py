@@ -1,0 +1,24 @@
+"""GPT-1 (Radford et al., 2018): post-LN decoder blocks (``ln(x + attn(x))``,
+``ln(x + mlp(x))``), GELU, no final LayerNorm, learned absolute positions, tied LM head.
+
+This module only declares specs; the model and config are imported when first used.
+"""
+
+from __future__ import annotations
+
+from zoo.hookspecs import hookimpl
+from zoo.specs import ArchitectureSpec
+
+
+@hookimpl
+def zoo_architectures() -> list[ArchitectureSpec]:
+    return [
+        ArchitectureSpec(
+            name="gpt1",
+            config="zoo_plugins.gpt1.config:GPT1Config",
+            model="zoo.nn.decoder:DecoderLM",
+            description="GPT-1: post-LN causal decoder, no final LayerNorm, tied LM head",
+            blocks=("post-LN decoder block (causal self-attention, GELU MLP)",),
+            checkpoint_layouts={"hf-openai-gpt": "zoo_plugins.gpt1.convert:HF_OPENAI_GPT"},
+        )
+    ]

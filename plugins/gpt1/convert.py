@@ -1,0 +1,63 @@
+"""The Hugging Face GPT-1 checkpoint layout (``openai-community/openai-gpt``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from zoo.convert import KeyMap, KeyRule, openai_block_rules
+
+
+def config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
+    """``transformers.OpenAIGPTConfig`` dict -> zoo ``gpt1`` config values."""
+    act = hf.get("afn", "gelu")
+    if act not in ("gelu", "relu"):
+        raise ValueError(f"GPT-1 checkpoint uses activation {act!r}, which zoo does not support")
+    d_model = hf.get("n_embd", 768)
+    return {
+        "vocab_size": hf.get("vocab_size", 40478),
+        "context_length": hf.get("n_positions", 512),
+        "d_model": d_model,
+        "n_heads": hf.get("n_head", 12),
+        "n_layers": hf.get("n_layer", 12),
+        "d_ff": 4 * d_model,
+        "dropout": hf.get("resid_pdrop", 0.1),
+        "activation": act,
+        "layer_norm_eps": hf.get("layer_norm_epsilon", 1e-5),
+        "tie_embeddings": hf.get("tie_word_embeddings", True),
+    }
+
+
+def config_to_hf(config: Any) -> dict[str, Any]:
+    """zoo ``gpt1`` config -> ``transformers.OpenAIGPTConfig`` dict."""
+    if config.d_ff != 4 * config.d_model or config.activation not in ("gelu", "relu"):
+        raise ValueError("the Hugging Face GPT-1 layout needs d_ff = 4 * d_model and gelu or relu")
+    return {
+        "model_type": "openai-gpt",
+        "architectures": ["OpenAIGPTLMHeadModel"],
+        "vocab_size": config.vocab_size,
+        "n_positions": config.context_length,
+        "n_embd": config.d_model,
+        "n_head": config.n_heads,
+        "n_layer": config.n_layers,
+        "afn": config.activation,
+        "resid_pdrop": config.dropout,
+        "embd_pdrop": config.dropout,
+        "attn_pdrop": config.dropout,
+        "layer_norm_epsilon": config.layer_norm_eps,
+        "tie_word_embeddings": config.tie_embeddings,
+    }
+
+
+HF_OPENAI_GPT = KeyMap(
+    rules=(
+        KeyRule("tokens_embed.weight", "tok_emb.weight"),
+        KeyRule("positions_embed.weight", "pos_emb.weight"),
+        *openai_block_rules(),
+        KeyRule("lm_head.weight", "head.weight"),
+    ),
+    ignore_foreign=(r"h\.\d+\.attn\.bias",),
+    strip_prefixes=("transformer.",),
+    config_from_foreign=config_from_hf,
+    config_to_foreign=config_to_hf,
+)

@@ -1,0 +1,27 @@
+"""GPT-2 (Radford et al., 2019): pre-LN decoder blocks, final LayerNorm, GELU (tanh),
+learned absolute positions, LM head tied to the token embedding.
+
+This module only declares specs; the model and config are imported when first used.
+"""
+
+from __future__ import annotations
+
+from zoo.hookspecs import hookimpl
+from zoo.specs import ArchitectureSpec
+
+
+@hookimpl
+def zoo_architectures() -> list[ArchitectureSpec]:
+    return [
+        ArchitectureSpec(
+            name="gpt2",
+            config="zoo_plugins.gpt2.config:GPT2Config",
+            model="zoo.nn.decoder:DecoderLM",
+            description="GPT-2: pre-LN causal decoder, final LayerNorm, tied LM head",
+            blocks=(
+                "pre-LN decoder block (causal self-attention, GELU-tanh MLP)",
+                "final LayerNorm",
+            ),
+            checkpoint_layouts={"hf-gpt2": "zoo_plugins.gpt2.convert:HF_GPT2"},
+        )
+    ]

@@ -1,0 +1,139 @@
+"""The encoder-decoder Transformer, composed from ``zoo.nn`` blocks."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from zoo.nn import (
+    TransformerBlock,
+    ZooModel,
+    attention_mask,
+    check_padding_mask,
+    check_token_ids,
+    init_weights,
+    make_positions,
+)
+
+from .config import EncoderDecoderConfig
+
+__all__ = ["EncoderDecoder"]
+
+
+class EncoderDecoder(ZooModel):
+    """Encoder over the source, decoder over the target with cross-attention to the encoder.
+
+    Source and target share one token embedding (one subword vocabulary) and one position
+    scheme; the LM head is tied to that embedding when ``tie_embeddings``.
+
+    Shape:
+        - src_ids: ``(B, S)``; tgt_ids: ``(B, T)``; ``S`` and ``T`` are independent,
+          each at most ``context_length``.
+        - src_mask / tgt_mask: ``(B, S)`` / ``(B, T)``, 1 for tokens, 0 for padding.
+        - output: logits ``(B, T, vocab_size)``.
+    """
+
+    config: EncoderDecoderConfig
+
+    def __init__(self, config: EncoderDecoderConfig) -> None:
+        super().__init__(config)
+        c = config
+        self.tok_emb = nn.Embedding(c.vocab_size, c.d_model)
+        self.pos_emb = make_positions(c.positions, c.context_length, c.d_model)
+        self.drop = nn.Dropout(c.dropout)
+
+        def layers(n: int, cross: bool) -> nn.ModuleList:
+            return nn.ModuleList(
+                TransformerBlock(
+                    c.d_model,
+                    c.n_heads,
+                    c.d_ff,
+                    activation=c.activation,
+                    norm_first=c.norm_first,
+                    cross_attention=cross,
+                    dropout=c.dropout,
+                    layer_norm_eps=c.layer_norm_eps,
+                )
+                for _ in range(n)
+            )
+
+        self.encoder = layers(c.n_encoder_layers, cross=False)
+        self.decoder = layers(c.n_decoder_layers, cross=True)
+        norm = (lambda: nn.LayerNorm(c.d_model, eps=c.layer_norm_eps)) if c.final_norm else None
+        self.encoder_norm = norm() if norm else None
+        self.decoder_norm = norm() if norm else None
+        self.head = nn.Linear(c.d_model, c.vocab_size, bias=c.head_bias)
+        self.apply(init_weights)
+        if c.tie_embeddings:
+            self.head.weight = self.tok_emb.weight
+
+    def _embed(self, ids: Tensor) -> Tensor:
+        x = self.tok_emb(ids)  # (B, L, d_model)
+        if self.config.scale_embeddings:
+            x = x * math.sqrt(self.config.d_model)
+        positions = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
+        return self.drop(x + self.pos_emb(positions).to(x.dtype))
+
+    def _check(self, ids: Tensor, mask: Tensor | None, name: str) -> tuple[Tensor, Tensor | None]:
+        c = self.config
+        ids = check_token_ids(
+            ids, vocab_size=c.vocab_size, context_length=c.context_length, name=name
+        )
+        return ids, check_padding_mask(mask, ids.shape, name=name.replace("_ids", "_mask"))
+
+    def encode(self, src_ids: Tensor, src_mask: Tensor | None = None) -> Tensor:
+        """Encoder output ``(B, S, d_model)``."""
+        src_ids, src_keep = self._check(src_ids, src_mask, "src_ids")
+        return self._encode(src_ids, src_keep)
+
+    def _encode(self, src_ids: Tensor, src_keep: Tensor | None) -> Tensor:
+        mask = attention_mask(src_keep, causal=False, q_len=src_ids.shape[1])
+        x = self._embed(src_ids)
+        for layer in self.encoder:
+            x = layer(x, mask=mask)
+        return self.encoder_norm(x) if self.encoder_norm is not None else x
+
+    def decode(
+        self,
+        tgt_ids: Tensor,
+        memory: Tensor,
+        *,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+    ) -> Tensor:
+        """Logits ``(B, T, vocab_size)`` for ``tgt_ids`` given the encoder output ``memory``."""
+        tgt_ids, tgt_keep = self._check(tgt_ids, tgt_mask, "tgt_ids")
+        src_keep = check_padding_mask(src_mask, memory.shape[:2], name="src_mask")
+        return self._decode(tgt_ids, memory, src_keep, tgt_keep)
+
+    def _decode(
+        self, tgt_ids: Tensor, memory: Tensor, src_keep: Tensor | None, tgt_keep: Tensor | None
+    ) -> Tensor:
+        t = tgt_ids.shape[1]
+        self_mask = attention_mask(tgt_keep, causal=True, q_len=t)
+        cross_mask = attention_mask(src_keep, causal=False, q_len=t)
+        x = self._embed(tgt_ids)
+        for layer in self.decoder:
+            x = layer(x, mask=self_mask, causal=True, memory=memory, memory_mask=cross_mask)
+        if self.decoder_norm is not None:
+            x = self.decoder_norm(x)
+        return self.head(x)  # (B, T, vocab_size)
+
+    def forward(
+        self,
+        src_ids: Tensor,
+        tgt_ids: Tensor,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+    ) -> Tensor:
+        """Logits ``(B, T, vocab_size)`` for every target position."""
+        src_ids, src_keep = self._check(src_ids, src_mask, "src_ids")
+        tgt_ids, tgt_keep = self._check(tgt_ids, tgt_mask, "tgt_ids")
+        if src_ids.shape[0] != tgt_ids.shape[0]:
+            raise ValueError(
+                f"src_ids has batch size {src_ids.shape[0]} but tgt_ids has {tgt_ids.shape[0]}"
+            )
+        memory = self._encode(src_ids, src_keep)
+        return self._decode(tgt_ids, memory, src_keep, tgt_keep)

@@ -1,0 +1,25 @@
+"""wiki-gpt: the WordPiece GPT of the Wikipedia tutorial, a stack of post-LN Transformer
+encoder layers run with a causal mask (``torch.nn.TransformerEncoderLayer(norm_first=False,
+activation="relu")``), fixed sinusoidal positions, untied LM head with bias.
+
+This module only declares specs; the model and config are imported when first used.
+"""
+
+from __future__ import annotations
+
+from zoo.hookspecs import hookimpl
+from zoo.specs import ArchitectureSpec
+
+
+@hookimpl
+def zoo_architectures() -> list[ArchitectureSpec]:
+    return [
+        ArchitectureSpec(
+            name="wiki-gpt",
+            config="zoo_plugins.wiki_gpt.config:WikiGPTConfig",
+            model="zoo.nn.decoder:DecoderLM",
+            description="post-LN Transformer encoder layers under a causal mask, "
+            "sinusoidal positions, untied LM head",
+            blocks=("post-LN encoder layer under a causal + padding mask (ReLU FFN)",),
+        )
+    ]

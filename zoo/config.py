@@ -1,0 +1,217 @@
+"""Frozen, validated model configs.
+
+Every architecture has one config class: a frozen dataclass deriving from :class:`ModelConfig`.
+Field types are checked when the config is created, and each subclass adds its own range checks
+in :meth:`ModelConfig.validate`. Configs are plain data: creating one never imports torch.
+
+Field names are shared across architectures where the concept is shared: ``vocab_size``,
+``context_length``, ``d_model``, ``n_heads``, ``n_layers`` (``n_encoder_layers`` /
+``n_decoder_layers`` for encoder-decoders), ``d_ff`` and ``dropout``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal, TypeVar
+
+from .errors import ConfigError
+
+__all__ = [
+    "POSITION_SCHEMES",
+    "Activation",
+    "DecoderConfig",
+    "ModelConfig",
+    "TransformerConfig",
+]
+
+C = TypeVar("C", bound="ModelConfig")
+
+Activation = Literal["gelu", "gelu_tanh", "relu"]
+
+#: Position schemes by config name -> the ``zoo.nn`` module implementing it (imported lazily).
+#: A new scheme (e.g. rotary) is a module with the same interface plus one entry here.
+POSITION_SCHEMES: Mapping[str, str] = types.MappingProxyType(
+    {
+        "learned": "zoo.nn.positions:LearnedPositions",
+        "sinusoidal": "zoo.nn.positions:SinusoidalPositions",
+    }
+)
+
+
+def _describe_type(tp: Any) -> str:
+    if typing.get_origin(tp) is Literal:
+        return " | ".join(repr(a) for a in typing.get_args(tp))
+    return getattr(tp, "__name__", str(tp))
+
+
+def _check_type(cls_name: str, name: str, tp: Any, value: Any) -> Any:
+    """Return ``value`` (ints widened to float for float fields) or raise ConfigError."""
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        if value in typing.get_args(tp):
+            return value
+        raise ConfigError(
+            f"{cls_name}.{name} = {value!r} is not valid; choose one of {_describe_type(tp)}"
+        )
+    if origin in (typing.Union, types.UnionType):
+        for option in typing.get_args(tp):
+            if option is type(None) and value is None:
+                return None
+        options = [o for o in typing.get_args(tp) if o is not type(None)]
+        return _check_type(cls_name, name, options[0], value)
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp is int and isinstance(value, bool):
+        pass  # bool is an int subclass; refuse it for int fields below
+    elif isinstance(tp, type) and isinstance(value, tp):
+        return value
+    raise ConfigError(
+        f"{cls_name}.{name} must be {_describe_type(tp)}, got {type(value).__name__} {value!r}"
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Base class of architecture configs.
+
+    Subclasses are ``@dataclasses.dataclass(frozen=True)``, set the class variable
+    ``architecture`` to the architecture name, and extend :meth:`validate`.
+    """
+
+    architecture: ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        hints = typing.get_type_hints(type(self))
+        for f in dataclasses.fields(self):
+            value = _check_type(type(self).__name__, f.name, hints[f.name], getattr(self, f.name))
+            object.__setattr__(self, f.name, value)
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise :class:`~zoo.errors.ConfigError` naming the field when a value is out of range."""
+
+    # -- helpers for subclasses -------------------------------------------------------------
+    def _require(self, condition: bool, name: str, why: str) -> None:
+        if not condition:
+            raise ConfigError(f"{type(self).__name__}.{name} = {getattr(self, name)!r}: {why}")
+
+    def _require_positive(self, *names: str) -> None:
+        for name in names:
+            self._require(getattr(self, name) > 0, name, "must be a positive integer")
+
+    # -- construction -----------------------------------------------------------------------
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        """The names of the config fields, in declaration order."""
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def _check_names(cls, names: typing.Iterable[str]) -> None:
+        valid = cls.field_names()
+        for name in names:
+            if name not in valid:
+                close = difflib.get_close_matches(name, valid, n=1)
+                hint = f" Did you mean {close[0]!r}?" if close else ""
+                raise ConfigError(
+                    f"{cls.__name__} has no field {name!r}.{hint} Valid fields: {', '.join(valid)}."
+                )
+
+    @classmethod
+    def from_dict(cls: type[C], values: Mapping[str, Any]) -> C:
+        """Create a config from a mapping, refusing unknown and reporting missing fields."""
+        cls._check_names(values)
+        missing = [
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.name not in values
+            and f.default is dataclasses.MISSING
+            and f.default_factory is dataclasses.MISSING
+        ]
+        if missing:
+            raise ConfigError(f"{cls.__name__} is missing required field(s): {', '.join(missing)}")
+        return cls(**values)
+
+    def replace(self: C, **overrides: Any) -> C:
+        """Return a copy with ``overrides`` applied (validated like a new config)."""
+        self._check_names(overrides)
+        return dataclasses.replace(self, **overrides)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config as a JSON-compatible dict of its fields."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TransformerConfig(ModelConfig):
+    """Fields shared by every Transformer in zoo (subclasses add the layer counts).
+
+    Args:
+        vocab_size: number of token ids.
+        context_length: longest sequence the model accepts.
+        d_model: width of the residual stream.
+        n_heads: attention heads; must divide ``d_model``.
+        d_ff: hidden width of the feed-forward network.
+        dropout: dropout on embeddings, attention weights and residual branches (training only).
+        norm_first: pre-LN (``x + f(ln(x))``) when true, post-LN (``ln(x + f(x))``) when false.
+        final_norm: apply a LayerNorm after the last layer (of each stack).
+        activation: feed-forward activation: ``gelu`` (erf), ``gelu_tanh`` or ``relu``.
+        positions: position scheme name, a key of :data:`POSITION_SCHEMES`.
+        tie_embeddings: the LM head shares its weight with the token embedding.
+        head_bias: the LM head has a bias (only without tying).
+        scale_embeddings: multiply token embeddings by ``sqrt(d_model)`` (Vaswani et al.).
+        layer_norm_eps: LayerNorm epsilon.
+    """
+
+    vocab_size: int
+    context_length: int
+    d_model: int
+    n_heads: int
+    d_ff: int
+    dropout: float = 0.0
+    norm_first: bool = True
+    final_norm: bool = True
+    activation: Activation = "gelu"
+    positions: str = "learned"
+    tie_embeddings: bool = True
+    head_bias: bool = False
+    scale_embeddings: bool = False
+    layer_norm_eps: float = 1e-5
+
+    def validate(self) -> None:
+        self._require_positive("vocab_size", "context_length", "d_model", "n_heads", "d_ff")
+        self._require(
+            self.d_model % self.n_heads == 0,
+            "d_model",
+            f"must be divisible by n_heads = {self.n_heads}",
+        )
+        self._require(0.0 <= self.dropout < 1.0, "dropout", "must be in [0, 1)")
+        self._require(self.layer_norm_eps > 0, "layer_norm_eps", "must be positive")
+        self._require(
+            not (self.tie_embeddings and self.head_bias),
+            "head_bias",
+            "a tied LM head has no bias; set tie_embeddings=False to use one",
+        )
+        if self.positions not in POSITION_SCHEMES:
+            raise ConfigError(
+                f"{type(self).__name__}.positions = {self.positions!r} is not a known position "
+                f"scheme; choose one of {', '.join(sorted(POSITION_SCHEMES))}"
+            )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DecoderConfig(TransformerConfig):
+    """Config of a decoder-only language model (:class:`zoo.nn.DecoderLM`).
+
+    Args:
+        n_layers: number of blocks; the other fields are those of :class:`TransformerConfig`.
+    """
+
+    n_layers: int
+
+    def validate(self) -> None:
+        super().validate()
+        self._require_positive("n_layers")

@@ -1,0 +1,28 @@
+"""Shared building blocks for zoo architectures.
+
+Plugins compose these or bring their own modules.
+"""
+
+from .attention import MultiHeadAttention
+from .base import ZooModel, check_padding_mask, check_token_ids, init_weights
+from .blocks import TransformerBlock
+from .decoder import DecoderLM
+from .feedforward import FeedForward, activation
+from .masks import attention_mask
+from .positions import LearnedPositions, SinusoidalPositions, make_positions
+
+__all__ = [
+    "DecoderLM",
+    "FeedForward",
+    "LearnedPositions",
+    "MultiHeadAttention",
+    "SinusoidalPositions",
+    "TransformerBlock",
+    "ZooModel",
+    "activation",
+    "attention_mask",
+    "check_padding_mask",
+    "check_token_ids",
+    "init_weights",
+    "make_positions",
+]

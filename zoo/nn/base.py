@@ -1,0 +1,99 @@
+"""Base class of zoo models and the input checks every forward pass makes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..config import ModelConfig
+
+__all__ = ["ZooModel", "check_padding_mask", "check_token_ids", "init_weights"]
+
+
+class ZooModel(nn.Module):
+    """A model built by zoo: carries its frozen ``config`` and the ``name`` it was built from.
+
+    Subclasses take the config as their only constructor argument.
+    """
+
+    config: ModelConfig
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        #: The named model this instance was built from (``None`` when built from a config).
+        self.name: str | None = None
+
+    def num_parameters(self) -> int:
+        """Number of distinct parameters (a tied weight counts once)."""
+        return sum(p.numel() for p in {id(p): p for p in self.parameters()}.values())
+
+    def extra_repr(self) -> str:
+        return f"name={self.name!r}" if self.name else ""
+
+
+def init_weights(module: nn.Module, *, std: float = 0.02) -> None:
+    """GPT-style initialisation: normal(0, std) weights, zero biases, unit LayerNorms."""
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, mean=0.0, std=std)
+        if getattr(module, "bias", None) is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.LayerNorm):
+        nn.init.ones_(module.weight)
+        nn.init.zeros_(module.bias)
+
+
+def check_token_ids(
+    ids: Any, *, vocab_size: int, context_length: int, name: str = "input_ids"
+) -> Tensor:
+    """Validate a ``(B, T)`` integer tensor of token ids; raise ``ValueError`` saying what is
+    wrong and what is allowed."""
+    if not isinstance(ids, Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor of token ids, got {type(ids).__name__}")
+    if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+        raise ValueError(f"{name} must hold integer token ids (torch.long), got dtype {ids.dtype}")
+    if ids.ndim != 2:
+        raise ValueError(
+            f"{name} must have shape (batch, seq_len), got {tuple(ids.shape)}; "
+            "add a batch dimension with ids.unsqueeze(0)"
+        )
+    if ids.shape[1] == 0:
+        raise ValueError(f"{name} is empty (seq_len 0); give at least one token")
+    if ids.shape[1] > context_length:
+        raise ValueError(
+            f"{name} has {ids.shape[1]} tokens but the context length is {context_length}; "
+            "truncate the input"
+        )
+    if ids.device.type != "meta" and ids.numel():
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or high >= vocab_size:
+            bad = low if low < 0 else high
+            raise ValueError(f"{name} holds id {bad}, outside the vocabulary [0, {vocab_size})")
+    return ids.long()
+
+
+def check_padding_mask(
+    mask: Any, shape: tuple[int, ...], *, name: str = "attention_mask"
+) -> Tensor | None:
+    """Validate a ``(B, L)`` padding mask of the given ``shape`` (1/True = token,
+    0/False = padding) and return it as bool, or ``None`` when there is no padding."""
+    if mask is None:
+        return None
+    if not isinstance(mask, Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(mask).__name__}")
+    if tuple(mask.shape) != tuple(shape):
+        raise ValueError(
+            f"{name} has shape {tuple(mask.shape)} but must have shape {tuple(shape)} "
+            "(one entry per token: 1 for tokens, 0 for padding)"
+        )
+    if mask.dtype != torch.bool:
+        if mask.dtype.is_floating_point or mask.dtype.is_complex:
+            raise ValueError(f"{name} must be bool or integer 0/1, got dtype {mask.dtype}")
+        if mask.device.type != "meta" and bool(((mask != 0) & (mask != 1)).any()):
+            raise ValueError(f"{name} must hold only 0 (padding) and 1 (token)")
+        mask = mask.bool()
+    if mask.device.type != "meta" and bool(mask.all()):
+        return None
+    return mask

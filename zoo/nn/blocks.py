@@ -1,0 +1,85 @@
+"""Transformer blocks: pre-LN / post-LN, with or without cross-attention.
+
+One class covers the decoder block of GPT-1 (post-LN) and GPT-2 (pre-LN), the encoder layer,
+and the decoder layer with cross-attention of the encoder-decoder Transformer, the way
+``torch.nn.TransformerEncoderLayer`` covers both placements with ``norm_first``.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from .attention import MultiHeadAttention
+from .feedforward import FeedForward
+
+__all__ = ["TransformerBlock"]
+
+
+class TransformerBlock(nn.Module):
+    """Self-attention, optional cross-attention, feed-forward; each a residual branch.
+
+    Pre-LN (``norm_first=True``): ``x = x + f(norm(x))``. Post-LN: ``x = norm(x + f(x))``.
+
+    Args:
+        d_model: model width.
+        n_heads: attention heads.
+        d_ff: feed-forward hidden width.
+        activation: feed-forward activation name.
+        norm_first: pre-LN when true, post-LN when false.
+        cross_attention: add a cross-attention branch over ``memory`` (decoder layer).
+        dropout: dropout on attention weights and on each branch output (training only).
+        layer_norm_eps: LayerNorm epsilon.
+
+    Shape:
+        - x: ``(B, T, d_model)``; memory: ``(B, S, d_model)``.
+        - mask: self-attention mask for ``(B, 1, T, T)`` or ``None`` with ``causal``.
+        - memory_mask: cross-attention mask for ``(B, 1, T, S)`` or ``None``.
+        - output: ``(B, T, d_model)``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        *,
+        activation: str,
+        norm_first: bool,
+        cross_attention: bool = False,
+        dropout: float = 0.0,
+        layer_norm_eps: float = 1e-5,
+    ) -> None:
+        super().__init__()
+        self.norm_first = norm_first
+        self.attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        self.attn_norm = nn.LayerNorm(d_model, eps=layer_norm_eps)
+        if cross_attention:
+            self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout, cross=True)
+            self.cross_norm = nn.LayerNorm(d_model, eps=layer_norm_eps)
+        else:
+            self.cross_attn = None
+            self.cross_norm = None
+        self.ffn = FeedForward(d_model, d_ff, activation)
+        self.ffn_norm = nn.LayerNorm(d_model, eps=layer_norm_eps)
+        self.drop = nn.Dropout(dropout)
+
+    def _residual(self, x: Tensor, norm: nn.Module, branch) -> Tensor:
+        if self.norm_first:
+            return x + self.drop(branch(norm(x)))
+        return norm(x + self.drop(branch(x)))
+
+    def forward(
+        self,
+        x: Tensor,
+        *,
+        mask: Tensor | None = None,
+        causal: bool = False,
+        memory: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+    ) -> Tensor:
+        x = self._residual(x, self.attn_norm, lambda h: self.attn(h, mask=mask, causal=causal))
+        if self.cross_attn is not None:
+            x = self._residual(
+                x, self.cross_norm, lambda h: self.cross_attn(h, memory, mask=memory_mask)
+            )
+        return self._residual(x, self.ffn_norm, self.ffn)

@@ -1,0 +1,33 @@
+"""Attention masks built from padding masks."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = ["attention_mask"]
+
+
+def attention_mask(keep: Tensor | None, *, causal: bool, q_len: int) -> Tensor | None:
+    """Combine a key padding mask with the causal pattern into one SDPA mask.
+
+    Args:
+        keep: ``(B, S)`` boolean, ``True`` for real tokens, or ``None`` (no padding).
+        causal: queries may only see keys at or before their own position.
+        q_len: number of queries ``T`` (the last ``T`` of the ``S`` keys when causal).
+
+    Returns:
+        ``None`` when there is no padding (SDPA then applies ``is_causal`` itself, the fast
+        path), else a boolean ``(B, 1, T, S)`` mask. Query rows that would see no key at all
+        (padding queries in front of left padding) are let see every key, so they give finite
+        values instead of NaN; their outputs are meaningless and must be ignored.
+    """
+    if keep is None:
+        return None
+    b, s = keep.shape
+    mask = keep[:, None, None, :].expand(b, 1, q_len, s)  # (B, 1, T, S)
+    if causal:
+        tri = torch.ones(q_len, s, dtype=torch.bool, device=keep.device).tril(s - q_len)
+        mask = mask & tri
+    empty = ~mask.any(dim=-1, keepdim=True)  # (B, 1, T, 1)
+    return mask | empty

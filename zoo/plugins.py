@@ -1,0 +1,156 @@
+"""Plugin discovery and isolation.
+
+Plugins (built-in and third-party alike) are found through the ``zoo`` entry-point group,
+loaded once, and asked for their specs hook by hook. A plugin that fails to import, misspells a
+hook, or whose hook raises or returns the wrong thing is recorded as failed with the reason;
+everything else keeps working. Strict mode (``strict=True`` or ``ZOO_STRICT_PLUGINS=1``) turns
+the first failure into a :class:`~zoo.errors.PluginError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import traceback
+from collections.abc import Iterable, Sequence
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any, Literal
+
+import pluggy
+
+from . import hookspecs
+from .errors import PluginError
+from .specs import ArchitectureSpec, ModelSpec, TokenizerSpec
+
+__all__ = ["ENTRY_POINT_GROUP", "Contribution", "PluginHost", "PluginInfo", "strict_from_env"]
+
+ENTRY_POINT_GROUP = "zoo"
+
+#: hook name -> the spec type each returned item must be.
+HOOKS: dict[str, type] = {
+    "zoo_architectures": ArchitectureSpec,
+    "zoo_models": ModelSpec,
+    "zoo_tokenizers": TokenizerSpec,
+}
+
+
+def strict_from_env() -> bool:
+    """Whether ``ZOO_STRICT_PLUGINS`` asks for strict plugin loading."""
+    return os.environ.get("ZOO_STRICT_PLUGINS", "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+@dataclasses.dataclass(frozen=True)
+class PluginInfo:
+    """One plugin as ``zoo plugins`` shows it."""
+
+    name: str
+    module: str
+    distribution: str | None
+    status: Literal["ok", "failed"]
+    error: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Contribution:
+    """One spec and the plugin that supplied it."""
+
+    plugin: str
+    spec: ArchitectureSpec | ModelSpec | TokenizerSpec
+
+
+def _reason(exc: BaseException) -> str:
+    last = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
+    where = f" (at {last[0].filename}:{last[0].lineno})" if last else ""
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+class PluginHost:
+    """Loads plugins into a pluggy manager and collects their specs, isolating failures."""
+
+    def __init__(self, *, strict: bool = False) -> None:
+        self.strict = strict
+        self._pm = pluggy.PluginManager(hookspecs.PROJECT)
+        self._pm.add_hookspecs(hookspecs)
+        self._infos: dict[str, PluginInfo] = {}
+
+    @property
+    def plugins(self) -> list[PluginInfo]:
+        """Every plugin seen, loaded or failed."""
+        return list(self._infos.values())
+
+    def _fail(self, name: str, module: str, dist: str | None, reason: str) -> None:
+        self._infos[name] = PluginInfo(name, module, dist, "failed", reason)
+        if self.strict:
+            raise PluginError(
+                f"plugin {name!r} ({module}) failed: {reason}. "
+                "Unset ZOO_STRICT_PLUGINS to load the other plugins anyway."
+            )
+
+    def load_entry_points(self, group: str = ENTRY_POINT_GROUP) -> None:
+        """Import every plugin advertised in the entry-point ``group`` and register it."""
+        seen: set[str] = set()
+        for ep in sorted(entry_points(group=group), key=lambda e: e.name):
+            if ep.name in seen:  # the same distribution visible twice on sys.path
+                continue
+            seen.add(ep.name)
+            self._load_entry_point(ep)
+
+    def _load_entry_point(self, ep: EntryPoint) -> None:
+        dist = f"{ep.dist.name} {ep.dist.version}" if ep.dist is not None else None
+        try:
+            plugin = ep.load()
+        except Exception as exc:
+            self._fail(ep.name, ep.value, dist, f"import failed: {_reason(exc)}")
+            return
+        self.register(plugin, name=ep.name, distribution=dist)
+
+    def register(self, plugin: Any, *, name: str, distribution: str | None = None) -> None:
+        """Register a plugin object (a module or any object with hook implementations)."""
+        module = getattr(plugin, "__name__", type(plugin).__name__)
+        if name in self._infos or self._pm.has_plugin(name):
+            self._fail(name, module, distribution, f"a plugin named {name!r} is already loaded")
+            return
+        try:
+            self._pm.register(plugin, name=name)
+            self._pm.check_pending()
+        except Exception as exc:
+            if self._pm.has_plugin(name):
+                self._pm.unregister(name=name)
+            self._fail(name, module, distribution, f"invalid hooks: {exc}")
+            return
+        self._infos[name] = PluginInfo(name, module, distribution, "ok")
+
+    def collect(self) -> list[Contribution]:
+        """Call every hook of every loaded plugin, one plugin at a time, and return the specs."""
+        contributions: list[Contribution] = []
+        for hook_name, spec_type in HOOKS.items():
+            caller = getattr(self._pm.hook, hook_name)
+            for impl in reversed(caller.get_hookimpls()):  # registration order
+                name = impl.plugin_name
+                if self._infos[name].status != "ok":
+                    continue
+                try:
+                    result = impl.function()
+                    specs = _check_result(hook_name, spec_type, result)
+                except Exception as exc:
+                    info = self._infos[name]
+                    self._pm.unregister(name=name)
+                    contributions = [c for c in contributions if c.plugin != name]
+                    self._fail(name, info.module, info.distribution, f"{hook_name}: {_reason(exc)}")
+                    continue
+                contributions.extend(Contribution(name, spec) for spec in specs)
+        return contributions
+
+
+def _check_result(hook_name: str, spec_type: type, result: Any) -> Sequence[Any]:
+    if result is None:
+        return ()
+    if not isinstance(result, Iterable) or isinstance(result, (str, bytes)):
+        raise TypeError(f"must return a list of {spec_type.__name__}, got {type(result).__name__}")
+    items = list(result)
+    for item in items:
+        if not isinstance(item, spec_type):
+            raise TypeError(
+                f"must return {spec_type.__name__} objects, got {type(item).__name__} {item!r}"
+            )
+    return items

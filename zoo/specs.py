@@ -1,0 +1,175 @@
+"""Frozen spec objects that plugins return from their hooks.
+
+Specs are plain data and cheap to create: classes are named by lazy ``"module:attribute"``
+references (or given directly), so a plugin's hook module need not import torch. This keeps
+``zoo list`` fast however many plugins are installed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import types
+from collections.abc import Mapping
+from typing import Any
+
+from ._lazy import resolve
+
+__all__ = ["ArchitectureSpec", "ModelSpec", "TokenizerSpec", "WeightsSource"]
+
+_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+
+
+def _check_name(kind: str, name: str) -> None:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ValueError(
+            f"{kind} name {name!r} is not valid: use lower-case letters, digits, '.', '_' or '-'"
+        )
+
+
+def _frozen_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return types.MappingProxyType(dict(value or {}))
+
+
+@dataclasses.dataclass(frozen=True)
+class ArchitectureSpec:
+    """An architecture supplied by a plugin.
+
+    Args:
+        name: registry name, e.g. ``"gpt2"``.
+        config: the config class (a :class:`zoo.config.ModelConfig` subclass) or a lazy
+            ``"module:Class"`` reference to it.
+        model: the ``torch.nn.Module`` class, called as ``model(config)``, or a lazy reference.
+        description: one line for ``zoo info``.
+        blocks: names of the blocks the model is made of, for ``zoo info``.
+        checkpoint_layouts: foreign checkpoint layouts this architecture converts from and to,
+            by layout name (e.g. ``"hf-gpt2"``) -> a :class:`zoo.convert.KeyMap` or lazy reference.
+    """
+
+    name: str
+    config: Any
+    model: Any
+    description: str = ""
+    blocks: tuple[str, ...] = ()
+    checkpoint_layouts: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _check_name("architecture", self.name)
+        object.__setattr__(self, "blocks", tuple(self.blocks))
+        object.__setattr__(self, "checkpoint_layouts", _frozen_mapping(self.checkpoint_layouts))
+
+    @property
+    def config_class(self) -> Any:
+        """The config class (imported on first use)."""
+        return resolve(self.config)
+
+    @property
+    def model_class(self) -> Any:
+        """The model class (imported on first use)."""
+        return resolve(self.model)
+
+    def checkpoint_layout(self, layout: str) -> Any:
+        """The key map for ``layout``, or a ``KeyError`` listing the layouts supported."""
+        if layout not in self.checkpoint_layouts:
+            known = ", ".join(sorted(self.checkpoint_layouts)) or "none"
+            raise KeyError(
+                f"architecture {self.name!r} has no checkpoint layout {layout!r} (it has: {known})"
+            )
+        return resolve(self.checkpoint_layouts[layout])
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightsSource:
+    """Where the pretrained weights of a named model come from.
+
+    Args:
+        repo: Hugging Face Hub repo id, e.g. ``"openai-community/gpt2"``.
+        revision: branch, tag or commit.
+        filename: weights file inside the repo.
+        layout: checkpoint layout of that file (``"zoo"`` or a layout the architecture declares).
+        sha256: pinned hash of the weights file, verified after download when set.
+    """
+
+    repo: str
+    revision: str = "main"
+    filename: str = "model.safetensors"
+    layout: str = "zoo"
+    sha256: str | None = None
+
+    def __str__(self) -> str:
+        return f"hf:{self.repo}@{self.revision} ({self.filename}, {self.layout} layout)"
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """A named model: an architecture plus config values, tokenizer and weights source.
+
+    Args:
+        name: registry name, e.g. ``"gpt2-124m"``.
+        architecture: name of the architecture it instantiates.
+        config: config values passed to the architecture's config class.
+        tokenizer: name of a registered tokenizer, or ``None``.
+        weights: where pretrained weights come from, or ``None`` (random init only).
+        aliases: other names that resolve to this model.
+        description: one line for ``zoo list``.
+    """
+
+    name: str
+    architecture: str
+    config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    tokenizer: str | None = None
+    weights: WeightsSource | None = None
+    aliases: tuple[str, ...] = ()
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        _check_name("model", self.name)
+        for alias in self.aliases:
+            _check_name("alias", alias)
+        object.__setattr__(self, "aliases", tuple(self.aliases))
+        object.__setattr__(self, "config", _frozen_mapping(self.config))
+
+    @classmethod
+    def from_toml(cls, name: str, table: Mapping[str, Any]) -> ModelSpec:
+        """Create a spec from one ``[models.NAME]`` table of a registry file."""
+        known = {"architecture", "config", "tokenizer", "weights", "aliases", "description"}
+        unknown = sorted(set(table) - known)
+        if unknown:
+            raise ValueError(
+                f"model {name!r}: unknown key(s) {', '.join(unknown)}; "
+                f"valid keys are {', '.join(sorted(known))}"
+            )
+        if "architecture" not in table:
+            raise ValueError(f"model {name!r}: 'architecture' is required")
+        weights = table.get("weights")
+        return cls(
+            name=name,
+            architecture=table["architecture"],
+            config=table.get("config", {}),
+            tokenizer=table.get("tokenizer"),
+            weights=WeightsSource(**weights) if weights else None,
+            aliases=tuple(table.get("aliases", ())),
+            description=table.get("description", ""),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenizerSpec:
+    """A tokenizer a plugin supplies.
+
+    Args:
+        name: registry name, e.g. ``"gpt2-bpe"``.
+        factory: callable (or lazy reference) returning the tokenizer object.
+        description: one line for ``zoo info``.
+    """
+
+    name: str
+    factory: Any
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        _check_name("tokenizer", self.name)
+
+    def load(self, **kwargs: Any) -> Any:
+        """Create the tokenizer (imports its implementation on first use)."""
+        return resolve(self.factory)(**kwargs)
