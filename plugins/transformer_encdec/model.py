@@ -10,11 +10,13 @@ from torch import Tensor, nn
 from zoo.nn import (
     TransformerBlock,
     ZooModel,
-    attention_mask,
     check_padding_mask,
     check_token_ids,
     init_weights,
     make_positions,
+    random_ids,
+    right_padding,
+    sdpa_mask,
 )
 
 from .config import EncoderDecoderConfig
@@ -69,6 +71,20 @@ class EncoderDecoder(ZooModel):
         if c.tie_embeddings:
             self.head.weight = self.tok_emb.weight
 
+    def example_inputs(
+        self, batch_size: int = 2, seq_len: int = 8, *, generator: torch.Generator | None = None
+    ) -> dict[str, Tensor]:
+        """Source and target of different lengths; the source has padding."""
+        device = self.tok_emb.weight.device
+        src_len = min(seq_len + 3, self.config.context_length)
+        tgt_len = min(seq_len, self.config.context_length)
+        v = self.config.vocab_size
+        return {
+            "src_ids": random_ids((batch_size, src_len), v, device, generator),
+            "tgt_ids": random_ids((batch_size, tgt_len), v, device, generator),
+            "src_mask": right_padding(batch_size, src_len, device),
+        }
+
     def _embed(self, ids: Tensor) -> Tensor:
         x = self.tok_emb(ids)  # (B, L, d_model)
         if self.config.scale_embeddings:
@@ -89,7 +105,7 @@ class EncoderDecoder(ZooModel):
         return self._encode(src_ids, src_keep)
 
     def _encode(self, src_ids: Tensor, src_keep: Tensor | None) -> Tensor:
-        mask = attention_mask(src_keep, causal=False, q_len=src_ids.shape[1])
+        mask = sdpa_mask(src_keep, causal=False, q_len=src_ids.shape[1])
         x = self._embed(src_ids)
         for layer in self.encoder:
             x = layer(x, mask=mask)
@@ -112,8 +128,8 @@ class EncoderDecoder(ZooModel):
         self, tgt_ids: Tensor, memory: Tensor, src_keep: Tensor | None, tgt_keep: Tensor | None
     ) -> Tensor:
         t = tgt_ids.shape[1]
-        self_mask = attention_mask(tgt_keep, causal=True, q_len=t)
-        cross_mask = attention_mask(src_keep, causal=False, q_len=t)
+        self_mask = sdpa_mask(tgt_keep, causal=True, q_len=t)
+        cross_mask = sdpa_mask(src_keep, causal=False, q_len=t)
         x = self._embed(tgt_ids)
         for layer in self.decoder:
             x = layer(x, mask=self_mask, causal=True, memory=memory, memory_mask=cross_mask)

@@ -4,11 +4,18 @@ Plugins compose these or bring their own modules.
 """
 
 from .attention import MultiHeadAttention
-from .base import ZooModel, check_padding_mask, check_token_ids, init_weights
+from .base import (
+    ZooModel,
+    check_padding_mask,
+    check_token_ids,
+    init_weights,
+    random_ids,
+    right_padding,
+)
 from .blocks import TransformerBlock
 from .decoder import DecoderLM
 from .feedforward import FeedForward, activation
-from .masks import attention_mask
+from .masks import sdpa_mask
 from .positions import LearnedPositions, SinusoidalPositions, make_positions
 
 __all__ = [
@@ -20,9 +27,11 @@ __all__ = [
     "TransformerBlock",
     "ZooModel",
     "activation",
-    "attention_mask",
     "check_padding_mask",
     "check_token_ids",
     "init_weights",
     "make_positions",
+    "random_ids",
+    "right_padding",
+    "sdpa_mask",
 ]

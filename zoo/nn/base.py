@@ -9,7 +9,14 @@ from torch import Tensor, nn
 
 from ..config import ModelConfig
 
-__all__ = ["ZooModel", "check_padding_mask", "check_token_ids", "init_weights"]
+__all__ = [
+    "ZooModel",
+    "check_padding_mask",
+    "check_token_ids",
+    "init_weights",
+    "random_ids",
+    "right_padding",
+]
 
 
 class ZooModel(nn.Module):
@@ -26,12 +33,40 @@ class ZooModel(nn.Module):
         #: The named model this instance was built from (``None`` when built from a config).
         self.name: str | None = None
 
+    def example_inputs(
+        self, batch_size: int = 2, seq_len: int = 8, *, generator: torch.Generator | None = None
+    ) -> dict[str, Tensor]:
+        """Valid keyword inputs for ``forward`` on this model's device (random ids, with some
+        padding), used by the conformance kit. Every model must provide it."""
+        raise NotImplementedError(f"{type(self).__name__} must implement example_inputs()")
+
     def num_parameters(self) -> int:
         """Number of distinct parameters (a tied weight counts once)."""
         return sum(p.numel() for p in {id(p): p for p in self.parameters()}.values())
 
     def extra_repr(self) -> str:
         return f"name={self.name!r}" if self.name else ""
+
+
+def random_ids(
+    shape: tuple[int, ...],
+    vocab_size: int,
+    device: torch.device,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """Random token ids drawn on the CPU (reproducible with ``generator``), moved to
+    ``device``; on ``meta`` an uninitialised tensor of the same shape."""
+    if device.type == "meta":
+        return torch.empty(shape, dtype=torch.long, device=device)
+    return torch.randint(0, vocab_size, shape, generator=generator).to(device)
+
+
+def right_padding(batch_size: int, seq_len: int, device: torch.device) -> Tensor:
+    """A ``(B, L)`` padding mask whose last row is padded on the right (half its length)."""
+    mask = torch.ones(batch_size, seq_len, dtype=torch.long, device=device)
+    if batch_size > 1 and seq_len > 1 and device.type != "meta":
+        mask[-1, (seq_len + 1) // 2 :] = 0
+    return mask
 
 
 def init_weights(module: nn.Module, *, std: float = 0.02) -> None:

@@ -12,8 +12,16 @@ import torch
 from torch import Tensor, nn
 
 from ..config import DecoderConfig
-from .base import ZooModel, check_padding_mask, check_token_ids, init_weights
+from .base import (
+    ZooModel,
+    check_padding_mask,
+    check_token_ids,
+    init_weights,
+    random_ids,
+    right_padding,
+)
 from .blocks import TransformerBlock
+from .masks import sdpa_mask
 from .positions import make_positions
 
 __all__ = ["DecoderLM"]
@@ -64,6 +72,18 @@ class DecoderLM(ZooModel):
             for proj in (block.attn.proj, block.ffn.proj):
                 nn.init.normal_(proj.weight, std=0.02 / math.sqrt(2 * self.config.n_layers))
 
+    def example_inputs(
+        self, batch_size: int = 2, seq_len: int = 8, *, generator: torch.Generator | None = None
+    ) -> dict[str, Tensor]:
+        device = self.tok_emb.weight.device
+        seq_len = min(seq_len, self.config.context_length)
+        return {
+            "input_ids": random_ids(
+                (batch_size, seq_len), self.config.vocab_size, device, generator
+            ),
+            "attention_mask": right_padding(batch_size, seq_len, device),
+        }
+
     def embed(self, input_ids: Tensor, position_ids: Tensor) -> Tensor:
         """Token plus position vectors, ``(B, T) -> (B, T, d_model)``."""
         x = self.tok_emb(input_ids)
@@ -85,7 +105,7 @@ class DecoderLM(ZooModel):
         keep = check_padding_mask(attention_mask, ids.shape)
         if position_ids is None:
             position_ids = _positions(ids, keep)
-        mask = attention_mask(keep, causal=True, q_len=ids.shape[1])
+        mask = sdpa_mask(keep, causal=True, q_len=ids.shape[1])
         x = self.embed(ids, position_ids)  # (B, T, d_model)
         for block in self.blocks:
             x = block(x, mask=mask, causal=True)

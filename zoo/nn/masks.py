@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["attention_mask"]
+__all__ = ["sdpa_mask"]
 
 
-def attention_mask(keep: Tensor | None, *, causal: bool, q_len: int) -> Tensor | None:
+def sdpa_mask(keep: Tensor | None, *, causal: bool, q_len: int) -> Tensor | None:
     """Combine a key padding mask with the causal pattern into one SDPA mask.
 
     Args:

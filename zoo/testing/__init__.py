@@ -1,0 +1,342 @@
+"""Conformance kit: the checks every zoo model must pass, for built-in and third-party plugins.
+
+Run them from the shell::
+
+    zoo check my-model            # every check, on CPU (and CUDA when available)
+
+or from pytest, in the plugin's own test suite::
+
+    import pytest
+    from zoo.testing import conformance_cases, run_check
+
+    @pytest.mark.parametrize(("model", "check", "device"), conformance_cases(["my-model"]))
+    def test_zoo_conformance(model, check, device):
+        run_check(model, check, device=device)
+
+Each check builds the model small (the shared size fields shrunk, see :func:`small_overrides`)
+except ``meta``, which runs the full-size model on the ``meta`` device. A model must derive
+from :class:`zoo.nn.ZooModel` and implement ``example_inputs()``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..api import build, resolve_config
+from ..registry import get_registry
+
+__all__ = [
+    "CHECKS",
+    "CheckResult",
+    "assert_logits_close",
+    "available_devices",
+    "conformance_cases",
+    "run_check",
+    "run_conformance",
+    "small_overrides",
+]
+
+#: Sizes used to shrink a model for the checks (only fields its config has are applied).
+SMALL_SIZES: dict[str, int] = {
+    "d_model": 64,
+    "n_heads": 4,
+    "d_ff": 128,
+    "n_layers": 2,
+    "n_encoder_layers": 1,
+    "n_decoder_layers": 2,
+    "context_length": 64,
+    "vocab_size": 1000,
+}
+
+
+def small_overrides(name: str) -> dict[str, int]:
+    """Overrides that shrink ``name`` to a model that checks quickly on a CPU."""
+    _, _, config = resolve_config(name)
+    fields = type(config).field_names()
+    return {k: v for k, v in SMALL_SIZES.items() if k in fields}
+
+
+def available_devices() -> list[str]:
+    """``["cpu"]``, plus ``"cuda"`` when a CUDA device is present."""
+    return ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
+
+
+def assert_logits_close(actual: Tensor, expected: Tensor, *, atol: float = 1e-5) -> None:
+    """Assert two logit tensors match in shape and within ``atol`` (max absolute difference)."""
+    if actual.shape != expected.shape:
+        raise AssertionError(f"logits shape {tuple(actual.shape)} != {tuple(expected.shape)}")
+    diff = (actual.float() - expected.float()).abs().max().item()
+    if not diff <= atol:
+        raise AssertionError(f"logits differ by {diff:.3g} (tolerance {atol:g})")
+
+
+def _outputs(model: nn.Module, inputs: dict[str, Tensor]) -> Tensor:
+    out = model(**inputs)
+    if not isinstance(out, Tensor):
+        raise AssertionError(f"forward must return a logits tensor, got {type(out).__name__}")
+    return out
+
+
+def _expected_shape(model: nn.Module, inputs: dict[str, Tensor]) -> tuple[int, ...]:
+    ids = [v for k, v in inputs.items() if k.endswith("_ids")]
+    return (*ids[-1].shape, model.config.vocab_size)  # type: ignore[union-attr]
+
+
+def _small(name: str, device: str, **kwargs: Any) -> nn.Module:
+    torch.manual_seed(0)
+    return build(name, device=device, **small_overrides(name), **kwargs)
+
+
+# -- the checks -----------------------------------------------------------------------------
+def check_build(name: str, device: str) -> None:
+    """Builds; carries its frozen config and name; has parameters on the requested device."""
+    model = _small(name, device)
+    if not dataclasses.is_dataclass(model.config):
+        raise AssertionError("model.config must be the frozen config dataclass")
+    try:
+        model.config.d_model = 1  # type: ignore[misc]
+    except dataclasses.FrozenInstanceError:
+        pass
+    else:
+        raise AssertionError("model.config must be frozen")
+    if getattr(model, "name", None) != get_registry().model(name).name:
+        raise AssertionError(f"model.name is {getattr(model, 'name', None)!r}, expected {name!r}")
+    params = list(model.parameters())
+    if not params:
+        raise AssertionError("model has no parameters")
+    wrong = {str(p.device) for p in params if p.device.type != torch.device(device).type}
+    if wrong:
+        raise AssertionError(f"parameters on {wrong}, expected {device}")
+
+
+def check_forward(name: str, device: str) -> None:
+    """Eval forward gives finite logits ``(B, T, vocab)``, deterministically."""
+    model = _small(name, device).eval()
+    inputs = model.example_inputs(generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        first, second = _outputs(model, inputs), _outputs(model, inputs)
+    if tuple(first.shape) != _expected_shape(model, inputs):
+        raise AssertionError(
+            f"logits shape {tuple(first.shape)}, expected {_expected_shape(model, inputs)}"
+        )
+    if not torch.isfinite(first).all():
+        raise AssertionError("logits are not finite")
+    if not torch.equal(first, second):
+        raise AssertionError("two eval forward passes on the same input differ")
+
+
+def check_backward(name: str, device: str) -> None:
+    """A training step's loss reaches every parameter with a finite gradient."""
+    model = _small(name, device).train()
+    inputs = model.example_inputs(generator=torch.Generator().manual_seed(0))
+    logits = _outputs(model, inputs)
+    targets = torch.zeros(logits.shape[:-1], dtype=torch.long, device=logits.device)
+    loss = nn.functional.cross_entropy(logits.flatten(0, -2), targets.flatten())
+    loss.backward()
+    missing = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
+    if missing:
+        raise AssertionError(f"no gradient reached: {missing[:5]}")
+    bad = [
+        n
+        for n, p in model.named_parameters()
+        if p.grad is not None and not torch.isfinite(p.grad).all()
+    ]
+    if bad:
+        raise AssertionError(f"non-finite gradients: {bad[:5]}")
+
+
+def check_meta(name: str, device: str) -> None:
+    """The full-size model builds and runs on ``meta``: no tensor on a hard-coded device."""
+    model = build(name, device="meta").eval()
+    inputs = model.example_inputs()
+    out = _outputs(model, inputs)
+    if out.device.type != "meta":
+        raise AssertionError(f"forward on meta produced a tensor on {out.device}")
+    if tuple(out.shape) != _expected_shape(model, inputs):
+        raise AssertionError(f"meta logits shape {tuple(out.shape)}")
+
+
+def _tied_groups(model: nn.Module) -> list[list[str]]:
+    by_id: dict[int, list[str]] = {}
+    for n, p in model.named_parameters(remove_duplicate=False):
+        by_id.setdefault(id(p), []).append(n)
+    return sorted(names for names in by_id.values() if len(names) > 1)
+
+
+def check_tied_weights(name: str, device: str) -> None:
+    """``tie_embeddings`` means one shared parameter, kept through dtype and device moves."""
+    model = _small(name, device)
+    tie = getattr(model.config, "tie_embeddings", None)
+    groups = _tied_groups(model)
+    if tie and not groups:
+        raise AssertionError("config.tie_embeddings is true but no parameter is shared")
+    if tie is False and groups:
+        raise AssertionError(f"config.tie_embeddings is false but {groups} are shared")
+    if _tied_groups(model.to(torch.bfloat16)) != groups:
+        raise AssertionError("weight tying was lost by a dtype conversion")
+
+
+def check_safetensors_roundtrip(name: str, device: str) -> None:
+    """Weights survive a safetensors round trip into a fresh model: equal tensors and logits,
+    ties intact."""
+    from safetensors.torch import load, save
+
+    model = _small(name, device).eval()
+    unique: dict[int, tuple[str, Tensor]] = {}
+    for key, tensor in model.state_dict(keep_vars=True).items():
+        unique.setdefault(id(tensor), (key, tensor.detach()))
+    blob = save({key: tensor.contiguous() for key, tensor in unique.values()})
+    torch.manual_seed(1)
+    fresh = build(name, device=device, **small_overrides(name)).eval()
+    state = load(blob)
+    fresh.load_state_dict(state, strict=False)
+    groups = _tied_groups(model)
+    if _tied_groups(fresh) != groups:
+        raise AssertionError("ties differ after loading")
+    for key, tensor in model.state_dict().items():
+        if not torch.equal(fresh.state_dict()[key].cpu(), tensor.cpu()):
+            raise AssertionError(f"tensor {key} differs after the round trip")
+    inputs = model.example_inputs(generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert_logits_close(_outputs(fresh, inputs), _outputs(model, inputs), atol=0.0)
+
+
+def check_dtypes(name: str, device: str) -> None:
+    """float32, bfloat16 and float16 builds run and return logits of their dtype."""
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        model = _small(name, device, dtype=dtype).eval()
+        inputs = model.example_inputs(generator=torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            out = _outputs(model, inputs)
+        if out.dtype != dtype:
+            raise AssertionError(f"{dtype} model returned {out.dtype} logits")
+        if not torch.isfinite(out).all():
+            raise AssertionError(f"{dtype} logits are not finite")
+
+
+def check_bad_input(name: str, device: str) -> None:
+    """Out-of-range ids, too-long, float, wrong-rank ids and mis-shaped masks are ValueErrors."""
+    model = _small(name, device).eval()
+    inputs = model.example_inputs()
+    config = model.config
+    ids_key = next(k for k in inputs if k.endswith("_ids"))
+    ids = inputs[ids_key]
+    too_long = torch.zeros(1, config.context_length + 1, dtype=torch.long, device=ids.device)
+    no_mask = {k: v for k, v in inputs.items() if not k.endswith("_mask")}
+    cases: dict[str, dict[str, Any]] = {
+        "id == vocab_size": no_mask | {ids_key: torch.full_like(ids, config.vocab_size)},
+        "negative id": no_mask | {ids_key: torch.full_like(ids, -1)},
+        "float ids": no_mask | {ids_key: ids.float()},
+        "1-D ids": no_mask | {ids_key: ids[0]},
+        "longer than the context": {k: v[:1] for k, v in no_mask.items()} | {ids_key: too_long},
+    }
+    mask_key = next((k for k in inputs if k.endswith("_mask")), None)
+    if mask_key is not None:
+        cases["mis-shaped mask"] = inputs | {mask_key: inputs[mask_key][:, :-1]}
+    for label, kwargs in cases.items():
+        try:
+            with torch.no_grad():
+                model(**kwargs)
+        except ValueError:
+            continue
+        except Exception as exc:
+            raise AssertionError(
+                f"{label}: raised {type(exc).__name__} instead of ValueError: {exc}"
+            ) from exc
+        raise AssertionError(f"{label}: no error raised")
+
+
+def check_checkpoint_layouts(name: str, device: str) -> None:
+    """Every declared checkpoint layout converts zoo -> foreign -> zoo without loss."""
+    arch, _, _ = resolve_config(name)
+    model = _small(name, device)
+    state = model.state_dict()
+    for layout in arch.checkpoint_layouts:
+        keymap = arch.checkpoint_layout(layout)
+        foreign, report = keymap.from_zoo(state)
+        if report.unexpected:
+            raise AssertionError(f"{layout}: zoo keys with no rule: {list(report.unexpected)}")
+        back, report = keymap.to_zoo(foreign)
+        if report.unexpected:
+            raise AssertionError(f"{layout}: foreign keys with no rule: {list(report.unexpected)}")
+        for key, tensor in state.items():
+            if key not in back or not torch.equal(back[key], tensor):
+                raise AssertionError(f"{layout}: {key} does not survive the round trip")
+
+
+CHECKS: dict[str, Callable[[str, str], None]] = {
+    "build": check_build,
+    "forward": check_forward,
+    "backward": check_backward,
+    "meta": check_meta,
+    "tied_weights": check_tied_weights,
+    "safetensors_roundtrip": check_safetensors_roundtrip,
+    "dtypes": check_dtypes,
+    "bad_input": check_bad_input,
+    "checkpoint_layouts": check_checkpoint_layouts,
+}
+
+#: Checks that do not depend on the device (run once, on the CPU).
+DEVICE_FREE = frozenset({"meta", "checkpoint_layouts"})
+
+
+def run_check(name: str, check: str, *, device: str = "cpu") -> None:
+    """Run one check; raises ``AssertionError`` saying what is wrong."""
+    if check not in CHECKS:
+        raise KeyError(f"unknown check {check!r}; choose one of {', '.join(CHECKS)}")
+    CHECKS[check](name, device)
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckResult:
+    """The outcome of one check."""
+
+    model: str
+    check: str
+    device: str
+    ok: bool
+    seconds: float
+    error: str | None = None
+
+
+def conformance_cases(
+    models: Iterable[str] | None = None, devices: Iterable[str] | None = None
+) -> list[tuple[str, str, str]]:
+    """``(model, check, device)`` triples for ``pytest.mark.parametrize``; by default every
+    registered model on every available device."""
+    names = list(models) if models is not None else get_registry().models()
+    devs = list(devices) if devices is not None else available_devices()
+    return [
+        (name, check, device)
+        for name in names
+        for check in CHECKS
+        for device in (["cpu"] if check in DEVICE_FREE else devs)
+    ]
+
+
+def run_conformance(
+    name: str, *, devices: Iterable[str] | None = None, checks: Iterable[str] | None = None
+) -> list[CheckResult]:
+    """Run the checks on ``name`` and return one result per check and device."""
+    wanted = set(checks) if checks is not None else set(CHECKS)
+    results = []
+    for model, check, device in conformance_cases([name], devices):
+        if check not in wanted:
+            continue
+        start = time.perf_counter()
+        try:
+            run_check(model, check, device=device)
+        except Exception as exc:
+            error: str | None = f"{type(exc).__name__}: {exc}"
+        else:
+            error = None
+        results.append(
+            CheckResult(model, check, device, error is None, time.perf_counter() - start, error)
+        )
+    return results
