@@ -1,5 +1,6 @@
 """GPT-1 (Radford et al., 2018): post-LN decoder blocks (``ln(x + attn(x))``,
-``ln(x + mlp(x))``), GELU, no final LayerNorm, learned absolute positions, tied LM head.
+``ln(x + mlp(x))``), GELU (tanh approximation, as the original code), no final LayerNorm,
+learned absolute positions, tied LM head.
 
 This module only declares specs; the model and config are imported when first used.
 """
@@ -18,7 +19,7 @@ def zoo_architectures() -> list[ArchitectureSpec]:
             config="zoo_plugins.gpt1.config:GPT1Config",
             model="zoo.nn.decoder:DecoderLM",
             description="GPT-1: post-LN causal decoder, no final LayerNorm, tied LM head",
-            blocks=("post-LN decoder block (causal self-attention, GELU MLP)",),
+            blocks=("post-LN decoder block (causal self-attention, GELU-tanh MLP)",),
             checkpoint_layouts={"hf-openai-gpt": "zoo_plugins.gpt1.convert:HF_OPENAI_GPT"},
         )
     ]

@@ -23,6 +23,6 @@ class GPT1Config(DecoderConfig):
     dropout: float = 0.1
     norm_first: bool = False
     final_norm: bool = False
-    activation: Activation = "gelu"
+    activation: Activation = "gelu_tanh"  # the original code's tanh approximation
     positions: str = "learned"
     tie_embeddings: bool = True

@@ -7,11 +7,15 @@ from typing import Any
 
 from zoo.convert import KeyMap, KeyRule, openai_block_rules
 
+# transformers' OpenAI GPT maps afn "gelu" to the tanh approximation (as the original GPT-1
+# code did), so zoo's gpt1 uses gelu_tanh.
+_ACTIVATIONS = {"gelu": "gelu_tanh", "relu": "relu"}
+
 
 def config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     """``transformers.OpenAIGPTConfig`` dict -> zoo ``gpt1`` config values."""
     act = hf.get("afn", "gelu")
-    if act not in ("gelu", "relu"):
+    if act not in _ACTIVATIONS:
         raise ValueError(f"GPT-1 checkpoint uses activation {act!r}, which zoo does not support")
     d_model = hf.get("n_embd", 768)
     return {
@@ -22,7 +26,7 @@ def config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         "n_layers": hf.get("n_layer", 12),
         "d_ff": 4 * d_model,
         "dropout": hf.get("resid_pdrop", 0.1),
-        "activation": act,
+        "activation": _ACTIVATIONS[act],
         "layer_norm_eps": hf.get("layer_norm_epsilon", 1e-5),
         "tie_embeddings": hf.get("tie_word_embeddings", True),
     }
@@ -30,8 +34,12 @@ def config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
 
 def config_to_hf(config: Any) -> dict[str, Any]:
     """zoo ``gpt1`` config -> ``transformers.OpenAIGPTConfig`` dict."""
-    if config.d_ff != 4 * config.d_model or config.activation not in ("gelu", "relu"):
-        raise ValueError("the Hugging Face GPT-1 layout needs d_ff = 4 * d_model and gelu or relu")
+    inverse = {zoo: hf for hf, zoo in _ACTIVATIONS.items()}
+    if config.d_ff != 4 * config.d_model or config.activation not in inverse:
+        raise ValueError(
+            "the Hugging Face GPT-1 layout needs d_ff = 4 * d_model and a gelu_tanh or relu "
+            f"activation; this model has d_ff={config.d_ff}, activation={config.activation!r}"
+        )
     return {
         "model_type": "openai-gpt",
         "architectures": ["OpenAIGPTLMHeadModel"],
@@ -40,7 +48,7 @@ def config_to_hf(config: Any) -> dict[str, Any]:
         "n_embd": config.d_model,
         "n_head": config.n_heads,
         "n_layer": config.n_layers,
-        "afn": config.activation,
+        "afn": inverse[config.activation],
         "resid_pdrop": config.dropout,
         "embd_pdrop": config.dropout,
         "attn_pdrop": config.dropout,

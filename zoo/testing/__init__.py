@@ -27,6 +27,8 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from ..api import build, resolve_config
 from ..registry import get_registry
@@ -151,11 +153,33 @@ def check_backward(name: str, device: str) -> None:
         raise AssertionError(f"non-finite gradients: {bad[:5]}")
 
 
+class _DeviceWatch(TorchDispatchMode):
+    """Records every operation that produces a tensor off the ``meta`` device."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.offenders: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for leaf in tree_leaves(out):
+            if isinstance(leaf, Tensor) and leaf.device.type != "meta":
+                self.offenders.append(f"{func} -> {leaf.device}")
+        return out
+
+
 def check_meta(name: str, device: str) -> None:
-    """The full-size model builds and runs on ``meta``: no tensor on a hard-coded device."""
-    model = build(name, device="meta").eval()
+    """The full-size model builds and runs on ``meta``, and no operation in build or forward
+    creates a tensor anywhere else: no tensor on a hard-coded device."""
+    with _DeviceWatch() as watch:
+        model = build(name, device="meta").eval()
     inputs = model.example_inputs()
-    out = _outputs(model, inputs)
+    with watch:
+        out = _outputs(model, inputs)
+    if watch.offenders:
+        raise AssertionError(
+            f"tensors created off the requested device: {sorted(set(watch.offenders))[:5]}"
+        )
     if out.device.type != "meta":
         raise AssertionError(f"forward on meta produced a tensor on {out.device}")
     if tuple(out.shape) != _expected_shape(model, inputs):

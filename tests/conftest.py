@@ -1,0 +1,61 @@
+"""Test-suite set-up: a real third-party plugin distribution is "installed" for the session.
+
+``tests/toy_plugin`` is copied into a temporary site directory next to a ``.dist-info`` whose
+``entry_points.txt`` advertises it in the ``zoo`` group, and that directory is put on
+``sys.path``: zoo discovers it exactly as it would a pip-installed plugin, so every
+registry-driven test also runs on its ``toy-gpt-tiny`` model.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).parent
+REFERENCE = TESTS.parent.parent / "shared" / "reference"
+TOY_DIST = "zoo_toy-0.1.dist-info"
+
+_site: Path | None = None
+
+
+def install_distribution(site: Path, package: Path, *, name: str, entry_points: str) -> None:
+    """Lay out ``package`` plus a minimal ``.dist-info`` in ``site`` like pip would."""
+    shutil.copytree(package, site / package.name)
+    dist_info = site / f"{name.replace('-', '_')}-0.1.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    (dist_info / "entry_points.txt").write_text(entry_points)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _site
+    _site = Path(tempfile.mkdtemp(prefix="zoo-test-site-"))
+    install_distribution(
+        _site,
+        TESTS / "toy_plugin" / "zoo_toy",
+        name="zoo-toy",
+        entry_points="[zoo]\ntoy = zoo_toy\n",
+    )
+    sys.path.insert(0, str(_site))
+    import zoo
+
+    zoo.reset_registry()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _site is not None:
+        shutil.rmtree(_site, ignore_errors=True)
+
+
+@pytest.fixture
+def fresh_registry():
+    """Reload the process-wide registry before and after the test."""
+    import zoo
+
+    zoo.reset_registry()
+    yield
+    zoo.reset_registry()
