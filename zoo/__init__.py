@@ -10,7 +10,7 @@ Importing zoo does not import torch; :func:`build` does.
 
 from __future__ import annotations
 
-from .api import ModelInfo, build, info, list_models, plugins, resolve_config
+from .api import ModelInfo, build, info, list_models, plugins, resolve_config, tokenizer
 from .config import DecoderConfig, ModelConfig, TransformerConfig
 from .errors import (
     ConfigError,
@@ -50,4 +50,5 @@ __all__ = [
     "plugins",
     "reset_registry",
     "resolve_config",
+    "tokenizer",
 ]

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .config import ModelConfig
-from .errors import ConfigError, UnknownArchitectureError
+from .errors import ConfigError, UnknownArchitectureError, UnknownModelError, ZooError
 from .plugins import PluginInfo
 from .registry import get_registry
 from .specs import ArchitectureSpec, ModelSpec, WeightsSource
@@ -15,7 +15,17 @@ from .specs import ArchitectureSpec, ModelSpec, WeightsSource
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["ModelInfo", "build", "info", "list_models", "plugins", "resolve_config"]
+    from .tokenizers import Tokenizer
+
+__all__ = [
+    "ModelInfo",
+    "build",
+    "info",
+    "list_models",
+    "plugins",
+    "resolve_config",
+    "tokenizer",
+]
 
 
 def list_models() -> list[str]:
@@ -45,6 +55,7 @@ class ModelInfo:
     config: Mapping[str, Any]
     parameters: int
     weights: WeightsSource | None
+    tokenizer_description: str | None = None
 
 
 def resolve_config(
@@ -130,4 +141,51 @@ def info(name: str) -> ModelInfo:
         config=config.to_dict(),
         parameters=params,
         weights=spec.weights,
+        tokenizer_description=_tokenizer_description(spec.tokenizer),
     )
+
+
+def _tokenizer_description(name: str | None) -> str | None:
+    """The registered description of tokenizer ``name`` (nothing is loaded or downloaded)."""
+    if name is None:
+        return None
+    try:
+        return get_registry().tokenizer(name).description or name
+    except ZooError as exc:
+        return f"not available: {exc}"
+
+
+def tokenizer(name: str, **kwargs: Any) -> Tokenizer:
+    """The tokenizer of a named model (or alias), or a registered tokenizer by its own name.
+
+        >>> zoo.tokenizer("gpt2-124m").encode("Every effort moves you")
+        [6109, 3626, 6100, 345]
+
+    Args:
+        name: a named model (``"gpt2-124m"``), an alias, or a tokenizer name (``"gpt2-bpe"``).
+        **kwargs: passed to the tokenizer's factory, e.g. ``directory=...`` to load
+            ``gpt1``'s files or a trained ``transformer-encdec`` tokenizer from a directory.
+
+    Raises:
+        UnknownModelError: neither a named model nor a tokenizer.
+        ZooError: the model declares no tokenizer, or its plugin supplies none.
+        zoo.tokenizers.TokenizerError: the tokenizer cannot be created (see its message).
+    """
+    registry = get_registry()
+    try:
+        spec = registry.model(name)
+    except UnknownModelError as exc:
+        if name in registry.tokenizers():
+            return registry.tokenizer(name).load(**kwargs)
+        known = ", ".join(registry.tokenizers()) or "none"
+        raise UnknownModelError(f"{exc} Registered tokenizers: {known}.") from None
+    if spec.tokenizer is None:
+        raise ZooError(f"model {spec.name!r} declares no tokenizer")
+    try:
+        tokenizer_spec = registry.tokenizer(spec.tokenizer)
+    except ZooError as exc:
+        raise ZooError(
+            f"model {spec.name!r} uses tokenizer {spec.tokenizer!r}, which no installed plugin "
+            f"supplies ({exc}); see `zoo plugins`"
+        ) from None
+    return tokenizer_spec.load(**kwargs)

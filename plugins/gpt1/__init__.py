@@ -8,7 +8,7 @@ This module only declares specs; the model and config are imported when first us
 from __future__ import annotations
 
 from zoo.hookspecs import hookimpl
-from zoo.specs import ArchitectureSpec
+from zoo.specs import ArchitectureSpec, TokenizerSpec
 
 
 @hookimpl
@@ -21,5 +21,17 @@ def zoo_architectures() -> list[ArchitectureSpec]:
             description="GPT-1: post-LN causal decoder, no final LayerNorm, tied LM head",
             blocks=("post-LN decoder block (causal self-attention, GELU-tanh MLP)",),
             checkpoint_layouts={"hf-openai-gpt": "zoo_plugins.gpt1.convert:HF_OPENAI_GPT"},
+        )
+    ]
+
+
+@hookimpl
+def zoo_tokenizers() -> list[TokenizerSpec]:
+    return [
+        TokenizerSpec(
+            name="gpt1-bpe",
+            factory="zoo_plugins.gpt1.tokenizer:load",
+            description="OpenAI GPT BPE, 40478 ids, lowercased, </w> word ends; vocab.json + "
+            "merges.txt from the Hub repo openai-community/openai-gpt (cached)",
         )
     ]

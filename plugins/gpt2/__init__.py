@@ -7,7 +7,7 @@ This module only declares specs; the model and config are imported when first us
 from __future__ import annotations
 
 from zoo.hookspecs import hookimpl
-from zoo.specs import ArchitectureSpec
+from zoo.specs import ArchitectureSpec, TokenizerSpec
 
 
 @hookimpl
@@ -23,5 +23,17 @@ def zoo_architectures() -> list[ArchitectureSpec]:
                 "final LayerNorm",
             ),
             checkpoint_layouts={"hf-gpt2": "zoo_plugins.gpt2.convert:HF_GPT2"},
+        )
+    ]
+
+
+@hookimpl
+def zoo_tokenizers() -> list[TokenizerSpec]:
+    return [
+        TokenizerSpec(
+            name="gpt2-bpe",
+            factory="zoo_plugins.gpt2.tokenizer:load",
+            description="GPT-2 byte-level BPE via tiktoken, 50257 ids, ranks shipped with zoo "
+            "(sha256-checked)",
         )
     ]

@@ -8,7 +8,7 @@ This module only declares specs; the model and config are imported when first us
 from __future__ import annotations
 
 from zoo.hookspecs import hookimpl
-from zoo.specs import ArchitectureSpec
+from zoo.specs import ArchitectureSpec, TokenizerSpec
 
 
 @hookimpl
@@ -24,5 +24,17 @@ def zoo_architectures() -> list[ArchitectureSpec]:
                 "post-LN decoder layer (causal self-attention, cross-attention, ReLU FFN)",
                 "final LayerNorm on encoder and decoder (as torch.nn.Transformer)",
             ),
+        )
+    ]
+
+
+@hookimpl
+def zoo_tokenizers() -> list[TokenizerSpec]:
+    return [
+        TokenizerSpec(
+            name="subword-bpe",
+            factory="zoo_plugins.transformer_encdec.tokenizer:load",
+            description="trainable byte-level BPE shared by source and target, "
+            "<pad> <unk> <s> </s>; trained with SubwordBPE.train and saved with the weights",
         )
     ]

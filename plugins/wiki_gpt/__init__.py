@@ -8,7 +8,7 @@ This module only declares specs; the model and config are imported when first us
 from __future__ import annotations
 
 from zoo.hookspecs import hookimpl
-from zoo.specs import ArchitectureSpec
+from zoo.specs import ArchitectureSpec, TokenizerSpec
 
 
 @hookimpl
@@ -21,5 +21,17 @@ def zoo_architectures() -> list[ArchitectureSpec]:
             description="post-LN Transformer encoder layers under a causal mask, "
             "sinusoidal positions, untied LM head",
             blocks=("post-LN encoder layer under a causal + padding mask (ReLU FFN)",),
+        )
+    ]
+
+
+@hookimpl
+def zoo_tokenizers() -> list[TokenizerSpec]:
+    return [
+        TokenizerSpec(
+            name="bert-wordpiece-uncased",
+            factory="zoo_plugins.wiki_gpt.tokenizer:load",
+            description="BERT WordPiece uncased, 30522 ids, vocab shipped with zoo; "
+            "<GO>/<SEP>/<PAD> = [CLS]/[SEP]/[PAD]",
         )
     ]

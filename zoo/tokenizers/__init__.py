@@ -1,0 +1,71 @@
+"""Tokenizers: one protocol, thin wrappers over tiktoken and the ``tokenizers`` library.
+
+    >>> import zoo
+    >>> tok = zoo.tokenizer("gpt2-124m")
+    >>> tok.encode("Every effort moves you")
+    [6109, 3626, 6100, 345]
+    >>> batch = tok.batch_encode(["Hello world", "Hi"])   # input_ids, attention_mask tensors
+
+Each plugin declares its own tokenizer (``zoo_tokenizers`` hook); this package holds what they
+share: :class:`Tokenizer` (the protocol), :class:`TiktokenTokenizer`, :class:`HFTokenizer`,
+the trainable :class:`SubwordBPE`, and saving / loading next to weights
+(:func:`save_tokenizer`, :func:`load_tokenizer`, :func:`load_directory`).
+
+Importing this package imports neither tiktoken, ``tokenizers`` nor torch; the classes that
+need them are imported on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from .base import ROLES, Tokenizer
+from .errors import (
+    TokenizerError,
+    TokenizerInputError,
+    TokenizerUnavailableError,
+    VocabularyFileError,
+)
+from .serialization import load_directory, load_tokenizer, save_tokenizer
+
+if TYPE_CHECKING:
+    from .hf_backend import HFTokenizer
+    from .hub import hub_files
+    from .subword import SubwordBPE
+    from .tiktoken_backend import TiktokenTokenizer
+
+__all__ = [
+    "ROLES",
+    "HFTokenizer",
+    "SubwordBPE",
+    "TiktokenTokenizer",
+    "Tokenizer",
+    "TokenizerError",
+    "TokenizerInputError",
+    "TokenizerUnavailableError",
+    "VocabularyFileError",
+    "hub_files",
+    "load_directory",
+    "load_tokenizer",
+    "save_tokenizer",
+]
+
+_LAZY = {
+    "HFTokenizer": ".hf_backend",
+    "SubwordBPE": ".subword",
+    "TiktokenTokenizer": ".tiktoken_backend",
+    "hub_files": ".hub",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,351 @@
+"""The tokenizer protocol shared by every plugin, and the logic common to all backends.
+
+A backend (:mod:`~zoo.tokenizers.tiktoken_backend`, :mod:`~zoo.tokenizers.hf_backend`) wraps a
+well-kept library and implements a handful of ``_``-methods; this base class adds the input
+checks, special-token roles, ``[CLS] ... [SEP]``-style wrapping and padded tensor batches, so
+every tokenizer in the zoo behaves the same way. Nothing here imports torch until
+:meth:`Tokenizer.batch_encode` is called.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from .errors import TokenizerError, TokenizerInputError
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["ROLES", "Tokenizer"]
+
+#: The special-token roles a tokenizer may fill.
+ROLES: tuple[str, ...] = ("bos", "eos", "pad", "unk", "sep", "cls")
+
+
+def _text_error(value: object, where: str) -> TokenizerInputError:
+    return TokenizerInputError(
+        f"{where} takes text as str, got {type(value).__name__}"
+        + (": decode bytes first (bytes.decode('utf-8'))" if isinstance(value, bytes) else "")
+    )
+
+
+class Tokenizer(abc.ABC):
+    """A tokenizer: text to token ids and back, with the special ids a model needs.
+
+    Args:
+        name: the registered tokenizer name (``"gpt2-bpe"``), kept when saved.
+        roles: special-token role (one of :data:`ROLES`) -> token string, e.g.
+            ``{"eos": "<|endoftext|>"}``. Each token must be in the vocabulary.
+        wrap: the roles added before and after a sequence when ``add_special_tokens=True``,
+            e.g. ``("cls", "sep")`` for BERT's ``[CLS] ... [SEP]``; ``None`` adds nothing there.
+        description: one line for ``zoo info``.
+        by_name: ``True`` when the tokenizer can be recreated from its name alone (shipped or
+            pinned data), so saving it next to weights stores only the name.
+
+    Raises:
+        TokenizerError: an unknown role, or a role token that is not in the vocabulary.
+    """
+
+    #: Tag of the concrete class in a saved tokenizer's manifest (``zoo_tokenizer.json``).
+    kind: ClassVar[str] = ""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        roles: Mapping[str, str] | None = None,
+        wrap: tuple[str | None, str | None] = (None, None),
+        description: str = "",
+        by_name: bool = False,
+    ) -> None:
+        self.name = name
+        self.description = description
+        self.by_name = by_name
+        roles = dict(roles or {})
+        unknown = sorted(set(roles) - set(ROLES))
+        if unknown:
+            raise TokenizerError(
+                f"unknown special-token role(s) {unknown}; valid roles are {', '.join(ROLES)}"
+            )
+        self._roles: dict[str, str] = roles
+        self._role_ids: dict[str, int] = {}
+        for role, token in roles.items():
+            token_id = self.token_to_id(token)
+            if token_id is None:
+                raise TokenizerError(
+                    f"{name}: the {role} token {token!r} is not in the vocabulary; "
+                    "use one of its tokens or add it as a special token first"
+                )
+            self._role_ids[role] = token_id
+        for role in wrap:
+            if role is not None and role not in self._role_ids:
+                raise TokenizerError(f"{name}: cannot wrap sequences with {role!r}: no such role")
+        self._wrap = wrap
+        self._prefix = [self._role_ids[wrap[0]]] if wrap[0] is not None else []
+        self._suffix = [self._role_ids[wrap[1]]] if wrap[1] is not None else []
+
+    # -- what a backend implements ----------------------------------------------------------
+    @property
+    @abc.abstractmethod
+    def vocab_size(self) -> int:
+        """Number of ids, special tokens included (the model's embedding rows)."""
+
+    @property
+    @abc.abstractmethod
+    def backend(self) -> str:
+        """The library doing the work (``"tiktoken"``, ``"tokenizers"``)."""
+
+    @abc.abstractmethod
+    def token_to_id(self, token: str) -> int | None:
+        """The id of ``token`` (a vocabulary entry or special token), ``None`` if absent."""
+
+    @abc.abstractmethod
+    def id_to_token(self, token_id: int) -> str:
+        """The vocabulary entry of ``token_id`` (byte-level tokens as the library shows them)."""
+
+    @property
+    @abc.abstractmethod
+    def special_tokens(self) -> dict[str, int]:
+        """Every special (control) token -> its id."""
+
+    @abc.abstractmethod
+    def _encode(self, text: str) -> list[int]: ...
+
+    @abc.abstractmethod
+    def _encode_batch(self, texts: list[str]) -> list[list[int]]: ...
+
+    @abc.abstractmethod
+    def _decode(self, ids: list[int], skip_special_tokens: bool) -> str: ...
+
+    @abc.abstractmethod
+    def save(self, directory: str | Path) -> list[str]:
+        """Write everything needed to rebuild this tokenizer into ``directory`` (created if
+        needed), with a ``zoo_tokenizer.json`` manifest; :func:`zoo.tokenizers.load_directory`
+        reads it back. Returns the names of the files written."""
+
+    @classmethod
+    def from_manifest(cls, directory: Path, manifest: Mapping[str, Any]) -> Tokenizer:
+        """Rebuild a tokenizer written by :meth:`save`; the manifest is already verified.
+        Use :func:`zoo.tokenizers.load_directory` rather than calling this directly."""
+        raise NotImplementedError(f"{cls.__name__} cannot be loaded from a directory")
+
+    # -- special ids --------------------------------------------------------------------------
+    @property
+    def bos_id(self) -> int | None:
+        """Beginning-of-sequence id, or ``None``."""
+        return self._role_ids.get("bos")
+
+    @property
+    def eos_id(self) -> int | None:
+        """End-of-sequence id (generation stops there), or ``None``."""
+        return self._role_ids.get("eos")
+
+    @property
+    def pad_id(self) -> int | None:
+        """Padding id, or ``None`` (then :meth:`batch_encode` pads with ``eos_id``)."""
+        return self._role_ids.get("pad")
+
+    @property
+    def unk_id(self) -> int | None:
+        """Unknown-token id, or ``None`` (byte-level vocabularies need none)."""
+        return self._role_ids.get("unk")
+
+    @property
+    def sep_id(self) -> int | None:
+        """Separator id, or ``None``."""
+        return self._role_ids.get("sep")
+
+    @property
+    def cls_id(self) -> int | None:
+        """Classification / start id, or ``None``."""
+        return self._role_ids.get("cls")
+
+    @property
+    def roles(self) -> dict[str, str]:
+        """Special-token role -> token string."""
+        return dict(self._roles)
+
+    def special_id(self, token: str) -> int:
+        """The id of the special token ``token``.
+
+        Raises:
+            TokenizerError: ``token`` is not one of this tokenizer's special tokens.
+        """
+        specials = self.special_tokens
+        if token not in specials:
+            known = ", ".join(sorted(specials)) or "none"
+            raise TokenizerError(
+                f"{self.name} has no special token {token!r}; its special tokens are: {known}"
+            )
+        return specials[token]
+
+    # -- encode / decode ----------------------------------------------------------------------
+    def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
+        """Token ids of ``text``. Special-token strings in ``text`` (``"<|endoftext|>"``,
+        ``"[SEP]"``) become their ids.
+
+        Args:
+            text: the text.
+            add_special_tokens: wrap the ids in the tokenizer's sequence tokens (``[CLS] ...
+                [SEP]`` for BERT, ``<s> ... </s>`` for the subword tokenizer; nothing for GPT).
+        """
+        if not isinstance(text, str):
+            raise _text_error(text, "encode")
+        ids = self._encode(text)
+        if add_special_tokens and (self._prefix or self._suffix):
+            ids = [*self._prefix, *ids, *self._suffix]
+        return ids
+
+    def encode_batch(
+        self, texts: Sequence[str], *, add_special_tokens: bool = False
+    ) -> list[list[int]]:
+        """Token ids of each text (in parallel where the library can), as :meth:`encode`."""
+        texts = self._check_texts(texts)
+        batch = self._encode_batch(texts)
+        if add_special_tokens and (self._prefix or self._suffix):
+            batch = [[*self._prefix, *ids, *self._suffix] for ids in batch]
+        return batch
+
+    def decode(self, ids: Sequence[int] | Any, *, skip_special_tokens: bool = False) -> str:
+        """Text of a sequence of ids (a list, or a 1-D tensor).
+
+        Raises:
+            TokenizerInputError: ids that are not integers.
+            TokenizerError: an id outside ``0 .. vocab_size - 1``.
+        """
+        return self._decode(self._check_ids(ids), skip_special_tokens)
+
+    def decode_batch(
+        self, batch: Iterable[Sequence[int]] | Any, *, skip_special_tokens: bool = False
+    ) -> list[str]:
+        """Text of each sequence of ids (a list of lists, or a 2-D tensor)."""
+        if hasattr(batch, "tolist"):
+            batch = batch.tolist()
+        return [self.decode(ids, skip_special_tokens=skip_special_tokens) for ids in batch]
+
+    def batch_encode(
+        self,
+        texts: Sequence[str],
+        *,
+        max_length: int | None = None,
+        padding: Literal["longest", "max_length"] = "longest",
+        truncation: bool = False,
+        add_special_tokens: bool = False,
+        padding_side: Literal["right", "left"] = "right",
+        device: str | torch.device | None = None,
+    ) -> dict[str, torch.Tensor]:
+        """Encode a batch into padded tensors.
+
+        Args:
+            texts: the texts.
+            max_length: longest sequence allowed (with ``truncation``) and the padded length
+                (with ``padding="max_length"``).
+            padding: ``"longest"`` pads to the longest sequence, ``"max_length"`` to
+                ``max_length``.
+            truncation: cut sequences longer than ``max_length`` (the closing special token,
+                if any, is kept). Without it a longer sequence is an error.
+            add_special_tokens: as in :meth:`encode`.
+            padding_side: ``"right"`` (training) or ``"left"`` (batched generation).
+            device: where the tensors are created.
+
+        Returns:
+            ``{"input_ids": LongTensor[batch, length], "attention_mask": LongTensor[batch,
+            length]}``; the mask is 1 on tokens and 0 on padding. Padding uses ``pad_id``, or
+            ``eos_id`` when there is none (GPT), or 0.
+        """
+        import torch
+
+        if padding not in ("longest", "max_length"):
+            raise TokenizerError(f"padding must be 'longest' or 'max_length', got {padding!r}")
+        if padding_side not in ("right", "left"):
+            raise TokenizerError(f"padding_side must be 'right' or 'left', got {padding_side!r}")
+        if max_length is not None and (not isinstance(max_length, int) or max_length < 1):
+            raise TokenizerError(f"max_length must be a positive int, got {max_length!r}")
+        if (padding == "max_length" or truncation) and max_length is None:
+            raise TokenizerError(
+                f"{'padding=max_length' if padding == 'max_length' else 'truncation'} needs "
+                "max_length"
+            )
+        batch = self.encode_batch(texts, add_special_tokens=add_special_tokens)
+        if max_length is not None:
+            batch = [self._fit(ids, i, max_length, truncation) for i, ids in enumerate(batch)]
+        longest = max((len(ids) for ids in batch), default=0)
+        length = max_length if padding == "max_length" and max_length is not None else longest
+        pad = next((i for i in (self.pad_id, self.eos_id) if i is not None), 0)
+        input_ids = torch.full((len(batch), length), pad, dtype=torch.long)
+        attention_mask = torch.zeros((len(batch), length), dtype=torch.long)
+        for row, ids in enumerate(batch):
+            n = len(ids)
+            span = slice(0, n) if padding_side == "right" else slice(length - n, length)
+            input_ids[row, span] = torch.tensor(ids, dtype=torch.long)
+            attention_mask[row, span] = 1
+        if device is not None:
+            input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+        return {"input_ids": input_ids, "attention_mask": attention_mask}
+
+    # -- description ----------------------------------------------------------------------------
+    def describe(self) -> str:
+        """A short human description (library, size, special tokens), as ``zoo info`` shows."""
+        specials = ", ".join(
+            f"{role} {self._roles[role]}={self._role_ids[role]}" for role in self._roles
+        )
+        head = f"{self.name}: {self.description}" if self.description else self.name
+        return f"{head} [{self.backend}, {self.vocab_size} ids; {specials or 'no special tokens'}]"
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} vocab_size={self.vocab_size}>"
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _check_texts(self, texts: Sequence[str]) -> list[str]:
+        if isinstance(texts, str) or not isinstance(texts, Iterable):
+            raise TokenizerInputError(
+                f"expected a sequence of str, got {type(texts).__name__}"
+                + ("; wrap a single text in a list" if isinstance(texts, str) else "")
+            )
+        texts = list(texts)
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise _text_error(text, f"item {i} of the batch:")
+        return texts
+
+    def _check_ids(self, ids: Sequence[int] | Any) -> list[int]:
+        if hasattr(ids, "tolist"):  # torch / numpy arrays
+            ids = ids.tolist()
+            if isinstance(ids, int):
+                ids = [ids]
+        if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
+            raise TokenizerInputError(
+                f"decode takes a sequence of int ids, got {type(ids).__name__}"
+            )
+        ids = list(ids)
+        if not ids:
+            return ids
+        if not all(type(i) is int for i in ids):
+            bad = next(i for i in ids if type(i) is not int)
+            hint = "; use decode_batch for a batch" if isinstance(bad, (list, tuple)) else ""
+            raise TokenizerInputError(
+                f"decode takes int ids, got {type(bad).__name__} ({bad!r}){hint}"
+            )
+        low, high = min(ids), max(ids)
+        if low < 0 or high >= self.vocab_size:
+            bad = low if low < 0 else high
+            raise TokenizerError(
+                f"id {bad} is outside the vocabulary of {self.name} "
+                f"(valid ids are 0 .. {self.vocab_size - 1})"
+            )
+        return ids
+
+    def _fit(self, ids: list[int], row: int, max_length: int, truncation: bool) -> list[int]:
+        if len(ids) <= max_length:
+            return ids
+        if not truncation:
+            raise TokenizerError(
+                f"text {row} has {len(ids)} tokens, more than max_length={max_length}; "
+                "pass truncation=True to cut it, or a larger max_length"
+            )
+        if self._suffix and ids[-len(self._suffix) :] == self._suffix and max_length > 1:
+            return [*ids[: max_length - len(self._suffix)], *self._suffix]
+        return ids[:max_length]
