@@ -125,7 +125,7 @@ class PluginHost:
         contributions: list[Contribution] = []
         for hook_name, spec_type in HOOKS.items():
             caller = getattr(self._pm.hook, hook_name)
-            for impl in reversed(caller.get_hookimpls()):  # registration order
+            for impl in caller.get_hookimpls():  # registration order
                 name = impl.plugin_name
                 if self._infos[name].status != "ok":
                     continue

@@ -1,0 +1,215 @@
+"""Plugin discovery, isolation of broken plugins, conflicts, and the registry as data."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import install_distribution
+
+import zoo
+import zoo.registry
+from zoo.errors import (
+    PluginError,
+    RegistryConflictError,
+    UnknownArchitectureError,
+    ZooError,
+)
+from zoo.registry import load_registry
+
+BUILTINS = {"gpt1", "gpt2-124m", "wiki-gpt-wordpiece", "transformer-encdec"}
+
+
+def use(monkeypatch, registry):
+    monkeypatch.setattr(zoo.registry, "_default", registry)
+    return registry
+
+
+class Throwaway:
+    """A plugin object whose hooks return what it is given."""
+
+    def __init__(self, architectures=(), models=()):
+        self._architectures = list(architectures)
+        self._models = list(models)
+
+    @zoo.hookimpl
+    def zoo_architectures(self):
+        return self._architectures
+
+    @zoo.hookimpl
+    def zoo_models(self):
+        return self._models
+
+
+def test_builtins_load_through_entry_points():
+    plugins = {p.name: p for p in zoo.plugins()}
+    for name in ("gpt1", "gpt2", "wiki_gpt", "transformer_encdec"):
+        assert plugins[name].status == "ok"
+        assert plugins[name].distribution.startswith("zoo ")
+    assert set(zoo.list_models()) >= BUILTINS
+
+
+def test_third_party_plugin_is_discovered_with_no_change_to_zoo():
+    """tests/toy_plugin is installed as a distribution (see conftest) with a `zoo` entry point."""
+    toy = {p.name: p for p in zoo.plugins()}["toy"]
+    assert (toy.status, toy.module, toy.distribution) == ("ok", "zoo_toy", "zoo-toy 0.1")
+    info = zoo.info("toy-gpt-tiny")
+    assert info.architecture == "toy-gpt"
+    assert info.plugin == "plugin toy" and info.model_source == "plugin toy"
+    model = zoo.build("toy-gpt-tiny")
+    assert type(model).__module__ == "zoo_toy.model"
+
+
+def test_info_reports_where_everything_comes_from():
+    info = zoo.info("gpt2-124m")
+    assert info.plugin == "plugin gpt2" and info.model_source == "registry.toml"
+    assert info.parameters == 124_439_808 and info.positions == "learned"
+    assert info.blocks and info.tokenizer and "gpt2" in info.aliases
+
+
+def test_listing_imports_no_torch_and_builds_nothing():
+    code = "import sys, zoo; print(zoo.list_models()); assert 'torch' not in sys.modules, 'torch'"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    assert "gpt2-124m" in out.stdout
+
+
+def test_duplicate_architecture_names_both_plugins_and_spares_the_rest(monkeypatch):
+    dup = Throwaway([zoo.ArchitectureSpec(name="gpt2", config="x:y", model="x:z")])
+    use(monkeypatch, load_registry(plugins={"impostor": dup}))
+    with pytest.raises(RegistryConflictError) as err:
+        zoo.build("gpt2-124m")
+    assert "plugin gpt2" in str(err.value) and "plugin impostor" in str(err.value)
+    zoo.build("gpt1", device="meta")  # everything else still works
+
+
+def test_duplicate_model_name_is_a_conflict(monkeypatch):
+    dup = Throwaway(models=[zoo.ModelSpec(name="gpt1", architecture="gpt2")])
+    use(monkeypatch, load_registry(plugins={"dup": dup}))
+    with pytest.raises(RegistryConflictError, match=r"registry\.toml and plugin dup"):
+        zoo.info("gpt1")
+    assert zoo.get_registry().conflicts == {"model gpt1": ["registry.toml", "plugin dup"]}
+
+
+def test_strict_mode_turns_a_conflict_into_an_error():
+    dup = Throwaway([zoo.ArchitectureSpec(name="gpt1", config="x:y", model="x:z")])
+    with pytest.raises(RegistryConflictError, match="plugin gpt1 and plugin dup"):
+        load_registry(strict=True, plugins={"dup": dup})
+
+
+class RaisingHook:
+    @zoo.hookimpl
+    def zoo_architectures(self):
+        raise RuntimeError("boom")
+
+
+class MisspelledHook:
+    @zoo.hookimpl
+    def zoo_architecture(self):  # not a zoo hook
+        return []
+
+
+class WrongReturn:
+    @zoo.hookimpl
+    def zoo_models(self):
+        return ["gpt9"]
+
+
+@pytest.mark.parametrize(
+    ("plugin", "reason"),
+    [
+        (RaisingHook(), "zoo_architectures: RuntimeError: boom"),
+        (MisspelledHook(), "invalid hooks: unknown hook 'zoo_architecture'"),
+        (WrongReturn(), "must return ModelSpec objects, got str"),
+    ],
+)
+def test_a_broken_plugin_is_isolated_and_reported(monkeypatch, plugin, reason):
+    use(monkeypatch, load_registry(plugins={"broken": plugin}))
+    status = {p.name: p for p in zoo.plugins()}["broken"]
+    assert status.status == "failed" and reason in status.error
+    assert set(zoo.list_models()) >= BUILTINS
+    zoo.build("gpt2-124m", device="meta")
+
+
+def test_a_broken_plugin_fails_loudly_in_strict_mode(monkeypatch):
+    with pytest.raises(PluginError, match="boom"):
+        load_registry(strict=True, plugins={"broken": RaisingHook()})
+    monkeypatch.setenv("ZOO_STRICT_PLUGINS", "1")
+    with pytest.raises(PluginError, match="ZOO_STRICT_PLUGINS"):
+        load_registry(plugins={"broken": RaisingHook()})
+
+
+def test_a_plugin_that_fails_to_import(monkeypatch, tmp_path):
+    package = tmp_path / "src" / "zoo_broken"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("import a_module_that_does_not_exist\n")
+    site = tmp_path / "site"
+    site.mkdir()
+    install_distribution(
+        site, package, name="zoo-broken", entry_points="[zoo]\nbroken = zoo_broken\n"
+    )
+    monkeypatch.syspath_prepend(str(site))
+    use(monkeypatch, load_registry())
+    status = {p.name: p for p in zoo.plugins()}["broken"]
+    assert status.status == "failed" and "import failed" in status.error
+    assert "a_module_that_does_not_exist" in status.error
+    assert set(zoo.list_models()) >= BUILTINS
+    with pytest.raises(PluginError, match="broken"):
+        load_registry(strict=True)
+
+
+def test_model_of_a_missing_architecture_says_what_failed(monkeypatch):
+    orphan = Throwaway(models=[zoo.ModelSpec(name="orphan", architecture="nowhere")])
+    use(monkeypatch, load_registry(plugins={"orphan": orphan, "broken": RaisingHook()}))
+    assert "orphan" not in zoo.list_models()
+    assert "orphan" in zoo.get_registry().models(include_unavailable=True)
+    with pytest.raises(UnknownArchitectureError, match=r"'nowhere'.*failed to load: broken"):
+        zoo.build("orphan")
+
+
+def test_user_registry_file_adds_models(monkeypatch, tmp_path):
+    extra = tmp_path / "mine.toml"
+    extra.write_text(
+        textwrap.dedent(
+            """
+            [models.gpt2-tiny]
+            architecture = "gpt2"
+            aliases = ["tiny"]
+            tokenizer = "gpt2-bpe"
+            [models.gpt2-tiny.config]
+            n_layers = 2
+            d_model = 128
+            n_heads = 4
+            """
+        )
+    )
+    monkeypatch.setenv("ZOO_REGISTRY_PATH", str(extra))
+    use(monkeypatch, load_registry())
+    assert zoo.build("tiny", device="meta").config.n_layers == 2
+    assert zoo.info("gpt2-tiny").model_source == str(extra)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[models.x]\nconfig = {}\n", "'architecture' is required"),
+        ("[models.x]\narchitecture = 'gpt2'\nweigths = {}\n", "unknown key(s) weigths"),
+        ("[model.x]\n", "unknown top-level key"),
+        ("[models.x\n", "cannot read registry file"),
+        ("[models.Bad_Name]\narchitecture = 'gpt2'\n", "not valid"),
+    ],
+)
+def test_bad_registry_files_are_clear_errors(tmp_path, text, message):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ZooError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_registry(registry_files=[path])
+
+
+def test_the_shipped_registry_is_the_top_level_file():
+    top = Path(__file__).parents[1] / "registry.toml"
+    shipped = Path(zoo.__file__).parent / "registry.toml"
+    assert shipped.read_text() == top.read_text()
