@@ -11,13 +11,19 @@ Importing zoo does not import torch; :func:`build` does.
 from __future__ import annotations
 
 from .api import ModelInfo, build, info, list_models, plugins, resolve_config, tokenizer
+from .checkpoint import LoadReport, convert_checkpoint, export, load, save
 from .config import DecoderConfig, ModelConfig, TransformerConfig
 from .errors import (
+    CheckpointError,
+    ChecksumMismatchError,
     ConfigError,
+    CorruptCheckpointError,
     PluginError,
     RegistryConflictError,
+    StateDictMismatchError,
     UnknownArchitectureError,
     UnknownModelError,
+    UnsafeCheckpointError,
     ZooError,
 )
 from .hookspecs import hookimpl
@@ -28,27 +34,37 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ArchitectureSpec",
+    "CheckpointError",
+    "ChecksumMismatchError",
     "ConfigError",
+    "CorruptCheckpointError",
     "DecoderConfig",
+    "LoadReport",
     "ModelConfig",
     "ModelInfo",
     "ModelSpec",
     "PluginError",
     "RegistryConflictError",
+    "StateDictMismatchError",
     "TokenizerSpec",
     "TransformerConfig",
     "UnknownArchitectureError",
     "UnknownModelError",
+    "UnsafeCheckpointError",
     "WeightsSource",
     "ZooError",
     "__version__",
     "build",
+    "convert_checkpoint",
+    "export",
     "get_registry",
     "hookimpl",
     "info",
     "list_models",
+    "load",
     "plugins",
     "reset_registry",
     "resolve_config",
+    "save",
     "tokenizer",
 ]

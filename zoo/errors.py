@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 __all__ = [
+    "CheckpointError",
+    "ChecksumMismatchError",
     "ConfigError",
+    "CorruptCheckpointError",
     "PluginError",
     "RegistryConflictError",
+    "StateDictMismatchError",
     "UnknownArchitectureError",
     "UnknownModelError",
+    "UnsafeCheckpointError",
     "ZooError",
 ]
 
@@ -40,3 +45,31 @@ class RegistryConflictError(ZooError):
 
 class PluginError(ZooError):
     """A plugin failed to load or its hook raised (raised in strict mode only)."""
+
+
+class CheckpointError(ZooError):
+    """A checkpoint cannot be read or written: a file is missing, ``config.json`` is invalid,
+    or the checkpoint is in a format zoo does not load."""
+
+
+class CorruptCheckpointError(CheckpointError):
+    """A weights file is damaged: truncated, or its safetensors header is not valid."""
+
+
+class ChecksumMismatchError(CorruptCheckpointError):
+    """The sha256 of a weights file is not the one recorded in ``config.json`` or pinned for
+    the named model."""
+
+
+class UnsafeCheckpointError(CheckpointError):
+    """A pickle-based weights file (``.bin``, ``.pt``, ``.pth``, ``.ckpt``) was given; zoo
+    never unpickles files implicitly."""
+
+
+class StateDictMismatchError(CheckpointError):
+    """The tensors of a checkpoint do not fit the model: missing, unexpected or mis-shaped
+    keys. ``report`` holds the full :class:`zoo.checkpoint.LoadReport`."""
+
+    def __init__(self, message: str, report: object = None) -> None:
+        super().__init__(message)
+        self.report = report

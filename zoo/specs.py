@@ -83,21 +83,27 @@ class WeightsSource:
     """Where the pretrained weights of a named model come from.
 
     Args:
-        repo: Hugging Face Hub repo id, e.g. ``"openai-community/gpt2"``.
+        repo: Hugging Face Hub repo id, e.g. ``"openai-community/gpt2"`` (``None`` for weights
+            that only exist locally).
         revision: branch, tag or commit.
-        filename: weights file inside the repo.
+        filename: weights file inside the repo (or inside ``path``).
         layout: checkpoint layout of that file (``"zoo"`` or a layout the architecture declares).
-        sha256: pinned hash of the weights file, verified after download when set.
+        sha256: pinned hash of the weights file, verified after download and on every
+            :func:`zoo.load` when set.
+        path: a local directory holding ``filename`` (or the file itself); ``~`` and
+            ``$VARIABLES`` are expanded. :func:`zoo.load` reads it without any download.
     """
 
-    repo: str
+    repo: str | None = None
     revision: str = "main"
     filename: str = "model.safetensors"
     layout: str = "zoo"
     sha256: str | None = None
+    path: str | None = None
 
     def __str__(self) -> str:
-        return f"hf:{self.repo}@{self.revision} ({self.filename}, {self.layout} layout)"
+        where = f"hf:{self.repo}@{self.revision}" if self.repo else f"local {self.path}"
+        return f"{where} ({self.filename}, {self.layout} layout)"
 
 
 @dataclasses.dataclass(frozen=True)

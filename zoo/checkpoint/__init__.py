@@ -1,0 +1,63 @@
+"""Checkpoints: save and load zoo models with safetensors, import and export Hugging Face
+GPT-1 / GPT-2 checkpoints.
+
+    >>> import zoo
+    >>> zoo.save(model, "ckpt/")                 # model.safetensors + config.json
+    >>> model = zoo.load("ckpt/", device="cuda", dtype=torch.bfloat16)
+    >>> model.tokenizer                           # loaded with it (None when there is none)
+    >>> model = zoo.load("path/to/hf-gpt2-dir")   # a transformers save_pretrained directory
+    >>> zoo.export(model, "hf-out/")              # transformers.GPT2LMHeadModel.from_pretrained
+
+How loading works: the model is built on the ``meta`` device, the safetensors file is
+memory-mapped and its tensors are assigned as the parameters (no random initialisation, no
+second copy on the CPU), tied weights are re-tied to one tensor, non-persistent buffers are
+recreated on the target device (see :mod:`zoo.checkpoint.state` for the plugin-author
+convention), and the sha256 recorded at save time (or pinned for a named model) is verified.
+
+Modules: :mod:`.files` (safetensors, hashing, atomic writes), :mod:`.manifest`
+(``config.json``), :mod:`.state` (meta build and assignment), :mod:`.api` (the functions
+below), :mod:`.pickled` (the opt-in pickle converter).
+"""
+
+from __future__ import annotations
+
+from .api import (
+    WEIGHTS_DIR_ENV,
+    convert_checkpoint,
+    export,
+    load,
+    load_local,
+    local_weights_path,
+    save,
+)
+from .files import WEIGHTS_FILE, sha256_file
+from .manifest import CONFIG_FILE, FORMAT_VERSION, Manifest
+from .pickled import convert_pickle_checkpoint
+from .report import LoadReport, ShapeMismatch
+
+__all__ = [
+    "CONFIG_FILE",
+    "FORMAT_VERSION",
+    "WEIGHTS_DIR_ENV",
+    "WEIGHTS_FILE",
+    "LoadReport",
+    "Manifest",
+    "ShapeMismatch",
+    "convert_checkpoint",
+    "convert_pickle_checkpoint",
+    "export",
+    "load",
+    "load_local",
+    "local_weights_path",
+    "materialize_buffers",
+    "save",
+    "sha256_file",
+]
+
+
+def __getattr__(name: str) -> object:  # torch-using helpers, imported on first use
+    if name == "materialize_buffers":
+        from .state import materialize_buffers
+
+        return materialize_buffers
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,641 @@
+"""The public checkpoint functions: save, load, export and convert."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .._lazy import resolve
+from ..config import ModelConfig
+from ..errors import (
+    CheckpointError,
+    ConfigError,
+    CorruptCheckpointError,
+    UnknownArchitectureError,
+    UnknownModelError,
+    UnsafeCheckpointError,
+)
+from ..registry import get_registry
+from ..specs import ArchitectureSpec
+from .files import (
+    PICKLE_SUFFIXES,
+    WEIGHTS_FILE,
+    BackgroundHash,
+    atomic_directory,
+    check_not_pickle,
+    read_safetensors,
+    sha256_file,
+    write_safetensors,
+)
+from .manifest import CONFIG_FILE, FORMAT, FORMAT_VERSION, Manifest, read_config_json
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor, nn
+
+__all__ = [
+    "WEIGHTS_DIR_ENV",
+    "convert_checkpoint",
+    "export",
+    "load",
+    "load_local",
+    "local_weights_path",
+    "save",
+]
+
+log = logging.getLogger("zoo.checkpoint")
+
+#: Environment variable naming a folder of checkpoints, one sub-folder per named model.
+WEIGHTS_DIR_ENV = "ZOO_WEIGHTS_DIR"
+
+#: safetensors metadata key holding the zoo description (so a bare weights file loads too).
+_METADATA_KEY = "zoo"
+
+
+# -- helpers --------------------------------------------------------------------------------
+def _target_device(device: str | torch.device | None) -> torch.device:
+    import torch
+
+    return torch.device(device if device is not None else "cpu")
+
+
+def _check_dtype(dtype: Any) -> None:
+    import torch
+
+    if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise ConfigError(
+            f"dtype must be a floating torch.dtype such as torch.bfloat16, got {dtype!r}"
+        )
+
+
+def _config_of(model: Any) -> ModelConfig:
+    config = getattr(model, "config", None)
+    if not isinstance(config, ModelConfig):
+        raise CheckpointError(
+            f"{type(model).__name__} has no zoo config (model.config); only models built by "
+            "zoo (zoo.build / zoo.load) can be saved"
+        )
+    return config
+
+
+def _plugin_of(architecture: str) -> dict[str, Any] | None:
+    registry = get_registry()
+    try:
+        source = registry.source("architecture", architecture)
+    except UnknownArchitectureError:
+        return None
+    name = source.removeprefix("plugin ")
+    dist = next((p.distribution for p in registry.plugins if p.name == name), None)
+    return {"name": name, "distribution": dist}
+
+
+def _architecture(name: str, *, where: str, plugin: Mapping[str, Any] | None) -> ArchitectureSpec:
+    try:
+        return get_registry().architecture(name)
+    except UnknownArchitectureError as exc:
+        hint = ""
+        if plugin and plugin.get("distribution"):
+            hint = (
+                f" It was saved with the plugin {plugin.get('name')!r} from the distribution "
+                f"{plugin['distribution']!r}: install it (pip install {plugin['distribution']})."
+            )
+        elif plugin and plugin.get("name"):
+            hint = f" It was saved with the plugin {plugin['name']!r}: install it."
+        raise UnknownArchitectureError(
+            f"{where} needs the architecture {name!r}, which no installed plugin supplies.{hint}"
+            f" ({exc})"
+        ) from None
+
+
+def _make_config(arch: ArchitectureSpec, values: Mapping[str, Any], *, where: str) -> Any:
+    try:
+        return arch.config_class.from_dict(values)
+    except ConfigError as exc:
+        raise CheckpointError(
+            f"{where}: the config is not valid for {arch.name!r}: {exc}"
+        ) from None
+
+
+def _cpu_tensors(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    meta = [k for k, t in state.items() if t.is_meta]
+    if meta:
+        raise CheckpointError(
+            f"cannot save: {len(meta)} tensor(s) are on the meta device (e.g. {meta[:3]}); "
+            "load or initialise the weights first"
+        )
+    return {k: t.to("cpu").contiguous() for k, t in state.items()}
+
+
+def _dtype_name(tensors: Mapping[str, Tensor]) -> str | None:
+    names = {str(t.dtype).removeprefix("torch.") for t in tensors.values() if t.is_floating_point()}
+    return names.pop() if len(names) == 1 else ("mixed" if names else None)
+
+
+# -- save -----------------------------------------------------------------------------------
+def save(model: nn.Module, directory: str | os.PathLike[str], *, tokenizer: Any = None) -> Path:
+    """Save a zoo model as ``model.safetensors`` + ``config.json`` in ``directory``.
+
+    Args:
+        model: a model built by zoo (it carries ``model.config`` and ``model.name``).
+        directory: created if needed. Files of an earlier checkpoint there are replaced
+            atomically; a failed save leaves them untouched and no temporary files behind.
+        tokenizer: saved with the weights (its files too when it is not a shipped one, e.g. a
+            trained subword tokenizer); by default ``model.tokenizer`` when the model has one.
+
+    Tied weights are stored once. ``config.json`` records the architecture, named model,
+    config, tokenizer spec, zoo version, format version and the weights' sha256, which
+    :func:`load` verifies.
+
+    Returns:
+        the directory.
+    """
+    import zoo
+
+    from .state import unique_state
+
+    config = _config_of(model)
+    arch_name = type(config).architecture
+    model_name = getattr(model, "name", None)
+    tensors = _cpu_tensors(unique_state(model))
+    if tokenizer is None:
+        tokenizer = getattr(model, "tokenizer", None)
+    description = {
+        "format_version": FORMAT_VERSION,
+        "architecture": arch_name,
+        "model_name": model_name,
+        "config": config.to_dict(),
+    }
+    with atomic_directory(directory) as staging:
+        tokenizer_spec = None
+        if tokenizer is not None:
+            from ..tokenizers import save_tokenizer
+
+            tokenizer_spec = save_tokenizer(tokenizer, staging)
+        metadata = {"format": "pt", _METADATA_KEY: json.dumps(description)}
+        write_safetensors(tensors, staging / WEIGHTS_FILE, metadata)
+        manifest = Manifest(
+            architecture=arch_name,
+            config=config.to_dict(),
+            weights_file=WEIGHTS_FILE,
+            sha256=sha256_file(staging / WEIGHTS_FILE),
+            model_name=model_name,
+            tokenizer=tokenizer_spec,
+            dtype=_dtype_name(tensors),
+            parameters=sum(t.numel() for k, t in tensors.items() if _is_parameter(model, k)),
+            plugin=_plugin_of(arch_name),
+            zoo_version=zoo.__version__,
+        )
+        text = json.dumps(manifest.to_json(), indent=2) + "\n"
+        (staging / CONFIG_FILE).write_text(text, encoding="utf-8")
+    return Path(directory)
+
+
+def _is_parameter(model: nn.Module, key: str) -> bool:
+    path, _, leaf = key.rpartition(".")
+    module = model.get_submodule(path) if path else model
+    return leaf in module._parameters
+
+
+# -- load -----------------------------------------------------------------------------------
+def _looks_like_path(source: str) -> bool:
+    return (
+        "/" in source
+        or os.sep in source
+        or source.startswith(("~", "."))
+        or Path(source).suffix.lower() in {".safetensors", ".json", *PICKLE_SUFFIXES}
+        or Path(source).exists()
+    )
+
+
+def load(
+    source: str | os.PathLike[str],
+    *,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | None = None,
+    strict: bool = True,
+    verify: bool | None = None,
+    tokenizer: bool = True,
+) -> nn.Module:
+    """Load a model with its weights, ready for inference.
+
+    Args:
+        source: one of
+
+            - a directory written by :func:`save` (or its ``model.safetensors``);
+            - a directory holding a Hugging Face checkpoint (``config.json`` with a
+              ``model_type`` some plugin imports, e.g. ``gpt2`` or ``openai-gpt``, plus
+              ``model.safetensors``);
+            - a named model (``"gpt2-124m"``) whose weights are on this machine: at the
+              registry entry's ``weights.path``, or in ``$ZOO_WEIGHTS_DIR/<name>/``.
+        device: where the weights go (default CPU). CPU weights stay memory-mapped from the
+            file (copy-on-write) and are never copied.
+        dtype: floating dtype to convert to (default: keep the file's).
+        strict: raise :class:`~zoo.errors.StateDictMismatchError` when keys are missing,
+            unexpected or mis-shaped; with ``False``, load what matches, initialise the rest,
+            log a warning and keep the report in ``model.load_report``.
+        verify: check the file's sha256 (pinned for the named model, or recorded by
+            :func:`save`). ``None`` (default) verifies whenever a hash is known; the hash runs
+            on a background thread while the model is assembled.
+        tokenizer: also load the tokenizer into ``model.tokenizer``.
+
+    Returns:
+        the model in eval mode, with ``model.tokenizer`` (``None`` when it has none or
+        ``tokenizer=False``) and ``model.load_report`` (a :class:`LoadReport`).
+    """
+    if isinstance(source, os.PathLike) or (isinstance(source, str) and _looks_like_path(source)):
+        path = Path(os.path.expanduser(os.fspath(source)))
+        return load_local(
+            path, device=device, dtype=dtype, strict=strict, verify=verify, tokenizer=tokenizer
+        )
+    if not isinstance(source, str):
+        raise TypeError(f"source must be a path or a model name, got {type(source).__name__}")
+    if source.startswith("hf:"):
+        raise CheckpointError(
+            f"{source!r}: loading from the Hugging Face Hub is not available in this zoo; "
+            "download the repository and pass its directory to zoo.load()"
+        )
+    return _load_named(
+        source, device=device, dtype=dtype, strict=strict, verify=verify, tokenizer=tokenizer
+    )
+
+
+def local_weights_path(name: str) -> Path | None:
+    """Where the weights of the named model ``name`` are on this machine, or ``None``.
+
+    Looks at the registry entry's ``weights.path`` (``~`` and ``$VARS`` expanded), then at
+    ``$ZOO_WEIGHTS_DIR/<name>/``.
+    """
+    spec = get_registry().model(name)
+    if spec.weights is not None and spec.weights.path:
+        return Path(os.path.expandvars(os.path.expanduser(spec.weights.path)))
+    root = os.environ.get(WEIGHTS_DIR_ENV)
+    if root:
+        candidate = Path(root).expanduser() / spec.name
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def _load_named(name: str, **kwargs: Any) -> nn.Module:
+    try:
+        spec = get_registry().model(name)
+    except UnknownModelError as exc:
+        raise UnknownModelError(
+            f"{exc} (zoo.load also accepts a checkpoint directory; {name!r} is not one)"
+        ) from None
+    path = local_weights_path(spec.name)
+    if path is None:
+        where = f" Its weights are published at {spec.weights}." if spec.weights else ""
+        raise CheckpointError(
+            f"no local weights for {spec.name!r}.{where} Put a checkpoint directory at "
+            f"${WEIGHTS_DIR_ENV}/{spec.name}/, set weights.path in a registry file, or pass "
+            "a directory to zoo.load()."
+        )
+    weights = spec.weights
+    return load_local(
+        path,
+        layout=weights.layout if weights else "auto",
+        sha256=weights.sha256 if weights else None,
+        model_name=spec.name,
+        filename=weights.filename if weights else WEIGHTS_FILE,
+        **kwargs,
+    )
+
+
+def _foreign_architecture(model_type: str, *, where: str) -> tuple[ArchitectureSpec, str]:
+    layout = f"hf-{model_type}"
+    registry = get_registry()
+    for name in registry.architectures():
+        arch = registry.architecture(name)
+        if layout in arch.checkpoint_layouts:
+            return arch, layout
+    known = sorted(
+        {
+            lay
+            for n in registry.architectures()
+            for lay in registry.architecture(n).checkpoint_layouts
+        }
+    )
+    raise UnknownArchitectureError(
+        f"{where} is a Hugging Face {model_type!r} checkpoint, but no installed plugin declares "
+        f"the {layout!r} layout (known layouts: {', '.join(known) or 'none'}). Install a plugin "
+        "that imports it."
+    )
+
+
+def _missing_weights(directory: Path, filename: str) -> CheckpointError:
+    present = sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
+    pickles = [n for n in present if Path(n).suffix.lower() in PICKLE_SUFFIXES]
+    if pickles:
+        try:
+            check_not_pickle(directory / pickles[0])
+        except UnsafeCheckpointError as exc:
+            return exc
+    if f"{Path(filename).stem}.safetensors.index.json" in present:
+        return CheckpointError(
+            f"{directory} holds a sharded checkpoint; zoo loads single-file checkpoints only. "
+            "Merge the shards, e.g. with transformers: "
+            "save_pretrained(out, max_shard_size='50GB')."
+        )
+    return CheckpointError(
+        f"{directory} has no {filename} (it has: {', '.join(present) or 'nothing'})"
+    )
+
+
+def load_local(
+    path: str | os.PathLike[str],
+    *,
+    layout: str = "auto",
+    sha256: str | None = None,
+    model_name: str | None = None,
+    filename: str = WEIGHTS_FILE,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | None = None,
+    strict: bool = True,
+    verify: bool | None = None,
+    tokenizer: bool = True,
+) -> nn.Module:
+    """Load a checkpoint that is on this machine (what the Hub download calls after fetching).
+
+    Args:
+        path: a checkpoint directory or its safetensors file.
+        layout: ``"auto"`` reads it from ``config.json`` (``"format": "zoo"``, or a Hugging
+            Face ``model_type``); otherwise ``"zoo"`` or a layout an architecture declares
+            (``"hf-gpt2"``), used with the config of ``model_name`` when there is no
+            ``config.json``.
+        sha256: the pinned hash of the weights file; it overrides the one in ``config.json``.
+        model_name: the named model these weights belong to (sets ``model.name`` and the
+            default tokenizer; gives the config when the directory has none).
+        filename: the weights file in a directory.
+        device, dtype, strict, verify, tokenizer: as for :func:`load`.
+    """
+    import torch
+
+    from .state import assemble
+
+    _check_dtype(dtype)
+    target = _target_device(device)
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    if path.is_file():
+        check_not_pickle(path)
+        directory, weights = path.parent, path
+    else:
+        directory, weights = path, path / filename
+    data = read_config_json(directory)
+    where = str(directory / CONFIG_FILE)
+
+    manifest: Manifest | None = None
+    keymap = None
+    tokenizer_spec: Mapping[str, Any] | None = None
+    if data is not None and data.get("format") == FORMAT:
+        manifest = Manifest.from_json(data, where=where)
+        detected = "zoo"
+    elif data is not None and "model_type" in data:
+        arch, detected = _foreign_architecture(str(data["model_type"]), where=where)
+    elif data is not None:
+        raise CheckpointError(
+            f'{where} is neither a zoo config ("format": "zoo") nor a Hugging Face config '
+            '("model_type"); it cannot say which model the weights belong to'
+        )
+    else:
+        detected = layout
+    if layout not in ("auto", detected):
+        raise CheckpointError(f"{path} holds a {detected!r} checkpoint, not {layout!r}")
+
+    if manifest is not None:
+        if path.is_dir():
+            weights = directory / manifest.weights_file
+        arch = _architecture(manifest.architecture, where=where, plugin=manifest.plugin)
+        config = _make_config(arch, manifest.config, where=where)
+        model_name = model_name or manifest.model_name
+        tokenizer_spec = manifest.tokenizer
+    elif data is not None:  # Hugging Face
+        keymap = arch.checkpoint_layout(detected)
+        if keymap.config_from_foreign is None:
+            raise CheckpointError(f"the {detected!r} layout cannot read a config.json")
+        try:
+            values = keymap.config_from_foreign(data)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CheckpointError(f"{where}: {exc}") from None
+        config = _make_config(arch, values, where=where)
+    elif detected == "auto" and weights.is_file():
+        arch, config, model_name = _from_metadata(weights, model_name)
+    elif model_name is not None:
+        spec = get_registry().model(model_name)
+        arch = _architecture(spec.architecture, where=f"model {model_name!r}", plugin=None)
+        config = _make_config(arch, spec.config, where=f"model {model_name!r}")
+        if detected not in ("auto", "zoo"):
+            keymap = arch.checkpoint_layout(detected)
+    else:
+        raise CheckpointError(
+            f"{directory} has no {CONFIG_FILE}: zoo cannot tell which model the weights belong "
+            "to. Save with zoo.save(), or load through a named model."
+        )
+    if not weights.is_file():
+        raise _missing_weights(directory, weights.name)
+
+    expected = sha256 or (manifest.sha256 if manifest is not None else None)
+    if verify and expected is None:
+        raise CheckpointError(
+            f"verify=True but no sha256 is recorded or pinned for {weights}; pass sha256=..."
+        )
+    hasher = BackgroundHash(weights) if expected and verify is not False else None
+    what = "the pinned sha256" if sha256 else f"{where}"
+    try:
+        tensors, _ = read_safetensors(weights)
+    except CorruptCheckpointError:
+        if hasher is not None:
+            hasher.verify(expected, what=what)  # type: ignore[arg-type]
+        raise
+    unexpected: tuple[str, ...] = ()
+    if keymap is not None:
+        tensors, conversion = keymap.to_zoo(tensors)
+        unexpected = conversion.unexpected
+    try:
+        with torch.no_grad():
+            model, report = assemble(
+                arch.model_class,
+                config,
+                tensors,
+                device=target,
+                dtype=dtype,
+                strict=strict,
+                unexpected=unexpected,
+                what=str(weights),
+            )
+    finally:
+        del tensors
+        if hasher is not None:
+            hasher.verify(expected, what=what)  # type: ignore[arg-type]
+    if model_name is not None and hasattr(model, "name"):
+        model.name = model_name
+    model.load_report = report
+    model.tokenizer = (
+        _load_tokenizer(tokenizer_spec, directory, arch, config, model_name) if tokenizer else None
+    )
+    return model
+
+
+def _from_metadata(weights: Path, model_name: str | None) -> tuple[ArchitectureSpec, Any, Any]:
+    """Architecture and config from a zoo weights file's own metadata (no config.json)."""
+    from safetensors import SafetensorError, safe_open
+
+    check_not_pickle(weights)
+    try:
+        with safe_open(str(weights), framework="pt") as f:
+            metadata = f.metadata() or {}
+    except SafetensorError as exc:
+        raise CorruptCheckpointError(f"{weights} is not a valid safetensors file: {exc}") from None
+    if _METADATA_KEY not in metadata:
+        raise CheckpointError(
+            f"{weights} has no {CONFIG_FILE} beside it and no zoo metadata: zoo cannot tell which "
+            "model the weights belong to. Load the directory written by zoo.save()."
+        )
+    try:
+        description = json.loads(metadata[_METADATA_KEY])
+        arch_name, values = description["architecture"], description["config"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CorruptCheckpointError(f"{weights}: the zoo metadata is damaged ({exc})") from None
+    arch = _architecture(arch_name, where=str(weights), plugin=None)
+    config = _make_config(arch, values, where=str(weights))
+    return arch, config, model_name or description.get("model_name")
+
+
+def _registry_tokenizer(arch: ArchitectureSpec, config: Any, model_name: str | None) -> str | None:
+    """The registered tokenizer of the named model these weights are (``model_name``, or for
+    an imported checkpoint the named model of its architecture), when the vocabulary sizes
+    agree (a shrunken test model keeps its name but not the tokenizer)."""
+    registry = get_registry()
+    candidates = [model_name] if model_name is not None else registry.models()
+    for name in candidates:
+        try:
+            spec = registry.model(name)
+        except UnknownModelError:
+            return None
+        same_vocab = spec.config.get("vocab_size") == getattr(config, "vocab_size", None)
+        if spec.architecture == arch.name and spec.tokenizer is not None and same_vocab:
+            return spec.tokenizer
+    return None
+
+
+def _load_tokenizer(
+    spec: Mapping[str, Any] | None,
+    directory: Path,
+    arch: ArchitectureSpec,
+    config: Any,
+    model_name: str | None,
+) -> Any:
+    """The tokenizer for a loaded model, or ``None``.
+
+    A tokenizer whose files the checkpoint holds must load (an error otherwise: the
+    checkpoint is incomplete). A tokenizer named in the checkpoint or inferred from the
+    registry is best effort: if it cannot be created here (e.g. its vocabulary is on the Hub
+    and this machine is offline) the model still loads, with a warning. Inferred tokenizers
+    whose factory takes a ``directory`` are read from the checkpoint directory (a Hugging
+    Face GPT-1 directory holds ``vocab.json`` and ``merges.txt``), never downloaded.
+    """
+    from ..tokenizers import load_tokenizer
+
+    if spec is not None and spec.get("files"):
+        try:
+            return load_tokenizer(dict(spec), directory)
+        except Exception as exc:
+            raise CheckpointError(
+                f"{directory}: the checkpoint's tokenizer {dict(spec)} cannot be loaded: {exc}"
+            ) from exc
+    try:
+        if spec is not None:
+            return load_tokenizer(dict(spec), directory)
+        name = _registry_tokenizer(arch, config, model_name)
+        if name is None:
+            return None
+        factory = get_registry().tokenizer(name)
+        if "directory" in inspect.signature(resolve(factory.factory)).parameters:
+            return factory.load(directory=directory)
+        return factory.load()
+    except Exception as exc:
+        log.warning("model loaded without its tokenizer: %s", exc)
+        return None
+
+
+# -- export / convert -----------------------------------------------------------------------
+def _hf_layouts(arch: ArchitectureSpec) -> list[str]:
+    return sorted(lay for lay in arch.checkpoint_layouts if lay.startswith("hf-"))
+
+
+def export(model: nn.Module, directory: str | os.PathLike[str], layout: str | None = None) -> Path:
+    """Write ``model`` as a Hugging Face checkpoint that ``transformers`` loads unchanged.
+
+    Args:
+        model: a zoo model whose architecture declares the layout (gpt2 -> ``"hf-gpt2"``,
+            gpt1 -> ``"hf-openai-gpt"``).
+        directory: receives ``config.json`` and ``model.safetensors`` (atomically).
+        layout: the layout; optional when the architecture declares only one.
+
+    Conv1D weights are transposed back and written contiguous; a tied LM head is omitted
+    (transformers re-ties it from ``tie_word_embeddings``).
+    """
+    from .state import unique_state
+
+    config = _config_of(model)
+    arch = _architecture(type(config).architecture, where="export", plugin=None)
+    layouts = _hf_layouts(arch) if layout is None else [layout]
+    if len(layouts) != 1:
+        raise CheckpointError(
+            f"architecture {arch.name!r} declares layouts {_hf_layouts(arch) or 'none'}; "
+            "pass layout=... to choose one"
+        )
+    try:
+        keymap = arch.checkpoint_layout(layouts[0])
+    except KeyError as exc:
+        raise CheckpointError(str(exc.args[0])) from None
+    if keymap.config_to_foreign is None:
+        raise CheckpointError(f"layout {layouts[0]!r} cannot write a config.json")
+    try:
+        foreign_config = dict(keymap.config_to_foreign(config))
+    except (ValueError, KeyError) as exc:
+        raise CheckpointError(f"{arch.name} cannot be exported as {layouts[0]!r}: {exc}") from None
+    foreign, report = keymap.from_zoo(unique_state(model))
+    if report.unexpected:
+        raise CheckpointError(
+            f"layout {layouts[0]!r} has no place for {list(report.unexpected)[:5]}; this model "
+            "cannot be exported to it"
+        )
+    tensors = _cpu_tensors(foreign)
+    dtype = _dtype_name(tensors)
+    if dtype and dtype != "mixed":
+        foreign_config["dtype"] = dtype
+    with atomic_directory(directory) as staging:
+        write_safetensors(tensors, staging / WEIGHTS_FILE, {"format": "pt"})
+        text = json.dumps(foreign_config, indent=2) + "\n"
+        (staging / CONFIG_FILE).write_text(text, encoding="utf-8")
+    return Path(directory)
+
+
+_LAYOUT = re.compile(r"^(zoo|hf-[a-z0-9_-]+)$")
+
+
+def convert_checkpoint(
+    source: str | os.PathLike[str],
+    destination: str | os.PathLike[str],
+    *,
+    to: str = "zoo",
+    strict: bool = True,
+) -> Path:
+    """Read any checkpoint :func:`load` reads and write it as ``to``: ``"zoo"`` (a
+    :func:`save` directory) or a Hugging Face layout such as ``"hf-gpt2"`` (:func:`export`).
+    What a ``zoo convert SRC DST [--to LAYOUT]`` command calls."""
+    if not _LAYOUT.match(to):
+        raise CheckpointError(f"unknown target layout {to!r}; use 'zoo' or an 'hf-...' layout")
+    model = load(source, strict=strict)
+    if to == "zoo":
+        return save(model, destination)
+    return export(model, destination, layout=to)

@@ -1,0 +1,198 @@
+"""Files on disk: reading safetensors safely, hashing, refusing pickles, atomic writes.
+
+Nothing here knows about models; :mod:`zoo.checkpoint.state` turns tensors into a model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import (
+    CheckpointError,
+    ChecksumMismatchError,
+    CorruptCheckpointError,
+    UnsafeCheckpointError,
+)
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+__all__ = [
+    "PICKLE_SUFFIXES",
+    "WEIGHTS_FILE",
+    "BackgroundHash",
+    "atomic_directory",
+    "check_not_pickle",
+    "read_safetensors",
+    "sha256_file",
+    "write_safetensors",
+]
+
+#: The weights file name zoo writes (and the one Hugging Face uses).
+WEIGHTS_FILE = "model.safetensors"
+
+#: Suffixes of pickle-based weights files, refused by every zoo loader.
+PICKLE_SUFFIXES = frozenset({".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle"})
+
+_CHUNK = 1 << 20  # 1 MiB reads: hashlib releases the GIL on buffers this large
+
+
+def check_not_pickle(path: Path) -> None:
+    """Raise :class:`UnsafeCheckpointError` when ``path`` is a pickle-based weights file
+    (by suffix, or by content: a pickle or a ``torch.save`` zip archive)."""
+    head = b""
+    if path.is_file():
+        with open(path, "rb") as f:
+            head = f.read(4)
+    is_pickle = path.suffix.lower() in PICKLE_SUFFIXES or head[:2] in (b"\x80\x02", b"\x80\x04")
+    if is_pickle or head == b"PK\x03\x04":
+        raise UnsafeCheckpointError(
+            f"{path} is a pickle-based checkpoint; zoo only reads safetensors because unpickling "
+            "can run arbitrary code. Convert it once, from a source you trust, with "
+            "zoo.checkpoint.convert_pickle_checkpoint(path, output_dir, allow_pickle=True) "
+            "(it uses torch.load(weights_only=True)), or with transformers: "
+            "Model.from_pretrained(dir).save_pretrained(out_dir, safe_serialization=True)."
+        )
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """Hex sha256 of a file, read in 1 MiB chunks into one reused buffer (no memory growth)."""
+    digest = hashlib.sha256()
+    buffer = bytearray(_CHUNK)
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as f:
+        while n := f.readinto(buffer):
+            digest.update(view[:n])
+    return digest.hexdigest()
+
+
+class BackgroundHash:
+    """Hash a file on a background thread while the caller builds the model.
+
+    ``hashlib`` and file reads release the GIL, so on a warm page cache verification costs
+    little more than the slower of the two jobs instead of their sum.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._digest: str | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="zoo-sha256", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._digest = sha256_file(self.path)
+        except BaseException as exc:  # reported to the caller by verify()
+            self._error = exc
+
+    def verify(self, expected: str, *, what: str) -> None:
+        """Wait for the hash and raise :class:`ChecksumMismatchError` unless it is
+        ``expected``; ``what`` says where the expected value came from."""
+        self._thread.join()
+        if self._error is not None:
+            raise CheckpointError(f"cannot read {self.path}: {self._error}") from self._error
+        if self._digest != expected.lower():
+            raise ChecksumMismatchError(
+                f"{self.path} has sha256 {self._digest}, but {what} says {expected.lower()}: "
+                "the file is corrupted, truncated or not the one expected. Download or save it "
+                "again (or pass verify=False to load it anyway, at your own risk)."
+            )
+
+
+def read_safetensors(path: Path) -> tuple[dict[str, Tensor], dict[str, str]]:
+    """Memory-map a safetensors file: ``(tensors, metadata)``.
+
+    The tensors share the file's pages (copy-on-write, so writing to one never changes the
+    file): nothing is read until it is used, and no second copy is made. The header is
+    validated by ``safetensors`` (offsets, sizes, dtypes); a damaged file raises
+    :class:`CorruptCheckpointError` naming the file.
+    """
+    from safetensors import SafetensorError, safe_open
+
+    check_not_pickle(path)
+    if not path.is_file():
+        raise CheckpointError(f"weights file {path} does not exist")
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            metadata = dict(f.metadata() or {})
+            tensors = {key: f.get_tensor(key) for key in f.keys()}  # noqa: SIM118
+    except SafetensorError as exc:
+        size = path.stat().st_size
+        raise CorruptCheckpointError(
+            f"{path} is not a valid safetensors file ({size} bytes): {exc}. The file is "
+            "truncated or damaged; save or download it again."
+        ) from None
+    return tensors, metadata
+
+
+def write_safetensors(
+    tensors: Mapping[str, Tensor], path: Path, metadata: Mapping[str, str]
+) -> None:
+    """Write ``tensors`` (contiguous, on the CPU) to ``path`` with ``safetensors``."""
+    import safetensors.torch
+
+    safetensors.torch.save_file(dict(tensors), str(path), metadata=dict(metadata))
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):  # not every platform/filesystem allows it
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _move_into_place(source: Path, destination: Path, staging: Path) -> None:
+    if source.is_dir() and destination.is_dir():  # a folder (e.g. tokenizer files): swap it
+        old = staging / f".old-{destination.name}"
+        os.replace(destination, old)
+        os.replace(source, destination)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(source, destination)
+
+
+@contextlib.contextmanager
+def atomic_directory(
+    directory: str | os.PathLike[str], *, last: str = "config.json"
+) -> Iterator[Path]:
+    """Stage files in a hidden temporary folder inside ``directory``, then move each into
+    place with ``os.replace`` (atomic per file), ``last`` after all the others.
+
+    If the ``with`` body raises (or is interrupted), the staging folder is removed and
+    ``directory`` is left exactly as it was. ``config.json`` goes last because it records the
+    weights' sha256: a crash between two renames leaves a checkpoint whose hash check fails
+    loudly, never a silently mixed one.
+    """
+    target = Path(directory)
+    target.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".zoo-save-", dir=target))
+    try:
+        yield staging
+        names = sorted((p.name for p in staging.iterdir()), key=lambda n: (n == last, n))
+        for name in names:
+            if (staging / name).is_file():
+                _fsync_file(staging / name)
+        for name in names:
+            _move_into_place(staging / name, target / name, staging)
+        _fsync_dir(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

@@ -1,0 +1,142 @@
+"""``config.json``: what a checkpoint directory holds, and how to tell zoo's from Hugging Face's.
+
+A zoo checkpoint's ``config.json`` (format version 1)::
+
+    {"format": "zoo", "format_version": 1, "zoo_version": "0.1.0",
+     "architecture": "gpt2", "model_name": "gpt2-124m",
+     "config": {...the config's to_dict()...},
+     "tokenizer": {"name": "gpt2-bpe"},
+     "weights": {"file": "model.safetensors", "sha256": "...", "dtype": "float32",
+                 "parameters": 124439808},
+     "plugin": {"name": "gpt2", "distribution": "zoo"}}
+
+``tokenizer`` is whatever :func:`zoo.tokenizers.save_tokenizer` returned (or ``null``);
+``plugin`` records who supplied the architecture so that a reader without it can be told what
+to install. A Hugging Face checkpoint's ``config.json`` has a ``model_type`` instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..errors import CheckpointError
+
+__all__ = [
+    "CONFIG_FILE",
+    "FORMAT",
+    "FORMAT_VERSION",
+    "Manifest",
+    "read_config_json",
+]
+
+CONFIG_FILE = "config.json"
+FORMAT = "zoo"
+FORMAT_VERSION = 1
+
+_REQUIRED = ("format_version", "architecture", "config", "weights")
+
+
+@dataclasses.dataclass(frozen=True)
+class Manifest:
+    """A parsed zoo ``config.json``."""
+
+    architecture: str
+    config: Mapping[str, Any]
+    weights_file: str
+    sha256: str | None
+    model_name: str | None = None
+    tokenizer: Mapping[str, Any] | None = None
+    dtype: str | None = None
+    parameters: int | None = None
+    plugin: Mapping[str, Any] | None = None
+    zoo_version: str | None = None
+    format_version: int = FORMAT_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``config.json`` document."""
+        return {
+            "format": FORMAT,
+            "format_version": self.format_version,
+            "zoo_version": self.zoo_version,
+            "architecture": self.architecture,
+            "model_name": self.model_name,
+            "config": dict(self.config),
+            "tokenizer": dict(self.tokenizer) if self.tokenizer is not None else None,
+            "weights": {
+                "file": self.weights_file,
+                "sha256": self.sha256,
+                "dtype": self.dtype,
+                "parameters": self.parameters,
+            },
+            "plugin": dict(self.plugin) if self.plugin is not None else None,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], *, where: str) -> Manifest:
+        """Validate a zoo ``config.json`` document; ``where`` names it in errors."""
+        missing = [k for k in _REQUIRED if k not in data]
+        if missing:
+            raise CheckpointError(
+                f"{where} is missing required field(s) {', '.join(missing)}; a zoo checkpoint "
+                f"needs {', '.join(_REQUIRED)}. Save it again with zoo.save()."
+            )
+        version = data["format_version"]
+        if not isinstance(version, int) or version < 1:
+            raise CheckpointError(f"{where}: format_version {version!r} is not valid")
+        if version > FORMAT_VERSION:
+            raise CheckpointError(
+                f"{where} has format_version {version}, newer than this zoo reads "
+                f"({FORMAT_VERSION}); upgrade zoo (pip install -U zoo)."
+            )
+        arch, config, weights = data["architecture"], data["config"], data["weights"]
+        if not isinstance(arch, str) or not arch:
+            raise CheckpointError(f"{where}: 'architecture' must be a name, got {arch!r}")
+        if not isinstance(config, Mapping):
+            raise CheckpointError(f"{where}: 'config' must be an object of config fields")
+        if not isinstance(weights, Mapping) or not isinstance(weights.get("file"), str):
+            raise CheckpointError(
+                f"{where}: 'weights' must be an object with at least 'file' (the safetensors "
+                "file name)"
+            )
+        file = weights["file"]
+        if Path(file).name != file or file in ("", ".", ".."):
+            raise CheckpointError(f"{where}: weights file {file!r} must be a plain file name")
+        sha = weights.get("sha256")
+        if sha is not None and not (
+            isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)
+        ):
+            raise CheckpointError(f"{where}: weights sha256 {sha!r} is not a hex sha256")
+        tokenizer = data.get("tokenizer")
+        if tokenizer is not None and not isinstance(tokenizer, Mapping):
+            raise CheckpointError(f"{where}: 'tokenizer' must be an object or null")
+        return cls(
+            architecture=arch,
+            config=dict(config),
+            weights_file=file,
+            sha256=sha,
+            model_name=data.get("model_name"),
+            tokenizer=tokenizer,
+            dtype=weights.get("dtype"),
+            parameters=weights.get("parameters"),
+            plugin=data.get("plugin"),
+            zoo_version=data.get("zoo_version"),
+            format_version=version,
+        )
+
+
+def read_config_json(directory: Path) -> dict[str, Any] | None:
+    """The parsed ``config.json`` in ``directory``, or ``None`` when there is none."""
+    path = directory / CONFIG_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path} must hold a JSON object")
+    return data

@@ -1,0 +1,297 @@
+"""From tensors to a model and back: meta build, assignment, ties, buffers, key reports.
+
+Loading never initialises weights only to overwrite them: the model is built on the ``meta``
+device (shapes only), the checkpoint's tensors (memory-mapped) are *assigned* as its
+parameters, converted one tensor at a time when a ``dtype`` or ``device`` asks for it.
+
+Buffers: a note for plugin authors
+----------------------------------
+Persistent buffers are saved and loaded like parameters. Non-persistent buffers
+(``register_buffer(..., persistent=False)``: position tables, masks) are not in checkpoints,
+so after a ``meta`` build they are still on ``meta``; zoo recreates them on the target device:
+
+1. If the module that owns the buffer defines ``reset_buffers(self) -> None``, zoo calls it
+   inside ``with torch.device(target):``. It must (re)register its buffers computing them
+   afresh, creating tensors on the default device (do not pass ``device=``)::
+
+       class RotaryPositions(nn.Module):
+           def __init__(self, context_length, d_head):
+               super().__init__()
+               self.context_length, self.d_head = context_length, d_head
+               self.reset_buffers()
+
+           def reset_buffers(self) -> None:
+               inv_freq = 1.0 / 10000 ** (torch.arange(0, self.d_head, 2) / self.d_head)
+               self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+2. Otherwise zoo builds the model a second time with parameters kept on ``meta`` and
+   buffers on the target device, and takes the buffers from it. That is always correct but
+   runs the whole constructor again, so prefer (1), or compute small tables on the fly from
+   the input's device as :class:`zoo.nn.SinusoidalPositions` does (no buffer at all).
+
+Floating buffers then get the requested ``dtype``, as ``model.to(dtype)`` would give them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import StateDictMismatchError
+from .report import LoadReport, ShapeMismatch
+
+__all__ = [
+    "assemble",
+    "materialize_buffers",
+    "tied_groups",
+    "unique_state",
+]
+
+log = logging.getLogger("zoo.checkpoint")
+
+_SHOW = 5  # keys shown in messages
+
+
+def tied_groups(model: nn.Module) -> list[list[str]]:
+    """Names that refer to one shared parameter or buffer, in registration order; the first
+    name of each group is the one checkpoints store."""
+    by_id: dict[int, list[str]] = {}
+    for name, tensor in model.named_parameters(remove_duplicate=False):
+        by_id.setdefault(id(tensor), []).append(name)
+    for name, tensor in model.named_buffers(remove_duplicate=False):
+        by_id.setdefault(id(tensor), []).append(name)
+    return [names for names in by_id.values() if len(names) > 1]
+
+
+def unique_state(model: nn.Module) -> dict[str, Tensor]:
+    """The model's state dict with each shared tensor once (under its first name), detached."""
+    seen: set[int] = set()
+    out: dict[str, Tensor] = {}
+    for key, tensor in model.state_dict(keep_vars=True).items():
+        if id(tensor) in seen:
+            continue
+        seen.add(id(tensor))
+        out[key] = tensor.detach()
+    return out
+
+
+def _kind(tensor: Tensor) -> str:
+    if tensor.is_floating_point():
+        return "float"
+    return "complex" if tensor.is_complex() else "integer"
+
+
+def _fits(loaded: Tensor, expected: Tensor) -> bool:
+    return tuple(loaded.shape) == tuple(expected.shape) and _kind(loaded) == _kind(expected)
+
+
+def _describe(tensor: Tensor) -> str:
+    return f"{tuple(tensor.shape)} {str(tensor.dtype).removeprefix('torch.')}"
+
+
+def _owner(model: nn.Module, key: str) -> tuple[nn.Module, str]:
+    path, _, leaf = key.rpartition(".")
+    return (model.get_submodule(path) if path else model), leaf
+
+
+def _convert(tensor: Tensor, device: torch.device, dtype: torch.dtype | None) -> Tensor:
+    if dtype is not None and tensor.is_floating_point():
+        return tensor.to(device=device, dtype=dtype)
+    return tensor.to(device=device)
+
+
+def assemble(
+    model_class: type[nn.Module] | Any,
+    config: Any,
+    state: Mapping[str, Tensor],
+    *,
+    device: torch.device,
+    dtype: torch.dtype | None,
+    strict: bool,
+    unexpected: tuple[str, ...] = (),
+    what: str = "checkpoint",
+) -> tuple[nn.Module, LoadReport]:
+    """Build ``model_class(config)`` on ``meta`` and assign ``state`` (zoo keys) to it.
+
+    Each tensor is converted to ``device``/``dtype`` on its own (a no-op for memory-mapped
+    CPU tensors of the right dtype), so at most one converted copy of the model exists. Tied
+    parameters are one tensor again afterwards (identity), and non-persistent buffers are
+    recreated on ``device`` (see the module docstring).
+
+    Args:
+        unexpected: foreign keys a layout conversion could not place, reported as unexpected.
+        what: the checkpoint, as error messages should name it.
+
+    Returns:
+        the model (eval mode) and the :class:`LoadReport`.
+
+    Raises:
+        StateDictMismatchError: when ``strict`` and any key is missing, unexpected or
+            mismatched.
+    """
+    with torch.device("meta"):
+        model = model_class(config)
+    expected = model.state_dict(keep_vars=True)
+    groups = tied_groups(model)
+    aliases = {alias: names[0] for names in groups for alias in names[1:]}
+
+    state = dict(state)
+    mismatched: list[ShapeMismatch] = []
+    for alias, canonical in aliases.items():
+        if alias not in state:
+            continue
+        tensor = state.pop(alias)
+        if canonical not in state:
+            state[canonical] = tensor
+        elif not _same_tensor(state[canonical], tensor):
+            mismatched.append(
+                ShapeMismatch(alias, "differs from " + canonical, f"tied to {canonical}")
+            )
+    owned = {k for k in expected if k not in aliases}
+    missing = [k for k in expected if k in owned and k not in state]
+    extra = [*unexpected, *(k for k in state if k not in expected)]
+    for key in [k for k in state if k in owned]:
+        if not _fits(state[key], expected[key]):
+            mismatched.append(ShapeMismatch(key, _describe(state[key]), _describe(expected[key])))
+            del state[key]
+    for key in extra:
+        state.pop(key, None)
+
+    report = LoadReport(tuple(missing), tuple(extra), tuple(mismatched))
+    if not report.ok and strict:
+        raise StateDictMismatchError(
+            f"{what} does not fit the {type(config).architecture or type(model).__name__} "
+            f"model: {report.summary()}. Check that the config matches the weights, or "
+            "pass strict=False to load what matches (the rest is freshly initialised).",
+            report,
+        )
+    converted = {key: _convert(tensor, device, dtype) for key, tensor in state.items()}
+    model.load_state_dict(converted, strict=False, assign=True)
+    del converted
+
+    _retie(model, aliases)
+    initialised = _materialize_parameters(model, device, dtype)
+    _retie(model, aliases)  # again: materialising may have replaced a shared parameter
+    materialize_buffers(model, device, dtype, model_class=model_class, config=config)
+    if initialised or not report.ok:
+        report = dataclasses.replace(report, initialised=tuple(initialised))
+        log.warning("%s loaded with strict=False: %s", what, report.summary())
+    return model.eval(), report
+
+
+def _retie(model: nn.Module, aliases: Mapping[str, str]) -> None:
+    """Point every alias at its canonical parameter/buffer: one tensor, not two equal ones."""
+    for alias, canonical in aliases.items():
+        module, leaf = _owner(model, alias)
+        owner, name = _owner(model, canonical)
+        if leaf in module._parameters:
+            module._parameters[leaf] = owner._parameters[name]
+        else:
+            module._buffers[leaf] = owner._buffers[name]
+
+
+def _same_tensor(a: Tensor, b: Tensor) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.device == b.device and a.data_ptr() == b.data_ptr() and a.stride() == b.stride():
+        return True
+    return bool(torch.equal(a, b))
+
+
+def _materialize_parameters(
+    model: nn.Module, device: torch.device, dtype: torch.dtype | None
+) -> list[str]:
+    """Give the parameters the checkpoint did not provide real storage on ``device`` and
+    return their names. A leaf module missing all its parameters is initialised by its own
+    ``reset_parameters()``; any other missing parameter is zero-filled."""
+    left = [name for name, p in model.named_parameters() if p.is_meta]
+    if not left or device.type == "meta":
+        return []
+    for path in sorted({name.rpartition(".")[0] for name in left}):
+        module = model.get_submodule(path) if path else model
+        params = {n: p for n, p in module._parameters.items() if p is not None}
+        missing = {n for n, p in params.items() if p.is_meta}
+        for n in missing:
+            p = params[n]
+            empty = torch.empty_like(p, device=device, dtype=dtype or p.dtype)
+            module._parameters[n] = nn.Parameter(empty, requires_grad=p.requires_grad)
+        reset = getattr(module, "reset_parameters", None)
+        is_leaf = next(module.children(), None) is None
+        with torch.no_grad():
+            if callable(reset) and is_leaf and missing == set(params):
+                reset()
+            else:
+                for n in missing:
+                    module._parameters[n].zero_()  # type: ignore[union-attr]
+    return left
+
+
+@contextlib.contextmanager
+def _parameters_on_meta() -> Iterator[None]:
+    """While active, every parameter a module registers is moved to ``meta`` at once, while
+    buffers stay on the current default device (the fallback of :func:`materialize_buffers`)."""
+    original = nn.Module.register_parameter
+
+    def register(self: nn.Module, name: str, param: nn.Parameter | None) -> None:
+        original(self, name, param)
+        if param is not None and not param.is_meta:
+            meta = param.to("meta")
+            self._parameters[name] = type(param)(meta, requires_grad=param.requires_grad)
+
+    nn.Module.register_parameter = register  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        nn.Module.register_parameter = original  # type: ignore[method-assign]
+
+
+def materialize_buffers(
+    model: nn.Module,
+    device: torch.device,
+    dtype: torch.dtype | None = None,
+    *,
+    model_class: Any = None,
+    config: Any = None,
+) -> list[str]:
+    """Recreate the buffers still on ``meta`` on ``device`` and return their names.
+
+    Calls each owning module's ``reset_buffers()`` under ``torch.device(device)``; buffers
+    left after that are taken from a twin ``model_class(config)`` built with its parameters
+    on ``meta`` (see the module docstring). Floating buffers are cast to ``dtype``.
+    """
+    if device.type == "meta":
+        return []
+    pending = [name for name, b in model.named_buffers() if b is not None and b.is_meta]
+    if not pending:
+        return []
+    with torch.device(device):
+        for path in sorted({n.rpartition(".")[0] for n in pending}):
+            module = model.get_submodule(path) if path else model
+            reset = getattr(module, "reset_buffers", None)
+            if callable(reset):
+                reset()
+    left = [name for name, b in model.named_buffers() if b is not None and b.is_meta]
+    if left:
+        if model_class is None:
+            raise RuntimeError(
+                f"buffers {left[:_SHOW]} are still on meta and their modules define no "
+                "reset_buffers(); see zoo.checkpoint.state for the convention"
+            )
+        log.info("rebuilding %d buffer(s) %s by running the constructor again", len(left), left)
+        with torch.device(device), _parameters_on_meta():
+            twin = model_class(config)
+        for name in left:
+            module, leaf = _owner(model, name)
+            module._buffers[leaf] = twin.get_buffer(name)
+    for name in pending:
+        module, leaf = _owner(model, name)
+        buffer = module._buffers[leaf]
+        if buffer is not None and dtype is not None and buffer.is_floating_point():
+            module._buffers[leaf] = buffer.to(dtype)
+    return pending
