@@ -178,6 +178,13 @@ class Registry:
         archs = self._tables["architecture"]
         return sorted(n for n, e in names.items() if e.spec.architecture in archs)
 
+    def supplied_by(self, source: str) -> dict[str, list[str]]:
+        """What ``source`` (e.g. ``"plugin gpt2"``) registered, by kind."""
+        return {
+            kind: sorted(name for name, entry in table.items() if entry.source == source)
+            for kind, table in self._tables.items()
+        }
+
     @property
     def conflicts(self) -> dict[str, list[str]]:
         """``"kind name"`` -> the sources that claim it."""

@@ -1,0 +1,203 @@
+"""The ``zoo`` command line.
+
+Every command answers ``--help``; an error is one line on stderr and a non-zero exit code.
+Listing commands never import torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from . import api
+from .errors import ZooError
+from .registry import get_registry
+
+__all__ = ["main"]
+
+
+def _table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    lines = [
+        "  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    """Print the named models (builds nothing, imports no torch)."""
+    registry = get_registry()
+    rows = []
+    for name in registry.models(include_unavailable=args.all):
+        spec = registry.model(name)
+        available = spec.architecture in registry.architectures()
+        rows.append(
+            (
+                name,
+                spec.architecture + ("" if available else " (not installed)"),
+                ", ".join(spec.aliases),
+                "yes" if spec.weights else "",
+                spec.description,
+            )
+        )
+    print(_table(rows, ("model", "architecture", "aliases", "weights", "description")))
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    """Describe one named model."""
+    info = api.info(args.name)
+    print(f"{info.name}: {info.description}")
+    fields = [
+        ("aliases", ", ".join(info.aliases) or "-"),
+        ("architecture", f"{info.architecture} ({info.architecture_description})"),
+        ("supplied by", info.plugin),
+        ("defined in", info.model_source),
+        ("blocks", "; ".join(info.blocks) or "-"),
+        ("positions", info.positions),
+        ("tokenizer", info.tokenizer or "-"),
+        ("parameters", f"{info.parameters:,}"),
+        ("weights", str(info.weights) if info.weights else "none (random init only)"),
+    ]
+    width = max(len(k) for k, _ in fields)
+    for key, value in fields:
+        print(f"  {key.ljust(width)}  {value}")
+    print("  config:")
+    for key, value in info.config.items():
+        print(f"    {key} = {value!r}")
+    return 0
+
+
+def cmd_plugins(args: argparse.Namespace) -> int:
+    """Print every plugin, its status and what it supplies."""
+    registry = get_registry()
+    rows = []
+    for plugin in registry.plugins:
+        supplied = registry.supplied_by(f"plugin {plugin.name}")
+        what = "; ".join(
+            f"{kind}s: {', '.join(names)}" for kind, names in supplied.items() if names
+        )
+        detail = what if plugin.status == "ok" else plugin.error or ""
+        rows.append((plugin.name, plugin.status, plugin.distribution or "-", detail))
+    print(_table(rows, ("plugin", "status", "distribution", "supplies / reason")))
+    for name, sources in registry.conflicts.items():
+        print(f"conflict: {name} is claimed by {' and '.join(sources)}")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Run the conformance kit on named models."""
+    from .testing import run_conformance
+
+    failed = 0
+    for name in args.names:
+        api.resolve_config(name)  # unknown names fail fast with suggestions
+        for r in run_conformance(name, devices=args.device or None):
+            failed += not r.ok
+            status = "ok" if r.ok else "FAILED"
+            line = f"{r.model:24} {r.check:22} {r.device:5} {status:6} {r.seconds:6.2f}s"
+            print(line + (f"  {r.error}" if r.error else ""))
+    print(f"{failed} failed" if failed else "all checks passed")
+    return 1 if failed else 0
+
+
+def cmd_tour(args: argparse.Namespace) -> int:
+    """Build every named model at full size, run a forward pass, and print what it is made of."""
+    import time
+
+    import torch
+
+    rows = []
+    for name in api.list_models():
+        info = api.info(name)
+        torch.manual_seed(0)
+        start = time.perf_counter()
+        model = api.build(name, device=args.device).eval()
+        built = time.perf_counter() - start
+        inputs = model.example_inputs(batch_size=1, seq_len=16)
+        with torch.no_grad():
+            start = time.perf_counter()
+            logits = model(**inputs)
+            forward = time.perf_counter() - start
+        if not torch.isfinite(logits).all():
+            raise ZooError(f"{name}: forward produced non-finite logits")
+        rows.append(
+            (
+                name,
+                f"{info.architecture} ({info.plugin})",
+                f"{info.parameters:,}",
+                info.positions,
+                info.tokenizer or "-",
+                "x".join(map(str, logits.shape)),
+                f"{built:.1f}s / {forward * 1000:.0f}ms",
+            )
+        )
+        del model
+    header = (
+        "model",
+        "architecture (plugin)",
+        "parameters",
+        "positions",
+        "tokenizer",
+        "logits",
+        "build / forward",
+    )
+    print(_table(rows, header))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``zoo`` command."""
+    parser = argparse.ArgumentParser(
+        prog="zoo", description="A plugin-based model zoo for PyTorch."
+    )
+    parser.add_argument("--version", action="version", version=f"zoo {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def add(name: str, func: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
+        doc = (func.__doc__ or "").strip()
+        p = sub.add_parser(name, help=doc, description=doc)
+        p.set_defaults(func=func)
+        return p
+
+    p = add("list", cmd_list)
+    p.add_argument("--all", action="store_true", help="include models whose plugin is missing")
+    add("info", cmd_info).add_argument("name", help="named model or alias")
+    add("plugins", cmd_plugins)
+    p = add("tour", cmd_tour)
+    p.add_argument("--device", default="cpu", help="device to build on (default: cpu)")
+    p = add("check", cmd_check)
+    p.add_argument("names", nargs="+", metavar="NAME", help="named models to check")
+    p.add_argument(
+        "--device",
+        action="append",
+        help="device to check on (repeatable); default: cpu, and cuda when available",
+    )
+    return parser
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``zoo`` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ZooError, KeyError, ValueError, OSError) as exc:
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        print(f"zoo: error: {message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("zoo: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
