@@ -213,3 +213,11 @@ def test_the_shipped_registry_is_the_top_level_file():
     top = Path(__file__).parents[1] / "registry.toml"
     shipped = Path(zoo.__file__).parent / "registry.toml"
     assert shipped.read_text() == top.read_text()
+
+
+def test_the_readme_plugin_is_the_tested_plugin():
+    """The copy-pasteable plugin in the README is, file for file, the one installed here."""
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    for name in ("__init__.py", "model.py"):
+        source = (Path(__file__).parent / "toy_plugin" / "zoo_toy" / name).read_text()
+        assert source.rstrip() in readme, f"README is out of date with zoo_toy/{name}"
