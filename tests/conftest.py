@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["hub_fixtures"]  # the `local_hub` fixture: a Hub-compatible server on 127.0.0.1
+
 TESTS = Path(__file__).parent
 REFERENCE = TESTS.parent.parent / "shared" / "reference"
-TOY_DIST = "zoo_toy-0.1.dist-info"
 
 _site: Path | None = None
 
