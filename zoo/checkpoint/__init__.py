@@ -30,7 +30,7 @@ from .api import (
     local_weights_path,
     save,
 )
-from .files import WEIGHTS_FILE, sha256_file
+from .files import WEIGHTS_FILE, forget_verified, sha256_file
 from .manifest import CONFIG_FILE, FORMAT_VERSION, Manifest
 from .pickled import convert_pickle_checkpoint
 from .report import LoadReport, ShapeMismatch
@@ -46,6 +46,7 @@ __all__ = [
     "convert_checkpoint",
     "convert_pickle_checkpoint",
     "export",
+    "forget_verified",
     "load",
     "load_local",
     "local_weights_path",

@@ -30,7 +30,9 @@ from .files import (
     atomic_directory,
     check_not_pickle,
     read_safetensors,
+    remember_verified,
     sha256_file,
+    was_verified,
     write_safetensors,
 )
 from .manifest import CONFIG_FILE, FORMAT, FORMAT_VERSION, Manifest, read_config_json
@@ -240,8 +242,11 @@ def load(
             unexpected or mis-shaped; with ``False``, load what matches, initialise the rest,
             log a warning and keep the report in ``model.load_report``.
         verify: check the file's sha256 (pinned for the named model, or recorded by
-            :func:`save`). ``None`` (default) verifies whenever a hash is known; the hash runs
-            on a background thread while the model is assembled.
+            :func:`save`); the hash runs on a background thread while the model is
+            assembled. ``None`` (default) verifies whenever a hash is known, skipping files
+            verified before and not modified since (same inode, size and mtime; recorded in
+            ``$ZOO_CACHE_DIR/verified-sha256.json``); ``True`` always hashes; ``False``
+            never does.
         tokenizer: also load the tokenizer into ``model.tokenizer``.
 
     Returns:
@@ -447,7 +452,9 @@ def load_local(
         raise CheckpointError(
             f"verify=True but no sha256 is recorded or pinned for {weights}; pass sha256=..."
         )
-    hasher = BackgroundHash(weights) if expected and verify is not False else None
+    hasher = None
+    if expected and (verify or (verify is None and not was_verified(weights, expected))):
+        hasher = BackgroundHash(weights)
     what = "the pinned sha256" if sha256 else f"{where}"
     try:
         tensors, _ = read_safetensors(weights)
@@ -475,6 +482,8 @@ def load_local(
         del tensors
         if hasher is not None:
             hasher.verify(expected, what=what)  # type: ignore[arg-type]
+    if hasher is not None:
+        remember_verified(weights, expected)  # type: ignore[arg-type]
     if model_name is not None and hasattr(model, "name"):
         model.name = model_name
     model.load_report = report

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,8 +33,11 @@ __all__ = [
     "BackgroundHash",
     "atomic_directory",
     "check_not_pickle",
+    "forget_verified",
     "read_safetensors",
+    "remember_verified",
     "sha256_file",
+    "was_verified",
     "write_safetensors",
 ]
 
@@ -106,6 +111,70 @@ class BackgroundHash:
                 "the file is corrupted, truncated or not the one expected. Download or save it "
                 "again (or pass verify=False to load it anyway, at your own risk)."
             )
+
+
+# -- the verification cache ----------------------------------------------------------------
+#: Environment variable for zoo's cache folder (default ``$XDG_CACHE_HOME/zoo``).
+CACHE_DIR_ENV = "ZOO_CACHE_DIR"
+_VERIFIED = "verified-sha256.json"
+_SETTLED_S = 2.0  # only files unmodified for this long are remembered (mtime granularity)
+_MAX_ENTRIES = 512
+
+
+def _cache_file() -> Path:
+    root = os.environ.get(CACHE_DIR_ENV)
+    if not root:
+        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        root = os.path.join(xdg, "zoo")
+    return Path(root) / _VERIFIED
+
+
+def _identity(path: Path) -> tuple[str, dict[str, int]]:
+    st = path.stat()
+    return f"{st.st_dev}:{st.st_ino}", {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _read_cache() -> dict[str, dict[str, object]]:
+    try:
+        data = json.loads(_cache_file().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def was_verified(path: Path, sha256: str) -> bool:
+    """Whether this very file (same device, inode, size and modification time) was hashed
+    to ``sha256`` before. Any write to the file changes its mtime, so a modified file is
+    hashed again; files are only remembered once their mtime is a few seconds old, so
+    timestamp granularity cannot hide a write either."""
+    key, stat = _identity(path)
+    entry = _read_cache().get(key)
+    return isinstance(entry, dict) and entry == {**stat, "sha256": sha256.lower()}
+
+
+def remember_verified(path: Path, sha256: str) -> None:
+    """Record that ``path`` hashed to ``sha256`` (best effort: never raises)."""
+    with contextlib.suppress(OSError):
+        key, stat = _identity(path)
+        if time.time() - stat["mtime_ns"] / 1e9 < _SETTLED_S:
+            return
+        cache = _read_cache()
+        cache.pop(key, None)
+        cache[key] = {**stat, "sha256": sha256.lower()}
+        while len(cache) > _MAX_ENTRIES:
+            cache.pop(next(iter(cache)))
+        target = _cache_file()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".verified-", dir=target.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(cache, f)
+        os.replace(tmp, target)
+
+
+def forget_verified() -> None:
+    """Empty the verification cache (the next load of every file hashes it again)."""
+    with contextlib.suppress(FileNotFoundError):
+        _cache_file().unlink()
 
 
 def read_safetensors(path: Path) -> tuple[dict[str, Tensor], dict[str, str]]:

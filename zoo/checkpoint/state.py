@@ -42,12 +42,14 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
 
 from ..errors import StateDictMismatchError
 from .report import LoadReport, ShapeMismatch
 
 __all__ = [
     "assemble",
+    "build_on_meta",
     "materialize_buffers",
     "tied_groups",
     "unique_state",
@@ -56,6 +58,40 @@ __all__ = [
 log = logging.getLogger("zoo.checkpoint")
 
 _SHOW = 5  # keys shown in messages
+
+
+#: In-place ops that only fill values: on a ``meta`` tensor they compute nothing.
+_FILL_OPS = frozenset(
+    {
+        "normal_", "uniform_", "zero_", "zeros_", "ones_", "fill_", "constant_", "random_",
+        "bernoulli_", "exponential_", "log_normal_", "cauchy_", "geometric_", "erfinv_",
+        "trunc_normal_", "xavier_uniform_", "xavier_normal_", "kaiming_uniform_",
+        "kaiming_normal_", "orthogonal_", "sparse_", "eye_", "dirac_", "copy_", "mul_",
+        "add_", "sub_", "div_", "clamp_",
+    }
+)  # fmt: skip
+
+
+class _SkipFillOnMeta(TorchFunctionMode):
+    """Skips value-filling ops (weight initialisation) on ``meta`` tensors.
+
+    They have no effect there, but their meta kernels are slow to reach: the first
+    ``normal_`` on a meta tensor imports ``torch._dynamo`` (about 2 s in a fresh process).
+    """
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = kwargs or {}
+        if getattr(func, "__name__", "") in _FILL_OPS:
+            target = args[0] if args else kwargs.get("tensor", kwargs.get("self"))
+            if isinstance(target, Tensor) and target.is_meta:
+                return target
+        return func(*args, **kwargs)
+
+
+def build_on_meta(model_class: Any, config: Any) -> nn.Module:
+    """``model_class(config)`` with every tensor on ``meta`` and initialisation skipped."""
+    with torch.device("meta"), _SkipFillOnMeta():
+        return model_class(config)
 
 
 def tied_groups(model: nn.Module) -> list[list[str]]:
@@ -135,8 +171,7 @@ def assemble(
         StateDictMismatchError: when ``strict`` and any key is missing, unexpected or
             mismatched.
     """
-    with torch.device("meta"):
-        model = model_class(config)
+    model = build_on_meta(model_class, config)
     expected = model.state_dict(keep_vars=True)
     groups = tied_groups(model)
     aliases = {alias: names[0] for names in groups for alias in names[1:]}
@@ -284,7 +319,7 @@ def materialize_buffers(
                 "reset_buffers(); see zoo.checkpoint.state for the convention"
             )
         log.info("rebuilding %d buffer(s) %s by running the constructor again", len(left), left)
-        with torch.device(device), _parameters_on_meta():
+        with torch.device(device), _parameters_on_meta(), _SkipFillOnMeta():
             twin = model_class(config)
         for name in left:
             module, leaf = _owner(model, name)
