@@ -253,6 +253,11 @@ def load(
         the model in eval mode, with ``model.tokenizer`` (``None`` when it has none or
         ``tokenizer=False``) and ``model.load_report`` (a :class:`LoadReport`).
     """
+    if isinstance(source, str) and source.startswith("hf:"):
+        raise CheckpointError(
+            f"{source!r}: loading from the Hugging Face Hub is not available in this zoo; "
+            "download the repository and pass its directory to zoo.load()"
+        )
     if isinstance(source, os.PathLike) or (isinstance(source, str) and _looks_like_path(source)):
         path = Path(os.path.expanduser(os.fspath(source)))
         return load_local(
@@ -260,11 +265,6 @@ def load(
         )
     if not isinstance(source, str):
         raise TypeError(f"source must be a path or a model name, got {type(source).__name__}")
-    if source.startswith("hf:"):
-        raise CheckpointError(
-            f"{source!r}: loading from the Hugging Face Hub is not available in this zoo; "
-            "download the repository and pass its directory to zoo.load()"
-        )
     return _load_named(
         source, device=device, dtype=dtype, strict=strict, verify=verify, tokenizer=tokenizer
     )
