@@ -32,6 +32,17 @@ from .specs import ArchitectureSpec, ModelSpec, TokenizerSpec, WeightsSource
 
 __version__ = "0.1.0"
 
+_LAZY = {"generate": "zoo.generation:generate"}  # import torch only when used
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        from ._lazy import resolve
+
+        return resolve(_LAZY[name])
+    raise AttributeError(f"module 'zoo' has no attribute {name!r}")
+
+
 __all__ = [
     "ArchitectureSpec",
     "CheckpointError",
@@ -57,6 +68,7 @@ __all__ = [
     "build",
     "convert_checkpoint",
     "export",
+    "generate",
     "get_registry",
     "hookimpl",
     "info",

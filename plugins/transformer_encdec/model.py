@@ -18,10 +18,12 @@ from zoo.nn import (
     right_padding,
     sdpa_mask,
 )
+from zoo.nn.cache import KVCache
+from zoo.nn.masks import causal_self_mask
 
 from .config import EncoderDecoderConfig
 
-__all__ = ["EncoderDecoder"]
+__all__ = ["EncoderDecoder", "EncoderDecoderSession"]
 
 
 class EncoderDecoder(ZooModel):
@@ -85,11 +87,11 @@ class EncoderDecoder(ZooModel):
             "src_mask": right_padding(batch_size, src_len, device),
         }
 
-    def _embed(self, ids: Tensor) -> Tensor:
+    def _embed(self, ids: Tensor, start: int = 0) -> Tensor:
         x = self.tok_emb(ids)  # (B, L, d_model)
         if self.config.scale_embeddings:
             x = x * math.sqrt(self.config.d_model)
-        positions = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
+        positions = torch.arange(start, start + ids.shape[1], device=ids.device).expand_as(ids)
         return self.drop(x + self.pos_emb(positions).to(x.dtype))
 
     def _check(self, ids: Tensor, mask: Tensor | None, name: str) -> tuple[Tensor, Tensor | None]:
@@ -122,17 +124,40 @@ class EncoderDecoder(ZooModel):
         """Logits ``(B, T, vocab_size)`` for ``tgt_ids`` given the encoder output ``memory``."""
         tgt_ids, tgt_keep = self._check(tgt_ids, tgt_mask, "tgt_ids")
         src_keep = check_padding_mask(src_mask, memory.shape[:2], name="src_mask")
-        return self._decode(tgt_ids, memory, src_keep, tgt_keep)
+        memory_kv = [layer.cross_attn.memory_kv(memory) for layer in self.decoder]
+        return self.decoder_logits(tgt_ids, tgt_keep, memory_kv, src_keep)
 
-    def _decode(
-        self, tgt_ids: Tensor, memory: Tensor, src_keep: Tensor | None, tgt_keep: Tensor | None
+    def decoder_logits(
+        self,
+        tgt_ids: Tensor,
+        tgt_keep: Tensor | None,
+        memory_kv: list[tuple[Tensor, Tensor]],
+        src_keep: Tensor | None,
+        *,
+        cache: KVCache | None = None,
+        last_only: bool = False,
     ) -> Tensor:
+        """The decoder on validated inputs: ``memory_kv`` holds each layer's cross-attention
+        keys and values; with a ``cache`` the new target positions are appended to it."""
         t = tgt_ids.shape[1]
-        self_mask = sdpa_mask(tgt_keep, causal=True, q_len=t)
+        start = cache.length if cache is not None else 0
+        self_mask, causal = causal_self_mask(tgt_keep, q_len=t, start=start)
         cross_mask = sdpa_mask(src_keep, causal=False, q_len=t)
-        x = self._embed(tgt_ids)
-        for layer in self.decoder:
-            x = layer(x, mask=self_mask, causal=True, memory=memory, memory_mask=cross_mask)
+        x = self._embed(tgt_ids, start)
+        for i, layer in enumerate(self.decoder):
+            x = layer(
+                x,
+                mask=self_mask,
+                causal=causal,
+                memory_mask=cross_mask,
+                memory_kv=memory_kv[i],
+                cache=cache.layers[i] if cache is not None else None,
+                start=start,
+            )
+        if cache is not None:
+            cache.length = start + t
+        if last_only:
+            x = x[:, -1:]  # (B, 1, d_model)
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
         return self.head(x)  # (B, T, vocab_size)
@@ -152,4 +177,66 @@ class EncoderDecoder(ZooModel):
                 f"src_ids has batch size {src_ids.shape[0]} but tgt_ids has {tgt_ids.shape[0]}"
             )
         memory = self._encode(src_ids, src_keep)
-        return self._decode(tgt_ids, memory, src_keep, tgt_keep)
+        memory_kv = [layer.cross_attn.memory_kv(memory) for layer in self.decoder]
+        return self.decoder_logits(tgt_ids, tgt_keep, memory_kv, src_keep)
+
+    def start_decoding(
+        self, src_ids: Tensor, src_keep: Tensor | None, max_new_tokens: int, *, start_id: int
+    ) -> EncoderDecoderSession:
+        """A decoding session: the source is encoded once, the target starts with
+        ``start_id``."""
+        return EncoderDecoderSession(self, src_ids, src_keep, max_new_tokens, start_id)
+
+
+class EncoderDecoderSession:
+    """Incremental decoding: encoder run once, cross-attention keys/values computed once per
+    layer, decoder self-attention keys/values in a preallocated cache."""
+
+    def __init__(
+        self,
+        model: EncoderDecoder,
+        src_ids: Tensor,
+        src_keep: Tensor | None,
+        max_new_tokens: int,
+        start_id: int,
+    ) -> None:
+        c = model.config
+        max_len = 1 + max_new_tokens
+        if max_len > c.context_length:
+            raise ValueError(
+                f"max_new_tokens={max_new_tokens} plus the start token exceeds the context "
+                f"length {c.context_length}; lower max_new_tokens"
+            )
+        if not 0 <= start_id < c.vocab_size:
+            raise ValueError(f"start_id {start_id} is outside the vocabulary [0, {c.vocab_size})")
+        self.model = model
+        self.src_keep = src_keep
+        memory = model._encode(src_ids, src_keep)
+        self.memory_kv = [layer.cross_attn.memory_kv(memory) for layer in model.decoder]
+        weight = model.tok_emb.weight
+        b = src_ids.shape[0]
+        self.cache = KVCache(
+            c.n_decoder_layers,
+            b,
+            c.n_heads,
+            max_len,
+            c.d_model // c.n_heads,
+            dtype=weight.dtype,
+            device=weight.device,
+        )
+        #: What generated ids are appended to: the start token of each row, ``(B, 1)``.
+        self.prefix = torch.full((b, 1), start_id, dtype=torch.long, device=src_ids.device)
+
+    def _logits(self, ids: Tensor) -> Tensor:
+        logits = self.model.decoder_logits(
+            ids, None, self.memory_kv, self.src_keep, cache=self.cache, last_only=True
+        )
+        return logits[:, -1]  # (B, vocab)
+
+    def prefill(self) -> Tensor:
+        """Logits after the start token, ``(B, vocab)``."""
+        return self._logits(self.prefix)
+
+    def step(self, tokens: Tensor) -> Tensor:
+        """Append ``tokens`` ``(B,)``; return the next logits ``(B, vocab)``."""
+        return self._logits(tokens[:, None])

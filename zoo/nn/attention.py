@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .cache import LayerCache
+
 __all__ = ["MultiHeadAttention"]
 
 
@@ -56,6 +58,12 @@ class MultiHeadAttention(nn.Module):
         b, t, _ = x.shape
         return x.view(b, t, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
 
+    def memory_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """Cross-attention keys and values of the encoder output, ``(B, H, S, hd)`` each;
+        computed once per generation and passed back as ``memory_kv``."""
+        k, v = self.kv(memory).split(self.d_model, dim=-1)
+        return self._heads(k), self._heads(v)
+
     def forward(
         self,
         x: Tensor,
@@ -63,18 +71,30 @@ class MultiHeadAttention(nn.Module):
         *,
         mask: Tensor | None = None,
         causal: bool = False,
+        cache: LayerCache | None = None,
+        start: int = 0,
+        memory_kv: tuple[Tensor, Tensor] | None = None,
     ) -> Tensor:
-        """Attend from ``x`` to itself (or to ``memory``); ``causal`` applies when ``mask`` is
-        ``None`` (a given mask already holds the causal pattern)."""
+        """Attend from ``x`` to itself (or to ``memory``).
+
+        ``causal`` applies when ``mask`` is ``None`` (a given mask already holds the causal
+        pattern). With a ``cache``, the new keys and values are stored at position ``start``
+        and the queries attend to every cached position. Cross-attention takes either
+        ``memory`` or its precomputed ``memory_kv``.
+        """
         b, t, _ = x.shape
         if self.cross:
-            if memory is None:
-                raise ValueError("cross-attention needs the encoder output as `memory`")
-            q = self.q(x)
-            k, v = self.kv(memory).split(self.d_model, dim=-1)
+            q = self._heads(self.q(x))  # (B, H, T, hd)
+            if memory_kv is None:
+                if memory is None:
+                    raise ValueError("cross-attention needs the encoder output as `memory`")
+                memory_kv = self.memory_kv(memory)
+            k, v = memory_kv  # (B, H, S, hd)
         else:
             q, k, v = self.qkv(x).split(self.d_model, dim=-1)
-        q, k, v = self._heads(q), self._heads(k), self._heads(v)  # (B, H, T|S, hd)
+            q, k, v = self._heads(q), self._heads(k), self._heads(v)  # (B, H, T, hd)
+            if cache is not None:
+                k, v = cache.write(start, k, v)  # (B, H, start + T, hd)
         y = F.scaled_dot_product_attention(
             q,
             k,

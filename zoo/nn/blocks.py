@@ -10,6 +10,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from .attention import MultiHeadAttention
+from .cache import LayerCache
 from .feedforward import FeedForward
 
 __all__ = ["TransformerBlock"]
@@ -76,10 +77,20 @@ class TransformerBlock(nn.Module):
         causal: bool = False,
         memory: Tensor | None = None,
         memory_mask: Tensor | None = None,
+        cache: LayerCache | None = None,
+        start: int = 0,
+        memory_kv: tuple[Tensor, Tensor] | None = None,
     ) -> Tensor:
-        x = self._residual(x, self.attn_norm, lambda h: self.attn(h, mask=mask, causal=causal))
+        """See the class docstring; ``cache``/``start`` and ``memory_kv`` are passed to the
+        attention branches for incremental decoding."""
+
+        def attend(h: Tensor) -> Tensor:
+            return self.attn(h, mask=mask, causal=causal, cache=cache, start=start)
+
+        def cross(h: Tensor) -> Tensor:
+            return self.cross_attn(h, memory, mask=memory_mask, memory_kv=memory_kv)
+
+        x = self._residual(x, self.attn_norm, attend)
         if self.cross_attn is not None:
-            x = self._residual(
-                x, self.cross_norm, lambda h: self.cross_attn(h, memory, mask=memory_mask)
-            )
+            x = self._residual(x, self.cross_norm, cross)
         return self._residual(x, self.ffn_norm, self.ffn)

@@ -21,10 +21,11 @@ from .base import (
     right_padding,
 )
 from .blocks import TransformerBlock
-from .masks import sdpa_mask
+from .cache import KVCache
+from .masks import causal_self_mask
 from .positions import make_positions
 
-__all__ = ["DecoderLM"]
+__all__ = ["DecoderLM", "DecoderSession", "positions_from_mask"]
 
 
 class DecoderLM(ZooModel):
@@ -104,17 +105,109 @@ class DecoderLM(ZooModel):
         ids = check_token_ids(input_ids, vocab_size=c.vocab_size, context_length=c.context_length)
         keep = check_padding_mask(attention_mask, ids.shape)
         if position_ids is None:
-            position_ids = _positions(ids, keep)
-        mask = sdpa_mask(keep, causal=True, q_len=ids.shape[1])
+            position_ids = positions_from_mask(ids, keep)
+        return self.logits(ids, keep, position_ids)
+
+    def logits(
+        self,
+        ids: Tensor,
+        keep: Tensor | None,
+        position_ids: Tensor,
+        *,
+        cache: KVCache | None = None,
+        last_only: bool = False,
+    ) -> Tensor:
+        """The forward pass on validated inputs.
+
+        Args:
+            ids: ``(B, T)`` new token ids.
+            keep: ``(B, S)`` padding mask of every key (``S = cache.length + T``), or ``None``.
+            position_ids: ``(B, T)`` positions of the new tokens.
+            cache: keys/values of earlier positions; the new ones are appended to it.
+            last_only: compute logits for the last position only, ``(B, 1, vocab)``.
+        """
+        start = cache.length if cache is not None else 0
+        mask, causal = causal_self_mask(keep, q_len=ids.shape[1], start=start)
         x = self.embed(ids, position_ids)  # (B, T, d_model)
-        for block in self.blocks:
-            x = block(x, mask=mask, causal=True)
+        for i, block in enumerate(self.blocks):
+            layer_cache = cache.layers[i] if cache is not None else None
+            x = block(x, mask=mask, causal=causal, cache=layer_cache, start=start)
+        if cache is not None:
+            cache.length = start + ids.shape[1]
+        if last_only:
+            x = x[:, -1:]  # (B, 1, d_model)
         if self.final_norm is not None:
             x = self.final_norm(x)
         return self.head(x)  # (B, T, vocab_size)
 
+    def start_decoding(
+        self,
+        input_ids: Tensor,
+        keep: Tensor | None,
+        max_new_tokens: int,
+        *,
+        start_id: int | None = None,
+    ) -> DecoderSession:
+        """A decoding session over validated prompt ids ``(B, T)`` with padding mask ``keep``
+        (``start_id`` is for encoder-decoders and ignored here)."""
+        return DecoderSession(self, input_ids, keep, input_ids.shape[1] + max_new_tokens)
 
-def _positions(ids: Tensor, keep: Tensor | None) -> Tensor:
+
+class DecoderSession:
+    """Incremental decoding of a :class:`DecoderLM` with a preallocated KV cache."""
+
+    def __init__(self, model: DecoderLM, ids: Tensor, keep: Tensor | None, max_len: int) -> None:
+        c = model.config
+        if max_len > c.context_length:
+            raise ValueError(
+                f"the prompt ({ids.shape[1]} tokens) plus max_new_tokens "
+                f"({max_len - ids.shape[1]}) exceeds the context length {c.context_length}; "
+                "shorten the prompt or lower max_new_tokens (zoo does not slide the window)"
+            )
+        weight = model.tok_emb.weight
+        self.model = model
+        self.cache = KVCache(
+            c.n_layers,
+            ids.shape[0],
+            c.n_heads,
+            max_len,
+            c.d_model // c.n_heads,
+            dtype=weight.dtype,
+            device=weight.device,
+        )
+        self.keep: Tensor | None = None
+        if keep is not None:  # (B, max_len): the prompt's padding, then real tokens
+            self.keep = torch.ones(ids.shape[0], max_len, dtype=torch.bool, device=ids.device)
+            self.keep[:, : ids.shape[1]] = keep
+        self.next_position = positions_from_mask(ids, keep)[:, -1:] + 1  # (B, 1)
+        #: What generated ids are appended to: the prompt.
+        self.prefix = ids
+
+    def _keep(self, length: int) -> Tensor | None:
+        return self.keep[:, :length] if self.keep is not None else None
+
+    def prefill(self) -> Tensor:
+        """Run the prompt; return the logits of its last position, ``(B, vocab)``."""
+        ids, t = self.prefix, self.prefix.shape[1]
+        positions = positions_from_mask(ids, self._keep(t))
+        logits = self.model.logits(ids, self._keep(t), positions, cache=self.cache, last_only=True)
+        return logits[:, -1]
+
+    def step(self, tokens: Tensor) -> Tensor:
+        """Append ``tokens`` ``(B,)``; return the next logits ``(B, vocab)``."""
+        length = self.cache.length + 1
+        logits = self.model.logits(
+            tokens[:, None],
+            self._keep(length),
+            self.next_position,
+            cache=self.cache,
+            last_only=True,
+        )
+        self.next_position = self.next_position + 1
+        return logits[:, -1]
+
+
+def positions_from_mask(ids: Tensor, keep: Tensor | None) -> Tensor:
     """Position ids ``(B, T)``: 0..T-1, or counting real tokens only when there is padding."""
     if keep is None:
         return torch.arange(ids.shape[1], device=ids.device).expand_as(ids)

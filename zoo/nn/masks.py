@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["sdpa_mask"]
+__all__ = ["causal_self_mask", "sdpa_mask"]
 
 
 def sdpa_mask(keep: Tensor | None, *, causal: bool, q_len: int) -> Tensor | None:
@@ -31,3 +31,20 @@ def sdpa_mask(keep: Tensor | None, *, causal: bool, q_len: int) -> Tensor | None
         mask = mask & tri
     empty = ~mask.any(dim=-1, keepdim=True)  # (B, 1, T, 1)
     return mask | empty
+
+
+def causal_self_mask(keep: Tensor | None, *, q_len: int, start: int) -> tuple[Tensor | None, bool]:
+    """``(mask, is_causal)`` for ``q_len`` new queries after ``start`` cached positions.
+
+    ``keep`` is the ``(B, start + q_len)`` padding mask of every key, or ``None``. Without
+    padding, SDPA's own causal path is used where it applies (no cache, or one new query, which
+    may see every cached key); otherwise an explicit mask offsets the causal pattern by
+    ``start``.
+    """
+    if keep is None:
+        if start == 0:
+            return None, True
+        if q_len == 1:
+            return None, False
+        raise ValueError("several new queries after cached ones need the padding mask `keep`")
+    return sdpa_mask(keep, causal=True, q_len=q_len), False

@@ -1,0 +1,317 @@
+"""Text generation with a KV cache, for every architecture that offers a decoding session.
+
+A model supports generation by implementing ``start_decoding(ids, keep, max_new_tokens, *,
+start_id)`` returning a session with ``prefix`` (what new ids are appended to), ``prefill()``
+and ``step(tokens)`` (both return next-token logits ``(B, vocab)``); see
+:class:`zoo.nn.decoder.DecoderSession` and the encoder-decoder's session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+from .nn.base import check_padding_mask, check_token_ids
+
+if TYPE_CHECKING:
+    from .tokenizers import Tokenizer
+
+__all__ = ["filter_logits", "generate", "next_tokens"]
+
+
+# -- sampling ------------------------------------------------------------------------------
+def filter_logits(
+    logits: Tensor, *, top_k: int | None = None, top_p: float | None = None
+) -> Tensor:
+    """Set to ``-inf`` every logit outside the top-``k`` and outside the nucleus: the smallest
+    set of most likely tokens whose probability reaches ``top_p``. ``(B, V) -> (B, V)``."""
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None and top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        probs = sorted_logits.softmax(dim=-1)
+        before = probs.cumsum(dim=-1) - probs  # probability mass ranked above each token
+        drop_sorted = before >= top_p  # the most likely token always stays (before = 0)
+        drop = drop_sorted.scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def next_tokens(
+    logits: Tensor,
+    *,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    generator: torch.Generator | None,
+) -> Tensor:
+    """Pick the next token of each row, ``(B, V) -> (B,)``: argmax when ``temperature`` is 0,
+    otherwise a sample from the filtered, tempered distribution."""
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    filtered = filter_logits(logits.float() / temperature, top_k=top_k, top_p=top_p)
+    probs = filtered.softmax(dim=-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+
+
+# -- argument checks -------------------------------------------------------------------------
+def _check_arguments(
+    max_new_tokens: Any, temperature: Any, top_k: Any, top_p: Any, seed: Any, stop: Any
+) -> list[str]:
+    if (
+        isinstance(max_new_tokens, bool)
+        or not isinstance(max_new_tokens, int)
+        or max_new_tokens < 1
+    ):
+        raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+    if (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, (int, float))
+        or temperature < 0
+    ):
+        raise ValueError(f"temperature must be a number >= 0 (0 = greedy), got {temperature!r}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
+    if top_p is not None and (
+        isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1
+    ):
+        raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ValueError(f"seed must be an integer or None, got {seed!r}")
+    stops = [stop] if isinstance(stop, str) else list(stop or [])
+    if not all(isinstance(s, str) and s for s in stops):
+        raise ValueError(f"stop must be a non-empty string or a list of them, got {stop!r}")
+    return stops
+
+
+def _tokenizer_for(model: Any, tokenizer: Tokenizer | None, why: str) -> Tokenizer:
+    if tokenizer is not None:
+        return tokenizer
+    if getattr(model, "tokenizer", None) is not None:
+        return model.tokenizer
+    if getattr(model, "name", None):
+        from .api import tokenizer as named_tokenizer
+
+        return named_tokenizer(model.name)
+    raise ValueError(f"{why} needs a tokenizer: pass tokenizer=... (the model has none)")
+
+
+def _ids_and_mask(rows: list[list[int]], device: torch.device) -> tuple[Tensor, Tensor | None]:
+    """Left-pad rows of different lengths: ids ``(B, T)`` and padding mask (or ``None``)."""
+    if any(len(r) == 0 for r in rows):
+        raise ValueError("a prompt is empty; give at least one token (e.g. the end-of-text id)")
+    length = max(len(r) for r in rows)
+    ids = torch.zeros(len(rows), length, dtype=torch.long)
+    keep = torch.zeros(len(rows), length, dtype=torch.bool)
+    for i, row in enumerate(rows):
+        ids[i, length - len(row) :] = torch.tensor(row, dtype=torch.long)
+        keep[i, length - len(row) :] = True
+    return ids.to(device), (keep.to(device) if not bool(keep.all()) else None)
+
+
+def _prompt_rows(
+    prompt: Any, tokenizer: Tokenizer | None, model: Any
+) -> tuple[list[list[int]], str]:
+    """Token rows of the prompt(s) and the input kind: "text", "texts", "tensor" or "lists"."""
+    if isinstance(prompt, str):
+        tok = _tokenizer_for(model, tokenizer, "a text prompt")
+        return [tok.encode(prompt)], "text"
+    if isinstance(prompt, Tensor):
+        ids = prompt[None] if prompt.ndim == 1 else prompt
+        if ids.ndim != 2:
+            raise ValueError(
+                f"prompt ids must have shape (seq,) or (batch, seq), got {tuple(prompt.shape)}"
+            )
+        return ids.tolist(), "tensor"
+    if isinstance(prompt, Sequence) and prompt and all(isinstance(p, str) for p in prompt):
+        tok = _tokenizer_for(model, tokenizer, "a text prompt")
+        return [tok.encode(p) for p in prompt], "texts"
+    if isinstance(prompt, Sequence) and prompt and all(isinstance(p, int) for p in prompt):
+        return [list(prompt)], "lists"
+    if isinstance(prompt, Sequence) and prompt and all(isinstance(p, Sequence) for p in prompt):
+        return [list(p) for p in prompt], "lists"
+    raise ValueError(
+        "prompt must be a string, a list of strings, a list of ids, a list of id lists or a "
+        f"tensor of ids; got {type(prompt).__name__}"
+    )
+
+
+# -- generation ------------------------------------------------------------------------------
+def _decode_loop(
+    model: Any,
+    rows: list[list[int]],
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    seed: int | None,
+    eos_id: int | None,
+    start_id: int | None,
+) -> Iterator[Tensor]:
+    """Yield the next token of every row, ``(B,)``, until every row has ended or
+    ``max_new_tokens`` are out. A row that has ended repeats ``eos_id``."""
+    if not hasattr(model, "start_decoding"):
+        raise ValueError(f"{type(model).__name__} does not support generation (no start_decoding)")
+    config = model.config
+    device = next(model.parameters()).device
+    ids, keep = _ids_and_mask(rows, device)
+    ids = check_token_ids(
+        ids, vocab_size=config.vocab_size, context_length=config.context_length, name="prompt ids"
+    )
+    check_padding_mask(keep, ids.shape)
+    generator = None
+    if seed is not None and temperature > 0:
+        generator = torch.Generator(device=device).manual_seed(seed)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            session = model.start_decoding(ids, keep, max_new_tokens, start_id=start_id)
+            logits = session.prefill()
+            done = torch.zeros(ids.shape[0], dtype=torch.bool, device=device)
+            for i in range(max_new_tokens):
+                token = next_tokens(
+                    logits, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator
+                )
+                if eos_id is not None:
+                    token = token.masked_fill(done, eos_id)
+                    done |= token == eos_id
+                yield token
+                if i + 1 == max_new_tokens or (eos_id is not None and bool(done.all())):
+                    return
+                logits = session.step(token)
+    finally:
+        model.train(was_training)
+
+
+def _cut(text: str, stops: list[str]) -> tuple[str, bool]:
+    """``text`` up to the first stop string, and whether one was found."""
+    cuts = [i for i in (text.find(s) for s in stops) if i >= 0]
+    return (text[: min(cuts)], True) if cuts else (text, False)
+
+
+def generate(
+    model: Any,
+    prompt_or_ids: Any,
+    *,
+    tokenizer: Tokenizer | None = None,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int | None = None,
+    stop: str | Sequence[str] | None = None,
+    stream: bool = False,
+    start_id: int | None = None,
+) -> Any:
+    """Generate from a prompt with a KV cache.
+
+    Args:
+        model: a zoo model (decoder-only or encoder-decoder).
+        prompt_or_ids: a string or list of strings (returns generated text), or ids: a list
+            of ints, a list of id lists, or a ``(B, T)`` tensor (returns ids: each prompt
+            followed by its new tokens). Prompts of different lengths are left-padded; each
+            gives what it would alone. For an encoder-decoder the prompt is the source and the
+            returned ids are the target (``start_id`` followed by the new tokens).
+        tokenizer: defaults to ``model.tokenizer`` or the named model's tokenizer; needed for
+            text, ``stop`` and ``stream``, and supplies the end-of-text id.
+        max_new_tokens: tokens to generate at most; prompt + new tokens must fit the context.
+        temperature: 0 for greedy; otherwise logits are divided by it before sampling.
+        top_k, top_p: sample only from the ``top_k`` most likely tokens / the nucleus of
+            probability ``top_p``.
+        seed: makes sampling reproducible.
+        stop: stop strings; the text ends before the first one.
+        stream: return an iterator of text pieces instead (a single text prompt).
+        start_id: first target token of an encoder-decoder (default: the tokenizer's bos).
+
+    Raises:
+        ValueError: a bad argument, an empty prompt, or a prompt too long for the context.
+    """
+    stops = _check_arguments(max_new_tokens, temperature, top_k, top_p, seed, stop)
+    rows, kind = _prompt_rows(prompt_or_ids, tokenizer, model)
+    needs_text = kind in ("text", "texts") or stops or stream
+    tok = (
+        _tokenizer_for(model, tokenizer, "text output, stop or stream")
+        if needs_text
+        else (tokenizer or getattr(model, "tokenizer", None))
+    )
+    eos_id = tok.eos_id if tok is not None else None
+    if start_id is None and hasattr(model, "decoder"):
+        start_id = tok.bos_id if tok is not None else None
+        if start_id is None:
+            raise ValueError("an encoder-decoder needs start_id (or a tokenizer with a bos id)")
+    loop = _decode_loop(
+        model,
+        rows,
+        max_new_tokens=max_new_tokens,
+        temperature=float(temperature),
+        top_k=top_k,
+        top_p=top_p,
+        seed=seed,
+        eos_id=eos_id,
+        start_id=start_id,
+    )
+    if stream:
+        if len(rows) != 1:
+            raise ValueError("stream=True takes a single prompt")
+        return _stream(loop, tok, stops, eos_id)
+    new = torch.stack(list(loop), dim=1).tolist()  # (B, N)
+    if kind in ("text", "texts"):
+        texts = [_text(tok, r, eos_id, stops) for r in new]
+        return texts[0] if kind == "text" else texts
+    prefix = [[start_id] for _ in rows] if hasattr(model, "decoder") else rows
+    out = [p + _until_eos(r, eos_id) for p, r in zip(prefix, new, strict=True)]
+    if kind == "tensor":
+        width = max(len(r) for r in out)
+        pad = eos_id if eos_id is not None else 0
+        return torch.tensor(
+            [r + [pad] * (width - len(r)) for r in out], device=prompt_or_ids.device
+        )
+    return out[0] if isinstance(prompt_or_ids[0], int) else out
+
+
+def _until_eos(tokens: list[int], eos_id: int | None) -> list[int]:
+    """New tokens up to and including the first end-of-text."""
+    if eos_id is not None and eos_id in tokens:
+        return tokens[: tokens.index(eos_id) + 1]
+    return tokens
+
+
+def _text(tok: Tokenizer, tokens: list[int], eos_id: int | None, stops: list[str]) -> str:
+    tokens = _until_eos(tokens, eos_id)
+    if eos_id is not None and tokens and tokens[-1] == eos_id:
+        tokens = tokens[:-1]
+    return _cut(tok.decode(tokens), stops)[0]
+
+
+def _stream(
+    loop: Iterator[Tensor], tok: Tokenizer, stops: list[str], eos_id: int | None
+) -> Iterator[str]:
+    """Text pieces as tokens arrive. A piece is held back while it ends inside a multi-byte
+    character or could be the start of a stop string."""
+    tokens: list[int] = []
+    sent = 0
+    hold = max((len(s) for s in stops), default=1) - 1
+    for token in loop:
+        t = int(token[0])
+        if t == eos_id:
+            break
+        tokens.append(t)
+        text, stopped = _cut(tok.decode(tokens), stops)
+        if stopped:
+            yield text[sent:]
+            return
+        if text.endswith("\ufffd"):  # a character split across tokens: wait for the rest
+            continue
+        ready = len(text) - hold
+        if ready > sent:
+            yield text[sent:ready]
+            sent = ready
+    text = _cut(tok.decode(tokens), stops)[0]
+    if len(text) > sent:
+        yield text[sent:]
