@@ -234,7 +234,9 @@ def load(
               ``model_type`` some plugin imports, e.g. ``gpt2`` or ``openai-gpt``, plus
               ``model.safetensors``);
             - a named model (``"gpt2-124m"``) whose weights are on this machine: at the
-              registry entry's ``weights.path``, or in ``$ZOO_WEIGHTS_DIR/<name>/``.
+              registry entry's ``weights.path``, or in ``$ZOO_WEIGHTS_DIR/<name>/``;
+              otherwise fetched from the entry's Hub repo (:mod:`zoo.hub`);
+            - ``"hf:org/name"`` or ``"hf:org/name@revision"``: a Hub repo (:mod:`zoo.hub`).
         device: where the weights go (default CPU). CPU weights stay memory-mapped from the
             file (copy-on-write) and are never copied.
         dtype: floating dtype to convert to (default: keep the file's).
@@ -254,9 +256,10 @@ def load(
         ``tokenizer=False``) and ``model.load_report`` (a :class:`LoadReport`).
     """
     if isinstance(source, str) and source.startswith("hf:"):
-        raise CheckpointError(
-            f"{source!r}: loading from the Hugging Face Hub is not available in this zoo; "
-            "download the repository and pass its directory to zoo.load()"
+        from ..hub.load import load_hf  # fetch into the Hugging Face cache, then load_local
+
+        return load_hf(
+            source, device=device, dtype=dtype, strict=strict, verify=verify, tokenizer=tokenizer
         )
     if isinstance(source, os.PathLike) or (isinstance(source, str) and _looks_like_path(source)):
         path = Path(os.path.expanduser(os.fspath(source)))
@@ -295,6 +298,10 @@ def _load_named(name: str, **kwargs: Any) -> nn.Module:
             f"{exc} (zoo.load also accepts a checkpoint directory; {name!r} is not one)"
         ) from None
     path = local_weights_path(spec.name)
+    if path is None and spec.weights is not None and spec.weights.repo:
+        from ..hub.load import load_named  # the registry entry's Hub repo
+
+        return load_named(spec.name, **kwargs)
     if path is None:
         where = f" Its weights are published at {spec.weights}." if spec.weights else ""
         raise CheckpointError(

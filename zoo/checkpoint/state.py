@@ -243,8 +243,9 @@ def _materialize_parameters(
     model: nn.Module, device: torch.device, dtype: torch.dtype | None
 ) -> list[str]:
     """Give the parameters the checkpoint did not provide real storage on ``device`` and
-    return their names. A leaf module missing all its parameters is initialised by its own
-    ``reset_parameters()``; any other missing parameter is zero-filled."""
+    return their names. They are initialised by their (leaf) module's ``reset_parameters()``,
+    run on stand-ins for the parameters that were loaded so those are never written to;
+    a parameter whose module has no ``reset_parameters()`` is zero-filled."""
     left = [name for name, p in model.named_parameters() if p.is_meta]
     if not left or device.type == "meta":
         return []
@@ -252,18 +253,21 @@ def _materialize_parameters(
         module = model.get_submodule(path) if path else model
         params = {n: p for n, p in module._parameters.items() if p is not None}
         missing = {n for n, p in params.items() if p.is_meta}
-        for n in missing:
-            p = params[n]
-            empty = torch.empty_like(p, device=device, dtype=dtype or p.dtype)
-            module._parameters[n] = nn.Parameter(empty, requires_grad=p.requires_grad)
+        for n, p in params.items():  # fresh storage for the missing, stand-ins for the rest
+            like = torch.empty_like(
+                p, device=device, dtype=dtype if n in missing and dtype else None
+            )
+            module._parameters[n] = nn.Parameter(like, requires_grad=p.requires_grad)
         reset = getattr(module, "reset_parameters", None)
-        is_leaf = next(module.children(), None) is None
         with torch.no_grad():
-            if callable(reset) and is_leaf and missing == set(params):
+            if callable(reset) and next(module.children(), None) is None:
                 reset()
             else:
                 for n in missing:
                     module._parameters[n].zero_()  # type: ignore[union-attr]
+        for n, p in params.items():
+            if n not in missing:
+                module._parameters[n] = p
     return left
 
 
