@@ -156,7 +156,7 @@ def test_config_json_not_json(ckpt: Path) -> None:
 
 def test_unknown_architecture(ckpt: Path) -> None:
     edit_manifest(ckpt, lambda d: d.update(architecture="mamba9", plugin=None))
-    with pytest.raises(zoo.UnknownArchitectureError, match="'mamba9'.*Install the plugin"):
+    with pytest.raises(zoo.UnknownArchitectureError, match=r"'mamba9'.*Install the plugin"):
         zoo.load(ckpt)
 
 
@@ -234,7 +234,7 @@ def test_hf_pickle_directory_is_refused_then_converted_on_opt_in(tmp_path: Path)
     ref.save_pretrained(hf)
     (hf / "model.safetensors").unlink()
     torch.save(ref.state_dict(), hf / "pytorch_model.bin")
-    with pytest.raises(UnsafeCheckpointError, match="pytorch_model.bin"):
+    with pytest.raises(UnsafeCheckpointError, match=r"pytorch_model\.bin"):
         zoo.load(hf)
     with pytest.raises(UnsafeCheckpointError, match="allow_pickle=True"):
         convert_pickle_checkpoint(hf / "pytorch_model.bin", tmp_path / "safe")
