@@ -388,3 +388,28 @@ def test_named_model_tokenizer_comes_from_the_registry(tmp_path: Path) -> None:
     spec = json.loads((tmp_path / "again" / "config.json").read_text())["tokenizer"]
     assert spec == {"name": "gpt2-bpe"}
     assert zoo.load(tmp_path / "again").tokenizer.encode("Hello world") == [15496, 995]
+
+
+def test_named_model_with_hf_layout_weights(tmp_path: Path, monkeypatch) -> None:
+    """A registry entry whose local weights are in a Hugging Face layout, with or without
+    their config.json (what a Hub download of bare weights hands to load_local)."""
+    model = small("gpt2-124m")
+    zoo.export(model, tmp_path / "w")
+    config = ", ".join(f"{k} = {v}" for k, v in model.config.to_dict().items() if k in SMALL)
+    try:
+        _user_registry(
+            tmp_path / "reg.toml",
+            f'[models.my-hf]\narchitecture = "gpt2"\nconfig = {{{config}}}\n'
+            f'weights = {{path = "{tmp_path / "w"}", layout = "hf-gpt2"}}\n',
+            monkeypatch,
+        )
+        assert torch.equal(logits(zoo.load("my-hf")), logits(model))
+        (tmp_path / "w" / "config.json").unlink()
+        loaded = zoo.load("my-hf")
+        assert loaded.name == "my-hf"
+        assert torch.equal(logits(loaded), logits(model))
+        with pytest.raises(CheckpointError, match=r"no config\.json"):
+            zoo.load(tmp_path / "w")  # without the named model, nothing says what it is
+    finally:
+        monkeypatch.delenv("ZOO_REGISTRY_PATH")
+        zoo.reset_registry()

@@ -438,8 +438,9 @@ def load_local(
         except (ValueError, KeyError, TypeError) as exc:
             raise CheckpointError(f"{where}: {exc}") from None
         config = _make_config(arch, values, where=where)
-    elif detected == "auto" and weights.is_file():
-        arch, config, model_name = _from_metadata(weights, model_name)
+    elif detected in ("auto", "zoo") and (found := _from_metadata(weights)) is not None:
+        arch, config, saved_name = found
+        model_name = model_name or saved_name
     elif model_name is not None:
         spec = get_registry().model(model_name)
         arch = _architecture(spec.architecture, where=f"model {model_name!r}", plugin=None)
@@ -448,8 +449,9 @@ def load_local(
             keymap = arch.checkpoint_layout(detected)
     else:
         raise CheckpointError(
-            f"{directory} has no {CONFIG_FILE}: zoo cannot tell which model the weights belong "
-            "to. Save with zoo.save(), or load through a named model."
+            f"{directory} has no {CONFIG_FILE} (and its weights no zoo metadata): zoo cannot "
+            "tell which model the weights belong to. Save with zoo.save(), or load through a "
+            "named model."
         )
     if not weights.is_file():
         raise _missing_weights(directory, weights.name)
@@ -500,10 +502,13 @@ def load_local(
     return model
 
 
-def _from_metadata(weights: Path, model_name: str | None) -> tuple[ArchitectureSpec, Any, Any]:
-    """Architecture and config from a zoo weights file's own metadata (no config.json)."""
+def _from_metadata(weights: Path) -> tuple[ArchitectureSpec, Any, str | None] | None:
+    """Architecture, config and model name from a zoo weights file's own metadata (for a
+    file without its config.json), or ``None`` when the file has none."""
     from safetensors import SafetensorError, safe_open
 
+    if not weights.is_file():
+        return None
     check_not_pickle(weights)
     try:
         with safe_open(str(weights), framework="pt") as f:
@@ -511,10 +516,7 @@ def _from_metadata(weights: Path, model_name: str | None) -> tuple[ArchitectureS
     except SafetensorError as exc:
         raise CorruptCheckpointError(f"{weights} is not a valid safetensors file: {exc}") from None
     if _METADATA_KEY not in metadata:
-        raise CheckpointError(
-            f"{weights} has no {CONFIG_FILE} beside it and no zoo metadata: zoo cannot tell which "
-            "model the weights belong to. Load the directory written by zoo.save()."
-        )
+        return None
     try:
         description = json.loads(metadata[_METADATA_KEY])
         arch_name, values = description["architecture"], description["config"]
@@ -522,7 +524,7 @@ def _from_metadata(weights: Path, model_name: str | None) -> tuple[ArchitectureS
         raise CorruptCheckpointError(f"{weights}: the zoo metadata is damaged ({exc})") from None
     arch = _architecture(arch_name, where=str(weights), plugin=None)
     config = _make_config(arch, values, where=str(weights))
-    return arch, config, model_name or description.get("model_name")
+    return arch, config, description.get("model_name")
 
 
 def _registry_tokenizer(arch: ArchitectureSpec, config: Any, model_name: str | None) -> str | None:
