@@ -19,6 +19,7 @@ from zoo.nn import (
     sdpa_mask,
 )
 from zoo.nn.cache import KVCache
+from zoo.nn.decoder import positions_from_mask
 from zoo.nn.masks import causal_self_mask
 
 from .config import EncoderDecoderConfig
@@ -87,11 +88,11 @@ class EncoderDecoder(ZooModel):
             "src_mask": right_padding(batch_size, src_len, device),
         }
 
-    def _embed(self, ids: Tensor, start: int = 0) -> Tensor:
+    def _embed(self, ids: Tensor, positions: Tensor) -> Tensor:
+        """Token plus position vectors, ``(B, L) -> (B, L, d_model)``."""
         x = self.tok_emb(ids)  # (B, L, d_model)
         if self.config.scale_embeddings:
             x = x * math.sqrt(self.config.d_model)
-        positions = torch.arange(start, start + ids.shape[1], device=ids.device).expand_as(ids)
         return self.drop(x + self.pos_emb(positions).to(x.dtype))
 
     def _check(self, ids: Tensor, mask: Tensor | None, name: str) -> tuple[Tensor, Tensor | None]:
@@ -108,7 +109,7 @@ class EncoderDecoder(ZooModel):
 
     def _encode(self, src_ids: Tensor, src_keep: Tensor | None) -> Tensor:
         mask = sdpa_mask(src_keep, causal=False, q_len=src_ids.shape[1])
-        x = self._embed(src_ids)
+        x = self._embed(src_ids, positions_from_mask(src_ids, src_keep))
         for layer in self.encoder:
             x = layer(x, mask=mask)
         return self.encoder_norm(x) if self.encoder_norm is not None else x
@@ -143,7 +144,11 @@ class EncoderDecoder(ZooModel):
         start = cache.length if cache is not None else 0
         self_mask, causal = causal_self_mask(tgt_keep, q_len=t, start=start)
         cross_mask = sdpa_mask(src_keep, causal=False, q_len=t)
-        x = self._embed(tgt_ids, start)
+        if cache is None:
+            positions = positions_from_mask(tgt_ids, tgt_keep)
+        else:  # every row of a generated target starts at position 0: no padding
+            positions = torch.arange(start, start + t, device=tgt_ids.device).expand_as(tgt_ids)
+        x = self._embed(tgt_ids, positions)
         for i, layer in enumerate(self.decoder):
             x = layer(
                 x,

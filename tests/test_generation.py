@@ -1,0 +1,267 @@
+"""Generation: the KV cache changes nothing, parity with transformers, sampling, batching,
+streaming, stop conditions and bad arguments."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import zoo
+from zoo.generation import filter_logits, next_tokens
+from zoo.testing import available_devices, small_overrides
+
+transformers = pytest.importorskip("transformers")
+
+
+def lively(model: torch.nn.Module, std: float = 1.0, seed: int = 0) -> torch.nn.Module:
+    """Re-draw the weight matrices with a large std so that greedy decoding does not collapse
+    into repeating one token (which would let a broken cache pass)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim >= 2:
+                p.copy_(torch.randn(p.shape, generator=g) * std)
+    return model.eval()
+
+
+def small(name: str, device: str = "cpu", **overrides) -> torch.nn.Module:
+    torch.manual_seed(0)
+    model = zoo.build(name, **{**small_overrides(name), **overrides})
+    return lively(model).to(device)
+
+
+def is_encdec(model) -> bool:
+    return hasattr(model, "decoder")
+
+
+def greedy_by_recomputation(model, prompt: list[int], n: int, start_id: int = 1) -> list[int]:
+    """The reference: no cache, the whole sequence recomputed for every new token."""
+    device = next(model.parameters()).device
+    src = torch.tensor([prompt], device=device)
+    seq = [start_id] if is_encdec(model) else list(prompt)
+    with torch.no_grad():
+        for _ in range(n):
+            ids = torch.tensor([seq], device=device)
+            logits = model(src, ids) if is_encdec(model) else model(ids)
+            seq.append(int(logits[0, -1].argmax()))
+    return seq
+
+
+@pytest.mark.parametrize("device", available_devices())
+@pytest.mark.parametrize("name", zoo.list_models())
+def test_cache_equals_recomputation(name, device):
+    model = small(name, device)
+    if not hasattr(model, "start_decoding"):
+        pytest.skip(f"{name} does not support generation")
+    prompt = [3, 17, 42, 7, 99, 5]
+    ours = zoo.generate(model, prompt, max_new_tokens=12, temperature=0, start_id=1)
+    assert ours == greedy_by_recomputation(model, prompt, 12)
+    assert len(set(ours[-12:])) > 2, "degenerate model: the test would prove little"
+
+
+@pytest.mark.parametrize(
+    ("name", "layout", "hf_class", "hf_config"),
+    [
+        ("gpt2-124m", "hf-gpt2", "GPT2LMHeadModel", "GPT2Config"),
+        ("gpt1", "hf-openai-gpt", "OpenAIGPTLMHeadModel", "OpenAIGPTConfig"),
+    ],
+)
+def test_greedy_equals_transformers_generate(name, layout, hf_class, hf_config):
+    torch.manual_seed(0)
+    config = getattr(transformers, hf_config)(
+        n_embd=64, n_head=4, n_layer=2, n_positions=64, vocab_size=300
+    )
+    hf = lively(getattr(transformers, hf_class)(config))
+    keymap = zoo.get_registry().architecture(zoo.resolve_config(name)[0].name)
+    keymap = keymap.checkpoint_layout(layout)
+    model = zoo.build(name, **keymap.config_from_foreign(config.to_dict())).eval()
+    model.load_state_dict(keymap.to_zoo(hf.state_dict())[0])
+    ids = torch.tensor([[5, 80, 3, 250, 17, 9], [44, 45, 46, 47, 48, 49]])
+    expected = hf.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=30,
+        do_sample=False,
+        eos_token_id=None,
+        pad_token_id=0,
+    )
+    ours = zoo.generate(model, ids, max_new_tokens=30, temperature=0)
+    assert torch.equal(ours, expected)
+    assert len(set(ours[0, 6:].tolist())) > 3
+
+
+@pytest.mark.parametrize("name", ["gpt2-124m", "transformer-encdec"])
+def test_batched_prompts_equal_one_by_one(name):
+    model = small(name)
+    prompts = [[5, 6, 7], [1, 2, 3, 4, 5, 6, 7, 8, 9], [100], [9, 8, 7, 6]]
+    alone = [zoo.generate(model, p, max_new_tokens=10, temperature=0, start_id=1) for p in prompts]
+    assert zoo.generate(model, prompts, max_new_tokens=10, temperature=0, start_id=1) == alone
+
+
+def test_sampling_is_reproducible_with_a_seed():
+    model = small("gpt2-124m")
+    kwargs = {"max_new_tokens": 20, "temperature": 1.0, "top_k": 50, "top_p": 0.9}
+    a = zoo.generate(model, [[1, 2, 3], [4, 5]], seed=7, **kwargs)
+    assert a == zoo.generate(model, [[1, 2, 3], [4, 5]], seed=7, **kwargs)
+    assert a != zoo.generate(model, [[1, 2, 3], [4, 5]], seed=8, **kwargs)
+
+
+def _allowed(logits: torch.Tensor, top_k: int | None, top_p: float | None) -> set[int]:
+    """The reference sets, computed one token at a time in plain Python."""
+    values = logits.tolist()
+    order = sorted(range(len(values)), key=lambda i: -values[i])
+    allowed = set(order)
+    if top_k is not None:
+        kth = values[order[min(top_k, len(values)) - 1]]
+        allowed = {i for i in allowed if values[i] >= kth}
+    if top_p is not None:
+        probs = torch.tensor(values).softmax(0).tolist()
+        nucleus, mass = set(), 0.0
+        for i in order:
+            nucleus.add(i)
+            mass += probs[i]
+            if mass >= top_p:
+                break
+        allowed &= nucleus | {order[0]}
+    return allowed
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    vocab=st.integers(2, 40),
+    top_k=st.one_of(st.none(), st.integers(1, 45)),
+    top_p=st.one_of(st.none(), st.floats(0.01, 1.0)),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_sampling_never_leaves_the_top_k_top_p_set(vocab, top_k, top_p, seed):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(1, vocab, generator=g) * 3
+    allowed = _allowed(logits[0], top_k, top_p)
+    batch = logits.expand(200, vocab)
+    drawn = next_tokens(batch, temperature=1.0, top_k=top_k, top_p=top_p, generator=g)
+    assert set(drawn.tolist()) <= allowed
+    kept = torch.isfinite(filter_logits(logits, top_k=top_k, top_p=top_p)[0]).nonzero()
+    assert set(kept.flatten().tolist()) <= allowed | {int(logits.argmax())}
+
+
+@pytest.fixture(scope="module")
+def gpt2_tokenizer():
+    return zoo.tokenizer("gpt2-124m")
+
+
+def test_text_in_text_out_and_streaming(gpt2_tokenizer):
+    model = small("gpt2-124m", vocab_size=50257)
+    text = zoo.generate(
+        model, "Every effort moves you", tokenizer=gpt2_tokenizer, max_new_tokens=15, temperature=0
+    )
+    assert isinstance(text, str) and text
+    pieces = list(
+        zoo.generate(
+            model,
+            "Every effort moves you",
+            tokenizer=gpt2_tokenizer,
+            max_new_tokens=15,
+            temperature=0,
+            stream=True,
+        )
+    )
+    assert len(pieces) > 1 and "".join(pieces) == text
+    texts = zoo.generate(
+        model,
+        ["Hello", "Every effort moves you"],
+        tokenizer=gpt2_tokenizer,
+        max_new_tokens=15,
+        temperature=0,
+    )
+    assert texts[1] == text
+
+
+def test_stop_strings_cut_the_text(gpt2_tokenizer):
+    model = small("gpt2-124m", vocab_size=50257)
+    full = zoo.generate(
+        model, "Hello world", tokenizer=gpt2_tokenizer, max_new_tokens=20, temperature=0
+    )
+    stop = full[5:8]
+    cut = zoo.generate(
+        model, "Hello world", tokenizer=gpt2_tokenizer, max_new_tokens=20, temperature=0, stop=stop
+    )
+    assert cut == full[: full.find(stop)]
+    streamed = "".join(
+        zoo.generate(
+            model,
+            "Hello world",
+            tokenizer=gpt2_tokenizer,
+            max_new_tokens=20,
+            temperature=0,
+            stop=[stop],
+            stream=True,
+        )
+    )
+    assert streamed == cut
+
+
+def test_end_of_text_stops_a_row_and_pads_the_rest():
+    model = small("gpt2-124m")
+    free = zoo.generate(
+        model, torch.tensor([[1, 2, 3], [4, 5, 6]]), max_new_tokens=10, temperature=0
+    )
+    eos = int(free[0, 5])  # the third new token of row 0 becomes "end of text"
+    tok = types.SimpleNamespace(eos_id=eos, bos_id=None)
+    out = zoo.generate(
+        model, torch.tensor([[1, 2, 3], [4, 5, 6]]), tokenizer=tok, max_new_tokens=10, temperature=0
+    )
+    first = out[0].tolist()
+    assert first[: first.index(eos) + 1] == free[0, : first.index(eos) + 1].tolist()
+    assert all(t == eos for t in first[first.index(eos) :])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_new_tokens": -1}, "max_new_tokens must be a positive integer"),
+        ({"max_new_tokens": 0}, "max_new_tokens must be a positive integer"),
+        ({"max_new_tokens": 5, "top_p": 0.0}, r"top_p must be in \(0, 1\]"),
+        ({"max_new_tokens": 5, "top_p": 1.5}, r"top_p must be in \(0, 1\]"),
+        ({"max_new_tokens": 5, "top_k": 0}, "top_k must be a positive integer"),
+        ({"max_new_tokens": 5, "temperature": -1}, "temperature must be a number >= 0"),
+        ({"max_new_tokens": 5, "stop": [""]}, "stop must be a non-empty string"),
+        ({"max_new_tokens": 60}, "exceeds the context length 64"),
+    ],
+)
+def test_bad_arguments_are_clear_errors(kwargs, message):
+    model = small("gpt2-124m")
+    with pytest.raises(ValueError, match=message):
+        zoo.generate(model, [1, 2, 3, 4, 5], **kwargs)
+
+
+def test_bad_prompts_are_clear_errors():
+    model = small("gpt2-124m")
+    with pytest.raises(ValueError, match="a prompt is empty"):
+        zoo.generate(model, [[1, 2], []], max_new_tokens=3)
+    with pytest.raises(ValueError, match=r"outside the vocabulary \[0, 1000\)"):
+        zoo.generate(model, [1, 5000], max_new_tokens=3)
+    with pytest.raises(ValueError, match="single prompt"):
+        zoo.generate(
+            model,
+            [[1], [2]],
+            max_new_tokens=3,
+            stream=True,
+            tokenizer=types.SimpleNamespace(eos_id=None, bos_id=None),
+        )
+    with pytest.raises(ValueError, match="needs start_id"):
+        zoo.generate(
+            small("transformer-encdec"),
+            [1, 2],
+            max_new_tokens=3,
+            tokenizer=types.SimpleNamespace(eos_id=None, bos_id=None),
+        )
+
+
+def test_generation_leaves_the_model_in_its_mode():
+    model = small("gpt2-124m").train()
+    zoo.generate(model, [1, 2, 3], max_new_tokens=2, temperature=0)
+    assert model.training
