@@ -176,6 +176,21 @@ def test_save_overwrites_and_leaves_no_temporary_files(tmp_path: Path) -> None:
     assert_same_weights(zoo.load(tmp_path), second)
 
 
+def test_save_over_the_checkpoint_a_model_was_loaded_from(tmp_path: Path) -> None:
+    """The loaded weights are a memory map of the old file: saving replaces the file (new
+    inode), so the model in memory stays intact."""
+    model = small("gpt2-124m")
+    zoo.save(model, tmp_path)
+    loaded = zoo.load(tmp_path)
+    with torch.no_grad():
+        loaded.final_norm.bias.add_(1.0)
+    zoo.save(loaded, tmp_path)
+    assert torch.equal(loaded.tok_emb.weight, model.tok_emb.weight)
+    again = zoo.load(tmp_path)
+    assert torch.equal(again.final_norm.bias, model.final_norm.bias + 1.0)
+    assert torch.equal(again.tok_emb.weight, model.tok_emb.weight)
+
+
 def test_weights_file_alone_loads_from_its_metadata(tmp_path: Path) -> None:
     model = small("wiki-gpt-wordpiece")
     zoo.save(model, tmp_path / "ckpt")
