@@ -18,6 +18,11 @@ from .errors import (
     ChecksumMismatchError,
     ConfigError,
     CorruptCheckpointError,
+    HubAuthError,
+    HubError,
+    HubNotFoundError,
+    HubOfflineError,
+    HubUnavailableError,
     PluginError,
     RegistryConflictError,
     StateDictMismatchError,
@@ -27,6 +32,7 @@ from .errors import (
     ZooError,
 )
 from .hookspecs import hookimpl
+from .hub import pull, push
 from .registry import get_registry, reset_registry
 from .specs import ArchitectureSpec, ModelSpec, TokenizerSpec, WeightsSource
 
@@ -50,6 +56,11 @@ __all__ = [
     "ConfigError",
     "CorruptCheckpointError",
     "DecoderConfig",
+    "HubAuthError",
+    "HubError",
+    "HubNotFoundError",
+    "HubOfflineError",
+    "HubUnavailableError",
     "LoadReport",
     "ModelConfig",
     "ModelInfo",
@@ -75,6 +86,8 @@ __all__ = [
     "list_models",
     "load",
     "plugins",
+    "pull",
+    "push",
     "reset_registry",
     "resolve_config",
     "save",

@@ -149,6 +149,77 @@ def cmd_tour(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_push(args: argparse.Namespace) -> int:
+    """Publish a checkpoint directory (written by zoo.save) to a Hugging Face Hub repo."""
+    from . import hub
+
+    ref = hub.push(
+        args.directory,
+        args.repo,
+        revision=args.revision,
+        private=args.private,
+        commit_message=args.message,
+    )
+    print(f"pushed {args.directory} to {ref.repo_id}@{ref.revision}: commit {ref.sha}")
+    print(f"  {ref.url}")
+    print(f'  load it with zoo.load("{ref.source}")')
+    return 0
+
+
+def cmd_pull(args: argparse.Namespace) -> int:
+    """Download a named model's weights or a Hub repo into the Hugging Face cache."""
+    from . import hub
+
+    print(hub.pull(args.name, revision=args.revision))
+    return 0
+
+
+_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def _load_for_generation(args: argparse.Namespace):  # noqa: ANN202 - torch is imported lazily
+    import torch
+
+    from . import checkpoint
+
+    dtype = getattr(torch, args.dtype) if args.dtype else None
+    if args.random:
+        model = api.build(args.source, device=args.device, dtype=dtype)
+        return model.eval()
+    return checkpoint.load(args.source, device=args.device, dtype=dtype)
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    """Generate text from a prompt, streaming it to the terminal."""
+    from .generation import generate
+
+    model = _load_for_generation(args)
+    print(args.prompt, end="", flush=True)
+    for piece in generate(
+        model,
+        args.prompt,
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        stop=args.stop or None,
+        stream=True,
+    ):
+        print(piece, end="", flush=True)
+    print()
+    return 0
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    """Convert a checkpoint between the zoo layout and a Hugging Face layout."""
+    from .checkpoint import convert_checkpoint
+
+    path = convert_checkpoint(args.source, args.destination, to=args.to)
+    print(f"wrote {path} ({args.to} layout)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``zoo`` command."""
     parser = argparse.ArgumentParser(
@@ -169,6 +240,32 @@ def build_parser() -> argparse.ArgumentParser:
     add("plugins", cmd_plugins)
     p = add("tour", cmd_tour)
     p.add_argument("--device", default="cpu", help="device to build on (default: cpu)")
+    p = add("generate", cmd_generate)
+    p.add_argument(
+        "source",
+        metavar="NAME_OR_SOURCE",
+        help="named model (official weights), hf:org/name[@rev], or a directory",
+    )
+    p.add_argument("prompt", help="the text to continue")
+    p.add_argument("--max-new-tokens", type=int, default=50, help="default: 50")
+    p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (default: 0.8)")
+    p.add_argument("--top-k", type=int, default=None)
+    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--seed", type=int, default=None, help="makes sampling reproducible")
+    p.add_argument("--stop", action="append", help="stop string (repeatable)")
+    p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cpu)")
+    p.add_argument("--dtype", choices=_DTYPES, default=None, help="default: as stored")
+    p.add_argument(
+        "--random",
+        action="store_true",
+        help="use a randomly initialised named model (no weights, works offline)",
+    )
+    p = add("convert", cmd_convert)
+    p.add_argument("source", help="a zoo checkpoint directory or a Hugging Face one")
+    p.add_argument("destination", help="directory to write (atomically)")
+    p.add_argument(
+        "--to", default="zoo", help="target layout: zoo (default), hf-gpt2 or hf-openai-gpt"
+    )
     p = add("check", cmd_check)
     p.add_argument("names", nargs="+", metavar="NAME", help="named models to check")
     p.add_argument(
@@ -176,6 +273,17 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         help="device to check on (repeatable); default: cpu, and cuda when available",
     )
+    p = add("push", cmd_push)
+    p.add_argument("directory", metavar="DIR", help="a checkpoint directory written by zoo.save")
+    p.add_argument("repo", metavar="REPO", help="Hub repo id, org/name")
+    p.add_argument("--revision", help="branch to commit to (default: the main branch)")
+    p.add_argument("--private", action="store_true", help="create the repo private")
+    p.add_argument("--message", help="commit message")
+    p = add("pull", cmd_pull)
+    p.add_argument(
+        "name", metavar="NAME_OR_REPO", help="a named model with Hub weights, or org/name[@rev]"
+    )
+    p.add_argument("--revision", help="branch, tag or commit sha")
     return parser
 
 

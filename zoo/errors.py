@@ -7,6 +7,11 @@ __all__ = [
     "ChecksumMismatchError",
     "ConfigError",
     "CorruptCheckpointError",
+    "HubAuthError",
+    "HubError",
+    "HubNotFoundError",
+    "HubOfflineError",
+    "HubUnavailableError",
     "PluginError",
     "RegistryConflictError",
     "StateDictMismatchError",
@@ -73,3 +78,25 @@ class StateDictMismatchError(CheckpointError):
     def __init__(self, message: str, report: object = None) -> None:
         super().__init__(message)
         self.report = report
+
+
+class HubError(ZooError):
+    """A Hugging Face Hub operation (push, pull, ``zoo.load("hf:...")``) failed."""
+
+
+class HubAuthError(HubError):
+    """The Hub refused the token (invalid, missing, or without access to the repo)."""
+
+
+class HubNotFoundError(HubError):
+    """The repo, revision or file does not exist on the Hub (or is private and the token
+    does not grant access to it)."""
+
+
+class HubUnavailableError(HubError):
+    """The Hub could not be reached, answered with a server error, or a download was cut,
+    and the files are not in the local cache."""
+
+
+class HubOfflineError(HubUnavailableError):
+    """``HF_HUB_OFFLINE`` is set and the files are not in the local Hugging Face cache."""

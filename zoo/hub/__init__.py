@@ -1,0 +1,36 @@
+"""The Hugging Face Hub: publish zoo checkpoints and fetch them (or official weights) by name.
+
+    >>> import zoo
+    >>> ref = zoo.push(model, "org/name")          # model.safetensors, config.json, README.md
+    >>> model = zoo.load("hf:org/name")            # or "hf:org/name@<branch, tag or sha>"
+    >>> model = zoo.load("gpt2-124m")              # official weights: openai-community/gpt2
+    >>> zoo.pull("gpt1")                           # into the HF cache, nothing built
+
+Everything goes through ``huggingface_hub`` and the standard Hugging Face cache, so
+``HF_ENDPOINT``, ``HF_HOME``/``HF_HUB_CACHE``, ``HF_HUB_OFFLINE`` and ``HF_TOKEN`` apply as for
+any Hub client. A revision is resolved to a commit once and every file is fetched at that
+commit; downloads are checked against the Hub's metadata, the sha256 a registry entry pins
+and the one ``config.json`` records. No code from a repo is ever run and no pickle is read.
+
+Modules: :mod:`.source` (``hf:`` strings and named models), :mod:`.download` (pull),
+:mod:`.load` (``zoo.load`` on top of pull), :mod:`.upload` (push), :mod:`.card` (the model
+card), :mod:`.failures` (Hub errors as zoo errors).
+"""
+
+from __future__ import annotations
+
+from .download import Snapshot, fetch, pull
+from .source import PREFIX, HubSource, parse_hf_source, resolve_source
+from .upload import CommitRef, push
+
+__all__ = [
+    "PREFIX",
+    "CommitRef",
+    "HubSource",
+    "Snapshot",
+    "fetch",
+    "parse_hf_source",
+    "pull",
+    "push",
+    "resolve_source",
+]

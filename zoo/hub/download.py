@@ -1,0 +1,303 @@
+"""Pulling a checkpoint from the Hub into the standard Hugging Face cache.
+
+One pull:
+
+1. resolves the revision to a commit sha once (``HfApi.resolve_revision``; offline or with the
+   Hub unreachable it reads the sha the cache recorded for that revision), then fetches every
+   file at that sha, so weights, config and tokenizer come from the same commit;
+2. reads the Hub's file metadata at that commit (size, git blob id, LFS sha256) when online;
+3. downloads ``config.json`` and decides from it what else the checkpoint needs: a zoo
+   checkpoint lists its weights file and tokenizer files, a Hugging Face one gets the weights
+   file plus the vocabulary files a plugin's tokenizer may read (``vocab.json``,
+   ``merges.txt``). Nothing else is fetched: no code, no pickles, no other weight formats;
+4. checks the expected sha256 of the weights (pinned in the registry, recorded in
+   ``config.json``, and the Hub's LFS sha256) agree *before* downloading them, and verifies
+   every downloaded file afterwards: a mismatch deletes the file from the cache and raises
+   :class:`~zoo.errors.ChecksumMismatchError`.
+
+Downloads, the cache layout, ``HF_ENDPOINT``, ``HF_HOME``/``HF_HUB_CACHE``, ``HF_HUB_OFFLINE``
+and ``HF_TOKEN`` are all ``huggingface_hub``'s own (``hf_hub_download``, with its progress bars
+and resumable, atomic writes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..checkpoint.files import PICKLE_SUFFIXES, remember_verified, sha256_file, was_verified
+from ..checkpoint.manifest import CONFIG_FILE, FORMAT, Manifest, read_config_json
+from ..errors import (
+    CheckpointError,
+    ChecksumMismatchError,
+    HubNotFoundError,
+    UnsafeCheckpointError,
+)
+from .failures import hub_errors, is_offline, transport_errors
+from .source import HubSource, resolve_source
+
+__all__ = ["HF_VOCAB_FILES", "Snapshot", "evict", "fetch", "pull"]
+
+#: Vocabulary files fetched with a Hugging Face-layout checkpoint when the repo has them: what
+#: a plugin's tokenizer may read from the checkpoint directory (GPT-1's BPE files).
+HF_VOCAB_FILES = ("vocab.json", "merges.txt")
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """A checkpoint fetched into the Hugging Face cache.
+
+    Attributes:
+        source: what was asked for.
+        commit: the commit sha every file was fetched at.
+        directory: ``<HF_HUB_CACHE>/models--org--name/snapshots/<commit>``.
+        weights: the weights file in ``directory``.
+        sha256: the expected sha256 of the weights (``None`` when nothing is known: offline,
+            no pin, and a Hugging Face checkpoint).
+        expected_from: where ``sha256`` came from, for messages.
+        verified: whether the weights were hashed and matched during the pull.
+    """
+
+    source: HubSource
+    commit: str
+    directory: Path
+    weights: Path
+    sha256: str | None
+    expected_from: str
+    verified: bool
+
+
+# -- verification -------------------------------------------------------------------------
+def _git_blob_sha1(path: Path) -> str:
+    """The git blob id of a file (the ETag the Hub gives a non-LFS file)."""
+    digest = hashlib.sha1(f"blob {path.stat().st_size}\0".encode(), usedforsecurity=False)
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def evict(path: Path) -> None:
+    """Delete a downloaded file from the Hugging Face cache: the snapshot entry and the blob
+    it points to, so the next pull downloads it again. Missing files are ignored."""
+    blob = path.resolve() if path.is_symlink() else None
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    if blob is not None:
+        with contextlib.suppress(FileNotFoundError):
+            blob.unlink()
+
+
+def _mismatch(path: Path, actual: str, expected: str, expected_from: str, what: str) -> Exception:
+    evict(path)
+    return ChecksumMismatchError(
+        f"{what}: the downloaded {path.name} has sha256 {actual}, but {expected_from} says "
+        f"{expected}. The download was corrupted or the repo does not hold the file expected; "
+        "it was deleted from the Hugging Face cache and nothing was loaded. Try again; if it "
+        "persists, the repo (or the pin) is wrong."
+    )
+
+
+def _verify_small(path: Path, entry: Any, what: str) -> None:
+    """Check a non-weights file against the Hub's metadata (LFS sha256 or git blob id)."""
+    if entry is None:
+        return
+    lfs = getattr(entry, "lfs", None)
+    if lfs is not None and getattr(lfs, "sha256", None):
+        actual, expected = sha256_file(path), str(lfs.sha256)
+    elif getattr(entry, "blob_id", None):
+        actual, expected = _git_blob_sha1(path), str(entry.blob_id)
+    else:
+        return
+    if actual != expected:
+        raise _mismatch(path, actual, expected, "the Hub's file metadata", what)
+
+
+def _expected_sha256(
+    candidates: Mapping[str, str | None], what: str, filename: str
+) -> tuple[str | None, str]:
+    """The one sha256 the weights must have, and where it comes from; an error (before any
+    download) when the registry pin, ``config.json`` and the Hub disagree."""
+    known = {where: sha.lower() for where, sha in candidates.items() if sha}
+    if len(set(known.values())) > 1:
+        listed = "; ".join(f"{where}: {sha}" for where, sha in known.items())
+        raise ChecksumMismatchError(
+            f"{what}: the sha256 of {filename} is not the one expected ({listed}). Nothing was "
+            "downloaded. The repo changed or is not the one the pin describes: pin a revision "
+            "that holds the expected file, or update the pin."
+        )
+    if not known:
+        return None, "nothing"
+    first = next(iter(known))
+    return known[first], first
+
+
+# -- fetching -----------------------------------------------------------------------------
+def _files_metadata(api: Any, repo_id: str, commit: str, token: Any) -> dict[str, Any] | None:
+    """``{path: RepoSibling}`` at ``commit``, or ``None`` offline or when the Hub cannot be
+    reached (the cache is used then)."""
+    if is_offline():
+        return None
+    from huggingface_hub import errors as hf
+
+    try:
+        info = api.model_info(repo_id, revision=commit, files_metadata=True, token=token)
+    except (*transport_errors(), hf.OfflineModeIsEnabled):
+        return None
+    except hf.HfHubHTTPError as exc:
+        if exc.response is not None and exc.response.status_code >= 500:
+            return None
+        raise
+    return {s.rfilename: s for s in info.siblings or ()}
+
+
+def _plan(
+    directory: Path, source: HubSource, entries: Mapping[str, Any] | None, what: str
+) -> tuple[str, list[str], str | None]:
+    """``(weights file, other files, sha256 recorded in config.json)`` from ``config.json``."""
+    data = read_config_json(directory)
+    assert data is not None  # downloaded just before
+    where = f"{what}: {CONFIG_FILE}"
+    if data.get("format") == FORMAT:
+        manifest = Manifest.from_json(data, where=where)
+        spec = manifest.tokenizer or {}
+        files = [f for f in spec.get("files") or () if isinstance(f, str)]
+        return manifest.weights_file, files, manifest.sha256
+    if "model_type" in data:
+        if entries is not None:
+            vocab = [f for f in HF_VOCAB_FILES if f in entries]
+        else:  # offline: whatever an earlier pull of this commit fetched
+            vocab = [f for f in HF_VOCAB_FILES if (directory / f).exists()]
+        return source.filename, vocab, None
+    raise CheckpointError(
+        f'{where} is neither a zoo config ("format": "zoo") nor a Hugging Face config '
+        '("model_type"): this repo is not a checkpoint zoo can load'
+    )
+
+
+def _check_weights_name(filename: str, entries: Mapping[str, Any] | None, what: str) -> None:
+    if Path(filename).suffix.lower() in PICKLE_SUFFIXES:
+        raise UnsafeCheckpointError(
+            f"{what}: {filename} is a pickle-based file; zoo only loads safetensors because "
+            "unpickling can run arbitrary code. Nothing was downloaded."
+        )
+    if entries is not None and filename not in entries:
+        present = sorted(entries)
+        pickles = [p for p in present if Path(p).suffix.lower() in PICKLE_SUFFIXES]
+        hint = (
+            f" It only has pickle-based weights ({', '.join(pickles)}), which zoo never "
+            "unpickles: convert them to safetensors once, from a source you trust."
+            if pickles
+            else ""
+        )
+        raise HubNotFoundError(
+            f"{what}: the repo has no {filename} (it has: {', '.join(present)}).{hint}"
+        )
+
+
+def fetch(source: HubSource, *, token: str | bool | None = None, verify: bool = True) -> Snapshot:
+    """Fetch the files of ``source`` into the Hugging Face cache (see the module docstring).
+
+    Args:
+        source: what to fetch.
+        token: Hub token; ``None`` uses ``HF_TOKEN`` or the saved login, ``False`` sends none.
+        verify: hash the weights now. :func:`zoo.load` passes ``False`` and lets the loader
+            hash them on a background thread while it builds the model.
+    """
+    from huggingface_hub import HfApi, hf_hub_download
+
+    what = f"{source}"
+    api = HfApi(token=token)
+    with hub_errors(what):
+        commit = api.resolve_revision(source.repo_id, revision=source.revision).resolved
+        entries = _files_metadata(api, source.repo_id, commit, token)
+    what = f"{source.repo_id}@{commit[:12]}" + (f" ({source.revision})" if source.revision else "")
+
+    def download(filename: str) -> Path:
+        with hub_errors(f"{what}: {filename}"):
+            return Path(hf_hub_download(source.repo_id, filename, revision=commit, token=token))
+
+    if entries is not None and CONFIG_FILE not in entries:
+        raise HubNotFoundError(
+            f"{what}: the repo has no {CONFIG_FILE}, so it is neither a zoo checkpoint "
+            f"(zoo.push writes one) nor a Hugging Face one (it has: {', '.join(sorted(entries))})"
+        )
+    config = download(CONFIG_FILE)
+    _verify_small(config, (entries or {}).get(CONFIG_FILE), what)
+    directory = config.parent
+    weights_name, others, recorded = _plan(directory, source, entries, what)
+    _check_weights_name(weights_name, entries, what)
+
+    entry = (entries or {}).get(weights_name)
+    lfs = getattr(entry, "lfs", None)
+    expected, expected_from = _expected_sha256(
+        {
+            "the registry pin": source.sha256,
+            f"{CONFIG_FILE}": recorded,
+            "the Hub's LFS metadata": getattr(lfs, "sha256", None),
+        },
+        what,
+        weights_name,
+    )
+    for name in others:
+        _verify_small(download(name), (entries or {}).get(name), what)
+    weights = download(weights_name)
+    verified = False
+    if verify and expected is not None and not was_verified(weights, expected):
+        actual = sha256_file(weights)
+        if actual != expected:
+            raise _mismatch(weights, actual, expected, expected_from, what)
+        remember_verified(weights, expected)
+        verified = True
+    return Snapshot(
+        source=source,
+        commit=commit,
+        directory=directory,
+        weights=weights,
+        sha256=expected,
+        expected_from=expected_from,
+        verified=verified,
+    )
+
+
+def pull(
+    name_or_repo: str,
+    *,
+    revision: str | None = None,
+    token: str | bool | None = None,
+) -> Path:
+    """Download a checkpoint into the Hugging Face cache, without building anything.
+
+        >>> zoo.pull("gpt2-124m")                    # a named model's official weights
+        >>> zoo.pull("org/name", revision="v1")      # a repo pushed with zoo.push (or HF's)
+        >>> zoo.pull("hf:org/name@0123abcd...")      # the zoo.load spelling works too
+
+    The revision is resolved to a commit once; every file is fetched at that commit. Only
+    what loading needs is fetched (``config.json``, the safetensors weights, tokenizer
+    files), and every file is checked against the Hub's metadata; the weights also against
+    a pinned sha256 and the one ``config.json`` records. Honours ``HF_ENDPOINT``,
+    ``HF_HOME``/``HF_HUB_CACHE``, ``HF_HUB_OFFLINE`` (a warm cache works without network)
+    and ``HF_TOKEN``.
+
+    Args:
+        name_or_repo: a named model with Hub weights, ``"org/name"`` or ``"hf:org/name@rev"``.
+        revision: branch, tag or commit sha (default: the registry's, else the main branch).
+        token: Hub token; ``None`` uses ``HF_TOKEN`` or the saved login.
+
+    Returns:
+        the snapshot directory, ``<HF_HUB_CACHE>/models--org--name/snapshots/<commit>``;
+        ``zoo.load(path)`` loads it.
+
+    Raises:
+        zoo.HubNotFoundError: no such repo, revision or file.
+        zoo.HubAuthError: the token was refused.
+        zoo.HubUnavailableError: the Hub cannot be reached (or a download was cut) and the
+            files are not cached; :class:`zoo.HubOfflineError` when ``HF_HUB_OFFLINE`` is set.
+        zoo.ChecksumMismatchError: a download does not match its expected hash (it is deleted).
+    """
+    source = resolve_source(name_or_repo, revision)
+    return fetch(source, token=token, verify=True).directory

@@ -1,0 +1,130 @@
+"""Turning ``huggingface_hub`` and HTTP exceptions into zoo errors that say what to do.
+
+``huggingface_hub`` reports an unreachable Hub, a refused token, a missing repo or a cut
+download with a dozen exception types (some from its HTTP library); every Hub call in zoo goes
+through :func:`hub_errors`, so users see one of :class:`~zoo.errors.HubAuthError`,
+:class:`~zoo.errors.HubNotFoundError`, :class:`~zoo.errors.HubUnavailableError` (or its
+:class:`~zoo.errors.HubOfflineError`) with the endpoint, the repo and a fix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from ..errors import (
+    HubAuthError,
+    HubError,
+    HubNotFoundError,
+    HubOfflineError,
+    HubUnavailableError,
+)
+
+__all__ = ["endpoint", "hub_errors", "is_offline", "transport_errors", "unreachable"]
+
+
+def endpoint() -> str:
+    """The Hub endpoint in use (``HF_ENDPOINT``, as ``huggingface_hub`` read it)."""
+    from huggingface_hub import constants
+
+    return str(constants.ENDPOINT)
+
+
+def is_offline() -> bool:
+    """Whether ``HF_HUB_OFFLINE`` is set (as ``huggingface_hub`` read it)."""
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE)
+
+
+def _cache() -> str:
+    from huggingface_hub import constants
+
+    return str(constants.HF_HUB_CACHE)
+
+
+def transport_errors() -> tuple[type[BaseException], ...]:
+    """The HTTP library's connection-level errors (``httpx2`` or ``httpx``, by version)."""
+    errors: list[type[BaseException]] = [ConnectionError, TimeoutError]
+    for module in ("httpx2", "httpx"):
+        with contextlib.suppress(ImportError):
+            errors.append(__import__(module).TransportError)
+    return tuple(errors)
+
+
+def _why(exc: BaseException) -> str:
+    cause = exc.__cause__ or exc.__context__
+    text = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+    if cause is not None and str(cause).strip():
+        text += f" (caused by {type(cause).__name__}: {str(cause).strip().splitlines()[0]})"
+    return text
+
+
+def unreachable(what: str, exc: BaseException | None = None) -> HubUnavailableError:
+    """The error for files that are neither downloadable nor cached (offline or not)."""
+    why = f" ({_why(exc)})" if exc is not None else ""
+    if is_offline():
+        return HubOfflineError(
+            f"{what}: HF_HUB_OFFLINE is set and it is not in the Hugging Face cache "
+            f"({_cache()}){why}. Run `zoo pull` for it once with network access, unset "
+            "HF_HUB_OFFLINE, or point HF_HUB_CACHE (or HF_HOME) at a cache that holds it."
+        )
+    return HubUnavailableError(
+        f"{what}: the Hub at {endpoint()} could not be reached and it is not in the "
+        f"Hugging Face cache ({_cache()}){why}. Check the network and HF_ENDPOINT, then try "
+        "again; with a warm cache, HF_HUB_OFFLINE=1 works without the network."
+    )
+
+
+@contextlib.contextmanager
+def hub_errors(what: str) -> Iterator[None]:
+    """Re-raise Hub failures inside the block as zoo errors; ``what`` names the operation and
+    the repo (``"pull openai-community/gpt2@main"``) at the start of every message."""
+    from huggingface_hub import errors as hf
+
+    try:
+        yield
+    except HubError:
+        raise
+    except (hf.OfflineModeIsEnabled, hf.LocalEntryNotFoundError, hf.RevisionResolutionError) as e:
+        raise unreachable(what, e) from e
+    except hf.GatedRepoError as exc:
+        raise HubAuthError(
+            f"{what}: the repo is gated and this token has not been granted access "
+            f"({_why(exc)}). Request access on its Hub page, then use a token of that account "
+            "(HF_TOKEN, `hf auth login`, or token=...)."
+        ) from exc
+    except hf.RepositoryNotFoundError as exc:
+        raise HubNotFoundError(
+            f"{what}: no such repo on {endpoint()}, or it is private and the token in use "
+            "does not grant access. Check the repo id and HF_ENDPOINT; for a private repo set "
+            "HF_TOKEN (or pass token=...)."
+        ) from exc
+    except hf.RevisionNotFoundError as exc:
+        raise HubNotFoundError(
+            f"{what}: the revision does not exist in the repo. Use a branch, tag or commit "
+            "sha of the repo (its page lists them)."
+        ) from exc
+    except hf.EntryNotFoundError as exc:
+        raise HubNotFoundError(f"{what}: the file is not in the repo ({_why(exc)})") from exc
+    except hf.HfHubHTTPError as exc:
+        status = exc.response.status_code if exc.response is not None else None
+        if status in (401, 403):
+            raise HubAuthError(
+                f"{what}: the Hub at {endpoint()} refused the token ({status}: "
+                f"{str(exc).strip().splitlines()[0]}). Check HF_TOKEN (or the token=... "
+                "argument, or the login saved by `hf auth login`): it must be valid for this "
+                "Hub and, to push, have write access to the repo."
+            ) from exc
+        if status is not None and status >= 500:
+            raise HubUnavailableError(
+                f"{what}: the Hub at {endpoint()} answered {status} (server error): "
+                f"{_why(exc)}. Try again later; with a warm cache, HF_HUB_OFFLINE=1 works "
+                "without the Hub."
+            ) from exc
+        raise HubError(f"{what}: the Hub at {endpoint()} answered {status}: {_why(exc)}") from exc
+    except transport_errors() as exc:
+        raise HubUnavailableError(
+            f"{what}: the connection to the Hub at {endpoint()} failed ({_why(exc)}). Nothing "
+            "incomplete was kept or loaded; try again (downloads resume where they stopped)."
+        ) from exc

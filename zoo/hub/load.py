@@ -1,0 +1,59 @@
+"""``zoo.load("hf:org/name@rev")`` and ``zoo.load("gpt2-124m")`` with Hub weights: fetch into
+the Hugging Face cache, then hand the snapshot directory to the checkpoint loader.
+
+Loading never runs code from the repo: ``config.json`` is data; the architecture it names (a
+zoo checkpoint) or its ``model_type`` (a Hugging Face one) must come from an installed plugin,
+and an unknown one is an error naming what to install.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..checkpoint.api import load_local
+from ..errors import CorruptCheckpointError
+from .download import evict, fetch
+from .source import HubSource, parse_hf_source, resolve_source
+
+if TYPE_CHECKING:
+    from torch import nn
+
+__all__ = ["load_hf", "load_hub", "load_named"]
+
+
+def load_hub(source: HubSource, *, token: str | bool | None = None, **kwargs: Any) -> nn.Module:
+    """Fetch ``source`` and load it with :func:`zoo.checkpoint.load_local`.
+
+    ``kwargs`` are :func:`zoo.load`'s (``device``, ``dtype``, ``strict``, ``verify``,
+    ``tokenizer``). The weights are hashed by the loader while it builds the model (unless
+    ``verify=False``); a file that does not match is deleted from the cache and nothing is
+    returned.
+    """
+    snapshot = fetch(source, token=token, verify=False)
+    try:
+        return load_local(
+            snapshot.directory,
+            layout=source.layout,
+            sha256=snapshot.sha256,
+            model_name=source.model_name,
+            filename=snapshot.weights.name,
+            **kwargs,
+        )
+    except CorruptCheckpointError as exc:  # ChecksumMismatchError included
+        evict(snapshot.weights)
+        expected = f" (expected sha256 from {snapshot.expected_from})" if snapshot.sha256 else ""
+        raise type(exc)(
+            f"{source}: the downloaded {snapshot.weights.name} was refused{expected} and deleted "
+            f"from the Hugging Face cache; nothing was loaded. Try again; if it persists, the "
+            f"repo (or the pin) is wrong. Details: {exc}"
+        ) from exc
+
+
+def load_hf(source: str, **kwargs: Any) -> nn.Module:
+    """:func:`zoo.load` for ``"hf:org/name"`` and ``"hf:org/name@revision"``."""
+    return load_hub(parse_hf_source(source), **kwargs)
+
+
+def load_named(name: str, **kwargs: Any) -> nn.Module:
+    """:func:`zoo.load` for a named model whose registry entry points at a Hub repo."""
+    return load_hub(resolve_source(name), **kwargs)

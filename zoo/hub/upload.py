@@ -1,0 +1,188 @@
+"""Publishing a checkpoint to the Hub: :func:`push`."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..checkpoint.api import save
+from ..checkpoint.manifest import CONFIG_FILE, FORMAT, Manifest, read_config_json
+from ..errors import CheckpointError, ChecksumMismatchError, HubError
+from .card import DEFAULT_LICENSE, model_card
+from .failures import hub_errors
+from .source import PREFIX
+
+if TYPE_CHECKING:
+    from torch import nn
+
+__all__ = ["CARD_FILE", "CommitRef", "push"]
+
+#: The model card file in the repo.
+CARD_FILE = "README.md"
+
+_COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")
+
+
+@dataclasses.dataclass(frozen=True)
+class CommitRef:
+    """The commit :func:`push` made.
+
+    Attributes:
+        repo_id: ``"org/name"`` (the Hub's spelling; ``"name"`` lands in your namespace).
+        revision: the branch pushed to.
+        sha: the commit sha; ``zoo.load(ref.source)`` loads exactly this commit.
+        url: the commit's page on the Hub.
+    """
+
+    repo_id: str
+    revision: str
+    sha: str
+    url: str
+
+    @property
+    def source(self) -> str:
+        """``"hf:org/name@<sha>"``, what :func:`zoo.load` takes."""
+        return f"{PREFIX}{self.repo_id}@{self.sha}"
+
+    def __str__(self) -> str:
+        return self.source
+
+
+def _read_checkpoint(directory: Path) -> tuple[Manifest, list[str]]:
+    """The manifest of a :func:`zoo.save` directory and the files to upload from it."""
+    data = read_config_json(directory) if directory.is_dir() else None
+    if data is None or data.get("format") != FORMAT:
+        kind = "a Hugging Face checkpoint" if data and "model_type" in data else "no zoo checkpoint"
+        raise CheckpointError(
+            f"{directory} is {kind}: zoo.push publishes directories written by zoo.save() "
+            '(config.json with "format": "zoo"). Load it and push the model instead: '
+            "zoo.push(zoo.load(path), repo_id)."
+        )
+    manifest = Manifest.from_json(data, where=str(directory / CONFIG_FILE))
+    tokenizer_files = [f for f in (manifest.tokenizer or {}).get("files") or ()]
+    files = [manifest.weights_file, *tokenizer_files, CONFIG_FILE]
+    missing = [f for f in files if not (directory / f).is_file()]
+    if missing:
+        raise CheckpointError(
+            f"{directory} lacks {', '.join(missing)} that its config.json names; save the "
+            "model again with zoo.save()"
+        )
+    return manifest, files
+
+
+def _operations(directory: Path, files: list[str], card: str, manifest: Manifest) -> list:
+    """Commit operations for ``files`` and the card; the weights' sha256 (which
+    ``huggingface_hub`` computes for the upload anyway) must be the one recorded."""
+    from huggingface_hub import CommitOperationAdd
+
+    operations = [CommitOperationAdd(f, str(directory / f)) for f in files]
+    operations.append(CommitOperationAdd(CARD_FILE, card.encode("utf-8")))
+    uploaded = operations[0].upload_info.sha256.hex()
+    if manifest.sha256 is not None and uploaded != manifest.sha256:
+        raise ChecksumMismatchError(
+            f"{directory / manifest.weights_file} has sha256 {uploaded}, but its config.json "
+            f"records {manifest.sha256}: refusing to publish a corrupted or modified checkpoint. "
+            "Save the model again with zoo.save()."
+        )
+    return operations
+
+
+def push(
+    model_or_directory: nn.Module | str | os.PathLike[str],
+    repo_id: str,
+    *,
+    revision: str | None = None,
+    private: bool = False,
+    token: str | bool | None = None,
+    commit_message: str | None = None,
+    license: str = DEFAULT_LICENSE,
+) -> CommitRef:
+    """Publish a model (or a :func:`zoo.save` directory) to a Hub repo in one commit.
+
+        >>> ref = zoo.push(model, "org/name")
+        >>> zoo.load(ref.source)            # "hf:org/name@<commit sha>"
+
+    The repo is created if needed (``private`` applies to a new repo only). The commit holds
+    ``model.safetensors``, ``config.json``, the tokenizer's files when it has any (a trained
+    tokenizer; shipped ones are stored by name) and a ``README.md`` model card (YAML
+    metadata ``library_name: zoo``, tags and licence; architecture, components, parameter
+    count, usage). Honours ``HF_ENDPOINT`` and ``HF_TOKEN``.
+
+    Args:
+        model_or_directory: a model built or loaded by zoo (saved with :func:`zoo.save`
+            first, tokenizer included), or a directory :func:`zoo.save` wrote.
+        repo_id: ``"org/name"`` (``"name"``: in the token owner's namespace).
+        revision: the branch to commit to (created from the default branch if missing);
+            default: the default branch.
+        private: create the repo private.
+        token: a token with write access; ``None`` uses ``HF_TOKEN`` or the saved login.
+        commit_message: default ``"Upload <model> with zoo"``.
+        license: the licence id for the card's metadata (default ``"other"``: zoo cannot
+            know the weights' licence).
+
+    Returns:
+        the :class:`CommitRef` (repo, branch, commit sha, URL).
+
+    Raises:
+        zoo.HubAuthError: no token, or it cannot write to the repo.
+        zoo.HubUnavailableError: the Hub cannot be reached.
+        zoo.CheckpointError: the directory is not a zoo checkpoint.
+    """
+    if revision is not None and _COMMIT_SHA.match(revision):
+        raise HubError(f"revision {revision!r} is a commit sha; push to a branch name instead")
+    with tempfile.TemporaryDirectory(prefix="zoo-push-") as staging:
+        if isinstance(model_or_directory, (str, os.PathLike)):
+            directory = Path(os.path.expanduser(os.fspath(model_or_directory)))
+        else:
+            directory = save(model_or_directory, Path(staging) / "checkpoint")
+        manifest, files = _read_checkpoint(directory)
+        return _upload(
+            directory,
+            files,
+            manifest,
+            repo_id,
+            revision=revision,
+            private=private,
+            token=token,
+            commit_message=commit_message,
+            license=license,
+        )
+
+
+def _upload(
+    directory: Path,
+    files: list[str],
+    manifest: Manifest,
+    repo_id: str,
+    *,
+    revision: str | None,
+    private: bool,
+    token: str | bool | None,
+    commit_message: str | None,
+    license: str,
+) -> CommitRef:
+    from huggingface_hub import HfApi
+
+    api = HfApi(token=token)
+    where = f"push to {repo_id}" + (f"@{revision}" if revision else "")
+    with hub_errors(where):
+        repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
+        operations = _operations(
+            directory, files, model_card(manifest, repo_id, license=license), manifest
+        )
+        if revision is not None:
+            api.create_branch(repo_id, branch=revision, exist_ok=True)
+        name = manifest.model_name or manifest.architecture
+        info = api.create_commit(
+            repo_id,
+            operations,
+            commit_message=commit_message or f"Upload {name} with zoo",
+            revision=revision,
+        )
+    return CommitRef(
+        repo_id=repo_id, revision=revision or "main", sha=info.oid, url=str(info.commit_url)
+    )
