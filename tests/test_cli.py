@@ -19,9 +19,7 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 def test_console_script_lists_without_torch():
     exe = shutil.which("zoo")
     assert exe, "the `zoo` console script is not installed"
-    out = subprocess.run(
-        [exe, "list"], capture_output=True, text=True, check=True
-    )
+    out = subprocess.run([exe, "list"], capture_output=True, text=True, check=True)
     assert "gpt2-124m" in out.stdout and "wiki-gpt-wordpiece" in out.stdout
 
 
@@ -57,7 +55,50 @@ def test_errors_are_one_line_without_traceback(capsys):
     assert "Traceback" not in err
 
 
-@pytest.mark.parametrize("command", [[], ["list"], ["info"], ["plugins"], ["check"]])
+def test_generate_streams_a_random_model_offline(capsys):
+    code, out, _ = run(
+        capsys,
+        "generate",
+        "gpt2-124m",
+        "Every effort moves you",
+        "--random",
+        "--max-new-tokens",
+        "5",
+        "--seed",
+        "0",
+        "--dtype",
+        "bfloat16",
+    )
+    assert code == 0 and out.startswith("Every effort moves you") and len(out) > 24
+
+
+def test_generate_without_weights_is_one_clear_line(capsys):
+    code, _, err = run(capsys, "generate", "wiki-gpt-wordpiece", "hello")
+    assert code == 2 and err.startswith("zoo: error:") and err.count("\n") == 1
+
+
+def test_convert_round_trip(capsys, tmp_path):
+    import torch
+
+    import zoo
+
+    model = zoo.build("gpt2-124m", n_layers=1, d_model=64, n_heads=4, d_ff=128)
+    zoo.save(model, tmp_path / "zoo")
+    code, out, _ = run(
+        capsys, "convert", str(tmp_path / "zoo"), str(tmp_path / "hf"), "--to", "hf-gpt2"
+    )
+    assert code == 0 and "hf-gpt2" in out
+    code, _, _ = run(capsys, "convert", str(tmp_path / "hf"), str(tmp_path / "back"))
+    assert code == 0
+    back = zoo.load(tmp_path / "back")
+    for key, tensor in model.state_dict().items():
+        assert torch.equal(back.state_dict()[key], tensor)
+
+
+COMMANDS = ["list", "info", "plugins", "check", "tour", "generate", "convert"]
+
+
+@pytest.mark.parametrize("command", [[], *[[c] for c in COMMANDS]])
 def test_every_command_has_help(capsys, command):
     with pytest.raises(SystemExit) as exit_:
         main([*command, "--help"])

@@ -9,10 +9,14 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from . import api
 from .errors import ZooError
 from .registry import get_registry
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["main"]
 
@@ -177,7 +181,7 @@ def cmd_pull(args: argparse.Namespace) -> int:
 _DTYPES = ("float32", "bfloat16", "float16")
 
 
-def _load_for_generation(args: argparse.Namespace):  # noqa: ANN202 - torch is imported lazily
+def _load_for_generation(args: argparse.Namespace) -> torch.nn.Module:
     import torch
 
     from . import checkpoint
