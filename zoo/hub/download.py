@@ -212,13 +212,13 @@ def fetch(source: HubSource, *, token: str | bool | None = None, verify: bool = 
 
     what = f"{source}"
     api = HfApi(token=token)
-    with hub_errors(what):
+    with hub_errors(what, pull=source.pull_argument):
         commit = api.resolve_revision(source.repo_id, revision=source.revision).resolved
         entries = _files_metadata(api, source.repo_id, commit, token)
     what = f"{source.repo_id}@{commit[:12]}" + (f" ({source.revision})" if source.revision else "")
 
     def download(filename: str) -> Path:
-        with hub_errors(f"{what}: {filename}"):
+        with hub_errors(f"{what}: {filename}", pull=source.pull_argument):
             return Path(hf_hub_download(source.repo_id, filename, revision=commit, token=token))
 
     if entries is not None and CONFIG_FILE not in entries:

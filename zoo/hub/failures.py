@@ -52,34 +52,63 @@ def transport_errors() -> tuple[type[BaseException], ...]:
     return tuple(errors)
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+
+
+def _root(exc: BaseException) -> BaseException:
+    """The innermost cause of ``exc`` (what actually went wrong on the wire)."""
+    seen = {id(exc)}
+    while (cause := exc.__cause__ or exc.__context__) is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        exc = cause
+    return exc
+
+
 def _why(exc: BaseException) -> str:
-    cause = exc.__cause__ or exc.__context__
-    text = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-    if cause is not None and str(cause).strip():
-        text += f" (caused by {type(cause).__name__}: {str(cause).strip().splitlines()[0]})"
+    """``"Type: first line"`` of ``exc``, plus its root cause when that says more."""
+    root = _root(exc)
+    text = _first_line(exc)
+    if root is not exc and str(root).strip() and str(root).strip() not in str(exc):
+        text += f"; caused by {_first_line(root)}"
     return text
 
 
-def unreachable(what: str, exc: BaseException | None = None) -> HubUnavailableError:
-    """The error for files that are neither downloadable nor cached (offline or not)."""
-    why = f" ({_why(exc)})" if exc is not None else ""
+def _status(exc: BaseException) -> int | None:
+    response = getattr(exc, "response", None)
+    return getattr(response, "status_code", None)
+
+
+def unreachable(
+    what: str, exc: BaseException | None = None, *, pull: str | None = None
+) -> HubUnavailableError:
+    """The error for files that are neither downloadable nor cached (offline or not);
+    ``pull`` is what to pass to ``zoo pull`` to fetch them."""
     if is_offline():
         return HubOfflineError(
             f"{what}: HF_HUB_OFFLINE is set and it is not in the Hugging Face cache "
-            f"({_cache()}){why}. Run `zoo pull` for it once with network access, unset "
+            f"({_cache()}). Run `zoo pull {pull or '...'}` once with network access, unset "
             "HF_HUB_OFFLINE, or point HF_HUB_CACHE (or HF_HOME) at a cache that holds it."
         )
+    root = _root(exc) if exc is not None else None
+    status = _status(root) if root is not None else None
+    if status is not None:
+        why = f"answered {status} ({_first_line(root)})"  # type: ignore[arg-type]
+    else:
+        why = "could not be reached" + (f" ({_first_line(root)})" if root is not None else "")
     return HubUnavailableError(
-        f"{what}: the Hub at {endpoint()} could not be reached and it is not in the "
-        f"Hugging Face cache ({_cache()}){why}. Check the network and HF_ENDPOINT, then try "
-        "again; with a warm cache, HF_HUB_OFFLINE=1 works without the network."
+        f"{what}: the Hub at {endpoint()} {why}, and it is not in the Hugging Face cache "
+        f"({_cache()}). Check the network and HF_ENDPOINT, then try again; with a warm "
+        "cache, HF_HUB_OFFLINE=1 works without the network."
     )
 
 
 @contextlib.contextmanager
-def hub_errors(what: str) -> Iterator[None]:
+def hub_errors(what: str, *, pull: str | None = None) -> Iterator[None]:
     """Re-raise Hub failures inside the block as zoo errors; ``what`` names the operation and
-    the repo (``"pull openai-community/gpt2@main"``) at the start of every message."""
+    the repo (``"hf:openai-community/gpt2@main"``) at the start of every message, ``pull``
+    what ``zoo pull`` takes to fetch it (for the offline hint)."""
     from huggingface_hub import errors as hf
 
     try:
@@ -87,7 +116,7 @@ def hub_errors(what: str) -> Iterator[None]:
     except HubError:
         raise
     except (hf.OfflineModeIsEnabled, hf.LocalEntryNotFoundError, hf.RevisionResolutionError) as e:
-        raise unreachable(what, e) from e
+        raise unreachable(what, e, pull=pull) from e
     except hf.GatedRepoError as exc:
         raise HubAuthError(
             f"{what}: the repo is gated and this token has not been granted access "

@@ -8,10 +8,11 @@ and an unknown one is an error naming what to install.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from ..checkpoint.api import load_local
-from ..errors import CorruptCheckpointError
+from ..errors import ChecksumMismatchError, CorruptCheckpointError
 from .download import evict, fetch
 from .source import HubSource, parse_hf_source, resolve_source
 
@@ -41,11 +42,18 @@ def load_hub(source: HubSource, *, token: str | bool | None = None, **kwargs: An
         )
     except CorruptCheckpointError as exc:  # ChecksumMismatchError included
         evict(snapshot.weights)
-        expected = f" (expected sha256 from {snapshot.expected_from})" if snapshot.sha256 else ""
+        actual = re.search(r"has sha256 ([0-9a-f]{64})", str(exc))
+        if isinstance(exc, ChecksumMismatchError) and snapshot.sha256 and actual:
+            problem = (
+                f"has sha256 {actual.group(1)}, not {snapshot.sha256} as "
+                f"{snapshot.expected_from} says"
+            )
+        else:
+            problem = f"is damaged ({exc})"
         raise type(exc)(
-            f"{source}: the downloaded {snapshot.weights.name} was refused{expected} and deleted "
-            f"from the Hugging Face cache; nothing was loaded. Try again; if it persists, the "
-            f"repo (or the pin) is wrong. Details: {exc}"
+            f"{source}: the downloaded {snapshot.weights.name} {problem}. It was deleted from "
+            "the Hugging Face cache and nothing was loaded. Try again; if it persists, the repo "
+            "(or the pin) is wrong."
         ) from exc
 
 

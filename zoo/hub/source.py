@@ -38,6 +38,11 @@ class HubSource:
     def __str__(self) -> str:
         return f"{PREFIX}{self.repo_id}" + (f"@{self.revision}" if self.revision else "")
 
+    @property
+    def pull_argument(self) -> str:
+        """What ``zoo pull`` takes to fetch this source."""
+        return self.model_name or str(self)
+
 
 def _check_repo_id(repo_id: str, given: str) -> str:
     from huggingface_hub.utils import HFValidationError, validate_repo_id
