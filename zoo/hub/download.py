@@ -165,7 +165,10 @@ def _plan(
     if data.get("format") == FORMAT:
         manifest = Manifest.from_json(data, where=where)
         spec = manifest.tokenizer or {}
-        files = [f for f in spec.get("files") or () if isinstance(f, str)]
+        files = list(spec.get("files") or ())
+        bad = [f for f in files if not isinstance(f, str) or Path(f).name != f or f in ("", "..")]
+        if bad:
+            raise CheckpointError(f"{where}: tokenizer files must be plain file names, got {bad}")
         return manifest.weights_file, files, manifest.sha256
     if "model_type" in data:
         if entries is not None:
