@@ -50,15 +50,23 @@ PICKLE_SUFFIXES = frozenset({".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle"})
 _CHUNK = 1 << 20  # 1 MiB reads: hashlib releases the GIL on buffers this large
 
 
+def _looks_pickled(path: Path) -> bool:
+    """A ``torch.save`` zip archive or a raw pickle, told apart from a safetensors file
+    (whose first 8 bytes are a header length smaller than the file)."""
+    if not path.is_file():
+        return False
+    with open(path, "rb") as f:
+        head = f.read(8)
+    if len(head) < 8:
+        return False
+    magic = head[:4] == b"PK\x03\x04" or (head[0] == 0x80 and 2 <= head[1] <= 5)
+    return magic and int.from_bytes(head, "little") + 8 > path.stat().st_size
+
+
 def check_not_pickle(path: Path) -> None:
     """Raise :class:`UnsafeCheckpointError` when ``path`` is a pickle-based weights file
     (by suffix, or by content: a pickle or a ``torch.save`` zip archive)."""
-    head = b""
-    if path.is_file():
-        with open(path, "rb") as f:
-            head = f.read(4)
-    is_pickle = path.suffix.lower() in PICKLE_SUFFIXES or head[:2] in (b"\x80\x02", b"\x80\x04")
-    if is_pickle or head == b"PK\x03\x04":
+    if path.suffix.lower() in PICKLE_SUFFIXES or _looks_pickled(path):
         raise UnsafeCheckpointError(
             f"{path} is a pickle-based checkpoint; zoo only reads safetensors because unpickling "
             "can run arbitrary code. Convert it once, from a source you trust, with "
