@@ -319,10 +319,10 @@ def test_unknown_architecture_names_the_plugin(tmp_path: Path, buffered_registry
     zoo.save(zoo.build(BufferedConfig()), tmp_path)
     manifest = json.loads((tmp_path / "config.json").read_text())
     assert manifest["plugin"] == {"name": "buffered", "distribution": None}
-    manifest["plugin"] = {"name": "buffered", "distribution": "zoo-buffered"}
+    manifest["plugin"] = {"name": "buffered", "distribution": "zoo-buffered 0.3"}
     (tmp_path / "config.json").write_text(json.dumps(manifest))
     monkeypatch.setattr(zoo.registry, "_default", load_registry())  # plugin uninstalled
-    with pytest.raises(zoo.UnknownArchitectureError, match="pip install zoo-buffered"):
+    with pytest.raises(zoo.UnknownArchitectureError, match=r"\(pip install zoo-buffered\)"):
         zoo.load(tmp_path)
 
 

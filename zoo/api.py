@@ -111,8 +111,13 @@ def build(
         raise ConfigError(
             f"dtype must be a floating torch.dtype such as torch.bfloat16, got {dtype!r}"
         )
-    with torch.device(device if device is not None else "cpu"):
-        model = arch.model_class(config)
+    if device is not None and torch.device(device).type == "meta":
+        from .checkpoint.state import build_on_meta
+
+        model = build_on_meta(arch.model_class, config)  # skips initialising empty tensors
+    else:
+        with torch.device(device if device is not None else "cpu"):
+            model = arch.model_class(config)
     if dtype is not None:
         model = model.to(dtype)
     if spec is not None and hasattr(model, "name"):

@@ -15,8 +15,17 @@ _ACTIVATIONS = {
 }
 
 
+# transformers GPT-2 options that change the computation; zoo refuses rather than ignores them.
+_UNSUPPORTED = ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn", "add_cross_attention")
+
+
 def config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     """``transformers.GPT2Config`` dict -> zoo ``gpt2`` config values."""
+    unsupported = [k for k in _UNSUPPORTED if hf.get(k)]
+    if unsupported:
+        raise ValueError(
+            f"GPT-2 checkpoint uses {', '.join(unsupported)}, which zoo's gpt2 does not implement"
+        )
     d_model = hf.get("n_embd", 768)
     act = hf.get("activation_function", "gelu_new")
     if act not in _ACTIVATIONS:
@@ -53,8 +62,8 @@ def config_to_hf(config: Any) -> dict[str, Any]:
         "attn_pdrop": config.dropout,
         "layer_norm_epsilon": config.layer_norm_eps,
         "tie_word_embeddings": config.tie_embeddings,
-        "bos_token_id": 50256,
-        "eos_token_id": 50256,
+        "bos_token_id": min(50256, config.vocab_size - 1),
+        "eos_token_id": min(50256, config.vocab_size - 1),
     }
 
 

@@ -103,9 +103,10 @@ def _architecture(name: str, *, where: str, plugin: Mapping[str, Any] | None) ->
     except UnknownArchitectureError as exc:
         hint = ""
         if plugin and plugin.get("distribution"):
+            package = plugin["distribution"].split()[0]  # "name version"
             hint = (
                 f" It was saved with the plugin {plugin.get('name')!r} from the distribution "
-                f"{plugin['distribution']!r}: install it (pip install {plugin['distribution']})."
+                f"{plugin['distribution']!r}: install it (pip install {package})."
             )
         elif plugin and plugin.get("name"):
             hint = f" It was saved with the plugin {plugin['name']!r}: install it."
