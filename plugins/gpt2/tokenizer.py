@@ -32,6 +32,8 @@ def _ranks_path() -> Path:
 def load() -> TiktokenTokenizer:
     """The GPT-2 tokenizer (``<|endoftext|>`` = 50256 is bos and eos; no pad, no unk).
 
+    Built once per process and shared: treat it as read-only.
+
     Raises:
         zoo.tokenizers.VocabularyFileError: the shipped ranks file is missing or corrupted.
     """

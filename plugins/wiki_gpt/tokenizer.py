@@ -86,6 +86,8 @@ def load() -> HFTokenizer:
     """The BERT WordPiece uncased tokenizer from the vocabulary shipped with zoo (sha256
     checked).
 
+    Built once per process and shared: treat it as read-only.
+
     Raises:
         zoo.tokenizers.VocabularyFileError: the shipped vocabulary is missing or corrupted.
     """
