@@ -8,6 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from zoo.nn import (
+    Linear,
     TransformerBlock,
     ZooModel,
     check_padding_mask,
@@ -69,7 +70,7 @@ class EncoderDecoder(ZooModel):
         norm = (lambda: nn.LayerNorm(c.d_model, eps=c.layer_norm_eps)) if c.final_norm else None
         self.encoder_norm = norm() if norm else None
         self.decoder_norm = norm() if norm else None
-        self.head = nn.Linear(c.d_model, c.vocab_size, bias=c.head_bias)
+        self.head = Linear(c.d_model, c.vocab_size, bias=c.head_bias)
         self.apply(init_weights)
         if c.tie_embeddings:
             self.head.weight = self.tok_emb.weight

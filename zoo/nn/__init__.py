@@ -15,6 +15,7 @@ from .base import (
 from .blocks import TransformerBlock
 from .decoder import DecoderLM
 from .feedforward import FeedForward, activation
+from .linear import Linear, linear
 from .masks import sdpa_mask
 from .positions import LearnedPositions, SinusoidalPositions, make_positions
 
@@ -22,6 +23,7 @@ __all__ = [
     "DecoderLM",
     "FeedForward",
     "LearnedPositions",
+    "Linear",
     "MultiHeadAttention",
     "SinusoidalPositions",
     "TransformerBlock",
@@ -30,6 +32,7 @@ __all__ = [
     "check_padding_mask",
     "check_token_ids",
     "init_weights",
+    "linear",
     "make_positions",
     "random_ids",
     "right_padding",

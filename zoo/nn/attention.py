@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .cache import LayerCache
+from .linear import Linear
 
 __all__ = ["MultiHeadAttention"]
 
@@ -48,11 +49,11 @@ class MultiHeadAttention(nn.Module):
         self.dropout = dropout
         self.cross = cross
         if cross:
-            self.q = nn.Linear(d_model, d_model, bias=bias)
-            self.kv = nn.Linear(d_model, 2 * d_model, bias=bias)
+            self.q = Linear(d_model, d_model, bias=bias)
+            self.kv = Linear(d_model, 2 * d_model, bias=bias)
         else:
-            self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
-        self.proj = nn.Linear(d_model, d_model, bias=bias)
+            self.qkv = Linear(d_model, 3 * d_model, bias=bias)
+        self.proj = Linear(d_model, d_model, bias=bias)
 
     def _heads(self, x: Tensor) -> Tensor:
         b, t, _ = x.shape

@@ -22,6 +22,7 @@ from .base import (
 )
 from .blocks import TransformerBlock
 from .cache import KVCache
+from .linear import Linear
 from .masks import causal_self_mask
 from .positions import make_positions
 
@@ -61,7 +62,7 @@ class DecoderLM(ZooModel):
             for _ in range(c.n_layers)
         )
         self.final_norm = nn.LayerNorm(c.d_model, eps=c.layer_norm_eps) if c.final_norm else None
-        self.head = nn.Linear(c.d_model, c.vocab_size, bias=c.head_bias)
+        self.head = Linear(c.d_model, c.vocab_size, bias=c.head_bias)
         self.reset_parameters()
         if c.tie_embeddings:
             self.head.weight = self.tok_emb.weight

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from .linear import Linear
+
 __all__ = ["FeedForward", "activation"]
 
 
@@ -33,9 +35,9 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int, act: str, *, bias: bool = True) -> None:
         super().__init__()
-        self.fc = nn.Linear(d_model, d_ff, bias=bias)
+        self.fc = Linear(d_model, d_ff, bias=bias)
         self.act = activation(act)
-        self.proj = nn.Linear(d_ff, d_model, bias=bias)
+        self.proj = Linear(d_ff, d_model, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.proj(self.act(self.fc(x)))

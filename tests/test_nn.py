@@ -1,0 +1,55 @@
+"""Shared components: the fast linear kernel and the masks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from zoo.nn import Linear, linear, sdpa_mask
+from zoo.nn.masks import causal_self_mask
+
+
+@pytest.mark.parametrize("shape", [(1, 768), (3, 1, 64), (2, 17, 64), (5, 64)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_fast_linear_matches_f_linear(shape, bias):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(*shape, generator=g)
+    w = torch.randn(96, shape[-1], generator=g)
+    b = torch.randn(96, generator=g) if bias else None
+    with torch.no_grad():
+        assert torch.allclose(linear(x, w, b), F.linear(x, w, b), atol=1e-5, rtol=1e-5)
+        strided = torch.randn(shape[-1] * 2, *shape[:-1], generator=g).movedim(0, -1)[..., ::2]
+        assert torch.allclose(linear(strided, w, b), F.linear(strided, w, b), atol=1e-5, rtol=1e-5)
+
+
+def test_fast_linear_keeps_gradients():
+    layer = Linear(8, 4)
+    x = torch.randn(3, 8, requires_grad=True)
+    layer(x).sum().backward()
+    assert x.grad is not None and layer.weight.grad is not None
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_fast_linear_other_dtypes_use_the_default_kernel(dtype):
+    x, w = torch.randn(2, 8, dtype=dtype), torch.randn(4, 8, dtype=dtype)
+    with torch.no_grad():
+        assert torch.equal(linear(x, w), F.linear(x, w))
+
+
+def test_linear_state_dict_is_nn_linear():
+    assert Linear(8, 4).state_dict().keys() == torch.nn.Linear(8, 4).state_dict().keys()
+
+
+def test_padding_and_causal_masks():
+    keep = torch.tensor([[True, True, True], [False, True, True]])
+    mask = sdpa_mask(keep, causal=True, q_len=3)  # (B, 1, T, S)
+    assert mask[0, 0].tolist() == [[1, 0, 0], [1, 1, 0], [1, 1, 1]]
+    # the padded query row sees nothing real: it may see every key (finite, ignored)
+    assert mask[1, 0].tolist() == [[1, 1, 1], [0, 1, 0], [0, 1, 1]]
+    assert causal_self_mask(None, q_len=5, start=0) == (None, True)
+    assert causal_self_mask(None, q_len=1, start=7) == (None, False)
+    offset, causal = causal_self_mask(torch.ones(1, 6, dtype=torch.bool), q_len=2, start=4)
+    assert not causal and offset[0, 0].tolist() == [[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1]]
+    with pytest.raises(ValueError, match="padding mask"):
+        causal_self_mask(None, q_len=2, start=4)

@@ -1,0 +1,49 @@
+"""``nn.Linear`` with a faster CPU inference kernel.
+
+On CPU, PyTorch's default ``linear`` for a single row (batch-1 decoding) runs a BLAS gemv that
+keeps one core busy and reads weights at a fraction of the memory bandwidth. oneDNN's linear
+kernel (the one ``torch.compile`` uses on CPU) spreads the same product over every core: about
+1.5x faster decoding on a 2-core machine, and faster prefill too. It is used only for float32
+inference on CPU (no gradient needed); everything else goes through ``F.linear``. Parameters
+and state dicts are exactly those of ``nn.Linear``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = ["Linear", "linear"]
+
+
+def _onednn_linear() -> object | None:
+    if not torch.backends.mkldnn.is_available():
+        return None
+    try:
+        return torch.ops.mkldnn._linear_pointwise
+    except (AttributeError, RuntimeError):  # not built into this torch
+        return None
+
+
+_ONEDNN = _onednn_linear()
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``F.linear``, through oneDNN for float32 CPU inference where that kernel exists."""
+    if (
+        _ONEDNN is not None
+        and x.device.type == "cpu"
+        and x.dtype == torch.float32
+        and weight.dtype == torch.float32
+        and not (torch.is_grad_enabled() and (weight.requires_grad or x.requires_grad))
+    ):
+        return _ONEDNN(x, weight, bias, "none", [], "")
+    return F.linear(x, weight, bias)
+
+
+class Linear(nn.Linear):
+    """``nn.Linear`` whose forward uses :func:`linear`."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return linear(x, self.weight, self.bias)
