@@ -34,7 +34,7 @@ def test_info(capsys):
     code, out, _ = run(capsys, "info", "gpt2")
     assert code == 0
     assert "gpt2-124m" in out and "124,439,808" in out and "plugin gpt2" in out
-    assert "n_layers = 12" in out and "learned" in out
+    assert "n_layers = 12" in out and "learned" in out and "tiktoken" in out
 
 
 def test_plugins(capsys):

@@ -51,6 +51,14 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tokenizer_line(info: api.ModelInfo) -> str:
+    if info.tokenizer is None:
+        return "-"
+    if info.tokenizer_description:
+        return f"{info.tokenizer} ({info.tokenizer_description})"
+    return info.tokenizer
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     """Describe one named model."""
     info = api.info(args.name)
@@ -62,7 +70,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         ("defined in", info.model_source),
         ("blocks", "; ".join(info.blocks) or "-"),
         ("positions", info.positions),
-        ("tokenizer", info.tokenizer or "-"),
+        ("tokenizer", _tokenizer_line(info)),
         ("parameters", f"{info.parameters:,}"),
         ("weights", str(info.weights) if info.weights else "none (random init only)"),
     ]
