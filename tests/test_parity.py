@@ -88,6 +88,14 @@ def _copy_linear_norm(dst: nn.Module, src: nn.Module) -> None:
     dst.bias.data.copy_(src.bias)
 
 
+def _copy_encoder_layer(ref: nn.TransformerEncoderLayer, block) -> None:
+    _copy_self_attention(ref.self_attn, block.attn)
+    _copy_linear_norm(ref.linear1, block.ffn.fc)
+    _copy_linear_norm(ref.linear2, block.ffn.proj)
+    _copy_linear_norm(ref.norm1, block.attn_norm)
+    _copy_linear_norm(ref.norm2, block.ffn_norm)
+
+
 def _reference_encoder_layer(block, c) -> nn.TransformerEncoderLayer:
     ref = nn.TransformerEncoderLayer(
         c.d_model,
@@ -99,11 +107,7 @@ def _reference_encoder_layer(block, c) -> nn.TransformerEncoderLayer:
         norm_first=False,
         layer_norm_eps=c.layer_norm_eps,
     )
-    _copy_self_attention(ref.self_attn, block.attn)
-    _copy_linear_norm(ref.linear1, block.ffn.fc)
-    _copy_linear_norm(ref.linear2, block.ffn.proj)
-    _copy_linear_norm(ref.norm1, block.attn_norm)
-    _copy_linear_norm(ref.norm2, block.ffn_norm)
+    _copy_encoder_layer(ref, block)
     return ref.eval()
 
 
@@ -145,11 +149,7 @@ def _reference_transformer(model) -> nn.Transformer:
         layer_norm_eps=c.layer_norm_eps,
     )
     for ref_layer, block in zip(ref.encoder.layers, model.encoder, strict=True):
-        _copy_self_attention(ref_layer.self_attn, block.attn)
-        _copy_linear_norm(ref_layer.linear1, block.ffn.fc)
-        _copy_linear_norm(ref_layer.linear2, block.ffn.proj)
-        _copy_linear_norm(ref_layer.norm1, block.attn_norm)
-        _copy_linear_norm(ref_layer.norm2, block.ffn_norm)
+        _copy_encoder_layer(ref_layer, block)
     for ref_layer, block in zip(ref.decoder.layers, model.decoder, strict=True):
         _copy_self_attention(ref_layer.self_attn, block.attn)
         cross = ref_layer.multihead_attn

@@ -85,6 +85,16 @@ def resolve_config(
     return arch, spec, config
 
 
+def check_dtype(dtype: Any) -> None:
+    """Raise :class:`ConfigError` unless ``dtype`` is ``None`` or a floating torch dtype."""
+    import torch
+
+    if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise ConfigError(
+            f"dtype must be a floating torch.dtype such as torch.bfloat16, got {dtype!r}"
+        )
+
+
 def build(
     name_or_config: str | ModelConfig,
     *,
@@ -107,10 +117,7 @@ def build(
     import torch
 
     arch, spec, config = resolve_config(name_or_config, **overrides)
-    if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
-        raise ConfigError(
-            f"dtype must be a floating torch.dtype such as torch.bfloat16, got {dtype!r}"
-        )
+    check_dtype(dtype)
     if device is not None and torch.device(device).type == "meta":
         from .checkpoint.state import build_on_meta
 

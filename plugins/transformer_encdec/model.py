@@ -50,23 +50,8 @@ class EncoderDecoder(ZooModel):
         self.pos_emb = make_positions(c.positions, c.context_length, c.d_model)
         self.drop = nn.Dropout(c.dropout)
 
-        def layers(n: int, cross: bool) -> nn.ModuleList:
-            return nn.ModuleList(
-                TransformerBlock(
-                    c.d_model,
-                    c.n_heads,
-                    c.d_ff,
-                    activation=c.activation,
-                    norm_first=c.norm_first,
-                    cross_attention=cross,
-                    dropout=c.dropout,
-                    layer_norm_eps=c.layer_norm_eps,
-                )
-                for _ in range(n)
-            )
-
-        self.encoder = layers(c.n_encoder_layers, cross=False)
-        self.decoder = layers(c.n_decoder_layers, cross=True)
+        self.encoder = TransformerBlock.stack(c, c.n_encoder_layers)
+        self.decoder = TransformerBlock.stack(c, c.n_decoder_layers, cross_attention=True)
         norm = (lambda: nn.LayerNorm(c.d_model, eps=c.layer_norm_eps)) if c.final_norm else None
         self.encoder_norm = norm() if norm else None
         self.decoder_norm = norm() if norm else None

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._lazy import resolve
+from ..api import check_dtype
 from ..config import ModelConfig
 from ..errors import (
     CheckpointError,
@@ -65,15 +66,6 @@ def _target_device(device: str | torch.device | None) -> torch.device:
     import torch
 
     return torch.device(device if device is not None else "cpu")
-
-
-def _check_dtype(dtype: Any) -> None:
-    import torch
-
-    if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
-        raise ConfigError(
-            f"dtype must be a floating torch.dtype such as torch.bfloat16, got {dtype!r}"
-        )
 
 
 def _config_of(model: Any) -> ModelConfig:
@@ -392,7 +384,7 @@ def load_local(
 
     from .state import assemble
 
-    _check_dtype(dtype)
+    check_dtype(dtype)
     target = _target_device(device)
     path = Path(path)
     if not path.exists():

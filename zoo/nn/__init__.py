@@ -13,6 +13,7 @@ from .base import (
     right_padding,
 )
 from .blocks import TransformerBlock
+from .cache import KVCache, LayerCache
 from .decoder import DecoderLM
 from .feedforward import FeedForward, activation
 from .linear import Linear, linear
@@ -22,6 +23,8 @@ from .positions import LearnedPositions, SinusoidalPositions, make_positions
 __all__ = [
     "DecoderLM",
     "FeedForward",
+    "KVCache",
+    "LayerCache",
     "LearnedPositions",
     "Linear",
     "MultiHeadAttention",

@@ -92,8 +92,8 @@ class MultiHeadAttention(nn.Module):
                 memory_kv = self.memory_kv(memory)
             k, v = memory_kv  # (B, H, S, hd)
         else:
-            q, k, v = self.qkv(x).split(self.d_model, dim=-1)
-            q, k, v = self._heads(q), self._heads(k), self._heads(v)  # (B, H, T, hd)
+            qkv = self.qkv(x).view(b, t, 3, self.n_heads, self.head_dim)
+            q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, H, T, hd)
             if cache is not None:
                 k, v = cache.write(start, k, v)  # (B, H, start + T, hd)
         y = F.scaled_dot_product_attention(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from ..config import TransformerConfig
 from .attention import MultiHeadAttention
 from .cache import LayerCache
 from .feedforward import FeedForward
@@ -64,10 +65,32 @@ class TransformerBlock(nn.Module):
         self.ffn_norm = nn.LayerNorm(d_model, eps=layer_norm_eps)
         self.drop = nn.Dropout(dropout)
 
+    @classmethod
+    def stack(
+        cls, config: TransformerConfig, n_layers: int, *, cross_attention: bool = False
+    ) -> nn.ModuleList:
+        """``n_layers`` blocks shaped by the shared fields of a Transformer config."""
+        c = config
+        return nn.ModuleList(
+            cls(
+                c.d_model,
+                c.n_heads,
+                c.d_ff,
+                activation=c.activation,
+                norm_first=c.norm_first,
+                cross_attention=cross_attention,
+                dropout=c.dropout,
+                layer_norm_eps=c.layer_norm_eps,
+            )
+            for _ in range(n_layers)
+        )
+
     def _residual(self, x: Tensor, norm: nn.Module, branch) -> Tensor:
         if self.norm_first:
-            return x + self.drop(branch(norm(x)))
-        return norm(x + self.drop(branch(x)))
+            h = branch(norm(x))
+            return x + (self.drop(h) if self.training else h)
+        h = branch(x)
+        return norm(x + (self.drop(h) if self.training else h))
 
     def forward(
         self,

@@ -22,14 +22,15 @@ class LayerCache:
     def write(self, start: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Store ``k``, ``v`` ``(B, H, T, hd)`` at ``[start, start + T)`` and return the keys and
         values of every filled position, ``(B, H, start + T, hd)`` views (no copy)."""
-        end = start + k.shape[2]
+        t = k.shape[2]
+        end = start + t
         if end > self.k.shape[2]:
             raise ValueError(
                 f"the cache holds {self.k.shape[2]} positions; writing up to {end} overflows it"
             )
-        self.k[:, :, start:end] = k
-        self.v[:, :, start:end] = v
-        return self.k[:, :, :end], self.v[:, :, :end]
+        self.k.narrow(2, start, t).copy_(k)
+        self.v.narrow(2, start, t).copy_(v)
+        return self.k.narrow(2, 0, end), self.v.narrow(2, 0, end)
 
 
 class KVCache:

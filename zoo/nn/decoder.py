@@ -49,18 +49,7 @@ class DecoderLM(ZooModel):
         self.tok_emb = nn.Embedding(c.vocab_size, c.d_model)
         self.pos_emb = make_positions(c.positions, c.context_length, c.d_model)
         self.drop = nn.Dropout(c.dropout)
-        self.blocks = nn.ModuleList(
-            TransformerBlock(
-                c.d_model,
-                c.n_heads,
-                c.d_ff,
-                activation=c.activation,
-                norm_first=c.norm_first,
-                dropout=c.dropout,
-                layer_norm_eps=c.layer_norm_eps,
-            )
-            for _ in range(c.n_layers)
-        )
+        self.blocks = TransformerBlock.stack(c, c.n_layers)
         self.final_norm = nn.LayerNorm(c.d_model, eps=c.layer_norm_eps) if c.final_norm else None
         self.head = Linear(c.d_model, c.vocab_size, bias=c.head_bias)
         self.reset_parameters()

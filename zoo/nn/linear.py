@@ -33,9 +33,9 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``F.linear``, through oneDNN for float32 CPU inference where that kernel exists."""
     if (
         _ONEDNN is not None
-        and x.device.type == "cpu"
-        and x.dtype == torch.float32
-        and weight.dtype == torch.float32
+        and x.is_cpu
+        and x.dtype is torch.float32
+        and weight.dtype is torch.float32
         and not (torch.is_grad_enabled() and (weight.requires_grad or x.requires_grad))
     ):
         return _ONEDNN(x, weight, bias, "none", [], "")
