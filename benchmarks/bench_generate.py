@@ -6,8 +6,9 @@
 Measures gpt2-124m (random weights, the same tensors in both libraries): greedy decode at
 batch 1 and 8 (16-token prompts, 128 new tokens), prefill forward (1 x 128, 8 x 512), and the
 cold start of ``zoo generate`` to its first token against the equivalent transformers script.
-Reports medians over repeats, ratios, the machine's read bandwidth and decode as a share of
-the bandwidth roofline (bytes read per token ~ the parameter bytes).
+Reports medians over repeats (zoo and transformers alternating), ratios, the machine's read
+bandwidth and decode as a share of the bandwidth roofline (bytes read per token ~ the
+parameter bytes).
 """
 
 from __future__ import annotations
@@ -31,16 +32,28 @@ import zoo
 PROMPT_LEN = 16
 
 
+def _timed(fn: Callable[[], object], sync: Callable[[], None]) -> float:
+    start = time.perf_counter()
+    fn()
+    sync()
+    return time.perf_counter() - start
+
+
 def median_time(fn: Callable[[], object], repeats: int, sync: Callable[[], None]) -> float:
     fn()  # warm-up
     sync()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return statistics.median(_timed(fn, sync) for _ in range(repeats))
+
+
+def median_times(
+    a: Callable[[], object], b: Callable[[], object], repeats: int, sync: Callable[[], None]
+) -> tuple[float, float]:
+    """Medians of ``a`` and ``b`` run alternately, so that drift in the machine's speed (a
+    shared host) hits both alike."""
+    a(), b()  # warm-up
+    sync()
+    pairs = [(_timed(a, sync), _timed(b, sync)) for _ in range(repeats)]
+    return statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
 
 
 def read_bandwidth(device: torch.device, sync: Callable[[], None]) -> float:
@@ -102,9 +115,8 @@ def cold_start(workdir: Path, repeats: int) -> tuple[float, float]:
         return time.perf_counter() - start
 
     run(zoo_cmd), run(hf_cmd)  # warm the page cache for both
-    zoo_t = statistics.median(run(zoo_cmd) for _ in range(repeats))
-    hf_t = statistics.median(run(hf_cmd) for _ in range(repeats))
-    return zoo_t, hf_t
+    pairs = [(run(zoo_cmd), run(hf_cmd)) for _ in range(repeats)]
+    return statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
 
 
 def main() -> None:
@@ -153,8 +165,7 @@ def main() -> None:
                     )
 
             same = torch.equal(run_zoo(), run_hf())
-            t_zoo = median_time(run_zoo, args.repeats, sync)
-            t_hf = median_time(run_hf, args.repeats, sync)
+            t_zoo, t_hf = median_times(run_zoo, run_hf, args.repeats, sync)
             zoo_tps, hf_tps = batch * n_new / t_zoo, batch * n_new / t_hf
             note = "identical tokens" if same else "tokens differ"
             if batch == 1:
@@ -172,8 +183,9 @@ def main() -> None:
         for batch, length in ((1, 128), (8, 512)):
             ids = torch.randint(0, 50257, (batch, length), generator=gen).to(device)
             with torch.inference_mode():
-                t_zoo = median_time(lambda ids=ids: model(ids), args.repeats, sync)
-                t_hf = median_time(lambda ids=ids: hf(ids).logits, args.repeats, sync)
+                t_zoo, t_hf = median_times(
+                    lambda ids=ids: model(ids), lambda ids=ids: hf(ids).logits, args.repeats, sync
+                )
             rows.append(
                 (
                     f"prefill forward {batch} x {length} (ms)",
