@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -21,6 +22,17 @@ def test_console_script_lists_without_torch():
     assert exe, "the `zoo` console script is not installed"
     out = subprocess.run([exe, "list"], capture_output=True, text=True, check=True)
     assert "gpt2-124m" in out.stdout and "wiki-gpt-wordpiece" in out.stdout
+
+
+@pytest.mark.parametrize("argv", [["list"], ["--help"], ["plugins"]])
+def test_fast_commands_import_no_torch(argv):
+    code = (
+        "import sys\nfrom zoo.cli import main\n"
+        f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
 
 
 def test_list(capsys):
@@ -95,7 +107,7 @@ def test_convert_round_trip(capsys, tmp_path):
         assert torch.equal(back.state_dict()[key], tensor)
 
 
-COMMANDS = ["list", "info", "plugins", "check", "tour", "generate", "convert"]
+COMMANDS = ["list", "info", "plugins", "check", "tour", "generate", "convert", "push", "pull"]
 
 
 @pytest.mark.parametrize("command", [[], *[[c] for c in COMMANDS]])
