@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from machine import cpu_name
 
 import zoo
 
@@ -62,16 +62,6 @@ def read_bandwidth(device: torch.device, sync: Callable[[], None]) -> float:
     x = torch.ones(n, device=device)
     seconds = median_time(lambda: x.sum(), 7, sync)
     return n * 4 / seconds
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def make_models(device: torch.device, dtype: torch.dtype, workdir: Path):

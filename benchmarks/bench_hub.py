@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -37,6 +36,8 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
+
+from machine import machine_facts
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # LocalHub and the client environment helper
@@ -127,36 +128,6 @@ def _write_checkpoint(directory: Path) -> int:
     return (directory / "model.safetensors").stat().st_size
 
 
-def _machine() -> str:
-    import huggingface_hub
-    import safetensors
-    import torch
-    import transformers
-
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor() or "unknown",
-    )
-    mem = next(
-        (
-            int(line.split()[1]) // 1024
-            for line in Path("/proc/meminfo").read_text().splitlines()
-            if line.startswith("MemTotal")
-        ),
-        0,
-    )
-    return (
-        f"{cpu}, {os.cpu_count()} logical CPUs, {mem / 1024:.0f} GiB RAM; "
-        f"Linux {platform.release()}; Python {platform.python_version()}, "
-        f"torch {torch.__version__}, transformers {transformers.__version__}, "
-        f"huggingface_hub {huggingface_hub.__version__}, safetensors {safetensors.__version__}"
-    )
-
-
 def main() -> None:
     from hubserver import LocalHub
 
@@ -230,7 +201,7 @@ def main() -> None:
         "column. A warm zoo load hashes again (a just-downloaded file is only remembered as "
         "verified once its mtime has settled); later loads skip the hash.",
         "",
-        f"Machine: {_machine()}.",
+        f"Machine: {machine_facts('torch', 'transformers', 'huggingface_hub', 'safetensors')}.",
     ]
     table = "\n".join(lines)
     print(table)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -29,6 +28,8 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
+
+from machine import machine_facts
 
 CHILD = textwrap.dedent(
     """
@@ -110,35 +111,6 @@ def _write_checkpoints(root: Path) -> tuple[Path, Path, int]:
     return hf_dir, zoo_dir, (hf_dir / "model.safetensors").stat().st_size
 
 
-def _machine() -> str:
-    import safetensors
-    import torch
-    import transformers
-
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        platform.processor() or "unknown",
-    )
-    mem = next(
-        (
-            int(line.split()[1]) // 1024
-            for line in Path("/proc/meminfo").read_text().splitlines()
-            if line.startswith("MemTotal")
-        ),
-        0,
-    )
-    return (
-        f"{cpu}, {os.cpu_count()} logical CPUs, {mem / 1024:.0f} GiB RAM; "
-        f"Linux {platform.release()}; Python {platform.python_version()}, "
-        f"torch {torch.__version__}, transformers {transformers.__version__}, "
-        f"safetensors {safetensors.__version__}"
-    )
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
@@ -187,7 +159,8 @@ def main() -> None:
     load_after = os.getloadavg()[0]
     lines += [
         "",
-        f"Machine: {_machine()}. Load average {load_before:.1f} before and {load_after:.1f} "
+        f"Machine: {machine_facts('torch', 'transformers', 'safetensors')}. "
+        f"Load average {load_before:.1f} before and {load_after:.1f} "
         "after the run (other jobs shared the machine: absolute times are noisy, the ratios "
         "come from interleaved runs).",
         "",

@@ -27,7 +27,6 @@ import argparse
 import ast
 import hashlib
 import os
-import platform
 import random
 import statistics
 import sys
@@ -35,6 +34,8 @@ import sysconfig
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from machine import machine_facts
 
 import zoo
 from zoo.tokenizers import HFTokenizer, SubwordBPE, TiktokenTokenizer, Tokenizer
@@ -203,24 +204,6 @@ def bench(
     return rows
 
 
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    import tiktoken
-    import tokenizers
-
-    return (
-        f"{cpu}, {os.cpu_count()} CPUs; Python {platform.python_version()}, "
-        f"tiktoken {tiktoken.__version__}, tokenizers {tokenizers.__version__}"
-    )
-
-
 def table(rows: list[dict[str, object]]) -> str:
     lines = [
         "| tokenizer | library | mode | tokens | raw library MB/s | zoo MB/s | zoo / raw time |",
@@ -250,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
         f"Text: {len(text_bytes) / 1e6:.2f} MB, {len(paragraphs):,} paragraphs of standard "
         f"library docstrings (sha256 {digest}...). Medians of {args.repeats} runs; raw and zoo "
         f"interleaved in {args.chunks} chunks; ratio = median of the per-run zoo / raw time.\n"
-        f"Machine: {machine()}; load average at start {os.getloadavg()[0]:.1f}.\n"
+        f"Machine: {machine_facts('tiktoken', 'tokenizers')}; "
+        f"load average at start {os.getloadavg()[0]:.1f}.\n"
     )
     print(header, file=sys.stderr)
     rows = []

@@ -1,0 +1,34 @@
+"""Machine facts printed under every benchmark table (shared by the benchmark scripts)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import platform
+from pathlib import Path
+
+
+def _proc_line(path: str, key: str) -> str | None:
+    try:
+        for line in Path(path).read_text().splitlines():
+            if line.startswith(key):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None
+
+
+def cpu_name() -> str:
+    """The CPU model, e.g. ``AMD EPYC``."""
+    return _proc_line("/proc/cpuinfo", "model name") or platform.processor() or "unknown"
+
+
+def machine_facts(*packages: str) -> str:
+    """CPU, core count, memory, OS and Python, then ``name version`` of each package."""
+    mem_kib = _proc_line("/proc/meminfo", "MemTotal")
+    memory = f", {int(mem_kib.split()[0]) / 1024**2:.0f} GiB RAM" if mem_kib else ""
+    versions = ", ".join(f"{name} {importlib.import_module(name).__version__}" for name in packages)
+    return (
+        f"{cpu_name()}, {os.cpu_count()} logical CPUs{memory}; Linux {platform.release()}; "
+        f"Python {platform.python_version()}" + (f", {versions}" if versions else "")
+    )
