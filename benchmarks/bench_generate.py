@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from machine import cpu_name
+from common import cpu_name, publish
 
 import zoo
 
@@ -217,11 +217,12 @@ def main() -> None:
         "Machine: " + "; ".join(f"{k}: {v}" for k, v in facts.items()),
     ]
     table = "\n".join(lines)
-    print(table)
+    publish(
+        table,
+        title="Generation benchmark: gpt2-124m, zoo vs transformers",
+        markdown=args.markdown,
+    )
     print(json.dumps(facts))
-    if args.markdown:
-        command = "python benchmarks/bench_generate.py " + " ".join(sys.argv[1:])
-        args.markdown.write_text(f"Command: `{command}`\n\n{table}\n")
 
 
 if __name__ == "__main__":

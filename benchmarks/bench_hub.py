@@ -37,7 +37,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from machine import machine_facts
+from common import machine_facts, publish
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # LocalHub and the client environment helper
@@ -203,14 +203,11 @@ def main() -> None:
         "",
         f"Machine: {machine_facts('torch', 'transformers', 'huggingface_hub', 'safetensors')}.",
     ]
-    table = "\n".join(lines)
-    print(table)
-    if args.markdown:
-        command = "python benchmarks/bench_hub.py " + " ".join(sys.argv[1:])
-        args.markdown.write_text(
-            "# Hub benchmark: pull + load gpt2-124m, zoo vs transformers\n\n"
-            f"Command: `{command.strip()}`\n\n{table}\n"
-        )
+    publish(
+        "\n".join(lines),
+        title="Hub benchmark: pull + load gpt2-124m, zoo vs transformers",
+        markdown=args.markdown,
+    )
 
 
 if __name__ == "__main__":

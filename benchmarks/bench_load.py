@@ -29,7 +29,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from machine import machine_facts
+from common import machine_facts, publish
 
 CHILD = textwrap.dedent(
     """
@@ -171,14 +171,11 @@ def main() -> None:
         "trusts it while its inode, size and mtime are unchanged. The tokenizer row adds "
         "loading the GPT-2 BPE (transformers' `from_pretrained` loads no tokenizer).",
     ]
-    table = "\n".join(lines)
-    print(table)
-    if args.markdown:
-        command = "python benchmarks/bench_load.py " + " ".join(sys.argv[1:])
-        args.markdown.write_text(
-            "# Load benchmark: gpt2-124m, zoo vs transformers\n\n"
-            f"Command: `{command.strip()}`\n\n{table}\n"
-        )
+    publish(
+        "\n".join(lines),
+        title="Load benchmark: gpt2-124m, zoo vs transformers",
+        markdown=args.markdown,
+    )
 
 
 if __name__ == "__main__":

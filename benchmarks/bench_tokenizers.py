@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from machine import machine_facts
+from common import machine_facts, publish
 
 import zoo
 from zoo.tokenizers import HFTokenizer, SubwordBPE, TiktokenTokenizer, Tokenizer
@@ -242,10 +242,11 @@ def main(argv: list[str] | None = None) -> int:
         rows.extend(bench(tokenizer, paragraphs, args.repeats, args.chunks))
     worst = max(float(r["ratio"]) for r in rows)  # type: ignore[arg-type]
     verdict = f"Worst zoo / raw time ratio: {worst:.3f} (target <= 1.10)."
-    report = f"{header}\n{table(rows)}\n\n{verdict}\n"
-    print(report)
-    if args.markdown:
-        args.markdown.write_text(report)
+    publish(
+        f"{header}\n{table(rows)}\n\n{verdict}",
+        title="Tokenizer benchmark: zoo wrapper vs the raw library",
+        markdown=args.markdown,
+    )
     return 0 if worst <= 1.10 else 1
 
 

@@ -1,10 +1,11 @@
-"""Machine facts printed under every benchmark table (shared by the benchmark scripts)."""
+"""What the benchmark scripts share: machine facts and publishing the report."""
 
 from __future__ import annotations
 
 import importlib
 import os
 import platform
+import sys
 from pathlib import Path
 
 
@@ -32,3 +33,12 @@ def machine_facts(*packages: str) -> str:
         f"{cpu_name()}, {os.cpu_count()} logical CPUs{memory}; Linux {platform.release()}; "
         f"Python {platform.python_version()}" + (f", {versions}" if versions else "")
     )
+
+
+def publish(report: str, *, title: str, markdown: Path | None) -> None:
+    """Print ``report`` and, when asked, write it to ``markdown`` under ``title`` with the
+    command line that produced it."""
+    print(report)
+    if markdown is not None:
+        command = " ".join(["python", os.path.relpath(sys.argv[0]), *sys.argv[1:]])
+        markdown.write_text(f"# {title}\n\nCommand: `{command}`\n\n{report}\n")
