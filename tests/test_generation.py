@@ -34,19 +34,15 @@ def small(name: str, device: str = "cpu", **overrides) -> torch.nn.Module:
     return lively(model).to(device)
 
 
-def is_encdec(model) -> bool:
-    return hasattr(model, "decoder")
-
-
 def greedy_by_recomputation(model, prompt: list[int], n: int, start_id: int = 1) -> list[int]:
     """The reference: no cache, the whole sequence recomputed for every new token."""
     device = next(model.parameters()).device
     src = torch.tensor([prompt], device=device)
-    seq = [start_id] if is_encdec(model) else list(prompt)
+    seq = [start_id] if model.is_encoder_decoder else list(prompt)
     with torch.no_grad():
         for _ in range(n):
             ids = torch.tensor([seq], device=device)
-            logits = model(src, ids) if is_encdec(model) else model(ids)
+            logits = model(src, ids) if model.is_encoder_decoder else model(ids)
             seq.append(int(logits[0, -1].argmax()))
     return seq
 
@@ -265,3 +261,14 @@ def test_generation_leaves_the_model_in_its_mode():
     model = small("gpt2-124m").train()
     zoo.generate(model, [1, 2, 3], max_new_tokens=2, temperature=0)
     assert model.training
+
+
+def test_streaming_runs_the_callers_code_outside_inference_mode(gpt2_tokenizer):
+    model = small("gpt2-124m", vocab_size=50257)
+    pieces = zoo.generate(
+        model, "Hello", tokenizer=gpt2_tokenizer, max_new_tokens=4, temperature=0, stream=True
+    )
+    for _ in pieces:
+        assert not torch.is_inference_mode_enabled()
+        assert not model.training
+    assert not torch.is_inference_mode_enabled()

@@ -170,20 +170,24 @@ def _decode_loop(
     was_training = model.training
     model.eval()
     try:
+        # inference mode is entered per call, never across a yield: the caller's code between
+        # two tokens (streaming) runs in its own mode
         with torch.inference_mode():
             session = model.start_decoding(ids, keep, max_new_tokens, start_id=start_id)
             logits = session.prefill()
-            done = torch.zeros(ids.shape[0], dtype=torch.bool, device=device)
-            for i in range(max_new_tokens):
+        done = torch.zeros(ids.shape[0], dtype=torch.bool, device=device)
+        for i in range(max_new_tokens):
+            with torch.inference_mode():
                 token = next_tokens(
                     logits, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator
                 )
                 if eos_id is not None:
                     token = token.masked_fill(done, eos_id)
                     done |= token == eos_id
-                yield token
-                if i + 1 == max_new_tokens or (eos_id is not None and bool(done.all())):
-                    return
+            yield token
+            if i + 1 == max_new_tokens or (eos_id is not None and bool(done.all())):
+                return
+            with torch.inference_mode():
                 logits = session.step(token)
     finally:
         model.train(was_training)
@@ -241,7 +245,8 @@ def generate(
         else (tokenizer or getattr(model, "tokenizer", None))
     )
     eos_id = tok.eos_id if tok is not None else None
-    if start_id is None and hasattr(model, "decoder"):
+    encoder_decoder = getattr(model, "is_encoder_decoder", False)
+    if start_id is None and encoder_decoder:
         start_id = tok.bos_id if tok is not None else None
         if start_id is None:
             raise ValueError("an encoder-decoder needs start_id (or a tokenizer with a bos id)")
@@ -264,7 +269,7 @@ def generate(
     if kind in ("text", "texts"):
         texts = [_text(tok, r, eos_id, stops) for r in new]
         return texts[0] if kind == "text" else texts
-    prefix = [[start_id] for _ in rows] if hasattr(model, "decoder") else rows
+    prefix = [[start_id] for _ in rows] if encoder_decoder else rows
     out = [p + _until_eos(r, eos_id) for p, r in zip(prefix, new, strict=True)]
     if kind == "tensor":
         width = max(len(r) for r in out)

@@ -42,6 +42,7 @@ class EncoderDecoder(ZooModel):
     """
 
     config: EncoderDecoderConfig
+    is_encoder_decoder = True
 
     def __init__(self, config: EncoderDecoderConfig) -> None:
         super().__init__(config)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -26,6 +26,9 @@ class ZooModel(nn.Module):
     """
 
     config: ModelConfig
+    #: Whether the model reads a source and generates a separate target (the prompt of
+    #: ``zoo.generate`` is then the source, and the output starts with a start token).
+    is_encoder_decoder: ClassVar[bool] = False
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
