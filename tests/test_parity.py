@@ -207,8 +207,8 @@ def test_encdec_matches_torch_transformer(overrides):
     with torch.no_grad():
         ours = model(src, tgt, src_mask=src_mask, tgt_mask=tgt_mask)
         out = ref(
-            model._embed(src, torch.arange(s).expand(b, s)),
-            model._embed(tgt, torch.arange(t).expand(b, t)),
+            model.embed(src, torch.arange(s).expand(b, s)),
+            model.embed(tgt, torch.arange(t).expand(b, t)),
             tgt_mask=causal,
             src_key_padding_mask=~src_mask.bool(),
             memory_key_padding_mask=~src_mask.bool(),

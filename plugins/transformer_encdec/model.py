@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import Tensor, nn
 
@@ -13,6 +11,7 @@ from zoo.nn import (
     ZooModel,
     check_padding_mask,
     check_token_ids,
+    embed_tokens,
     init_weights,
     make_positions,
     random_ids,
@@ -75,12 +74,17 @@ class EncoderDecoder(ZooModel):
             "src_mask": right_padding(batch_size, src_len, device),
         }
 
-    def _embed(self, ids: Tensor, positions: Tensor) -> Tensor:
-        """Token plus position vectors, ``(B, L) -> (B, L, d_model)``."""
-        x = self.tok_emb(ids)  # (B, L, d_model)
-        if self.config.scale_embeddings:
-            x = x * math.sqrt(self.config.d_model)
-        return self.drop(x + self.pos_emb(positions).to(x.dtype))
+    def embed(self, ids: Tensor, positions: Tensor) -> Tensor:
+        """Token plus position vectors (source and target share them), ``(B, L) ->
+        (B, L, d_model)``."""
+        return embed_tokens(
+            self.tok_emb,
+            self.pos_emb,
+            self.drop,
+            ids,
+            positions,
+            scale_by_width=self.config.scale_embeddings,
+        )
 
     def _check(self, ids: Tensor, mask: Tensor | None, name: str) -> tuple[Tensor, Tensor | None]:
         c = self.config
@@ -96,7 +100,7 @@ class EncoderDecoder(ZooModel):
 
     def _encode(self, src_ids: Tensor, src_keep: Tensor | None) -> Tensor:
         mask = sdpa_mask(src_keep, causal=False, q_len=src_ids.shape[1])
-        x = self._embed(src_ids, positions_from_mask(src_ids, src_keep))
+        x = self.embed(src_ids, positions_from_mask(src_ids, src_keep))
         for layer in self.encoder:
             x = layer(x, mask=mask)
         return self.encoder_norm(x) if self.encoder_norm is not None else x
@@ -135,7 +139,7 @@ class EncoderDecoder(ZooModel):
             positions = positions_from_mask(tgt_ids, tgt_keep)
         else:  # every row of a generated target starts at position 0: no padding
             positions = torch.arange(start, start + t, device=tgt_ids.device).expand_as(tgt_ids)
-        x = self._embed(tgt_ids, positions)
+        x = self.embed(tgt_ids, positions)
         for i, layer in enumerate(self.decoder):
             x = layer(
                 x,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 import torch
@@ -13,6 +14,7 @@ __all__ = [
     "ZooModel",
     "check_padding_mask",
     "check_token_ids",
+    "embed_tokens",
     "init_weights",
     "random_ids",
     "right_padding",
@@ -70,6 +72,24 @@ def right_padding(batch_size: int, seq_len: int, device: torch.device) -> Tensor
     if batch_size > 1 and seq_len > 1 and device.type != "meta":
         mask[-1, (seq_len + 1) // 2 :] = 0
     return mask
+
+
+def embed_tokens(
+    tok_emb: nn.Embedding,
+    pos_emb: nn.Module,
+    drop: nn.Module,
+    ids: Tensor,
+    positions: Tensor,
+    *,
+    scale_by_width: bool,
+) -> Tensor:
+    """Token plus position vectors, ``(B, L) -> (B, L, d_model)``: ``drop(tok_emb(ids) +
+    pos_emb(positions))``, the token part scaled by ``sqrt(d_model)`` when ``scale_by_width``
+    (Vaswani et al.)."""
+    x = tok_emb(ids)  # (B, L, d_model)
+    if scale_by_width:
+        x = x * math.sqrt(x.shape[-1])
+    return drop(x + pos_emb(positions).to(x.dtype))
 
 
 def init_weights(module: nn.Module, *, std: float = 0.02) -> None:

@@ -16,6 +16,7 @@ from .base import (
     ZooModel,
     check_padding_mask,
     check_token_ids,
+    embed_tokens,
     init_weights,
     random_ids,
     right_padding,
@@ -77,10 +78,14 @@ class DecoderLM(ZooModel):
 
     def embed(self, input_ids: Tensor, position_ids: Tensor) -> Tensor:
         """Token plus position vectors, ``(B, T) -> (B, T, d_model)``."""
-        x = self.tok_emb(input_ids)
-        if self.config.scale_embeddings:
-            x = x * math.sqrt(self.config.d_model)
-        return self.drop(x + self.pos_emb(position_ids).to(x.dtype))
+        return embed_tokens(
+            self.tok_emb,
+            self.pos_emb,
+            self.drop,
+            input_ids,
+            position_ids,
+            scale_by_width=self.config.scale_embeddings,
+        )
 
     def forward(
         self,
