@@ -16,9 +16,8 @@ no sequence tokens added):
 Raw and zoo are interleaved chunk by chunk (``--chunks``, alternating which goes first), so a
 busy machine slows both alike; one repeat encodes the whole text once with each. The table
 shows median throughputs and the median of the per-repeat ratio zoo time / raw time (target:
-at most 1.10). The gpt1 tokenizer needs the original BPE files
-(``../shared/reference/gpt1`` or ``--gpt1-dir`` with vocab.json + merges.txt); it is skipped
-without them. The subword tokenizer is trained first (8,000 ids, on the first MB of the text).
+at most 1.10). The gpt1 tokenizer uses the original BPE files vendored in
+``tests/data/gpt1`` (or ``--gpt1-dir`` with vocab.json + merges.txt). The subword tokenizer is trained first (8,000 ids, on the first MB of the text).
 """
 
 from __future__ import annotations
@@ -41,7 +40,7 @@ import zoo
 from zoo.tokenizers import HFTokenizer, SubwordBPE, TiktokenTokenizer, Tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
-GPT1_REFERENCE = REPO.parent / "shared" / "reference" / "gpt1"
+GPT1_REFERENCE = REPO / "tests" / "data" / "gpt1"
 
 
 # -- the text ------------------------------------------------------------------------------------

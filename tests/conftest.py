@@ -26,7 +26,10 @@ if os.environ.get("CI"):
 pytest_plugins = ["hub_fixtures"]  # the `local_hub` fixture: a Hub-compatible server on 127.0.0.1
 
 TESTS = Path(__file__).parent
-REFERENCE = TESTS.parent.parent / "shared" / "reference"
+
+#: The only reasons a test may skip for. Any other skip (a missing file, a missing test
+#: dependency) fails the run: a skip must never hide something the suite should have.
+ALLOWED_SKIPS = ("needs CUDA", "needs /proc/self/maps")
 
 _site: Path | None = None
 
@@ -60,11 +63,24 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(_site, ignore_errors=True)
 
 
-@pytest.fixture
-def fresh_registry():
-    """Reload the process-wide registry before and after the test."""
-    import zoo
+_unexpected_skips: list[str] = []
 
-    zoo.reset_registry()
-    yield
-    zoo.reset_registry()
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped:
+        reason = str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else ""
+        reason = reason.removeprefix("Skipped: ")
+        if not reason.startswith(ALLOWED_SKIPS):
+            _unexpected_skips.append(f"{report.nodeid}: {reason}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _unexpected_skips and exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
+    if _unexpected_skips:
+        terminalreporter.section("skips that are not allowed (see ALLOWED_SKIPS in conftest.py)")
+        for line in _unexpected_skips:
+            terminalreporter.write_line(line)

@@ -39,7 +39,7 @@ from zoo.testing import assert_logits_close, small_overrides
 
 transformers = pytest.importorskip("transformers")
 
-GPT1_FILES = Path(__file__).resolve().parents[2] / "shared" / "reference" / "gpt1"
+GPT1_FILES = Path(__file__).parent / "data" / "gpt1"  # vendored, see its README.md
 GPT2_REPO = "openai-community/gpt2"
 GPT1_REPO = "openai-community/openai-gpt"
 TINY_HF = {"n_embd": 32, "n_head": 2, "n_layer": 2, "n_positions": 64}

@@ -3,7 +3,10 @@ never a top-level ``plugins``) and finds all four named models."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
+import stat
 import subprocess
 import sys
 import zipfile
@@ -33,18 +36,22 @@ def wheel(tmp_path_factory) -> Path:
         check=True,
         capture_output=True,
     )
-    (path,) = out.glob("zoo-*.whl")
+    (path,) = out.glob("torch_zoo-*.whl")
     return path
 
 
 def test_wheel_contents(wheel):
+    """The wheel holds the top-level registry.toml as a regular file, byte for byte (in the
+    source tree ``zoo/registry.toml`` is only a link to it)."""
     names = zipfile.ZipFile(wheel).namelist()
     assert "zoo/registry.toml" in names
     assert "zoo_plugins/gpt2/__init__.py" in names
     assert not any(n.startswith("plugins/") for n in names)
     assert not any(n.startswith("tests/") for n in names)
     with zipfile.ZipFile(wheel) as zf:
-        assert zf.read("zoo/registry.toml") == (ROOT / "registry.toml").read_bytes()
+        entry = zf.getinfo("zoo/registry.toml")
+        assert not stat.S_ISLNK(entry.external_attr >> 16), "registry.toml shipped as a link"
+        assert zf.read(entry) == (ROOT / "registry.toml").read_bytes()
         entry_points = next(n for n in names if n.endswith("entry_points.txt"))
         assert "gpt2 = zoo_plugins.gpt2" in zf.read(entry_points).decode()
 
@@ -80,3 +87,38 @@ def test_installed_wheel_lists_the_four_models(wheel, tmp_path):
     assert out.returncode == 0, out.stderr
     models = out.stdout.split("\n")[0].split()
     assert {"gpt1", "gpt2-124m", "wiki-gpt-wordpiece", "transformer-encdec"} <= set(models)
+
+
+def test_ci_runs_the_readme_test_command():
+    """`.ci/run` runs exactly the README's test command (on a clone with nothing beside it)."""
+    readme = (ROOT / "README.md").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    command = ci.strip().splitlines()[-1]
+    assert command.startswith("python3 -m venv .venv") and "pytest" in command
+    assert f"```sh\n{command}\n```" in readme
+    assert "git clone" in ci and '"$(ls -A ..)" != "zoo"' in ci  # nothing beside the clone
+
+
+#: What a test or the package may not reach for: files outside the repository.
+_OUTSIDE = re.compile(r"\.\./shared|[\"']shared[\"']|parents\[[2-9]\]|\.parent\.parent\.parent")
+
+
+@pytest.mark.parametrize("folder", ["zoo", "plugins", "tests", "benchmarks", ".ci"])
+def test_nothing_reads_outside_the_repository(folder):
+    """A fresh clone with no folder beside it must pass: no path may leave the repository."""
+    offenders = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in sorted((ROOT / folder).rglob("*"))
+        if path.is_file() and path.suffix in {".py", ".toml", ""}
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        if _OUTSIDE.search(line) and path.name != "test_packaging.py"
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_vendored_reference_files_match_their_hashes():
+    folder = ROOT / "tests" / "data" / "gpt1"
+    for line in (folder / "SHA256SUMS").read_text().splitlines():
+        digest, name = line.split()
+        assert hashlib.sha256((folder / name).read_bytes()).hexdigest() == digest, name
+    assert "MIT License" in (folder / "LICENSE").read_text()

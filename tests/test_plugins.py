@@ -7,6 +7,11 @@ import sys
 import textwrap
 from pathlib import Path
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
 import pytest
 from conftest import install_distribution
 
@@ -209,15 +214,18 @@ def test_bad_registry_files_are_clear_errors(tmp_path, text, message):
         load_registry(registry_files=[path])
 
 
-def test_the_shipped_registry_is_the_top_level_file():
-    top = Path(__file__).parents[1] / "registry.toml"
-    shipped = Path(zoo.__file__).parent / "registry.toml"
-    assert shipped.read_text() == top.read_text()
-
-
 def test_the_readme_plugin_is_the_tested_plugin():
     """The copy-pasteable plugin in the README is, file for file, the one installed here."""
     readme = (Path(__file__).parents[1] / "README.md").read_text()
-    for name in ("__init__.py", "model.py"):
-        source = (Path(__file__).parent / "toy_plugin" / "zoo_toy" / name).read_text()
-        assert source.rstrip() in readme, f"README is out of date with zoo_toy/{name}"
+    for name in ("pyproject.toml", "zoo_toy/__init__.py", "zoo_toy/model.py"):
+        source = (Path(__file__).parent / "toy_plugin" / name).read_text()
+        assert source.rstrip() in readme, f"README is out of date with toy_plugin/{name}"
+
+
+def test_the_readme_plugin_depends_on_this_distribution():
+    """A plugin's dependency must name zoo's distribution, not the unrelated `zoo` on PyPI."""
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
+    toy = tomllib.loads((Path(__file__).parent / "toy_plugin" / "pyproject.toml").read_text())
+    assert project["name"] == zoo.DISTRIBUTION == "torch-zoo"
+    assert toy["project"]["dependencies"] == [zoo.DISTRIBUTION]
+    assert toy["project"]["entry-points"]["zoo"] == {"toy": "zoo_toy"}

@@ -4,8 +4,8 @@
   is replaced by its cache: the original ``vocab.bpe`` and ``encoder.json`` are rebuilt from the
   shipped ranks and placed in ``TIKTOKEN_CACHE_DIR``; tiktoken checks their sha256 against the
   hashes it pins, so the reference is tiktoken's own loader on the original files.
-- gpt1-bpe vs ``transformers.OpenAIGPTTokenizer`` on the original files in
-  ``../shared/reference/gpt1``.
+- gpt1-bpe vs ``transformers.OpenAIGPTTokenizer`` on the original files, vendored in
+  ``tests/data/gpt1``.
 - bert-wordpiece-uncased vs ``transformers.BertTokenizerFast`` on the shipped vocabulary.
 """
 
@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import zoo
 
-GPT1_REFERENCE = Path(__file__).parents[2] / "shared" / "reference" / "gpt1"
+GPT1_REFERENCE = Path(__file__).parent / "data" / "gpt1"  # vendored, see its README.md
 GPT1_VOCAB = GPT1_REFERENCE / "encoder_bpe_40000.json"
 GPT1_MERGES = GPT1_REFERENCE / "vocab_40000.bpe"
 
@@ -169,12 +169,6 @@ def test_gpt2_unicode_round_trip_and_parity(gpt2, tiktoken_gpt2, text):
 
 
 # -- gpt1-bpe ----------------------------------------------------------------------------------
-needs_gpt1_files = pytest.mark.skipif(
-    not (GPT1_VOCAB.is_file() and GPT1_MERGES.is_file()),
-    reason=f"the original GPT-1 BPE files are not in {GPT1_REFERENCE} (see DESIGN.md section 7)",
-)
-
-
 @pytest.fixture(scope="module")
 def gpt1_dir(tmp_path_factory) -> Path:
     """The reference files under their Hub names (vocab.json, merges.txt)."""
@@ -195,7 +189,6 @@ def hf_gpt1():
     return transformers.OpenAIGPTTokenizer(str(GPT1_VOCAB), str(GPT1_MERGES))
 
 
-@needs_gpt1_files
 def test_gpt1_known_tokens(gpt1):
     ids = gpt1.encode("Hello world! Every effort moves you")
     assert [gpt1.id_to_token(i) for i in ids] == [
@@ -211,7 +204,6 @@ def test_gpt1_known_tokens(gpt1):
     assert gpt1.unk_id == 0 and gpt1.eos_id is None and gpt1.pad_id is None
 
 
-@needs_gpt1_files
 def test_gpt1_matches_transformers_on_corpus(gpt1, hf_gpt1):
     assert gpt1.vocab_size == len(hf_gpt1)
     for text in CORPUS:
@@ -221,14 +213,12 @@ def test_gpt1_matches_transformers_on_corpus(gpt1, hf_gpt1):
     assert gpt1.encode_batch(CORPUS) == [hf_gpt1.encode(t) for t in CORPUS]
 
 
-@needs_gpt1_files
 @settings(max_examples=200, deadline=None)
 @given(text=st.text(max_size=200))
 def test_gpt1_matches_transformers_on_any_text(gpt1, hf_gpt1, text):
     assert gpt1.encode(text) == hf_gpt1.encode(text)
 
 
-@needs_gpt1_files
 def test_gpt1_from_original_file_names_and_via_hub_cache(gpt1, monkeypatch):
     """The Hub path: hf_hub_download is asked for vocab.json and merges.txt of the pinned repo
     (stubbed here to the reference files: tests never use the network)."""
@@ -266,7 +256,6 @@ def test_gpt1_offline_without_cache_says_how_to_get_the_files(monkeypatch, tmp_p
     assert "openai-community/openai-gpt" in message
 
 
-@needs_gpt1_files
 def test_gpt1_rejects_wrong_files(tmp_path):
     from zoo_plugins.gpt1 import tokenizer as gpt1_tokenizer
 

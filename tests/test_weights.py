@@ -324,6 +324,12 @@ def test_unknown_architecture_names_the_plugin(tmp_path: Path, buffered_registry
     monkeypatch.setattr(zoo.registry, "_default", load_registry())  # plugin uninstalled
     with pytest.raises(zoo.UnknownArchitectureError, match=r"\(pip install zoo-buffered\)"):
         zoo.load(tmp_path)
+    # a hostile checkpoint cannot make zoo suggest an arbitrary pip argument
+    manifest["plugin"] = {"name": "buffered", "distribution": "--index-url=http://evil/ x 1"}
+    (tmp_path / "config.json").write_text(json.dumps(manifest))
+    with pytest.raises(zoo.UnknownArchitectureError) as excinfo:
+        zoo.load(tmp_path)
+    assert "pip install" not in str(excinfo.value) and "evil" not in str(excinfo.value)
 
 
 # -- named models with local weights --------------------------------------------------------

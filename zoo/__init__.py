@@ -38,6 +38,10 @@ from .specs import ArchitectureSpec, ModelSpec, TokenizerSpec, WeightsSource
 
 __version__ = "0.1.0"
 
+#: The distribution name on the package index (``pip install torch-zoo``); the import name
+#: and the command are ``zoo``.
+DISTRIBUTION = "torch-zoo"
+
 _LAZY = {"generate": "zoo.generation:generate"}  # import torch only when used
 
 
@@ -50,6 +54,7 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "DISTRIBUTION",
     "ArchitectureSpec",
     "CheckpointError",
     "ChecksumMismatchError",

@@ -15,6 +15,7 @@ from .specs import ArchitectureSpec, ModelSpec, WeightsSource
 if TYPE_CHECKING:
     import torch
 
+    from .nn.base import ZooModel
     from .tokenizers import Tokenizer
 
 __all__ = [
@@ -101,7 +102,7 @@ def build(
     device: str | torch.device | None = None,
     dtype: torch.dtype | None = None,
     **overrides: Any,
-) -> torch.nn.Module:
+) -> ZooModel:
     """Build a randomly initialised model.
 
     Args:
@@ -121,7 +122,7 @@ def build(
     if device is not None and torch.device(device).type == "meta":
         from .checkpoint.state import build_on_meta
 
-        model = build_on_meta(arch.model_class, config)  # skips initialising empty tensors
+        model: ZooModel = build_on_meta(arch.model_class, config)  # no initialisation on meta
     else:
         with torch.device(device if device is not None else "cpu"):
             model = arch.model_class(config)

@@ -30,7 +30,7 @@ from .specs import ArchitectureSpec, ModelSpec, TokenizerSpec
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
-    import tomli as tomllib
+    import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
 
 __all__ = [
     "BUILTIN_REGISTRY",

@@ -44,7 +44,7 @@ def load() -> TiktokenTokenizer:
         sha256=RANKS_SHA256,
         expected_size=50256,
         what="GPT-2 BPE ranks",
-        fix="Reinstall zoo (pip install --force-reinstall zoo) to restore the shipped file.",
+        fix="Reinstall zoo (pip install --force-reinstall torch-zoo) to restore the shipped file.",
         name="gpt2-bpe",
         roles={"bos": ENDOFTEXT, "eos": ENDOFTEXT},
         description=DESCRIPTION,

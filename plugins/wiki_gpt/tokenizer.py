@@ -35,7 +35,7 @@ ROLES = {
     "unk": "[UNK]",
 }
 DESCRIPTION = "BERT WordPiece uncased (tokenizers), 30522 ids, shipped with zoo"
-_FIX = "Reinstall zoo (pip install --force-reinstall zoo) to restore the shipped file."
+_FIX = "Reinstall zoo (pip install --force-reinstall torch-zoo) to restore the shipped file."
 
 
 def _vocab_path() -> Path:

@@ -36,11 +36,20 @@ from .files import (
     was_verified,
     write_safetensors,
 )
-from .manifest import CONFIG_FILE, FORMAT, FORMAT_VERSION, Manifest, read_config_json
+from .manifest import (
+    CONFIG_FILE,
+    FORMAT,
+    FORMAT_VERSION,
+    Manifest,
+    plugin_distribution,
+    read_config_json,
+)
 
 if TYPE_CHECKING:
     import torch
     from torch import Tensor, nn
+
+    from ..nn.base import ZooModel
 
 __all__ = [
     "WEIGHTS_DIR_ENV",
@@ -94,11 +103,11 @@ def _architecture(name: str, *, where: str, plugin: Mapping[str, Any] | None) ->
         return get_registry().architecture(name)
     except UnknownArchitectureError as exc:
         hint = ""
-        if plugin and plugin.get("distribution"):
-            package = plugin["distribution"].split()[0]  # "name version"
+        package = plugin_distribution(plugin)
+        if plugin and package:
             hint = (
                 f" It was saved with the plugin {plugin.get('name')!r} from the distribution "
-                f"{plugin['distribution']!r}: install it (pip install {package})."
+                f"{package!r}: install it (pip install {package})."
             )
         elif plugin and plugin.get("name"):
             hint = f" It was saved with the plugin {plugin['name']!r}: install it."
@@ -216,7 +225,7 @@ def load(
     strict: bool = True,
     verify: bool | None = None,
     tokenizer: bool = True,
-) -> nn.Module:
+) -> ZooModel:
     """Load a model with its weights, ready for inference.
 
     Args:
@@ -283,7 +292,7 @@ def local_weights_path(name: str) -> Path | None:
     return None
 
 
-def _load_named(name: str, **kwargs: Any) -> nn.Module:
+def _load_named(name: str, **kwargs: Any) -> ZooModel:
     try:
         spec = get_registry().model(name)
     except UnknownModelError as exc:
@@ -365,7 +374,7 @@ def load_local(
     strict: bool = True,
     verify: bool | None = None,
     tokenizer: bool = True,
-) -> nn.Module:
+) -> ZooModel:
     """Load a checkpoint that is on this machine (what the Hub download calls after fetching).
 
     Args:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
     "Manifest",
+    "plugin_distribution",
     "read_config_json",
 ]
 
@@ -90,7 +92,7 @@ class Manifest:
         if version > FORMAT_VERSION:
             raise CheckpointError(
                 f"{where} has format_version {version}, newer than this zoo reads "
-                f"({FORMAT_VERSION}); upgrade zoo (pip install -U zoo)."
+                f"({FORMAT_VERSION}); upgrade zoo (pip install -U torch-zoo)."
             )
         arch, config, weights = data["architecture"], data["config"], data["weights"]
         if not isinstance(arch, str) or not arch:
@@ -140,3 +142,16 @@ def read_config_json(directory: Path) -> dict[str, Any] | None:
     if not isinstance(data, dict):
         raise CheckpointError(f"{path} must hold a JSON object")
     return data
+
+
+#: A distribution name as the package index accepts it (PEP 508).
+_DISTRIBUTION_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,98}[A-Za-z0-9])?")
+
+
+def plugin_distribution(plugin: Mapping[str, Any] | None) -> str | None:
+    """The distribution name of the plugin a manifest records (``"zoo-llama 0.3"`` ->
+    ``"zoo-llama"``), or ``None`` when there is none or it is not a valid distribution name:
+    a checkpoint is untrusted input, and only a valid name is ever suggested to ``pip``."""
+    recorded = (plugin or {}).get("distribution")
+    name = recorded.split(" ")[0] if isinstance(recorded, str) else ""
+    return name if _DISTRIBUTION_NAME.fullmatch(name) else None

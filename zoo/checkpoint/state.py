@@ -79,7 +79,7 @@ class _SkipFillOnMeta(TorchFunctionMode):
     ``normal_`` on a meta tensor imports ``torch._dynamo`` (about 2 s in a fresh process).
     """
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+    def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if getattr(func, "__name__", "") in _FILL_OPS:
             target = args[0] if args else kwargs.get("tensor", kwargs.get("self"))
@@ -88,7 +88,7 @@ class _SkipFillOnMeta(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-def build_on_meta(model_class: Any, config: Any) -> nn.Module:
+def build_on_meta(model_class: Any, config: Any) -> Any:
     """``model_class(config)`` with every tensor on ``meta`` and initialisation skipped."""
     with torch.device("meta"), _SkipFillOnMeta():
         return model_class(config)
@@ -98,9 +98,11 @@ def tied_groups(model: nn.Module) -> list[list[str]]:
     """Names that refer to one shared parameter or buffer, in registration order; the first
     name of each group is the one checkpoints store."""
     by_id: dict[int, list[str]] = {}
-    for name, tensor in model.named_parameters(remove_duplicate=False):
-        by_id.setdefault(id(tensor), []).append(name)
-    for name, tensor in model.named_buffers(remove_duplicate=False):
+    named = [
+        *model.named_parameters(remove_duplicate=False),
+        *model.named_buffers(remove_duplicate=False),
+    ]
+    for name, tensor in named:
         by_id.setdefault(id(tensor), []).append(name)
     return [names for names in by_id.values() if len(names) > 1]
 
@@ -152,7 +154,7 @@ def assemble(
     strict: bool,
     unexpected: tuple[str, ...] = (),
     what: str = "checkpoint",
-) -> tuple[nn.Module, LoadReport]:
+) -> tuple[Any, LoadReport]:
     """Build ``model_class(config)`` on ``meta`` and assign ``state`` (zoo keys) to it.
 
     Each tensor is converted to ``device``/``dtype`` on its own (a no-op for memory-mapped

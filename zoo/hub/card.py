@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from ..checkpoint.manifest import Manifest
+from ..checkpoint.manifest import Manifest, plugin_distribution
 from ..errors import ZooError
 from ..registry import get_registry
 
@@ -27,9 +27,11 @@ def _architecture_facts(name: str) -> tuple[str, tuple[str, ...], str | None]:
 
 
 def _install_line(manifest: Manifest) -> str:
-    dist = str((manifest.plugin or {}).get("distribution") or "").split()  # "name version"
-    extra = f" {dist[0]}" if dist and dist[0] != "zoo" else ""
-    return f"pip install zoo{extra}"
+    """``pip install torch-zoo [the plugin's distribution]``."""
+    from .. import DISTRIBUTION
+
+    name = plugin_distribution(manifest.plugin)
+    return f"pip install {DISTRIBUTION}" + (f" {name}" if name and name != DISTRIBUTION else "")
 
 
 def model_card(manifest: Manifest, repo_id: str, *, license: str = DEFAULT_LICENSE) -> str:

@@ -146,7 +146,7 @@ def _files_metadata(api: Any, repo_id: str, commit: str, token: Any) -> dict[str
 
     try:
         info = api.model_info(repo_id, revision=commit, files_metadata=True, token=token)
-    except (*transport_errors(), hf.OfflineModeIsEnabled):
+    except (*transport_errors(), hf.OfflineModeIsEnabled):  # type: ignore[misc]
         return None
     except hf.HfHubHTTPError as exc:
         if exc.response is not None and exc.response.status_code >= 500:

@@ -17,12 +17,12 @@ from .download import evict, fetch
 from .source import HubSource, parse_hf_source, resolve_source
 
 if TYPE_CHECKING:
-    from torch import nn
+    from ..nn.base import ZooModel
 
 __all__ = ["load_hf", "load_hub", "load_named"]
 
 
-def load_hub(source: HubSource, *, token: str | bool | None = None, **kwargs: Any) -> nn.Module:
+def load_hub(source: HubSource, *, token: str | bool | None = None, **kwargs: Any) -> ZooModel:
     """Fetch ``source`` and load it with :func:`zoo.checkpoint.load_local`.
 
     ``kwargs`` are :func:`zoo.load`'s (``device``, ``dtype``, ``strict``, ``verify``,
@@ -57,11 +57,11 @@ def load_hub(source: HubSource, *, token: str | bool | None = None, **kwargs: An
         ) from exc
 
 
-def load_hf(source: str, **kwargs: Any) -> nn.Module:
+def load_hf(source: str, **kwargs: Any) -> ZooModel:
     """:func:`zoo.load` for ``"hf:org/name"`` and ``"hf:org/name@revision"``."""
     return load_hub(parse_hf_source(source), **kwargs)
 
 
-def load_named(name: str, **kwargs: Any) -> nn.Module:
+def load_named(name: str, **kwargs: Any) -> ZooModel:
     """:func:`zoo.load` for a named model whose registry entry points at a Hub repo."""
     return load_hub(resolve_source(name), **kwargs)

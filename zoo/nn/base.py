@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
 from ..config import ModelConfig
+
+if TYPE_CHECKING:
+    from ..checkpoint.report import LoadReport
+    from ..tokenizers import Tokenizer
 
 __all__ = [
     "ZooModel",
@@ -37,6 +41,10 @@ class ZooModel(nn.Module):
         self.config = config
         #: The named model this instance was built from (``None`` when built from a config).
         self.name: str | None = None
+        #: The tokenizer :func:`zoo.load` attached (``None`` after :func:`zoo.build`).
+        self.tokenizer: Tokenizer | None = None
+        #: What :func:`zoo.load` found in the checkpoint (``None`` after :func:`zoo.build`).
+        self.load_report: LoadReport | None = None
 
     def example_inputs(
         self, batch_size: int = 2, seq_len: int = 8, *, generator: torch.Generator | None = None
@@ -96,8 +104,9 @@ def init_weights(module: nn.Module, *, std: float = 0.02) -> None:
     """GPT-style initialisation: normal(0, std) weights, zero biases, unit LayerNorms."""
     if isinstance(module, (nn.Linear, nn.Embedding)):
         nn.init.normal_(module.weight, mean=0.0, std=std)
-        if getattr(module, "bias", None) is not None:
-            nn.init.zeros_(module.bias)
+        bias = getattr(module, "bias", None)
+        if bias is not None:
+            nn.init.zeros_(bias)
     elif isinstance(module, nn.LayerNorm):
         nn.init.ones_(module.weight)
         nn.init.zeros_(module.bias)

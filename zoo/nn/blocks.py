@@ -55,12 +55,11 @@ class TransformerBlock(nn.Module):
         self.norm_first = norm_first
         self.attn = MultiHeadAttention(d_model, n_heads, dropout=dropout)
         self.attn_norm = nn.LayerNorm(d_model, eps=layer_norm_eps)
+        self.cross_attn: MultiHeadAttention | None = None
+        self.cross_norm: nn.LayerNorm | None = None
         if cross_attention:
             self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout=dropout, cross=True)
             self.cross_norm = nn.LayerNorm(d_model, eps=layer_norm_eps)
-        else:
-            self.cross_attn = None
-            self.cross_norm = None
         self.ffn = FeedForward(d_model, d_ff, activation)
         self.ffn_norm = nn.LayerNorm(d_model, eps=layer_norm_eps)
         self.drop = nn.Dropout(dropout)
@@ -110,10 +109,12 @@ class TransformerBlock(nn.Module):
         def attend(h: Tensor) -> Tensor:
             return self.attn(h, mask=mask, causal=causal, cache=cache, start=start)
 
-        def cross(h: Tensor) -> Tensor:
-            return self.cross_attn(h, memory, mask=memory_mask, memory_kv=memory_kv)
-
         x = self._residual(x, self.attn_norm, attend)
-        if self.cross_attn is not None:
+        if self.cross_attn is not None and self.cross_norm is not None:
+            cross_attn = self.cross_attn
+
+            def cross(h: Tensor) -> Tensor:
+                return cross_attn(h, memory, mask=memory_mask, memory_kv=memory_kv)
+
             x = self._residual(x, self.cross_norm, cross)
         return self._residual(x, self.ffn_norm, self.ffn)

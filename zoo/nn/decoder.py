@@ -7,6 +7,7 @@ placement, final LayerNorm, activation, position scheme, head tying and bias.
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -60,7 +61,7 @@ class DecoderLM(ZooModel):
     def reset_parameters(self) -> None:
         """GPT-2 initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2 n_layers)."""
         self.apply(init_weights)
-        for block in self.blocks:
+        for block in cast("list[TransformerBlock]", self.blocks):
             for proj in (block.attn.proj, block.ffn.proj):
                 nn.init.normal_(proj.weight, std=0.02 / math.sqrt(2 * self.config.n_layers))
 

@@ -10,6 +10,9 @@ and state dicts are exactly those of ``nn.Linear``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -17,7 +20,7 @@ from torch import Tensor, nn
 __all__ = ["Linear", "linear"]
 
 
-def _onednn_linear() -> object | None:
+def _onednn_linear() -> Callable[..., Any] | None:
     if not torch.backends.mkldnn.is_available():
         return None
     try:

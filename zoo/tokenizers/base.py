@@ -80,9 +80,11 @@ class Tokenizer(abc.ABC):
                     "use one of its tokens or add it as a special token first"
                 )
             self._role_ids[role] = token_id
-        for role in wrap:
-            if role is not None and role not in self._role_ids:
-                raise TokenizerError(f"{name}: cannot wrap sequences with {role!r}: no such role")
+        for wrapper in wrap:
+            if wrapper is not None and wrapper not in self._role_ids:
+                raise TokenizerError(
+                    f"{name}: cannot wrap sequences with {wrapper!r}: no such role"
+                )
         self._wrap = wrap
         self._prefix = [self._role_ids[wrap[0]]] if wrap[0] is not None else []
         self._suffix = [self._role_ids[wrap[1]]] if wrap[1] is not None else []

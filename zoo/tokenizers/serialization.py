@@ -46,7 +46,7 @@ def load_directory(directory: str | Path) -> Tokenizer:
         )
     if not isinstance(manifest.get("name"), str):
         raise VocabularyFileError(f"{directory}: the manifest has no tokenizer 'name'")
-    return classes[kind].from_manifest(directory, manifest)  # type: ignore[attr-defined]
+    return classes[kind].from_manifest(directory, manifest)
 
 
 def save_tokenizer(tokenizer: Tokenizer, directory: str | Path) -> dict[str, Any]:
