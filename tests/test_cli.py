@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -20,8 +21,12 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 def test_console_script_lists_without_torch():
     exe = shutil.which("zoo")
     assert exe, "the `zoo` console script is not installed"
-    out = subprocess.run([exe, "list"], capture_output=True, text=True, check=True)
+    env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}  # every import, on stderr
+    out = subprocess.run([exe, "list"], capture_output=True, text=True, check=True, env=env)
     assert "gpt2-124m" in out.stdout and "wiki-gpt-wordpiece" in out.stdout
+    imported = {line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines()}
+    assert "zoo.registry" in imported, "import profile not captured: the check proves nothing"
+    assert "torch" not in imported
 
 
 @pytest.mark.parametrize("argv", [["list"], ["--help"], ["plugins"]])
@@ -85,8 +90,10 @@ def test_generate_streams_a_random_model_offline(capsys):
 
 
 def test_generate_without_weights_is_one_clear_line(capsys):
-    code, _, err = run(capsys, "generate", "wiki-gpt-wordpiece", "hello")
-    assert code == 2 and err.startswith("zoo: error:") and err.count("\n") == 1
+    code, out, err = run(capsys, "generate", "wiki-gpt-wordpiece", "hello")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith("zoo: error: no local weights for 'wiki-gpt-wordpiece'")
+    assert "$ZOO_WEIGHTS_DIR" in err
 
 
 def test_convert_round_trip(capsys, tmp_path):
@@ -116,3 +123,73 @@ def test_every_command_has_help(capsys, command):
         main([*command, "--help"])
     assert exit_.value.code == 0
     assert "usage: zoo" in capsys.readouterr().out
+
+
+# -- conflicts and broken plugins are loud, never fatal ---------------------------------------
+class _Shadow:
+    """A plugin that also registers the built-in gpt2-124m."""
+
+    import zoo as _zoo
+
+    @_zoo.hookimpl
+    def zoo_models(self):
+        import zoo
+
+        return [zoo.ModelSpec(name="gpt2-124m", architecture="gpt2", config={"n_layers": 2})]
+
+
+def test_list_and_plugins_show_a_conflict(capsys, monkeypatch):
+    import zoo.registry
+
+    monkeypatch.setattr(
+        zoo.registry, "_default", zoo.registry.load_registry(plugins={"dup": _Shadow()})
+    )
+    code, out, err = run(capsys, "list")
+    assert code == 0
+    row = next(line for line in out.splitlines() if line.startswith("gpt2-124m"))
+    assert "conflict: registry.toml vs plugin dup" in row
+    assert "ZOO_PREFER" in err and "'gpt2-124m'" in err
+    code, out, _ = run(capsys, "plugins")
+    dup = next(line for line in out.splitlines() if line.startswith("dup "))
+    assert "conflict" in dup and "model gpt2-124m" in dup
+    assert "conflict: model name 'gpt2-124m' is claimed by" in out
+
+
+def test_a_plugin_calling_sys_exit_at_import_is_isolated(tmp_path):
+    from conftest import install_distribution
+
+    package = tmp_path / "src" / "zoo_exits"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("import sys\nsys.exit(3)\n")
+    site = tmp_path / "site"
+    site.mkdir()
+    install_distribution(site, package, name="zoo-exits", entry_points="[zoo]\nexits = zoo_exits\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), *sys.path])}
+    code = "from zoo.cli import main; raise SystemExit(main(['plugins']))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    line = next(line for line in out.stdout.splitlines() if line.startswith("exits"))
+    assert "failed" in line and "SystemExit: 3" in line
+
+
+def test_tour_streams_each_model_with_its_blocks(capsys, monkeypatch):
+    """Each model's description is printed as soon as it is built and run (not at the end)."""
+    import zoo.api
+
+    names = ["toy-gpt-tiny", "transformer-encdec-tiny"]
+    monkeypatch.setattr(zoo.api, "list_models", lambda: names)
+    real_build = zoo.api.build
+    seen_before_build: list[str] = []
+
+    def build(name, **kwargs):
+        if kwargs.get("device") != "meta":  # zoo.info counts parameters on meta
+            seen_before_build.append(capsys.readouterr().out)
+        return real_build(name, **kwargs)
+
+    monkeypatch.setattr(zoo.api, "build", build)
+    assert main(["tour"]) == 0
+    rest = capsys.readouterr().out
+    assert seen_before_build[0] == ""
+    first = seen_before_build[1]  # printed before the second model was even built
+    assert first.startswith("toy-gpt-tiny:") and "pre-LN decoder block" in first
+    assert "transformer-encdec-tiny:" in rest and "blocks" in rest and "cross-attention" in rest

@@ -58,7 +58,7 @@ def _config_for(arch: str):
 
 
 class _CPUPositions(DecoderLM):
-    """Builds its positions on a hard-coded CPU device (the seed-000 bug)."""
+    """Builds its positions on a hard-coded CPU device (works on CPU, breaks on any other)."""
 
     def forward(self, input_ids, attention_mask=None):
         positions = torch.arange(input_ids.shape[1], device="cpu")

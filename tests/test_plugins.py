@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -53,7 +55,7 @@ def test_builtins_load_through_entry_points():
     plugins = {p.name: p for p in zoo.plugins()}
     for name in ("gpt1", "gpt2", "wiki_gpt", "transformer_encdec"):
         assert plugins[name].status == "ok"
-        assert plugins[name].distribution.startswith("zoo ")
+        assert plugins[name].distribution.startswith("torch-zoo ")
     assert set(zoo.list_models()) >= BUILTINS
 
 
@@ -99,10 +101,86 @@ def test_duplicate_model_name_is_a_conflict(monkeypatch):
     assert zoo.get_registry().conflicts == {"model gpt1": ["registry.toml", "plugin dup"]}
 
 
-def test_strict_mode_turns_a_conflict_into_an_error():
+def test_strict_mode_fails_only_the_conflicting_names_use(monkeypatch):
     dup = Throwaway([zoo.ArchitectureSpec(name="gpt1", config="x:y", model="x:z")])
+    use(monkeypatch, load_registry(strict=True, plugins={"dup": dup}))
     with pytest.raises(RegistryConflictError, match="plugin gpt1 and plugin dup"):
-        load_registry(strict=True, plugins={"dup": dup})
+        zoo.build("gpt1")
+    zoo.build("gpt2-124m", device="meta")
+
+
+def _shadowing_plugin() -> Throwaway:
+    """A third-party plugin that also registers the built-in name gpt2-124m."""
+    return Throwaway(
+        models=[zoo.ModelSpec(name="gpt2-124m", architecture="gpt2", config={"n_layers": 2})]
+    )
+
+
+def test_a_shadowing_plugin_is_loud_everywhere(monkeypatch):
+    """A plugin registering a built-in name must not make it vanish silently (issue 9.2)."""
+    use(monkeypatch, load_registry(plugins={"dup": _shadowing_plugin()}))
+    expected = r"gpt2-124m.*registry\.toml and plugin dup.*ZOO_PREFER"
+    with pytest.raises(RegistryConflictError, match=expected):
+        zoo.build("gpt2-124m")
+    with pytest.raises(RegistryConflictError, match=expected):  # the alias leads there too
+        zoo.info("gpt2")
+    assert zoo.get_registry().conflicts_of("plugin dup") == ["model gpt2-124m"]
+    assert zoo.get_registry().conflicts_of("registry.toml") == ["model gpt2-124m"]
+
+
+def test_zoo_prefer_picks_the_winner(monkeypatch):
+    monkeypatch.setenv("ZOO_PREFER", "dup")
+    use(monkeypatch, load_registry(plugins={"dup": _shadowing_plugin()}))
+    assert zoo.build("gpt2-124m", device="meta").config.n_layers == 2
+    assert zoo.build("gpt2", device="meta").config.n_layers == 2  # alias follows the pick
+    assert zoo.get_registry().source("model", "gpt2-124m") == "plugin dup"
+    assert "gpt2-124m" in zoo.list_models() and not zoo.get_registry().conflicts
+    monkeypatch.setenv("ZOO_PREFER", "registry.toml")
+    use(monkeypatch, load_registry(plugins={"dup": _shadowing_plugin()}))
+    assert zoo.build("gpt2-124m", device="meta").config.n_layers == 12
+
+
+def test_an_alias_claimed_twice_is_a_conflict(monkeypatch):
+    other = Throwaway(models=[zoo.ModelSpec(name="other", architecture="gpt2", aliases=["gpt2"])])
+    use(monkeypatch, load_registry(plugins={"other": other}))
+    with pytest.raises(RegistryConflictError, match="registry.toml and plugin other"):
+        zoo.build("gpt2")
+    zoo.build("gpt2-124m", device="meta")
+    zoo.build("other", device="meta")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"aliases": ["self"], "name": "self"}, "cannot be the model's own name"),
+        ({"aliases": "abc"}, "aliases must be a list"),
+        ({"name": "nl\n"}, "is not valid"),
+        ({"aliases": ["ok\n"]}, "is not valid"),
+    ],
+)
+def test_bad_names_and_aliases_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        zoo.ModelSpec(**{"name": "m", "architecture": "gpt2", **kwargs})
+
+
+def test_a_broken_user_registry_file_is_reported_not_fatal(monkeypatch, tmp_path):
+    good = tmp_path / "good.toml"
+    good.write_text("[models.mine]\narchitecture = 'gpt2'\nconfig = { n_layers = 1 }\n")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[models.x\n")
+    missing = tmp_path / "missing.toml"
+    monkeypatch.setenv("ZOO_REGISTRY_PATH", os.pathsep.join(map(str, [bad, missing, good])))
+    registry = use(monkeypatch, load_registry())
+    assert "mine" in zoo.list_models() and "gpt2-124m" in zoo.list_models()
+    assert [path for path, _ in registry.problems] == [str(bad), str(missing)]
+    with pytest.raises(zoo.ZooError, match="cannot read registry file"):
+        load_registry(strict=True)
+
+
+class ExitingHook:
+    @zoo.hookimpl
+    def zoo_models(self):
+        sys.exit(3)
 
 
 class RaisingHook:
@@ -129,6 +207,7 @@ class WrongReturn:
         (RaisingHook(), "zoo_architectures: RuntimeError: boom"),
         (MisspelledHook(), "invalid hooks: unknown hook 'zoo_architecture'"),
         (WrongReturn(), "must return ModelSpec objects, got str"),
+        (ExitingHook(), "zoo_models: SystemExit: 3"),
     ],
 )
 def test_a_broken_plugin_is_isolated_and_reported(monkeypatch, plugin, reason):
@@ -210,8 +289,11 @@ def test_user_registry_file_adds_models(monkeypatch, tmp_path):
 def test_bad_registry_files_are_clear_errors(tmp_path, text, message):
     path = tmp_path / "bad.toml"
     path.write_text(text)
-    with pytest.raises(ZooError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        load_registry(registry_files=[path])
+    expected = message.replace("(", r"\(").replace(")", r"\)")
+    with pytest.raises(ZooError, match=expected):
+        load_registry(registry_files=[path], strict=True)
+    ((where, reason),) = load_registry(registry_files=[path]).problems  # reported, not fatal
+    assert where == str(path) and re.search(expected, reason)
 
 
 def test_the_readme_plugin_is_the_tested_plugin():

@@ -289,7 +289,7 @@ def hf_bert():
 
 def test_bert_roles_map_the_seed_tokens(bert, hf_bert):
     assert bert.vocab_size == len(hf_bert) == 30522
-    # the seed's <GO> / <SEP> / <PAD> are BERT's [CLS] / [SEP] / [PAD]
+    # the go / separator / padding roles are BERT's [CLS] / [SEP] / [PAD]
     assert bert.bos_id == bert.cls_id == hf_bert.cls_token_id == 101
     assert bert.eos_id == bert.sep_id == hf_bert.sep_token_id == 102
     assert bert.pad_id == hf_bert.pad_token_id == 0

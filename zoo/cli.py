@@ -31,6 +31,24 @@ def _table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
+def _conflict_notes() -> list[tuple[str, str]]:
+    """``(name, "conflict: A vs B")`` for each named model made unusable by a conflict (on its
+    own name or on its architecture), with a note on stderr saying how to resolve each."""
+    registry = get_registry()
+    conflicts = registry.unresolved()
+    rows = []
+    for (kind, name), sources in conflicts.items():
+        print(f"zoo: {registry.conflict_message(kind, name)}", file=sys.stderr)
+        if kind == "model":
+            rows.append((name, f"conflict: {' vs '.join(sources)}"))
+    architectures = {n: s for (k, n), s in conflicts.items() if k == "architecture"}
+    for name in registry.models(include_unavailable=True):
+        sources = architectures.get(registry.model(name).architecture)
+        if sources:
+            rows.append((name, f"conflict on its architecture: {' vs '.join(sources)}"))
+    return sorted(rows)
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     """Print the named models (builds nothing, imports no torch)."""
     registry = get_registry()
@@ -47,7 +65,8 @@ def cmd_list(args: argparse.Namespace) -> int:
                 spec.description,
             )
         )
-    print(_table(rows, ("model", "architecture", "aliases", "weights", "description")))
+    rows += [(name, "-", "", "", note) for name, note in _conflict_notes()]
+    print(_table(sorted(rows), ("model", "architecture", "aliases", "weights", "description")))
     return 0
 
 
@@ -88,15 +107,25 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     registry = get_registry()
     rows = []
     for plugin in registry.plugins:
-        supplied = registry.supplied_by(f"plugin {plugin.name}")
+        source = f"plugin {plugin.name}"
+        supplied = registry.supplied_by(source)
         what = "; ".join(
             f"{kind}s: {', '.join(names)}" for kind, names in supplied.items() if names
         )
         detail = what if plugin.status == "ok" else plugin.error or ""
-        rows.append((plugin.name, plugin.status, plugin.distribution or "-", detail))
+        status = plugin.status
+        contested = registry.conflicts_of(source)
+        if status == "ok" and contested:
+            status = "conflict"
+            detail = f"in conflict on {', '.join(contested)}; {detail}"
+        rows.append((plugin.name, status, plugin.distribution or "-", detail))
+    for path, reason in registry.problems:
+        rows.append((path, "failed", "registry file", reason))
     print(_table(rows, ("plugin", "status", "distribution", "supplies / reason")))
-    for name, sources in registry.conflicts.items():
-        print(f"conflict: {name} is claimed by {' and '.join(sources)}")
+    for kind, name in registry.unresolved():
+        print(f"conflict: {registry.conflict_message(kind, name)}")
+    for what, (chosen, sources) in registry.preferred.items():
+        print(f"preferred: {what} from {chosen} (ZOO_PREFER), over {' and '.join(sources)}")
     return 0
 
 
@@ -117,12 +146,13 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_tour(args: argparse.Namespace) -> int:
-    """Build every named model at full size, run a forward pass, and print what it is made of."""
+    """Build every named model at full size, run a forward pass, and print what it is made of
+    (one model at a time, as each finishes)."""
     import time
 
     import torch
 
-    rows = []
+    _conflict_notes()  # a model hidden by a conflict is named on stderr, not skipped silently
     for name in api.list_models():
         info = api.info(name)
         torch.manual_seed(0)
@@ -136,28 +166,20 @@ def cmd_tour(args: argparse.Namespace) -> int:
             forward = time.perf_counter() - start
         if not torch.isfinite(logits).all():
             raise ZooError(f"{name}: forward produced non-finite logits")
-        rows.append(
-            (
-                name,
-                f"{info.architecture} ({info.plugin})",
-                f"{info.parameters:,}",
-                info.positions,
-                info.tokenizer or "-",
-                "x".join(map(str, logits.shape)),
-                f"{built:.1f}s / {forward * 1000:.0f}ms",
-            )
-        )
+        print(f"{name}: {info.description}")
+        fields = [
+            ("architecture", f"{info.architecture} ({info.plugin})"),
+            ("blocks", "; ".join(info.blocks) or "-"),
+            ("positions", info.positions),
+            ("tokenizer", _tokenizer_line(info)),
+            ("parameters", f"{info.parameters:,}"),
+            ("forward", f"logits {'x'.join(map(str, logits.shape))}"),
+            ("time", f"build {built:.1f}s, forward {forward * 1000:.0f}ms"),
+        ]
+        for key, value in fields:
+            print(f"  {key.ljust(12)}  {value}")
+        print(flush=True)
         del model
-    header = (
-        "model",
-        "architecture (plugin)",
-        "parameters",
-        "positions",
-        "tokenizer",
-        "logits",
-        "build / forward",
-    )
-    print(_table(rows, header))
     return 0
 
 

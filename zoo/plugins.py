@@ -2,7 +2,8 @@
 
 Plugins (built-in and third-party alike) are found through the ``zoo`` entry-point group,
 loaded once, and asked for their specs hook by hook. A plugin that fails to import, misspells a
-hook, or whose hook raises or returns the wrong thing is recorded as failed with the reason;
+hook, or whose hook raises (anything but ``KeyboardInterrupt``, ``SystemExit`` included) or
+returns the wrong thing is recorded as failed with the reason;
 everything else keeps working. Strict mode (``strict=True`` or ``ZOO_STRICT_PLUGINS=1``) turns
 the first failure into a :class:`~zoo.errors.PluginError`.
 """
@@ -99,7 +100,9 @@ class PluginHost:
         dist = f"{ep.dist.name} {ep.dist.version}" if ep.dist is not None else None
         try:
             plugin = ep.load()
-        except Exception as exc:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # SystemExit too: a plugin cannot end zoo
             self._fail(ep.name, ep.value, dist, f"import failed: {_reason(exc)}")
             return
         self.register(plugin, name=ep.name, distribution=dist)
@@ -113,7 +116,9 @@ class PluginHost:
         try:
             self._pm.register(plugin, name=name)
             self._pm.check_pending()
-        except Exception as exc:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:
             if self._pm.has_plugin(name):
                 self._pm.unregister(name=name)
             self._fail(name, module, distribution, f"invalid hooks: {exc}")
@@ -132,7 +137,9 @@ class PluginHost:
                 try:
                     result = impl.function()
                     specs = _check_result(hook_name, spec_type, result)
-                except Exception as exc:
+                except KeyboardInterrupt:
+                    raise
+                except BaseException as exc:
                     info = self._infos[name]
                     self._pm.unregister(name=name)
                     contributions = [c for c in contributions if c.plugin != name]

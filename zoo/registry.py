@@ -4,7 +4,8 @@ A :class:`Registry` is an object filled from plugins (through :class:`~zoo.plugi
 and registry files (``registry.toml`` shipped with zoo, plus any files named in
 ``ZOO_REGISTRY_PATH``). It refuses conflicts: when two sources claim one name, that name
 becomes unusable and looking it up raises :class:`~zoo.errors.RegistryConflictError` naming
-both sources (strict mode raises while loading). Nothing here imports torch.
+both sources and how to resolve it, unless ``ZOO_PREFER`` names the source to use. Everything
+else keeps working. Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ __all__ = [
     "Registry",
     "get_registry",
     "load_registry",
+    "prefer_from_env",
     "read_registry_file",
     "reset_registry",
 ]
@@ -57,65 +59,111 @@ class Entry(Generic[S]):
     source: str
 
 
-class Registry:
-    """Architectures, named models (with aliases) and tokenizers, each with its source."""
+def prefer_from_env() -> tuple[str, ...]:
+    """The sources ``ZOO_PREFER`` names (comma-separated), most preferred first."""
+    return tuple(p.strip() for p in os.environ.get("ZOO_PREFER", "").split(",") if p.strip())
 
-    def __init__(self, *, strict: bool = False) -> None:
+
+def _matches(source: str, preferred: str) -> bool:
+    """Whether a ``ZOO_PREFER`` item names ``source``: a plugin by its name (``"dup"`` or
+    ``"plugin dup"``), ``"registry.toml"`` for zoo's own entries, or a registry file's path."""
+    return preferred in (source, source.removeprefix("plugin "))
+
+
+class Registry:
+    """Architectures, named models (with aliases) and tokenizers, each with its source.
+
+    Every claim on a name is kept. A name claimed by one source resolves to it; a name claimed
+    by several is a conflict, unusable (with an error naming every claimant) unless ``prefer``
+    names one of the claimants: zoo never picks a winner silently.
+
+    Args:
+        strict: plugin failures raise while loading (conflicts raise only when used, as
+            they always do).
+        prefer: sources that win a conflict, most preferred first (see :func:`prefer_from_env`).
+    """
+
+    def __init__(self, *, strict: bool = False, prefer: Iterable[str] = ()) -> None:
         self.strict = strict
-        self._tables: dict[Kind, dict[str, Entry[Any]]] = {
+        self.prefer = tuple(prefer)
+        self._claims: dict[Kind, dict[str, list[Entry[Any]]]] = {
             "architecture": {},
             "model": {},
             "tokenizer": {},
         }
-        self._aliases: dict[str, str] = {}
-        self._conflicts: dict[tuple[Kind, str], list[str]] = {}
+        #: alias -> the (model name, source) pairs that claim it
+        self._alias_claims: dict[str, list[tuple[str, str]]] = {}
         self.plugins: list[PluginInfo] = []
+        #: Registry files that could not be read: ``(path, reason)``.
+        self.problems: list[tuple[str, str]] = []
 
     # -- filling ----------------------------------------------------------------------------
-    def _claim(self, kind: Kind, name: str, source: str) -> bool:
-        """Return whether ``name`` is free for ``source``; record a conflict otherwise."""
-        key = (kind, name)
-        if key in self._conflicts:
-            self._conflicts[key].append(source)
-            return False
-        taken = self._tables[kind].get(name)
-        if taken is None and kind == "model" and name in self._aliases:
-            taken = self._tables["model"][self._aliases[name]]
-        if taken is None:
-            return True
-        self._conflicts[key] = [taken.source, source]
-        self._tables[kind].pop(name, None)
-        if self.strict:
-            raise RegistryConflictError(self._conflict_message(kind, name))
-        return False
-
-    def _conflict_message(self, kind: Kind, name: str) -> str:
-        sources = self._conflicts[(kind, name)]
-        return (
-            f"{kind} name {name!r} is claimed by more than one source: {' and '.join(sources)}. "
-            "Uninstall or rename one of them; zoo never picks a winner silently."
-        )
-
     def add_architecture(self, spec: ArchitectureSpec, source: str) -> None:
-        """Register an architecture; a name already taken becomes a conflict."""
-        if self._claim("architecture", spec.name, source):
-            self._tables["architecture"][spec.name] = Entry(spec, source)
+        """Register an architecture; a name claimed twice becomes a conflict."""
+        self._claims["architecture"].setdefault(spec.name, []).append(Entry(spec, source))
 
     def add_tokenizer(self, spec: TokenizerSpec, source: str) -> None:
-        """Register a tokenizer; a name already taken becomes a conflict."""
-        if self._claim("tokenizer", spec.name, source):
-            self._tables["tokenizer"][spec.name] = Entry(spec, source)
+        """Register a tokenizer; a name claimed twice becomes a conflict."""
+        self._claims["tokenizer"].setdefault(spec.name, []).append(Entry(spec, source))
 
     def add_model(self, spec: ModelSpec, source: str) -> None:
-        """Register a named model and its aliases; a name already taken becomes a conflict."""
-        if not self._claim("model", spec.name, source):
-            return
-        self._tables["model"][spec.name] = Entry(spec, source)
+        """Register a named model and its aliases; a name claimed twice becomes a conflict."""
+        self._claims["model"].setdefault(spec.name, []).append(Entry(spec, source))
         for alias in spec.aliases:
-            if self._claim("model", alias, source):
-                self._aliases[alias] = spec.name
+            self._alias_claims.setdefault(alias, []).append((spec.name, source))
 
-    # -- lookup -----------------------------------------------------------------------------
+    # -- resolution -------------------------------------------------------------------------
+    def _claimants(self, kind: Kind, name: str) -> list[str]:
+        """Every source claiming ``name`` (an alias counts as a claim on its name)."""
+        sources = [e.source for e in self._claims[kind].get(name, [])]
+        if kind == "model":
+            sources += [src for _, src in self._alias_claims.get(name, [])]
+        return sources
+
+    def _preferred(self, sources: list[str]) -> str | None:
+        """The source ``prefer`` picks among ``sources``, if it names exactly one."""
+        for wanted in self.prefer:
+            picked = [s for s in sources if _matches(s, wanted)]
+            if len(picked) == 1:
+                return picked[0]
+        return None
+
+    def conflict_message(self, kind: Kind, name: str) -> str:
+        """What is in conflict, who claims it, and how to resolve it."""
+        sources = self._claimants(kind, name)
+        plugin = next((s.removeprefix("plugin ") for s in sources if s.startswith("plugin ")), "")
+        example = plugin or sources[0]
+        return (
+            f"{kind} name {name!r} is claimed by more than one source: {' and '.join(sources)}. "
+            "zoo never picks a winner silently: uninstall one of them, or pin the source with "
+            f"ZOO_PREFER (e.g. ZOO_PREFER={example}); `zoo plugins` lists every conflict."
+        )
+
+    def _pick(self, kind: Kind, name: str) -> Entry[Any] | None:
+        """The entry ``name`` resolves to, ``None`` when unclaimed; raises on a conflict."""
+        entries = self._claims[kind].get(name, [])
+        sources = self._claimants(kind, name)
+        if len(sources) <= 1:
+            return entries[0] if entries else None
+        chosen = self._preferred(sources)
+        winner = next((e for e in entries if e.source == chosen), None)
+        if winner is None:
+            raise RegistryConflictError(self.conflict_message(kind, name))
+        return winner
+
+    def _model_entry(self, name: str) -> Entry[Any] | None:
+        """Resolve a model name or alias; an alias leads to its model's own resolution."""
+        aliased = self._alias_claims.get(name, [])
+        if aliased and name not in self._claims["model"]:
+            targets = {target for target, _ in aliased}
+            if len(targets) == 1:
+                return self._pick("model", targets.pop())
+            chosen = self._preferred([src for _, src in aliased])
+            if chosen is None:
+                raise RegistryConflictError(self.conflict_message("model", name))
+            return self._pick("model", next(t for t, src in aliased if src == chosen))
+        return self._pick("model", name)
+
     def _unknown(self, kind: Kind, name: str, candidates: Iterable[str]) -> str:
         candidates = sorted(candidates)
         close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.5)
@@ -123,19 +171,15 @@ class Registry:
         return f"unknown {kind} {name!r}.{hint} Known: {', '.join(candidates) or 'none'}."
 
     def _entry(self, kind: Kind, name: str) -> Entry[Any]:
-        if (kind, name) in self._conflicts:
-            raise RegistryConflictError(self._conflict_message(kind, name))
-        if kind == "model":
-            name = self._aliases.get(name, name)
-        entry = self._tables[kind].get(name)
+        entry = self._model_entry(name) if kind == "model" else self._pick(kind, name)
         if entry is not None:
             return entry
         if kind == "model":
-            names = list(self._tables["model"]) + list(self._aliases)
+            names = list(self._claims["model"]) + list(self._alias_claims)
             raise UnknownModelError(
                 self._unknown(kind, name, names) + " Run `zoo list` to see every named model."
             )
-        message = self._unknown(kind, name, self._tables[kind])
+        message = self._unknown(kind, name, self._claims[kind])
         if kind == "architecture":
             failed = [p.name for p in self.plugins if p.status == "failed"]
             if failed:
@@ -144,6 +188,18 @@ class Registry:
                 message += " Install the plugin that provides it."
             raise UnknownArchitectureError(message)
         raise ZooError(message)
+
+    def _usable(self, kind: Kind) -> dict[str, Entry[Any]]:
+        """Every name of ``kind`` that resolves (no unresolved conflict), with its entry."""
+        usable = {}
+        for name in self._claims[kind]:
+            try:
+                entry = self._model_entry(name) if kind == "model" else self._pick(kind, name)
+            except RegistryConflictError:
+                continue
+            if entry is not None:
+                usable[name] = entry
+        return usable
 
     def architecture(self, name: str) -> ArchitectureSpec:
         """The architecture called ``name``."""
@@ -162,36 +218,73 @@ class Registry:
         return self._entry(kind, name).source
 
     def architectures(self) -> list[str]:
-        """Names of the registered architectures, sorted."""
-        return sorted(self._tables["architecture"])
+        """Names of the usable architectures, sorted."""
+        return sorted(self._usable("architecture"))
 
     def tokenizers(self) -> list[str]:
-        """Names of the registered tokenizers, sorted."""
-        return sorted(self._tables["tokenizer"])
+        """Names of the usable tokenizers, sorted."""
+        return sorted(self._usable("tokenizer"))
 
     def models(self, *, include_unavailable: bool = False) -> list[str]:
-        """Names of the named models, sorted; by default only those whose architecture is
-        installed."""
-        names = self._tables["model"]
+        """Names of the usable named models, sorted; by default only those whose architecture
+        is installed and not in conflict. Names in conflict are in :attr:`conflicts`."""
+        models = self._usable("model")
         if include_unavailable:
-            return sorted(names)
-        archs = self._tables["architecture"]
-        return sorted(n for n, e in names.items() if e.spec.architecture in archs)
+            return sorted(models)
+        archs = self._usable("architecture")
+        return sorted(n for n, e in models.items() if e.spec.architecture in archs)
 
     def supplied_by(self, source: str) -> dict[str, list[str]]:
         """What ``source`` (e.g. ``"plugin gpt2"``) registered, by kind."""
         return {
-            kind: sorted(name for name, entry in table.items() if entry.source == source)
-            for kind, table in self._tables.items()
+            kind: sorted(
+                name for name, entries in table.items() if any(e.source == source for e in entries)
+            )
+            for kind, table in self._claims.items()
+        }
+
+    def _contested(self) -> dict[tuple[Kind, str], list[str]]:
+        names: list[tuple[Kind, str]] = [(k, n) for k, t in self._claims.items() for n in t]
+        names += [("model", alias) for alias in self._alias_claims]
+        contested = {}
+        for kind, name in dict.fromkeys(names):
+            sources = self._claimants(kind, name)
+            if len(sources) > 1:
+                contested[(kind, name)] = sources
+        return contested
+
+    def unresolved(self) -> dict[tuple[Kind, str], list[str]]:
+        """``(kind, name)`` -> the sources that claim it, for every unresolved conflict."""
+        return {
+            key: sources
+            for key, sources in self._contested().items()
+            if self._preferred(sources) is None
         }
 
     @property
     def conflicts(self) -> dict[str, list[str]]:
-        """``"kind name"`` -> the sources that claim it."""
-        return {f"{kind} {name}": list(srcs) for (kind, name), srcs in self._conflicts.items()}
+        """``"kind name"`` -> the sources that claim it, for every unresolved conflict."""
+        return {f"{kind} {name}": sources for (kind, name), sources in self.unresolved().items()}
+
+    @property
+    def preferred(self) -> dict[str, tuple[str, list[str]]]:
+        """``"kind name"`` -> (the source ``prefer`` picked, every claimant), for every
+        conflict a preference resolved."""
+        resolved = {}
+        for (kind, name), sources in self._contested().items():
+            chosen = self._preferred(sources)
+            if chosen is not None:
+                resolved[f"{kind} {name}"] = (chosen, sources)
+        return resolved
+
+    def conflicts_of(self, source: str) -> list[str]:
+        """The unresolved conflicts ``source`` takes part in (``"model gpt2-124m"``...)."""
+        return [what for what, sources in self.conflicts.items() if source in sources]
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and (name in self._tables["model"] or name in self._aliases)
+        return isinstance(name, str) and (
+            name in self._claims["model"] or name in self._alias_claims
+        )
 
 
 # -- loading --------------------------------------------------------------------------------
@@ -228,6 +321,7 @@ def load_registry(
     entry_points: bool = True,
     plugins: Mapping[str, Any] | None = None,
     registry_files: Iterable[str | Path] | None = None,
+    prefer: Iterable[str] | None = None,
 ) -> Registry:
     """Build a registry from plugins and registry files.
 
@@ -236,8 +330,12 @@ def load_registry(
         entry_points: discover plugins through the ``zoo`` entry-point group.
         plugins: extra plugin objects by name (tests and embedding applications).
         registry_files: extra registry files; by default those in ``ZOO_REGISTRY_PATH``.
+            One that cannot be read is recorded in ``registry.problems`` (``zoo plugins``
+            shows it) and the rest still load; in strict mode it raises.
+        prefer: sources that win a name conflict (default: ``ZOO_PREFER``).
     """
     strict = strict_from_env() if strict is None else strict
+    prefer = prefer_from_env() if prefer is None else tuple(prefer)
     host = PluginHost(strict=strict)
     if entry_points:
         host.load_entry_points()
@@ -245,7 +343,7 @@ def load_registry(
         host.register(plugin, name=name)
     contributions = host.collect()
 
-    registry = Registry(strict=strict)
+    registry = Registry(strict=strict, prefer=prefer)
     registry.plugins = host.plugins
     for c in contributions:
         source = f"plugin {c.plugin}"
@@ -261,7 +359,14 @@ def load_registry(
             registry.add_model(c.spec, f"plugin {c.plugin}")
     files = _user_registry_files() if registry_files is None else registry_files
     for path in files:
-        for spec in read_registry_file(path):
+        try:
+            specs = read_registry_file(path)
+        except ZooError as exc:
+            if strict:
+                raise
+            registry.problems.append((str(path), str(exc)))
+            continue
+        for spec in specs:
             registry.add_model(spec, str(path))
     return registry
 

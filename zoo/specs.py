@@ -17,11 +17,11 @@ from ._lazy import resolve
 
 __all__ = ["ArchitectureSpec", "ModelSpec", "TokenizerSpec", "WeightsSource"]
 
-_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
 
 
 def _check_name(kind: str, name: str) -> None:
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ValueError(
             f"{kind} name {name!r} is not valid: use lower-case letters, digits, '.', '_' or '-'"
         )
@@ -130,14 +130,22 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         _check_name("model", self.name)
+        if isinstance(self.aliases, str) or not isinstance(self.aliases, (list, tuple)):
+            raise ValueError(
+                f"model {self.name!r}: aliases must be a list of names, got {self.aliases!r}"
+            )
         for alias in self.aliases:
             _check_name("alias", alias)
+            if alias == self.name:
+                raise ValueError(f"model {self.name!r}: an alias cannot be the model's own name")
         object.__setattr__(self, "aliases", tuple(self.aliases))
         object.__setattr__(self, "config", _frozen_mapping(self.config))
 
     @classmethod
     def from_toml(cls, name: str, table: Mapping[str, Any]) -> ModelSpec:
         """Create a spec from one ``[models.NAME]`` table of a registry file."""
+        if not isinstance(table, Mapping):
+            raise ValueError(f"model {name!r}: [models.{name}] must be a table")
         known = {"architecture", "config", "tokenizer", "weights", "aliases", "description"}
         unknown = sorted(set(table) - known)
         if unknown:
@@ -154,7 +162,7 @@ class ModelSpec:
             config=table.get("config", {}),
             tokenizer=table.get("tokenizer"),
             weights=WeightsSource(**weights) if weights else None,
-            aliases=tuple(table.get("aliases", ())),
+            aliases=table.get("aliases", ()),
             description=table.get("description", ""),
         )
 

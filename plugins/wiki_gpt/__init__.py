@@ -1,4 +1,4 @@
-"""wiki-gpt: the WordPiece GPT of the Wikipedia tutorial, a stack of post-LN Transformer
+"""wiki-gpt: a WordPiece GPT for Wikipedia sentences, a stack of post-LN Transformer
 encoder layers run with a causal mask (``torch.nn.TransformerEncoderLayer(norm_first=False,
 activation="relu")``), fixed sinusoidal positions, untied LM head with bias.
 

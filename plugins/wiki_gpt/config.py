@@ -1,4 +1,4 @@
-"""wiki-gpt config: the tutorial's hyper-parameters (d=512, 8 heads, 4 layers, FFN 1024)."""
+"""wiki-gpt config: d=512, 8 heads, 4 layers, FFN 1024 (the sizes registry.toml gives)."""
 
 from __future__ import annotations
 

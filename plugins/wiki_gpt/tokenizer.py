@@ -2,7 +2,8 @@
 library exactly as ``transformers.BertTokenizerFast`` builds it, from the vocabulary shipped in
 this plugin (``data/bert-uncased-vocab.txt``; see ``data/LICENSE-bert-vocab.txt``).
 
-The seed's ``<GO>`` / ``<SEP>`` / ``<PAD>`` roles are BERT's ``[CLS]`` / ``[SEP]`` / ``[PAD]``:
+The go / separator / padding roles of the wiki-gpt recipe are BERT's ``[CLS]`` / ``[SEP]`` /
+``[PAD]``:
 ``bos`` = ``cls`` = ``[CLS]``, ``eos`` = ``sep`` = ``[SEP]``, ``pad`` = ``[PAD]``, so
 ``encode(text, add_special_tokens=True)`` gives ``[CLS] ... [SEP]``.
 """
