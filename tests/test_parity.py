@@ -242,9 +242,7 @@ def test_sinusoidal_positions_follow_vaswani(d_model):
             angle = pos / 10000 ** ((j - j % 2) / d_model)
             expected = math.sin(angle) if j % 2 == 0 else math.cos(angle)
             assert pe[pos, j].item() == pytest.approx(expected, abs=2e-4)
-    assert not torch.equal(pe[1], pe[2]), (
-        "positions must differ (an exponent of 0 makes every position the same)"
-    )
+    assert not torch.equal(pe[1], pe[2]), "positions must differ (exponent 0 makes all equal)"
 
 
 def test_left_padding_gives_the_unpadded_logits():

@@ -143,7 +143,7 @@ def test_zoo_prefer_picks_the_winner(monkeypatch):
 def test_an_alias_claimed_twice_is_a_conflict(monkeypatch):
     other = Throwaway(models=[zoo.ModelSpec(name="other", architecture="gpt2", aliases=["gpt2"])])
     use(monkeypatch, load_registry(plugins={"other": other}))
-    with pytest.raises(RegistryConflictError, match="registry.toml and plugin other"):
+    with pytest.raises(RegistryConflictError, match=r"registry\.toml and plugin other"):
         zoo.build("gpt2")
     zoo.build("gpt2-124m", device="meta")
     zoo.build("other", device="meta")

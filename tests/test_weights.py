@@ -240,7 +240,7 @@ def test_verified_file_is_not_hashed_again_until_it_changes(tmp_path: Path, monk
     # the opt-out, at the user's risk: the corrupted bytes load as they are, unchecked
     unchecked = zoo.load(tmp_path, verify=False).state_dict()
     changed = [k for k, v in original.state_dict().items() if not torch.equal(v, unchecked[k])]
-    assert len(changed) == 1
+    assert changed and len({unchecked[k].data_ptr() for k in changed}) == 1  # one (tied) tensor
 
 
 # -- buffers: the plugin-author convention --------------------------------------------------
