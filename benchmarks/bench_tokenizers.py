@@ -17,7 +17,8 @@ Raw and zoo are interleaved chunk by chunk (``--chunks``, alternating which goes
 busy machine slows both alike; one repeat encodes the whole text once with each. The table
 shows median throughputs and the median of the per-repeat ratio zoo time / raw time (target:
 at most 1.10). The gpt1 tokenizer uses the original BPE files vendored in
-``tests/data/gpt1`` (or ``--gpt1-dir`` with vocab.json + merges.txt). The subword tokenizer is trained first (8,000 ids, on the first MB of the text).
+``tests/data/gpt1`` (or ``--gpt1-dir`` with vocab.json + merges.txt). The subword tokenizer
+is trained first (8,000 ids, on the first MB of the text).
 """
 
 from __future__ import annotations
