@@ -51,8 +51,6 @@ def greedy_by_recomputation(model, prompt: list[int], n: int, start_id: int = 1)
 @pytest.mark.parametrize("name", zoo.list_models())
 def test_cache_equals_recomputation(name, device):
     model = small(name, device)
-    if not hasattr(model, "start_decoding"):
-        pytest.skip(f"{name} does not support generation")
     prompt = [3, 17, 42, 7, 99, 5]
     ours = zoo.generate(model, prompt, max_new_tokens=12, temperature=0, start_id=1)
     assert ours == greedy_by_recomputation(model, prompt, 12)
@@ -206,7 +204,7 @@ def test_end_of_text_stops_a_row_and_pads_the_rest():
         model, torch.tensor([[1, 2, 3], [4, 5, 6]]), max_new_tokens=10, temperature=0
     )
     eos = int(free[0, 5])  # the third new token of row 0 becomes "end of text"
-    tok = types.SimpleNamespace(eos_id=eos, bos_id=None)
+    tok = types.SimpleNamespace(eos_id=eos, bos_id=None, vocab_size=1000)
     out = zoo.generate(
         model, torch.tensor([[1, 2, 3], [4, 5, 6]]), tokenizer=tok, max_new_tokens=10, temperature=0
     )
@@ -223,7 +221,11 @@ def test_end_of_text_stops_a_row_and_pads_the_rest():
         ({"max_new_tokens": 5, "top_p": 0.0}, r"top_p must be in \(0, 1\]"),
         ({"max_new_tokens": 5, "top_p": 1.5}, r"top_p must be in \(0, 1\]"),
         ({"max_new_tokens": 5, "top_k": 0}, "top_k must be a positive integer"),
-        ({"max_new_tokens": 5, "temperature": -1}, "temperature must be a number >= 0"),
+        ({"max_new_tokens": 5, "temperature": -1}, "temperature must be a finite number >= 0"),
+        ({"max_new_tokens": 5, "temperature": float("nan")}, "temperature must be a finite"),
+        ({"max_new_tokens": 5, "temperature": float("inf")}, "temperature must be a finite"),
+        ({"max_new_tokens": 5, "start_id": 1.5}, "start_id must be an integer"),
+        ({"max_new_tokens": 5, "start_id": True}, "start_id must be an integer"),
         ({"max_new_tokens": 5, "stop": [""]}, "stop must be a non-empty string"),
         ({"max_new_tokens": 60}, "exceeds the context length 64"),
     ],
@@ -232,6 +234,22 @@ def test_bad_arguments_are_clear_errors(kwargs, message):
     model = small("gpt2-124m")
     with pytest.raises(ValueError, match=message):
         zoo.generate(model, [1, 2, 3, 4, 5], **kwargs)
+
+
+def test_a_tiny_temperature_samples_like_greedy():
+    """Dividing raw logits by 1e-300 overflows to inf and softmax gives nan."""
+    model = small("gpt2-124m")
+    greedy = zoo.generate(model, [1, 2, 3], max_new_tokens=6, temperature=0)
+    assert zoo.generate(model, [1, 2, 3], max_new_tokens=6, temperature=1e-300, seed=0) == greedy
+
+
+@pytest.mark.parametrize(
+    "prompt",
+    [torch.tensor([[1.7, 2.0]]), torch.tensor([[True, False]]), [1.7, 2], [True, 2], [[1, 2.5]]],
+)
+def test_ids_must_be_integers(prompt):
+    with pytest.raises(ValueError, match="int"):
+        zoo.generate(small("gpt2-124m"), prompt, max_new_tokens=2)
 
 
 def test_bad_prompts_are_clear_errors():
@@ -246,14 +264,14 @@ def test_bad_prompts_are_clear_errors():
             [[1], [2]],
             max_new_tokens=3,
             stream=True,
-            tokenizer=types.SimpleNamespace(eos_id=None, bos_id=None),
+            tokenizer=types.SimpleNamespace(eos_id=None, bos_id=None, vocab_size=1000),
         )
     with pytest.raises(ValueError, match="needs start_id"):
         zoo.generate(
             small("transformer-encdec"),
             [1, 2],
             max_new_tokens=3,
-            tokenizer=types.SimpleNamespace(eos_id=None, bos_id=None),
+            tokenizer=types.SimpleNamespace(eos_id=None, bos_id=None, vocab_size=1000),
         )
 
 
@@ -272,3 +290,64 @@ def test_streaming_runs_the_callers_code_outside_inference_mode(gpt2_tokenizer):
         assert not torch.is_inference_mode_enabled()
         assert not model.training
     assert not torch.is_inference_mode_enabled()
+
+
+# -- the model/tokenizer pair --------------------------------------------------------------
+class _Words:
+    """A word-level test tokenizer over ``vocab_size`` ids: id i is the word ``w{i}``."""
+
+    def __init__(self, vocab_size: int) -> None:
+        self.vocab_size, self.eos_id, self.bos_id, self.name = vocab_size, None, None, "words"
+
+    def encode(self, text: str) -> list[int]:
+        return [int(w[1:]) for w in text.split()]
+
+    def decode(self, ids: list[int]) -> str:
+        return " ".join(f"w{i}" for i in ids)
+
+
+def test_a_padded_model_vocabulary_never_samples_ids_the_tokenizer_lacks():
+    """nanoGPT pads 50257 to 50304: sampling id 50262 used to crash the decode."""
+    model = small("gpt2-124m")  # vocab 1000
+    with torch.no_grad():
+        model.head.weight[900:] *= 50  # make the padded ids the most likely ones
+    tok = _Words(900)
+    text = zoo.generate(model, "w1 w2 w3", tokenizer=tok, max_new_tokens=20, temperature=0)
+    assert all(int(w[1:]) < 900 for w in text.split())
+    ids = zoo.generate(model, [1, 2, 3], tokenizer=tok, max_new_tokens=20, temperature=0)
+    assert max(ids[3:]) < 900
+
+
+def test_a_tokenizer_larger_than_the_model_vocabulary_is_refused():
+    with pytest.raises(ValueError, match=r"tokenizer 'words' has 5000 ids .* vocabulary of 1000"):
+        zoo.generate(small("gpt2-124m"), "w1 w2", tokenizer=_Words(5000), max_new_tokens=2)
+
+
+def test_the_continuation_keeps_the_space_after_the_prompt():
+    """WordPiece decodes each piece alone without its leading space: 'hello there' +
+    'probation' became 'hello thereprobation'."""
+    model = small("wiki-gpt-wordpiece", vocab_size=30522)
+    tok = zoo.tokenizer("wiki-gpt-wordpiece")
+    text = zoo.generate(model, "hello there", max_new_tokens=4, temperature=0)
+    new = zoo.generate(model, tok.encode("hello there"), max_new_tokens=4, temperature=0)[2:]
+    expected = tok.decode(tok.encode("hello there") + new)[len("hello there") :]
+    assert text == expected and text.startswith(" ")
+    streamed = "".join(
+        zoo.generate(model, "hello there", max_new_tokens=4, temperature=0, stream=True)
+    )
+    assert streamed == text
+
+
+def test_every_zoo_model_generates_by_recomputation_without_a_session():
+    """The README's plugin model defines no start_decoding: ZooModel's default recomputes."""
+    model = small("toy-gpt-tiny")
+    assert type(model).start_decoding is zoo.nn.ZooModel.start_decoding
+    prompt = [3, 17, 42, 7]
+    assert zoo.generate(model, prompt, max_new_tokens=8, temperature=0) == (
+        greedy_by_recomputation(model, prompt, 8)
+    )
+    batch = zoo.generate(model, [prompt, [5, 6]], max_new_tokens=8, temperature=0)
+    assert batch == [
+        zoo.generate(model, prompt, max_new_tokens=8, temperature=0),
+        zoo.generate(model, [5, 6], max_new_tokens=8, temperature=0),
+    ]

@@ -1,13 +1,15 @@
-"""Text generation with a KV cache, for every architecture that offers a decoding session.
+"""Text generation for every zoo model, through its decoding session.
 
-A model supports generation by implementing ``start_decoding(ids, keep, max_new_tokens, *,
-start_id)`` returning a session with ``prefix`` (what new ids are appended to), ``prefill()``
-and ``step(tokens)`` (both return next-token logits ``(B, vocab)``); see
-:class:`zoo.nn.decoder.DecoderSession` and the encoder-decoder's session.
+Every :class:`zoo.nn.ZooModel` has ``start_decoding(ids, keep, max_new_tokens, *, start_id)``
+returning a :class:`zoo.nn.DecodingSession` with ``prefix`` (what new ids are appended to),
+``prefill()`` and ``step(tokens)`` (both return next-token logits ``(B, vocab)``). By default
+it recomputes the whole sequence for each token; the built-in models return sessions with a
+preallocated KV cache (:class:`zoo.nn.decoder.DecoderSession`, the encoder-decoder's).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -15,8 +17,10 @@ import torch
 from torch import Tensor
 
 from .nn.base import check_padding_mask, check_token_ids
+from .tokenizers.base import check_fits
 
 if TYPE_CHECKING:
+    from .nn.base import ZooModel
     from .tokenizers import Tokenizer
 
 __all__ = ["filter_logits", "generate", "next_tokens"]
@@ -50,17 +54,28 @@ def next_tokens(
     generator: torch.Generator | None,
 ) -> Tensor:
     """Pick the next token of each row, ``(B, V) -> (B,)``: argmax when ``temperature`` is 0,
-    otherwise a sample from the filtered, tempered distribution."""
+    otherwise a sample from the filtered, tempered distribution. The logits are shifted so
+    their maximum is 0 and the temperature is kept above float32's smallest normal number, so
+    a tiny temperature sharpens towards greedy instead of producing ``nan``."""
     if temperature == 0:
         return logits.argmax(dim=-1)
-    filtered = filter_logits(logits.float() / temperature, top_k=top_k, top_p=top_p)
+    logits = logits.float()
+    shifted = logits - logits.max(dim=-1, keepdim=True).values  # (B, V), max 0
+    tempered = shifted / max(temperature, torch.finfo(torch.float32).tiny)
+    filtered = filter_logits(tempered, top_k=top_k, top_p=top_p)
     probs = filtered.softmax(dim=-1)
     return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
 
 # -- argument checks -------------------------------------------------------------------------
 def _check_arguments(
-    max_new_tokens: Any, temperature: Any, top_k: Any, top_p: Any, seed: Any, stop: Any
+    max_new_tokens: Any,
+    temperature: Any,
+    top_k: Any,
+    top_p: Any,
+    seed: Any,
+    stop: Any,
+    start_id: Any,
 ) -> list[str]:
     if (
         isinstance(max_new_tokens, bool)
@@ -71,9 +86,12 @@ def _check_arguments(
     if (
         isinstance(temperature, bool)
         or not isinstance(temperature, (int, float))
+        or not math.isfinite(temperature)
         or temperature < 0
     ):
-        raise ValueError(f"temperature must be a number >= 0 (0 = greedy), got {temperature!r}")
+        raise ValueError(
+            f"temperature must be a finite number >= 0 (0 = greedy), got {temperature!r}"
+        )
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
         raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
     if top_p is not None and (
@@ -82,22 +100,32 @@ def _check_arguments(
         raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise ValueError(f"seed must be an integer or None, got {seed!r}")
+    if start_id is not None and (isinstance(start_id, bool) or not isinstance(start_id, int)):
+        raise ValueError(f"start_id must be an integer token id or None, got {start_id!r}")
     stops = [stop] if isinstance(stop, str) else list(stop or [])
     if not all(isinstance(s, str) and s for s in stops):
         raise ValueError(f"stop must be a non-empty string or a list of them, got {stop!r}")
     return stops
 
 
-def _tokenizer_for(model: Any, tokenizer: Tokenizer | None, why: str) -> Tokenizer:
-    if tokenizer is not None:
-        return tokenizer
-    if getattr(model, "tokenizer", None) is not None:
-        return model.tokenizer
-    if getattr(model, "name", None):
+def _tokenizer_for(model: ZooModel, tokenizer: Tokenizer | None, why: str) -> Tokenizer:
+    """The tokenizer to use: the one given, the model's own, or its named model's; it must fit
+    the model's vocabulary."""
+    if tokenizer is None:
+        tokenizer = model.tokenizer
+    if tokenizer is None and model.tokenizer_error is not None:
+        raise ValueError(
+            f"{why} needs a tokenizer, and this model was loaded without its tokenizer: "
+            f"{model.tokenizer_error}. Pass tokenizer=..., or give ids instead of text"
+        )
+    if tokenizer is None and model.name:
         from .api import tokenizer as named_tokenizer
 
-        return named_tokenizer(model.name)
-    raise ValueError(f"{why} needs a tokenizer: pass tokenizer=... (the model has none)")
+        tokenizer = named_tokenizer(model.name)
+    if tokenizer is None:
+        raise ValueError(f"{why} needs a tokenizer: pass tokenizer=... (the model has none)")
+    check_fits(tokenizer, model.config.vocab_size)  # type: ignore[attr-defined]
+    return tokenizer
 
 
 def _ids_and_mask(rows: list[list[int]], device: torch.device) -> tuple[Tensor, Tensor | None]:
@@ -113,8 +141,12 @@ def _ids_and_mask(rows: list[list[int]], device: torch.device) -> tuple[Tensor, 
     return ids.to(device), (keep.to(device) if not bool(keep.all()) else None)
 
 
+def _is_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _prompt_rows(
-    prompt: Any, tokenizer: Tokenizer | None, model: Any
+    prompt: Any, tokenizer: Tokenizer | None, model: ZooModel
 ) -> tuple[list[list[int]], str]:
     """Token rows of the prompt(s) and the input kind: "text", "texts", "tensor" or "lists"."""
     if isinstance(prompt, str):
@@ -126,23 +158,31 @@ def _prompt_rows(
             raise ValueError(
                 f"prompt ids must have shape (seq,) or (batch, seq), got {tuple(prompt.shape)}"
             )
+        if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+            raise ValueError(
+                f"prompt ids must be an integer tensor (torch.long), got dtype {ids.dtype}"
+            )
         return ids.tolist(), "tensor"
     if isinstance(prompt, Sequence) and prompt and all(isinstance(p, str) for p in prompt):
         tok = _tokenizer_for(model, tokenizer, "a text prompt")
         return [tok.encode(p) for p in prompt], "texts"
-    if isinstance(prompt, Sequence) and prompt and all(isinstance(p, int) for p in prompt):
+    if isinstance(prompt, Sequence) and prompt and all(_is_id(p) for p in prompt):
         return [list(prompt)], "lists"
-    if isinstance(prompt, Sequence) and prompt and all(isinstance(p, Sequence) for p in prompt):
+    if (
+        isinstance(prompt, Sequence)
+        and prompt
+        and all(isinstance(p, Sequence) and all(_is_id(i) for i in p) for p in prompt)
+    ):
         return [list(p) for p in prompt], "lists"
     raise ValueError(
-        "prompt must be a string, a list of strings, a list of ids, a list of id lists or a "
-        f"tensor of ids; got {type(prompt).__name__}"
+        "prompt must be a string, a list of strings, a list of int ids, a list of id lists or "
+        f"an integer tensor of ids; got {type(prompt).__name__} {str(prompt)[:60]!r}"
     )
 
 
 # -- generation ------------------------------------------------------------------------------
 def _decode_loop(
-    model: Any,
+    model: ZooModel,
     rows: list[list[int]],
     *,
     max_new_tokens: int,
@@ -152,12 +192,12 @@ def _decode_loop(
     seed: int | None,
     eos_id: int | None,
     start_id: int | None,
+    sample_below: int | None,
 ) -> Iterator[Tensor]:
     """Yield the next token of every row, ``(B,)``, until every row has ended or
-    ``max_new_tokens`` are out. A row that has ended repeats ``eos_id``."""
-    if not hasattr(model, "start_decoding"):
-        raise ValueError(f"{type(model).__name__} does not support generation (no start_decoding)")
-    config = model.config
+    ``max_new_tokens`` are out. A row that has ended repeats ``eos_id``. Ids at or above
+    ``sample_below`` (model vocabulary slots the tokenizer has no token for) are never picked."""
+    config: Any = model.config
     device = next(model.parameters()).device
     ids, keep = _ids_and_mask(rows, device)
     ids = check_token_ids(
@@ -178,6 +218,9 @@ def _decode_loop(
         done = torch.zeros(ids.shape[0], dtype=torch.bool, device=device)
         for i in range(max_new_tokens):
             with torch.inference_mode():
+                if sample_below is not None and sample_below < logits.shape[-1]:
+                    logits = logits.clone()
+                    logits[:, sample_below:] = float("-inf")
                 token = next_tokens(
                     logits, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator
                 )
@@ -200,7 +243,7 @@ def _cut(text: str, stops: list[str]) -> tuple[str, bool]:
 
 
 def generate(
-    model: Any,
+    model: ZooModel,
     prompt_or_ids: Any,
     *,
     tokenizer: Tokenizer | None = None,
@@ -213,19 +256,24 @@ def generate(
     stream: bool = False,
     start_id: int | None = None,
 ) -> Any:
-    """Generate from a prompt with a KV cache.
+    """Generate from a prompt, through the model's decoding session (a KV cache for the
+    built-in models).
 
     Args:
         model: a zoo model (decoder-only or encoder-decoder).
-        prompt_or_ids: a string or list of strings (returns generated text), or ids: a list
-            of ints, a list of id lists, or a ``(B, T)`` tensor (returns ids: each prompt
-            followed by its new tokens). Prompts of different lengths are left-padded; each
-            gives what it would alone. For an encoder-decoder the prompt is the source and the
-            returned ids are the target (``start_id`` followed by the new tokens).
+        prompt_or_ids: a string or list of strings (returns the generated continuation as
+            text), or ids: a list of ints, a list of id lists, or a ``(B, T)`` tensor (returns
+            ids: each prompt followed by its new tokens). Prompts of different lengths are
+            left-padded; each gives what it would alone. For an encoder-decoder the prompt is
+            the source and the returned ids are the target (``start_id`` followed by the new
+            tokens).
         tokenizer: defaults to ``model.tokenizer`` or the named model's tokenizer; needed for
-            text, ``stop`` and ``stream``, and supplies the end-of-text id.
+            text, ``stop`` and ``stream``, and supplies the end-of-text id. Its ids must fit
+            the model's vocabulary; ids of a larger (padded) model vocabulary are never
+            sampled.
         max_new_tokens: tokens to generate at most; prompt + new tokens must fit the context.
-        temperature: 0 for greedy; otherwise logits are divided by it before sampling.
+        temperature: 0 for greedy; otherwise logits are divided by it before sampling (a
+            finite number; a tiny one approaches greedy).
         top_k, top_p: sample only from the ``top_k`` most likely tokens / the nucleus of
             probability ``top_p``.
         seed: makes sampling reproducible.
@@ -233,19 +281,25 @@ def generate(
         stream: return an iterator of text pieces instead (a single text prompt).
         start_id: first target token of an encoder-decoder (default: the tokenizer's bos).
 
+    A decoder's continuation is decoded together with its prompt and returned as the text
+    that follows the prompt's, so word boundaries (the space WordPiece puts between words)
+    are kept.
+
     Raises:
         ValueError: a bad argument, an empty prompt, or a prompt too long for the context.
     """
-    stops = _check_arguments(max_new_tokens, temperature, top_k, top_p, seed, stop)
+    stops = _check_arguments(max_new_tokens, temperature, top_k, top_p, seed, stop, start_id)
     rows, kind = _prompt_rows(prompt_or_ids, tokenizer, model)
     needs_text = kind in ("text", "texts") or stops or stream
     tok = (
         _tokenizer_for(model, tokenizer, "text output, stop or stream")
         if needs_text
-        else (tokenizer or getattr(model, "tokenizer", None))
+        else (tokenizer or model.tokenizer)
     )
+    if tok is not None and not needs_text:
+        check_fits(tok, model.config.vocab_size)  # type: ignore[attr-defined]
     eos_id = tok.eos_id if tok is not None else None
-    encoder_decoder = getattr(model, "is_encoder_decoder", False)
+    encoder_decoder = model.is_encoder_decoder
     if start_id is None and encoder_decoder:
         start_id = tok.bos_id if tok is not None else None
         if start_id is None:
@@ -260,14 +314,19 @@ def generate(
         seed=seed,
         eos_id=eos_id,
         start_id=start_id,
+        sample_below=tok.vocab_size if tok is not None else None,
     )
+    # a decoder's text is decoded after its prompt (an encoder-decoder's target stands alone)
+    contexts = [[] if encoder_decoder else r for r in rows]
     if stream:
         if len(rows) != 1:
             raise ValueError("stream=True takes a single prompt")
-        return _stream(loop, tok, stops, eos_id)
+        assert tok is not None  # needs_text
+        return _stream(loop, tok, stops, eos_id, contexts[0])
     new = torch.stack(list(loop), dim=1).tolist()  # (B, N)
     if kind in ("text", "texts"):
-        texts = [_text(tok, r, eos_id, stops) for r in new]
+        assert tok is not None  # needs_text
+        texts = [_text(tok, c, r, eos_id, stops) for c, r in zip(contexts, new, strict=True)]
         return texts[0] if kind == "text" else texts
     prefix = [[start_id] for _ in rows] if encoder_decoder else rows
     out = [p + _until_eos(r, eos_id) for p, r in zip(prefix, new, strict=True)]
@@ -287,18 +346,40 @@ def _until_eos(tokens: list[int], eos_id: int | None) -> list[int]:
     return tokens
 
 
-def _text(tok: Tokenizer, tokens: list[int], eos_id: int | None, stops: list[str]) -> str:
+class _Continuation:
+    """Decodes new tokens as the text that follows a prompt's: ``decode(prompt + new)`` minus
+    the prompt's own text, so the tokenizer's rules for joining tokens apply across the
+    boundary."""
+
+    def __init__(self, tok: Tokenizer, context: list[int]) -> None:
+        self.tok = tok
+        self.context = context
+        self.head = tok.decode(context) if context else ""
+
+    def __call__(self, tokens: list[int]) -> str:
+        if not self.context:
+            return self.tok.decode(tokens)
+        text = self.tok.decode(self.context + tokens)
+        if text.startswith(self.head):
+            return text[len(self.head) :]
+        return self.tok.decode(tokens)  # the prompt's text changed (no common prefix)
+
+
+def _text(
+    tok: Tokenizer, context: list[int], tokens: list[int], eos_id: int | None, stops: list[str]
+) -> str:
     tokens = _until_eos(tokens, eos_id)
     if eos_id is not None and tokens and tokens[-1] == eos_id:
         tokens = tokens[:-1]
-    return _cut(tok.decode(tokens), stops)[0]
+    return _cut(_Continuation(tok, context)(tokens), stops)[0]
 
 
 def _stream(
-    loop: Iterator[Tensor], tok: Tokenizer, stops: list[str], eos_id: int | None
+    loop: Iterator[Tensor], tok: Tokenizer, stops: list[str], eos_id: int | None, context: list[int]
 ) -> Iterator[str]:
     """Text pieces as tokens arrive. A piece is held back while it ends inside a multi-byte
     character or could be the start of a stop string."""
+    continuation = _Continuation(tok, context)
     tokens: list[int] = []
     sent = 0
     hold = max((len(s) for s in stops), default=1) - 1
@@ -307,7 +388,7 @@ def _stream(
         if t == eos_id:
             break
         tokens.append(t)
-        text, stopped = _cut(tok.decode(tokens), stops)
+        text, stopped = _cut(continuation(tokens), stops)
         if stopped:
             yield text[sent:]
             return
@@ -317,6 +398,6 @@ def _stream(
         if ready > sent:
             yield text[sent:ready]
             sent = ready
-    text = _cut(tok.decode(tokens), stops)[0]
+    text = _cut(continuation(tokens), stops)[0]
     if len(text) > sent:
         yield text[sent:]

@@ -171,19 +171,46 @@ class ModelSpec:
 class TokenizerSpec:
     """A tokenizer a plugin supplies.
 
+    The factory contract: ``factory(**kwargs)`` returns a :class:`zoo.tokenizers.Tokenizer`
+    or raises a :class:`zoo.tokenizers.TokenizerError` saying why it cannot (never returns
+    ``None``). ``zoo.tokenizer(name, **kwargs)`` passes the caller's keywords through. When
+    ``reads_checkpoint`` is true the factory also accepts ``directory=``, a checkpoint
+    directory holding the tokenizer's files, and :func:`zoo.load` passes it; otherwise
+    :func:`zoo.load` calls ``factory()`` with no arguments, whatever the factory's parameters
+    are called.
+
     Args:
         name: registry name, e.g. ``"gpt2-bpe"``.
         factory: callable (or lazy reference) returning the tokenizer object.
         description: one line for ``zoo info``.
+        reads_checkpoint: the factory reads its files from ``directory=`` (a checkpoint
+            directory) when given one, as ``gpt1``'s (``vocab.json`` + ``merges.txt`` of a
+            Hugging Face directory) and ``transformer-encdec``'s (a trained tokenizer) do.
     """
 
     name: str
     factory: Any
     description: str = ""
+    reads_checkpoint: bool = False
 
     def __post_init__(self) -> None:
         _check_name("tokenizer", self.name)
+        if not isinstance(self.reads_checkpoint, bool):
+            raise ValueError(f"tokenizer {self.name!r}: reads_checkpoint must be True or False")
 
     def load(self, **kwargs: Any) -> Any:
-        """Create the tokenizer (imports its implementation on first use)."""
-        return resolve(self.factory)(**kwargs)
+        """Create the tokenizer (imports its implementation on first use).
+
+        Raises:
+            zoo.tokenizers.TokenizerError: the factory cannot create it, or broke its contract
+                (returned ``None``).
+        """
+        tokenizer = resolve(self.factory)(**kwargs)
+        if tokenizer is None:
+            from .tokenizers.errors import TokenizerError
+
+            raise TokenizerError(
+                f"the factory of tokenizer {self.name!r} returned None; a factory must return "
+                "a zoo.tokenizers.Tokenizer or raise a TokenizerError saying why it cannot"
+            )
+        return tokenizer

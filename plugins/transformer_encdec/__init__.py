@@ -34,6 +34,7 @@ def zoo_tokenizers() -> list[TokenizerSpec]:
         TokenizerSpec(
             name="subword-bpe",
             factory="zoo_plugins.transformer_encdec.tokenizer:load",
+            reads_checkpoint=True,
             description="trainable byte-level BPE shared by source and target, "
             "<pad> <unk> <s> </s>; trained with SubwordBPE.train and saved with the weights",
         )

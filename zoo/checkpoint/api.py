@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import json
 import logging
 import os
@@ -11,7 +10,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._lazy import resolve
 from ..api import check_dtype
 from ..config import ModelConfig
 from ..errors import (
@@ -498,9 +496,11 @@ def load_local(
     if model_name is not None and hasattr(model, "name"):
         model.name = model_name
     model.load_report = report
-    model.tokenizer = (
-        _load_tokenizer(tokenizer_spec, directory, arch, config, model_name) if tokenizer else None
-    )
+    if tokenizer:
+        found = _load_tokenizer(tokenizer_spec, directory, arch, config, model_name)
+        model.tokenizer, model.tokenizer_error = found
+    else:
+        model.tokenizer_error = "loaded with tokenizer=False"
     return model
 
 
@@ -533,6 +533,8 @@ def _registry_tokenizer(arch: ArchitectureSpec, config: Any, model_name: str | N
     """The registered tokenizer of the named model these weights are (``model_name``, or for
     an imported checkpoint the named model of its architecture), when the vocabulary sizes
     agree (a shrunken test model keeps its name but not the tokenizer)."""
+    from ..api import resolve_config
+
     registry = get_registry()
     candidates = [model_name] if model_name is not None else registry.models()
     for name in candidates:
@@ -540,8 +542,10 @@ def _registry_tokenizer(arch: ArchitectureSpec, config: Any, model_name: str | N
             spec = registry.model(name)
         except UnknownModelError:
             return None
-        same_vocab = spec.config.get("vocab_size") == getattr(config, "vocab_size", None)
-        if spec.architecture == arch.name and spec.tokenizer is not None and same_vocab:
+        if spec.architecture != arch.name or spec.tokenizer is None:
+            continue
+        named_vocab = getattr(resolve_config(name)[2], "vocab_size", None)  # defaults included
+        if named_vocab == getattr(config, "vocab_size", None):
             return spec.tokenizer
     return None
 
@@ -552,38 +556,50 @@ def _load_tokenizer(
     arch: ArchitectureSpec,
     config: Any,
     model_name: str | None,
-) -> Any:
-    """The tokenizer for a loaded model, or ``None``.
+) -> tuple[Any, str | None]:
+    """The tokenizer for a loaded model, or ``None`` and the reason there is none.
 
     A tokenizer whose files the checkpoint holds must load (an error otherwise: the
     checkpoint is incomplete). A tokenizer named in the checkpoint or inferred from the
     registry is best effort: if it cannot be created here (e.g. its vocabulary is on the Hub
-    and this machine is offline) the model still loads, with a warning. Inferred tokenizers
-    whose factory takes a ``directory`` are read from the checkpoint directory (a Hugging
-    Face GPT-1 directory holds ``vocab.json`` and ``merges.txt``), never downloaded.
+    and this machine is offline) the model still loads, with a warning and the reason in
+    ``model.tokenizer_error``. An inferred tokenizer whose spec ``reads_checkpoint`` is read
+    from the checkpoint directory (a Hugging Face GPT-1 directory holds ``vocab.json`` and
+    ``merges.txt``), never downloaded. Every tokenizer must fit the model's vocabulary.
     """
-    from ..tokenizers import load_tokenizer
+    from ..tokenizers import check_fits, load_tokenizer
 
+    vocab_size = getattr(config, "vocab_size", None)
     if spec is not None and spec.get("files"):
         try:
-            return load_tokenizer(dict(spec), directory)
+            tokenizer = load_tokenizer(dict(spec), directory)
+            if vocab_size is not None:
+                check_fits(tokenizer, vocab_size, what=f"the model in {directory}")
         except Exception as exc:
             raise CheckpointError(
                 f"{directory}: the checkpoint's tokenizer {dict(spec)} cannot be loaded: {exc}"
             ) from exc
+        return tokenizer, None
     try:
         if spec is not None:
-            return load_tokenizer(dict(spec), directory)
-        name = _registry_tokenizer(arch, config, model_name)
-        if name is None:
-            return None
-        factory = get_registry().tokenizer(name)
-        if "directory" in inspect.signature(resolve(factory.factory)).parameters:
-            return factory.load(directory=directory)
-        return factory.load()
+            tokenizer = load_tokenizer(dict(spec), directory)
+        else:
+            name = _registry_tokenizer(arch, config, model_name)
+            if name is None:
+                return None, (
+                    "the checkpoint names no tokenizer and no named model of architecture "
+                    f"{arch.name!r} with vocab_size {vocab_size} declares one"
+                )
+            factory = get_registry().tokenizer(name)
+            tokenizer = (
+                factory.load(directory=directory) if factory.reads_checkpoint else factory.load()
+            )
+        if vocab_size is not None:
+            check_fits(tokenizer, vocab_size)
     except Exception as exc:
         log.warning("model loaded without its tokenizer: %s", exc)
-        return None
+        return None, str(exc)
+    return tokenizer, None
 
 
 # -- export / convert -----------------------------------------------------------------------

@@ -20,15 +20,18 @@ from .feedforward import FeedForward, activation
 from .linear import Linear, linear
 from .masks import sdpa_mask
 from .positions import LearnedPositions, SinusoidalPositions, make_positions
+from .session import DecodingSession, RecomputeSession
 
 __all__ = [
     "DecoderLM",
+    "DecodingSession",
     "FeedForward",
     "KVCache",
     "LayerCache",
     "LearnedPositions",
     "Linear",
     "MultiHeadAttention",
+    "RecomputeSession",
     "SinusoidalPositions",
     "TransformerBlock",
     "ZooModel",

@@ -9,6 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from ..config import ModelConfig
+from .session import DecodingSession, RecomputeSession
 
 if TYPE_CHECKING:
     from ..checkpoint.report import LoadReport
@@ -28,7 +29,17 @@ __all__ = [
 class ZooModel(nn.Module):
     """A model built by zoo: carries its frozen ``config`` and the ``name`` it was built from.
 
-    Subclasses take the config as their only constructor argument.
+    What an architecture's model class must provide (the conformance kit checks each):
+
+    - subclass ``ZooModel`` and take the config as the only constructor argument;
+    - a config with ``vocab_size`` and ``context_length``;
+    - ``forward(input_ids, attention_mask=None)`` returning logits ``(B, T, vocab_size)``
+      (an encoder-decoder: ``forward(src_ids, tgt_ids, src_mask=None, tgt_mask=None)``, with
+      ``is_encoder_decoder = True``), raising ``ValueError`` on bad input;
+    - :meth:`example_inputs`, valid keyword inputs for ``forward``.
+
+    Optional: :meth:`start_decoding` returning a cached :class:`~zoo.nn.session.DecodingSession`
+    (the default recomputes the whole sequence per token, which works for any decoder).
     """
 
     config: ModelConfig
@@ -43,6 +54,8 @@ class ZooModel(nn.Module):
         self.name: str | None = None
         #: The tokenizer :func:`zoo.load` attached (``None`` after :func:`zoo.build`).
         self.tokenizer: Tokenizer | None = None
+        #: Why :func:`zoo.load` attached no tokenizer (``None`` when it did, or after build).
+        self.tokenizer_error: str | None = None
         #: What :func:`zoo.load` found in the checkpoint (``None`` after :func:`zoo.build`).
         self.load_report: LoadReport | None = None
 
@@ -52,6 +65,25 @@ class ZooModel(nn.Module):
         """Valid keyword inputs for ``forward`` on this model's device (random ids, with some
         padding), used by the conformance kit. Every model must provide it."""
         raise NotImplementedError(f"{type(self).__name__} must implement example_inputs()")
+
+    def start_decoding(
+        self,
+        input_ids: Tensor,
+        keep: Tensor | None,
+        max_new_tokens: int,
+        *,
+        start_id: int | None = None,
+    ) -> DecodingSession:
+        """A decoding session over validated, left-padded prompt ids ``(B, T)`` with padding
+        mask ``keep``. The default recomputes ``forward`` over the whole sequence for every
+        token; override it with a cached session for speed. Encoder-decoders must override it
+        (``start_id`` is their first target token)."""
+        if self.is_encoder_decoder:
+            raise NotImplementedError(
+                f"{type(self).__name__} is an encoder-decoder: it must implement "
+                "start_decoding() to generate (see the README, 'Writing a plugin')"
+            )
+        return RecomputeSession(self, input_ids, keep, max_new_tokens)
 
     def num_parameters(self) -> int:
         """Number of distinct parameters (a tied weight counts once)."""

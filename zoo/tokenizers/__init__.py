@@ -20,7 +20,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .base import ROLES, Tokenizer
+from .base import ROLES, Tokenizer, check_fits
 from .errors import (
     TokenizerError,
     TokenizerInputError,
@@ -45,6 +45,7 @@ __all__ = [
     "TokenizerInputError",
     "TokenizerUnavailableError",
     "VocabularyFileError",
+    "check_fits",
     "hub_files",
     "load_directory",
     "load_tokenizer",

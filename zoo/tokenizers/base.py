@@ -19,7 +19,7 @@ from .errors import TokenizerError, TokenizerInputError
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["ROLES", "Tokenizer"]
+__all__ = ["ROLES", "Tokenizer", "check_fits"]
 
 #: The special-token roles a tokenizer may fill.
 ROLES: tuple[str, ...] = ("bos", "eos", "pad", "unk", "sep", "cls")
@@ -351,3 +351,16 @@ class Tokenizer(abc.ABC):
         if self._suffix and ids[-len(self._suffix) :] == self._suffix and max_length > 1:
             return [*ids[: max_length - len(self._suffix)], *self._suffix]
         return ids[:max_length]
+
+
+def check_fits(tokenizer: Tokenizer, vocab_size: int, *, what: str = "the model") -> None:
+    """Raise :class:`TokenizerError` unless every id of ``tokenizer`` is below ``vocab_size``
+    (a model vocabulary larger than the tokenizer's, padded for speed, is fine: generation
+    never samples the extra ids)."""
+    if tokenizer.vocab_size > vocab_size:
+        raise TokenizerError(
+            f"tokenizer {tokenizer.name!r} has {tokenizer.vocab_size} ids but {what} has a "
+            f"vocabulary of {vocab_size}: ids {vocab_size}..{tokenizer.vocab_size - 1} would "
+            "fall outside it. Use the model's own tokenizer, or a model whose vocab_size is at "
+            f"least {tokenizer.vocab_size}"
+        )
