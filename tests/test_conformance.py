@@ -9,7 +9,8 @@ import torch
 
 import zoo
 import zoo.registry
-from zoo.nn import DecoderLM
+from zoo.nn import DecoderLM, LayerCache
+from zoo.nn.decoder import DecoderSession, positions_from_mask
 from zoo.testing import CHECKS, conformance_cases, run_check, run_conformance
 
 
@@ -76,8 +77,60 @@ class _IndexError(DecoderLM):
         return self.head(x)
 
 
+class _WriteAtZero(LayerCache):
+    """Writes new keys/values at index 0 but returns views of the right length: decoding runs
+    without an error and is silently wrong."""
+
+    def write(self, start, k, v):
+        super().write(0, k, v)
+        end = start + k.shape[2]
+        return self.k.narrow(2, 0, end), self.v.narrow(2, 0, end)
+
+
+class _BrokenCacheWrite(DecoderLM):
+    """Its KV cache writes every step at index 0 (``cache.write(0, ...)``)."""
+
+    def start_decoding(self, input_ids, keep, max_new_tokens, *, start_id=None):
+        session = super().start_decoding(input_ids, keep, max_new_tokens)
+        session.cache.layers = [_WriteAtZero(c.k, c.v) for c in session.cache.layers]
+        return session
+
+
+class _PaddingBlindSession(DecoderSession):
+    def __init__(self, model, ids, keep, max_len):
+        super().__init__(model, ids, keep, max_len)
+        self.next_position = positions_from_mask(ids, None)[:, -1:] + 1  # counts the padding
+
+
+class _BrokenPaddingOffset(DecoderLM):
+    """After a left-padded prompt, generated tokens get positions that count the padding."""
+
+    def start_decoding(self, input_ids, keep, max_new_tokens, *, start_id=None):
+        return _PaddingBlindSession(self, input_ids, keep, input_ids.shape[1] + max_new_tokens)
+
+
+class _OffByOneSession(DecoderSession):
+    def step(self, tokens):
+        self.next_position = self.next_position + 1  # one position too far
+        return super().step(tokens)
+
+
+class _PositionOffByOne(DecoderLM):
+    """Each decoded token gets the position after its own."""
+
+    def start_decoding(self, input_ids, keep, max_new_tokens, *, start_id=None):
+        return _OffByOneSession(self, input_ids, keep, input_ids.shape[1] + max_new_tokens)
+
+
 @pytest.mark.parametrize(
-    ("cls", "check"), [("_CPUPositions", "meta"), ("_IndexError", "bad_input")]
+    ("cls", "check"),
+    [
+        ("_CPUPositions", "meta"),
+        ("_IndexError", "bad_input"),
+        ("_BrokenCacheWrite", "decoding"),
+        ("_BrokenPaddingOffset", "decoding"),
+        ("_PositionOffByOne", "decoding"),
+    ],
 )
 def test_the_kit_catches_broken_models(monkeypatch, cls, check):
     registry = zoo.registry.load_registry(
@@ -92,3 +145,26 @@ def test_the_kit_catches_broken_models(monkeypatch, cls, check):
 
 def test_every_check_is_documented():
     assert all(func.__doc__ for func in CHECKS.values())
+
+
+class _PlainModule(torch.nn.Module):
+    """A model class that is not a ZooModel (an nn.Module wrapped without the base class)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.lin = torch.nn.Linear(4, 4)
+
+
+def test_a_model_that_is_not_a_zoo_model_is_refused_at_first_build(monkeypatch):
+    registry = zoo.registry.load_registry(
+        plugins={"plain": _plugin_with(f"{__name__}:_PlainModule", "plain-gpt")}
+    )
+    monkeypatch.setattr(zoo.registry, "_default", registry)
+    assert "plain-gpt-m" in zoo.list_models()  # registration stays lazy and torch-free
+    with pytest.raises(
+        zoo.PluginContractError, match=r"not a subclass of zoo\.nn\.ZooModel.*README"
+    ):
+        zoo.build("plain-gpt-m")
+    (result,) = run_conformance("plain-gpt-m", checks=["forward"], devices=["cpu"])
+    assert not result.ok and "PluginContractError" in result.error

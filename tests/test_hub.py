@@ -21,6 +21,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -29,7 +30,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from hub_fixtures import HUB_TOKEN, hub_client_env
+from hub_fixtures import HUB_TOKEN, hub_client_env, point_client_at
 from hubserver import LocalHub
 
 import zoo
@@ -301,6 +302,47 @@ def test_offline_warm_cache_works_cold_cache_says_what_to_do(
         zoo.load("hf:org/cold")
     assert "zoo pull" in str(err.value)
     assert len(local_hub.requests) == seen  # offline means no traffic at all
+
+
+def test_gpt1_tokenizer_with_the_hub_unreachable_is_quick_and_quiet(
+    local_hub: LocalHub,
+    hf_checkpoints: dict,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """No network: the cache answers, or one clear error; never huggingface_hub's retry
+    back-off (six "Retrying in 8s" lines and 23 s)."""
+    import huggingface_hub.utils._http
+
+    def no_backoff(seconds: float) -> None:
+        raise AssertionError(f"huggingface_hub backed off for {seconds} s")
+
+    seed_official(local_hub, hf_checkpoints, "gpt1")
+    (tmp_path / "files").mkdir()
+    shutil.copy(GPT1_FILES / "encoder_bpe_40000.json", tmp_path / "files" / "vocab.json")
+    shutil.copy(GPT1_FILES / "vocab_40000.bpe", tmp_path / "files" / "merges.txt")
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # nothing listens there: connection refused
+    point_client_at(monkeypatch, f"http://127.0.0.1:{port}", HUB_TOKEN, tmp_path / "cold")
+    monkeypatch.setattr(huggingface_hub.utils._http.time, "sleep", no_backoff)
+    with pytest.raises(zoo.tokenizers.TokenizerUnavailableError) as err:
+        zoo.tokenizer("gpt1")
+    assert "cannot be reached" in str(err.value) and "zoo.tokenizer('gpt1', directory=" in str(
+        err.value
+    )
+    assert "Retrying" not in caplog.text
+
+    point_client_at(monkeypatch, local_hub.endpoint, HUB_TOKEN, tmp_path / "warm")
+    zoo.tokenizer("gpt1")  # reachable: fetched and cached
+    point_client_at(monkeypatch, f"http://127.0.0.1:{port}", HUB_TOKEN, tmp_path / "warm")
+    monkeypatch.setattr(huggingface_hub.utils._http.time, "sleep", no_backoff)
+    cached = zoo.tokenizer("gpt1")  # from the cache
+    assert cached.encode("hello world") == zoo.tokenizer(
+        "gpt1", directory=tmp_path / "files"
+    ).encode("hello world")
 
 
 def test_bad_token(local_hub: LocalHub, monkeypatch: pytest.MonkeyPatch) -> None:

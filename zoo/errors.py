@@ -12,6 +12,7 @@ __all__ = [
     "HubNotFoundError",
     "HubOfflineError",
     "HubUnavailableError",
+    "PluginContractError",
     "PluginError",
     "RegistryConflictError",
     "StateDictMismatchError",
@@ -50,6 +51,11 @@ class RegistryConflictError(ZooError):
 
 class PluginError(ZooError):
     """A plugin failed to load or its hook raised (raised in strict mode only)."""
+
+
+class PluginContractError(PluginError, TypeError):
+    """A plugin's architecture does not provide what zoo needs (e.g. its model class does not
+    derive from ``zoo.nn.ZooModel``); raised when the architecture is first used."""
 
 
 class CheckpointError(ZooError):

@@ -14,6 +14,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._lazy import resolve
+from .errors import PluginContractError
+
+#: Where a plugin author reads what an architecture must provide.
+_CONTRACT = (
+    "Subclass it (the README's 'Writing a plugin' section lists what a model must provide; "
+    "wrap an existing nn.Module inside a ZooModel subclass)."
+)
 
 __all__ = ["ArchitectureSpec", "ModelSpec", "TokenizerSpec", "WeightsSource"]
 
@@ -60,13 +67,32 @@ class ArchitectureSpec:
 
     @property
     def config_class(self) -> Any:
-        """The config class (imported on first use)."""
-        return resolve(self.config)
+        """The config class (imported on first use); it must derive from
+        :class:`zoo.config.ModelConfig`."""
+        from .config import ModelConfig
+
+        cls = resolve(self.config)
+        if not (isinstance(cls, type) and issubclass(cls, ModelConfig)):
+            raise PluginContractError(
+                f"architecture {self.name!r}: its config {cls!r} is not a subclass of "
+                f"zoo.config.ModelConfig. {_CONTRACT}"
+            )
+        return cls
 
     @property
     def model_class(self) -> Any:
-        """The model class (imported on first use)."""
-        return resolve(self.model)
+        """The model class (imported on first use); it must derive from
+        :class:`zoo.nn.ZooModel`."""
+        from .nn.base import ZooModel
+
+        cls = resolve(self.model)
+        if not (isinstance(cls, type) and issubclass(cls, ZooModel)):
+            raise PluginContractError(
+                f"architecture {self.name!r}: its model {cls!r} is not a subclass of "
+                "zoo.nn.ZooModel, so zoo cannot rely on config, name, example_inputs(), "
+                f"start_decoding() or the loading conventions. {_CONTRACT}"
+            )
+        return cls
 
     def checkpoint_layout(self, layout: str) -> Any:
         """The key map for ``layout``, or a ``KeyError`` listing the layouts supported."""

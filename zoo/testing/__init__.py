@@ -33,6 +33,8 @@ from torch.utils._pytree import tree_leaves
 
 from ..api import build, resolve_config
 from ..checkpoint.state import tied_groups
+from ..generation import generate
+from ..nn.base import ZooModel
 from ..registry import get_registry
 
 __all__ = [
@@ -80,21 +82,22 @@ def assert_logits_close(actual: Tensor, expected: Tensor, *, atol: float = 1e-5)
         raise AssertionError(f"logits differ by {diff:.3g} (tolerance {atol:g})")
 
 
-def _outputs(model: nn.Module, inputs: dict[str, Tensor]) -> Tensor:
+def _outputs(model: ZooModel, inputs: dict[str, Tensor]) -> Tensor:
     out = model(**inputs)
     if not isinstance(out, Tensor):
         raise AssertionError(f"forward must return a logits tensor, got {type(out).__name__}")
     return out
 
 
-def _expected_shape(model: nn.Module, inputs: dict[str, Tensor]) -> tuple[int, ...]:
+def _expected_shape(model: ZooModel, inputs: dict[str, Tensor]) -> tuple[int, ...]:
     ids = [v for k, v in inputs.items() if k.endswith("_ids")]
-    return (*ids[-1].shape, model.config.vocab_size)  # type: ignore[union-attr]
+    config: Any = model.config
+    return (*ids[-1].shape, config.vocab_size)
 
 
-def _small(name: str, device: str, **kwargs: Any) -> nn.Module:
+def _small(name: str, device: str, dtype: torch.dtype | None = None) -> ZooModel:
     torch.manual_seed(0)
-    return build(name, device=device, **small_overrides(name), **kwargs)
+    return build(name, device=device, dtype=dtype, **small_overrides(name))
 
 
 # -- the checks -----------------------------------------------------------------------------
@@ -104,7 +107,7 @@ def check_build(name: str, device: str) -> None:
     if not dataclasses.is_dataclass(model.config):
         raise AssertionError("model.config must be the frozen config dataclass")
     try:
-        model.config.d_model = 1  # type: ignore[misc]
+        model.config.d_model = 1  # type: ignore[attr-defined]
     except dataclasses.FrozenInstanceError:
         pass
     else:
@@ -224,7 +227,7 @@ def check_save_load_roundtrip(name: str, device: str) -> None:
 def check_dtypes(name: str, device: str) -> None:
     """float32, bfloat16 and float16 builds run and return logits of their dtype."""
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
-        model = _small(name, device, dtype=dtype).eval()
+        model = _small(name, device, dtype).eval()
         inputs = model.example_inputs(generator=torch.Generator().manual_seed(0))
         with torch.no_grad():
             out = _outputs(model, inputs)
@@ -238,7 +241,7 @@ def check_bad_input(name: str, device: str) -> None:
     """Out-of-range ids, too-long, float, wrong-rank ids and mis-shaped masks are ValueErrors."""
     model = _small(name, device).eval()
     inputs = model.example_inputs()
-    config = model.config
+    config: Any = model.config
     ids_key = next(k for k in inputs if k.endswith("_ids"))
     ids = inputs[ids_key]
     too_long = torch.zeros(1, config.context_length + 1, dtype=torch.long, device=ids.device)
@@ -284,6 +287,96 @@ def check_checkpoint_layouts(name: str, device: str) -> None:
                 raise AssertionError(f"{layout}: {key} does not survive the round trip")
 
 
+class _Ids:
+    """A tokenizer over ids alone (id ``i`` is the word ``"i"``), so that streaming can be
+    compared with plain generation on any model, whatever its own tokenizer needs."""
+
+    name = "ids"
+    eos_id = None
+    bos_id = None
+
+    def __init__(self, vocab_size: int) -> None:
+        self.vocab_size = vocab_size
+
+    def encode(self, text: str) -> list[int]:
+        return [int(word) for word in text.split()]
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(f" {i}" for i in ids)
+
+
+def _recomputed_logits(
+    model: ZooModel, prompt: list[int], forced: list[int], start_id: int
+) -> Tensor:
+    """The reference: next-token logits ``(len(forced), vocab)`` after the prompt and after
+    each forced token, each from ``forward`` over the whole sequence (no session)."""
+    device = next(model.parameters()).device
+    src = torch.tensor([prompt], device=device)
+    head = [start_id] if model.is_encoder_decoder else list(prompt)
+    rows = []
+    for k in range(len(forced)):
+        ids = torch.tensor([head + forced[:k]], device=device)
+        logits = model(src, ids) if model.is_encoder_decoder else model(ids)
+        rows.append(logits[0, -1])
+    return torch.stack(rows)
+
+
+def _session_logits(
+    model: ZooModel, prompts: list[list[int]], forced: list[list[int]], start_id: int
+) -> Tensor:
+    """Next-token logits ``(B, len(forced[0]), vocab)`` from the model's decoding session over
+    the left-padded ``prompts``, fed the ``forced`` tokens one step at a time."""
+    device = next(model.parameters()).device
+    length = max(len(p) for p in prompts)
+    ids = torch.zeros(len(prompts), length, dtype=torch.long, device=device)
+    keep = torch.zeros(len(prompts), length, dtype=torch.bool, device=device)
+    for i, prompt in enumerate(prompts):
+        ids[i, length - len(prompt) :] = torch.tensor(prompt, device=device)
+        keep[i, length - len(prompt) :] = True
+    steps = torch.tensor(forced, device=device)  # (B, N)
+    session = model.start_decoding(
+        ids, None if bool(keep.all()) else keep, steps.shape[1], start_id=start_id
+    )
+    out = [session.prefill()]
+    for k in range(steps.shape[1] - 1):
+        out.append(session.step(steps[:, k]))
+    return torch.stack(out, dim=1)
+
+
+def check_decoding(name: str, device: str) -> None:
+    """The model's decoding session (its KV cache) gives, step by step, the logits of full
+    recomputation; a left-padded batch gives what each prompt gives alone; ``zoo.generate``
+    streaming gives the text of plain generation."""
+    model = _small(name, device).eval()
+    vocab = model.config.vocab_size  # type: ignore[attr-defined]
+    g = torch.Generator().manual_seed(0)
+    start_id, n = 1, 8
+    prompts = [torch.randint(2, vocab, (length,), generator=g).tolist() for length in (7, 3)]
+    forced = [torch.randint(2, vocab, (n,), generator=g).tolist() for _ in prompts]
+    with torch.no_grad():
+        batch = _session_logits(model, prompts, forced, start_id)
+        for i, (prompt, tokens) in enumerate(zip(prompts, forced, strict=True)):
+            alone = _session_logits(model, [prompt], [tokens], start_id)[0]
+            reference = _recomputed_logits(model, prompt, tokens, start_id)
+            try:
+                assert_logits_close(alone, reference, atol=1e-4)
+            except AssertionError as exc:
+                raise AssertionError(f"cached decoding differs from recomputation: {exc}") from None
+            try:
+                assert_logits_close(batch[i], alone, atol=1e-4)
+            except AssertionError as exc:
+                raise AssertionError(
+                    f"prompt {i} decodes differently left-padded in a batch than alone: {exc}"
+                ) from None
+    ids = _Ids(vocab)
+    text = " ".join(map(str, prompts[0]))
+    options: dict[str, Any] = {"tokenizer": ids, "max_new_tokens": n, "start_id": start_id}
+    plain = generate(model, text, temperature=0.9, seed=0, **options)
+    streamed = "".join(generate(model, text, temperature=0.9, seed=0, stream=True, **options))
+    if streamed != plain:
+        raise AssertionError(f"streaming gives {streamed!r}, plain generation {plain!r}")
+
+
 CHECKS: dict[str, Callable[[str, str], None]] = {
     "build": check_build,
     "forward": check_forward,
@@ -294,6 +387,7 @@ CHECKS: dict[str, Callable[[str, str], None]] = {
     "dtypes": check_dtypes,
     "bad_input": check_bad_input,
     "checkpoint_layouts": check_checkpoint_layouts,
+    "decoding": check_decoding,
 }
 
 #: Checks that do not depend on the device (run once, on the CPU).

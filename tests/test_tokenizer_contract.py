@@ -1,0 +1,99 @@
+"""The tokenizer-factory contract: what zoo.load passes a factory, and a model loaded without
+its tokenizer says why."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import zoo
+import zoo.registry
+from zoo.registry import load_registry
+
+SMALL = {"n_layers": 1, "d_model": 32, "n_heads": 2, "d_ff": 64}
+calls: list[dict] = []
+
+
+def cache_factory(directory=None):
+    """A third-party factory whose `directory` means its own cache folder, not a checkpoint."""
+    calls.append({"directory": directory})
+    if directory is not None:
+        raise RuntimeError(f"{directory} is not my cache")
+    return zoo.tokenizer("gpt2-bpe")
+
+
+def none_factory():
+    return None
+
+
+def broken_factory():
+    raise RuntimeError("vocabulary server is down")
+
+
+class Plugin:
+    @zoo.hookimpl
+    def zoo_tokenizers(self):
+        return [
+            zoo.TokenizerSpec(name="cache-tok", factory=f"{__name__}:cache_factory"),
+            zoo.TokenizerSpec(name="none-tok", factory=f"{__name__}:none_factory"),
+            zoo.TokenizerSpec(name="broken-tok", factory=f"{__name__}:broken_factory"),
+        ]
+
+    @zoo.hookimpl
+    def zoo_models(self):
+        # no vocab_size in the config: the architecture's default (50257) applies
+        return [
+            zoo.ModelSpec(name=f"with-{t}", architecture="gpt2", tokenizer=t)
+            for t in ("cache-tok", "none-tok", "broken-tok")
+        ]
+
+
+@pytest.fixture(autouse=True)
+def _registry(monkeypatch):
+    monkeypatch.setattr(zoo.registry, "_default", load_registry(plugins={"contract": Plugin()}))
+    calls.clear()
+
+
+def _saved(name: str, tmp_path: Path) -> Path:
+    zoo.save(zoo.build(name, **SMALL), tmp_path)
+    return tmp_path
+
+
+def test_a_factory_gets_no_checkpoint_directory_unless_it_reads_checkpoints(tmp_path):
+    model = zoo.load(_saved("with-cache-tok", tmp_path))
+    assert calls == [{"directory": None}]
+    assert model.tokenizer is not None and model.tokenizer_error is None
+
+
+def test_a_model_spec_without_vocab_size_still_gets_its_tokenizer(tmp_path):
+    model = zoo.load(_saved("with-cache-tok", tmp_path))
+    assert model.tokenizer.name == "gpt2-bpe"
+
+
+def test_a_factory_returning_none_breaks_the_contract_loudly():
+    with pytest.raises(zoo.tokenizers.TokenizerError, match="returned None"):
+        zoo.tokenizer("none-tok")
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"), [("broken-tok", "server is down"), ("none-tok", "None")]
+)
+def test_loaded_without_its_tokenizer_is_an_explained_state(tmp_path, name, reason):
+    model = zoo.load(_saved(f"with-{name}", tmp_path))
+    assert model.tokenizer is None and reason in model.tokenizer_error
+    with pytest.raises(ValueError, match=f"loaded without its tokenizer: .*{reason}"):
+        zoo.generate(model, "Hello", max_new_tokens=2)
+    assert len(zoo.generate(model, [1, 2], max_new_tokens=2)) == 4  # ids still work
+
+
+def test_tokenizer_false_is_recorded(tmp_path):
+    model = zoo.load(_saved("with-cache-tok", tmp_path), tokenizer=False)
+    assert model.tokenizer is None and model.tokenizer_error == "loaded with tokenizer=False"
+
+
+def test_the_built_in_directory_readers_declare_it():
+    registry = zoo.registry.load_registry()
+    assert registry.tokenizer("gpt1-bpe").reads_checkpoint
+    assert registry.tokenizer("subword-bpe").reads_checkpoint
+    assert not registry.tokenizer("gpt2-bpe").reads_checkpoint
