@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -43,8 +44,20 @@ def install_distribution(site: Path, package: Path, *, name: str, entry_points: 
     (dist_info / "entry_points.txt").write_text(entry_points)
 
 
+_LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+_real_getaddrinfo = socket.getaddrinfo
+
+
+def _loopback_only(host, *args, **kwargs):  # type: ignore[no-untyped-def]
+    """Tests never use the network: any name but the loopback is refused before a lookup."""
+    if host not in _LOOPBACK and host is not None:
+        raise OSError(f"tests may reach only 127.0.0.1, not {host!r}")
+    return _real_getaddrinfo(host, *args, **kwargs)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     global _site
+    socket.getaddrinfo = _loopback_only
     _site = Path(tempfile.mkdtemp(prefix="zoo-test-site-"))
     install_distribution(
         _site,
