@@ -193,3 +193,32 @@ def test_tour_streams_each_model_with_its_blocks(capsys, monkeypatch):
     first = seen_before_build[1]  # printed before the second model was even built
     assert first.startswith("toy-gpt-tiny:") and "pre-LN decoder block" in first
     assert "transformer-encdec-tiny:" in rest and "blocks" in rest and "cross-attention" in rest
+
+
+def test_generate_with_random_weights_is_reproducible_with_a_seed(capsys):
+    argv = ["generate", "gpt2-124m", "Hello", "--random", "--max-new-tokens", "4", "--seed", "3"]
+    outputs = {run(capsys, *argv)[1] for _ in range(2)}
+    assert len(outputs) == 1
+    assert run(capsys, *argv[:-1], "4")[1] not in outputs  # another seed, other weights
+
+
+def test_an_error_is_printed_on_its_own_line(capsys):
+    """The encoder-decoder has no tokenizer here: the error used to follow the echoed prompt
+    on the same line ("Hello therezoo: error: ...")."""
+    code, out, err = run(capsys, "generate", "transformer-encdec", "Hello there", "--random")
+    assert code == 2 and err.startswith("zoo: error: ") and err.count("\n") == 1
+    assert out == "" or out.endswith("\n")
+
+
+@pytest.mark.parametrize(
+    ("device", "message"),
+    [("nope", "is not a torch device"), ("cuda:7", "CUDA device")],
+)
+def test_a_bad_device_is_one_clear_line(capsys, device, message):
+    code, out, err = run(capsys, "generate", "gpt2-124m", "Hi", "--random", "--device", device)
+    assert code == 2 and message in err and err.count("\n") == 1 and out == ""
+
+
+def test_push_of_a_missing_directory_says_it_does_not_exist(capsys, tmp_path):
+    code, _, err = run(capsys, "push", str(tmp_path / "missing-dir"), "org/x")
+    assert code == 2 and "missing-dir does not exist" in err

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import stat
 from pathlib import Path
 from typing import ClassVar
 
@@ -438,3 +439,17 @@ def test_named_model_with_hf_layout_weights(tmp_path: Path, monkeypatch) -> None
     finally:
         monkeypatch.delenv("ZOO_REGISTRY_PATH")
         zoo.reset_registry()
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o077])
+def test_every_checkpoint_file_honours_the_umask(tmp_path: Path, umask: int) -> None:
+    """safetensors writes its file 0600 while config.json got 0644: a checkpoint shared with
+    a group or the world was half unreadable."""
+    old = os.umask(umask)
+    try:
+        zoo.save(small("gpt2-124m"), tmp_path / "ckpt")
+    finally:
+        os.umask(old)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "ckpt").iterdir()}
+    assert modes == {name: 0o666 & ~umask for name in modes}
+    assert {"model.safetensors", "config.json"} <= set(modes)

@@ -96,6 +96,32 @@ def check_dtype(dtype: Any) -> None:
         )
 
 
+def check_device(device: Any) -> torch.device:
+    """``device`` as a ``torch.device`` (``None`` is the CPU), or a :class:`ConfigError` that
+    says what is wrong: not a device name, or a device this machine does not have."""
+    import torch
+
+    try:
+        target = torch.device(device if device is not None else "cpu")
+    except (RuntimeError, TypeError, ValueError) as exc:
+        raise ConfigError(
+            f"device {device!r} is not a torch device ({exc}); use 'cpu', 'cuda', 'cuda:1', "
+            "'mps' or 'meta'"
+        ) from None
+    if target.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ConfigError(
+                f"device {device!r}: this torch ({torch.__version__}) sees no CUDA device; use "
+                "device='cpu', or install a CUDA build of torch on a machine with a GPU"
+            )
+        if target.index is not None and target.index >= count:
+            raise ConfigError(f"device {device!r}: only {count} CUDA device(s), cuda:0..")
+    if target.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"device {device!r}: MPS is not available here; use device='cpu'")
+    return target
+
+
 def build(
     name_or_config: str | ModelConfig,
     *,
@@ -115,16 +141,15 @@ def build(
     Returns:
         The model in training mode, with ``model.config`` (frozen) and ``model.name`` set.
     """
-    import torch
-
     arch, spec, config = resolve_config(name_or_config, **overrides)
     check_dtype(dtype)
-    if device is not None and torch.device(device).type == "meta":
+    target = check_device(device)
+    if target.type == "meta":
         from .checkpoint.state import build_on_meta
 
         model: ZooModel = build_on_meta(arch.model_class, config)  # no initialisation on meta
     else:
-        with torch.device(device if device is not None else "cpu"):
+        with target:
             model = arch.model_class(config)
     if dtype is not None:
         model = model.to(dtype)

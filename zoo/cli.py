@@ -16,7 +16,7 @@ from .errors import ZooError
 from .registry import get_registry
 
 if TYPE_CHECKING:
-    import torch
+    from .nn.base import ZooModel
 
 __all__ = ["main"]
 
@@ -43,9 +43,9 @@ def _conflict_notes() -> list[tuple[str, str]]:
             rows.append((name, f"conflict: {' vs '.join(sources)}"))
     architectures = {n: s for (k, n), s in conflicts.items() if k == "architecture"}
     for name in registry.models(include_unavailable=True):
-        sources = architectures.get(registry.model(name).architecture)
-        if sources:
-            rows.append((name, f"conflict on its architecture: {' vs '.join(sources)}"))
+        contested = architectures.get(registry.model(name).architecture)
+        if contested:
+            rows.append((name, f"conflict on its architecture: {' vs '.join(contested)}"))
     return sorted(rows)
 
 
@@ -113,7 +113,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
             f"{kind}s: {', '.join(names)}" for kind, names in supplied.items() if names
         )
         detail = what if plugin.status == "ok" else plugin.error or ""
-        status = plugin.status
+        status: str = plugin.status
         contested = registry.conflicts_of(source)
         if status == "ok" and contested:
             status = "conflict"
@@ -211,13 +211,15 @@ def cmd_pull(args: argparse.Namespace) -> int:
 _DTYPES = ("float32", "bfloat16", "float16")
 
 
-def _load_for_generation(args: argparse.Namespace) -> torch.nn.Module:
+def _load_for_generation(args: argparse.Namespace) -> ZooModel:
     import torch
 
     from . import checkpoint
 
     dtype = getattr(torch, args.dtype) if args.dtype else None
     if args.random:
+        if args.seed is not None:
+            torch.manual_seed(args.seed)  # the random weights too: --seed makes runs identical
         model = api.build(args.source, device=args.device, dtype=dtype)
         return model.eval()
     return checkpoint.load(args.source, device=args.device, dtype=dtype)
@@ -228,8 +230,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from .generation import generate
 
     model = _load_for_generation(args)
-    print(args.prompt, end="", flush=True)
-    for piece in generate(
+    pieces = generate(  # arguments and tokenizer are checked here, before anything is printed
         model,
         args.prompt,
         max_new_tokens=args.max_new_tokens,
@@ -239,9 +240,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
         seed=args.seed,
         stop=args.stop or None,
         stream=True,
-    ):
-        print(piece, end="", flush=True)
-    print()
+    )
+    print(args.prompt, end="", flush=True)
+    try:
+        for piece in pieces:
+            print(piece, end="", flush=True)
+    finally:
+        print(flush=True)  # end the line, so that an error is printed on a line of its own
     return 0
 
 

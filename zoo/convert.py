@@ -29,6 +29,8 @@ class KeyRule:
     foreign: str
     zoo: str
     transpose: bool = False
+    _foreign_re: re.Pattern[str] = dataclasses.field(init=False, repr=False, compare=False)
+    _zoo_re: re.Pattern[str] = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_foreign_re", _pattern(self.foreign))
@@ -39,7 +41,7 @@ class KeyRule:
         pattern, target = (
             (self._foreign_re, self.zoo) if side == "foreign" else (self._zoo_re, self.foreign)
         )
-        m = pattern.match(key)  # type: ignore[attr-defined]
+        m = pattern.match(key)
         if m is None:
             return None
         return target.replace("{i}", m["i"]) if "i" in m.groupdict() else target

@@ -328,7 +328,7 @@ def generate(
         assert tok is not None  # needs_text
         texts = [_text(tok, c, r, eos_id, stops) for c, r in zip(contexts, new, strict=True)]
         return texts[0] if kind == "text" else texts
-    prefix = [[start_id] for _ in rows] if encoder_decoder else rows
+    prefix: list[list[int]] = [[start_id] for _ in rows] if encoder_decoder else rows  # type: ignore[list-item]
     out = [p + _until_eos(r, eos_id) for p, r in zip(prefix, new, strict=True)]
     if kind == "tensor":
         width = max(len(r) for r in out)

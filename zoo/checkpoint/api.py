@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..api import check_dtype
+from ..api import check_device, check_dtype
 from ..config import ModelConfig
 from ..errors import (
     CheckpointError,
@@ -70,9 +70,7 @@ _METADATA_KEY = "zoo"
 
 # -- helpers --------------------------------------------------------------------------------
 def _target_device(device: str | torch.device | None) -> torch.device:
-    import torch
-
-    return torch.device(device if device is not None else "cpu")
+    return check_device(device)
 
 
 def _config_of(model: Any) -> ModelConfig:
@@ -497,8 +495,9 @@ def load_local(
         model.name = model_name
     model.load_report = report
     if tokenizer:
-        found = _load_tokenizer(tokenizer_spec, directory, arch, config, model_name)
-        model.tokenizer, model.tokenizer_error = found
+        model.tokenizer, model.tokenizer_error = _load_tokenizer(
+            tokenizer_spec, directory, arch, config, model_name
+        )
     else:
         model.tokenizer_error = "loaded with tokenizer=False"
     return model

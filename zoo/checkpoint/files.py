@@ -220,6 +220,17 @@ def write_safetensors(
     safetensors.torch.save_file(dict(tensors), str(path), metadata=dict(metadata))
 
 
+def _umask() -> int:
+    """The process umask, read without changing it where the platform allows."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)  # elsewhere: read it by setting it, and restore it at once
+    os.umask(mask)
+    return mask
+
+
 def _fsync_file(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -265,8 +276,10 @@ def atomic_directory(
     try:
         yield staging
         names = sorted((p.name for p in staging.iterdir()), key=lambda n: (n == last, n))
+        mode = 0o666 & ~_umask()  # what open() would give: safetensors writes 0600
         for name in names:
             if (staging / name).is_file():
+                os.chmod(staging / name, mode)
                 _fsync_file(staging / name)
         for name in names:
             _move_into_place(staging / name, target / name, staging)

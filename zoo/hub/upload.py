@@ -54,7 +54,17 @@ class CommitRef:
 
 def _read_checkpoint(directory: Path) -> tuple[Manifest, list[str]]:
     """The manifest of a :func:`zoo.save` directory and the files to upload from it."""
-    data = read_config_json(directory) if directory.is_dir() else None
+    if not directory.exists():
+        raise CheckpointError(
+            f"{directory} does not exist: give the directory zoo.save() wrote (or push a model "
+            "object: zoo.push(model, repo_id))"
+        )
+    if not directory.is_dir():
+        raise CheckpointError(
+            f"{directory} is a file, not a checkpoint directory: give the directory zoo.save() "
+            "wrote"
+        )
+    data = read_config_json(directory)
     if data is None or data.get("format") != FORMAT:
         kind = "a Hugging Face checkpoint" if data and "model_type" in data else "no zoo checkpoint"
         raise CheckpointError(

@@ -79,7 +79,7 @@ def _unreachable(repo: str, revision: str, what: str) -> str | None:
         return "HF_HUB_OFFLINE is set"
     try:
         sha = HfApi().model_info(repo, revision=revision).sha
-    except transport_errors() as exc:  # type: ignore[misc]
+    except transport_errors() as exc:
         return f"the Hub at {constants.ENDPOINT} cannot be reached ({exc})"
     except hf.HfHubHTTPError as exc:
         status = exc.response.status_code if exc.response is not None else None
