@@ -37,8 +37,10 @@ from ..errors import (
     HubNotFoundError,
     UnsafeCheckpointError,
 )
+from . import transfer
 from .failures import hub_errors, is_offline, transport_errors
 from .source import HubSource, resolve_source
+from .transfer import Limits, check_commit, check_filename, inside
 
 __all__ = ["HF_VOCAB_FILES", "Snapshot", "evict", "fetch", "pull"]
 
@@ -82,12 +84,16 @@ def _git_blob_sha1(path: Path) -> str:
 
 
 def evict(path: Path) -> None:
-    """Delete a downloaded file from the Hugging Face cache: the snapshot entry and the blob
-    it points to, so the next pull downloads it again. Missing files are ignored."""
+    """Delete a downloaded file, ``<repo cache>/snapshots/<commit>/<file>``, from the Hugging
+    Face cache: the snapshot entry and the blob it points to, so the next pull downloads it
+    again. Nothing outside that repo's cache folder is ever deleted: a link that leads out of
+    it is removed, never followed. Missing files are ignored."""
+    storage = path.parents[2]
     blob = path.resolve() if path.is_symlink() else None
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
-    if blob is not None:
+    if inside(path.parent, storage):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+    if blob is not None and inside(blob, storage / "blobs"):
         with contextlib.suppress(FileNotFoundError):
             blob.unlink()
 
@@ -165,17 +171,14 @@ def _plan(
     if data.get("format") == FORMAT:
         manifest = Manifest.from_json(data, where=where)
         spec = manifest.tokenizer or {}
-        files = list(spec.get("files") or ())
-        bad = [f for f in files if not isinstance(f, str) or Path(f).name != f or f in ("", "..")]
-        if bad:
-            raise CheckpointError(f"{where}: tokenizer files must be plain file names, got {bad}")
-        return manifest.weights_file, files, manifest.sha256
+        files = [check_filename(f, f"{where}: tokenizer file") for f in spec.get("files") or ()]
+        return check_filename(manifest.weights_file, where), files, manifest.sha256
     if "model_type" in data:
         if entries is not None:
             vocab = [f for f in HF_VOCAB_FILES if f in entries]
         else:  # offline: whatever an earlier pull of this commit fetched
             vocab = [f for f in HF_VOCAB_FILES if (directory / f).exists()]
-        return source.filename, vocab, None
+        return check_filename(source.filename, what), vocab, None
     raise CheckpointError(
         f'{where} is neither a zoo config ("format": "zoo") nor a Hugging Face config '
         '("model_type"): this repo is not a checkpoint zoo can load'
@@ -211,18 +214,20 @@ def fetch(source: HubSource, *, token: str | bool | None = None, verify: bool = 
         verify: hash the weights now. :func:`zoo.load` passes ``False`` and lets the loader
             hash them on a background thread while it builds the model.
     """
-    from huggingface_hub import HfApi, hf_hub_download
+    from huggingface_hub import HfApi
 
     what = f"{source}"
     api = HfApi(token=token)
     with hub_errors(what, pull=source.pull_argument):
-        commit = api.resolve_revision(source.repo_id, revision=source.revision).resolved
+        resolved = api.resolve_revision(source.repo_id, revision=source.revision).resolved
+        commit = check_commit(resolved, what)  # a server's "sha" never becomes a path unchecked
         entries = _files_metadata(api, source.repo_id, commit, token)
     what = f"{source.repo_id}@{commit[:12]}" + (f" ({source.revision})" if source.revision else "")
+    limits = Limits.from_env()
 
     def download(filename: str) -> Path:
         with hub_errors(f"{what}: {filename}", pull=source.pull_argument):
-            return Path(hf_hub_download(source.repo_id, filename, revision=commit, token=token))
+            return transfer.download(source.repo_id, filename, commit, token=token, limits=limits)
 
     if entries is not None and CONFIG_FILE not in entries:
         raise HubNotFoundError(
