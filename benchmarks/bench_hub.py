@@ -101,12 +101,25 @@ CASES = {
 }
 
 
+def _unpinned_registry(home: Path) -> Path:
+    """gpt2-124m as registry.toml has it, without the official sha256 pin: the local Hub
+    serves random weights under the official repo id (chosen with ZOO_PREFER)."""
+    text = (ROOT / "registry.toml").read_text()
+    section = text[text.index("[models.gpt2-124m]") : text.index("[models.wiki-gpt-wordpiece]")]
+    path = home / "unpinned.toml"
+    path.write_text("\n".join(l for l in section.splitlines() if not l.startswith("sha256")))
+    return path
+
+
 def _run(case: str, endpoint: str, home: Path) -> dict:
     from hub_fixtures import hub_client_env
 
+    registry = _unpinned_registry(home)
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))},
         **hub_client_env(endpoint, TOKEN, home),
+        "ZOO_REGISTRY_PATH": str(registry),
+        "ZOO_PREFER": str(registry),
         "ZOO_CACHE_DIR": str(home / "zoo"),
         "TRANSFORMERS_VERBOSITY": "error",
         "HF_HUB_DISABLE_PROGRESS_BARS": "1",

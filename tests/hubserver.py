@@ -46,6 +46,7 @@ import shutil
 import socket
 import tempfile
 import threading
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -358,6 +359,17 @@ class LocalHub:
         self.require_auth_for_reads = require_auth_for_reads
         #: When set (e.g. 503), every request is answered with this status: a Hub outage.
         self.outage_status: int | None = None
+        #: Hostile answers, for security tests. ``download_headers``: headers that replace the
+        #: real ones on downloads of a file (``{"ETag": '"../../x.pth"'}``); ``info_override``:
+        #: fields that replace those of every repo-info answer (``{"sha": "../../x"}``);
+        #: ``info_status``: a status every repo-info call with ``blobs`` (file metadata) gets;
+        #: ``trickle``: seconds to wait before each byte of a download; ``throttle``: how many
+        #: more downloads get ``429 Too Many Requests`` (with ``Retry-After: 0``).
+        self.download_headers: dict[str, dict[str, str]] = {}
+        self.info_override: dict[str, Any] = {}
+        self.info_status: int | None = None
+        self.trickle: float | None = None
+        self.throttle = 0
         #: The last requests received, oldest first.
         self.requests: deque[RequestRecord] = deque(maxlen=10_000)
         self._owns_root = root is None
@@ -571,6 +583,11 @@ class LocalHub:
         with self._lock:
             self._faults.clear()
         self.outage_status = None
+        self.download_headers.clear()
+        self.info_override.clear()
+        self.info_status = None
+        self.trickle = None
+        self.throttle = 0
 
     def _add_fault(self, repo_type: str, repo_id: str, path: str, fault: _Fault) -> None:
         with self._lock:
@@ -933,6 +950,8 @@ class _Handler(BaseHTTPRequestHandler):
             repo = self._readable_repo(repo_type, repo_id)
             commit = self.hub._resolve(repo, revision)
         blobs = self.query.get("blobs", "").lower() in ("1", "true")
+        if blobs and self.hub.info_status is not None:
+            raise HubError(self.hub.info_status, "file metadata unavailable (simulated)")
         siblings = [self._sibling(path, e, blobs) for path, e in sorted(commit.files.items())]
         info = {
             "_id": hashlib.sha1(repo_id.encode()).hexdigest()[:24],
@@ -951,6 +970,7 @@ class _Handler(BaseHTTPRequestHandler):
         }
         if repo_type == "model":
             info["modelId"] = repo_id
+        info.update(self.hub.info_override)
         self._send_json(200, info)
 
     @staticmethod
@@ -1017,21 +1037,41 @@ class _Handler(BaseHTTPRequestHandler):
         entry = self.hub._entry(commit, filename)
         partial = "Range" in self.headers and method == "GET"
         start, end = self._byte_range(entry.size) if partial else (0, entry.size)
-        self.send_response(206 if partial else 200)
-        self.send_header("Content-Type", "application/octet-stream")
-        self.send_header("Content-Length", str(end - start))
-        self.send_header("Accept-Ranges", "bytes")
-        self.send_header("ETag", f'"{entry.etag}"')
-        self.send_header("X-Repo-Commit", commit.oid)
+        if method == "GET" and self.hub.throttle > 0:
+            self.hub.throttle -= 1
+            raise HubError(429, "Too Many Requests", headers={"Retry-After": "0"})
+        headers = {
+            "Content-Type": "application/octet-stream",
+            "Content-Length": str(end - start),
+            "Accept-Ranges": "bytes",
+            "ETag": f'"{entry.etag}"',
+            "X-Repo-Commit": commit.oid,
+        }
         if entry.lfs:
-            self.send_header("X-Linked-Etag", f'"{entry.sha256}"')
-            self.send_header("X-Linked-Size", str(entry.size))
+            headers["X-Linked-Etag"] = f'"{entry.sha256}"'
+            headers["X-Linked-Size"] = str(entry.size)
         if partial:
-            self.send_header("Content-Range", f"bytes {start}-{end - 1}/{entry.size}")
+            headers["Content-Range"] = f"bytes {start}-{end - 1}/{entry.size}"
+        headers.update(self.hub.download_headers.get(filename, {}))
+        self.send_response(206 if partial else 200)
+        for name, value in headers.items():
+            self.send_header(name, value)
         self.end_headers()
         if method == "GET":
             fault = self.hub._take_fault(repo_type, repo_id, filename)
+            if self.hub.trickle is not None:
+                self._trickle(self.hub._blobs.path(entry.sha256), start, end)
+                return
             self._stream(self.hub._blobs.path(entry.sha256), start, end, fault)
+
+    def _trickle(self, source: Path, start: int, end: int) -> None:
+        """Send one byte at a time, ``hub.trickle`` seconds apart, until the client leaves."""
+        with open(source, "rb") as f:
+            f.seek(start)
+            for _ in range(start, end):
+                time.sleep(self.hub.trickle or 0)
+                self.wfile.write(f.read(1))
+                self.wfile.flush()
 
     def _byte_range(self, size: int) -> tuple[int, int]:
         """The [start, end) slice a ``Range: bytes=a-b`` header asks for (whole file if none)."""

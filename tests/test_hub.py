@@ -182,6 +182,33 @@ def hf_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[
     return {"gpt2-124m": (root / "gpt2", gpt2), "gpt1": (root / "gpt1", gpt1)}
 
 
+OFFICIAL_GPT2_SHA256 = "248dfc3911869ec493c76e65bf2fcf7f615828b0254c12b473182f0f81d3a707"
+
+
+@pytest.fixture
+def unpinned_gpt2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """gpt2-124m as registry.toml has it but without the sha256 pin (the local Hub serves
+    random weights under the official repo id), chosen with ZOO_PREFER as a user would."""
+    text = (Path(__file__).parents[1] / "registry.toml").read_text()
+    section = text[text.index("[models.gpt2-124m]") : text.index("[models.wiki-gpt-wordpiece]")]
+    stand_in = tmp_path / "unpinned.toml"
+    stand_in.write_text(section.replace(f'sha256 = "{OFFICIAL_GPT2_SHA256}"', ""))
+    monkeypatch.setenv("ZOO_REGISTRY_PATH", str(stand_in))
+    monkeypatch.setenv("ZOO_PREFER", str(stand_in))
+    zoo.reset_registry()
+    yield
+    zoo.reset_registry()
+
+
+def test_the_official_gpt2_pin_refuses_other_weights(local_hub: LocalHub, hf_checkpoints: dict):
+    """registry.toml pins the official file's sha256: the local Hub's random weights under the
+    official repo id are refused before they are downloaded."""
+    seed_official(local_hub, hf_checkpoints, "gpt2-124m")
+    with pytest.raises(zoo.ChecksumMismatchError, match=OFFICIAL_GPT2_SHA256) as err:
+        zoo.pull("gpt2-124m")
+    assert "the registry pin" in str(err.value) and "Nothing was downloaded" in str(err.value)
+
+
 def seed_official(hub: LocalHub, checkpoints: dict, name: str) -> str:
     directory, _ = checkpoints[name]
     repo = {"gpt2-124m": GPT2_REPO, "gpt1": GPT1_REPO}[name]
@@ -191,7 +218,7 @@ def seed_official(hub: LocalHub, checkpoints: dict, name: str) -> str:
 
 @pytest.mark.parametrize("name", ["gpt2-124m", "gpt1"])
 def test_official_weights_by_name(
-    name: str, local_hub: LocalHub, hf_checkpoints: dict, tmp_path: Path
+    name: str, local_hub: LocalHub, hf_checkpoints: dict, tmp_path: Path, unpinned_gpt2: None
 ) -> None:
     repo = seed_official(local_hub, hf_checkpoints, name)
     seen = len(local_hub.requests)
@@ -253,7 +280,7 @@ def test_pinned_sha256_is_verified(
 
 
 def test_corrupted_official_weights_are_refused(
-    local_hub: LocalHub, hf_checkpoints: dict, tmp_path: Path
+    local_hub: LocalHub, hf_checkpoints: dict, tmp_path: Path, unpinned_gpt2: None
 ) -> None:
     seed_official(local_hub, hf_checkpoints, "gpt2-124m")
     local_hub.corrupt_file(GPT2_REPO, "model.safetensors")

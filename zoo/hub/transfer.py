@@ -249,7 +249,7 @@ def _fetch(
                     )
                     digest = _Digest(int(size) if size and size.isdigit() else None)
                 with open(staging, "ab" if done else "wb") as out:
-                    for chunk in response.iter_bytes(1 << 20):
+                    for chunk in response.iter_bytes():  # as it arrives, not buffered
                         out.write(chunk)
                         digest.update(chunk)
                         done += len(chunk)

@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING
 
 from ..checkpoint.api import save
 from ..checkpoint.manifest import CONFIG_FILE, FORMAT, Manifest, read_config_json
-from ..errors import CheckpointError, ChecksumMismatchError, HubError
+from ..errors import CheckpointError, ChecksumMismatchError, HubError, UnsafeCheckpointError
 from .card import DEFAULT_LICENSE, model_card
 from .failures import hub_errors
 from .source import PREFIX
+from .transfer import check_filename, inside
 
 if TYPE_CHECKING:
     from torch import nn
@@ -72,9 +73,19 @@ def _read_checkpoint(directory: Path) -> tuple[Manifest, list[str]]:
             '(config.json with "format": "zoo"). Load it and push the model instead: '
             "zoo.push(zoo.load(path), repo_id)."
         )
-    manifest = Manifest.from_json(data, where=str(directory / CONFIG_FILE))
-    tokenizer_files = [f for f in (manifest.tokenizer or {}).get("files") or ()]
-    files = [manifest.weights_file, *tokenizer_files, CONFIG_FILE]
+    where = str(directory / CONFIG_FILE)
+    manifest = Manifest.from_json(data, where=where)
+    tokenizer_files = list((manifest.tokenizer or {}).get("files") or ())
+    # the same rule as pull: plain names, read from inside the folder (no absolute path, no
+    # link leading out), so a crafted config.json cannot publish any other local file
+    files = [check_filename(f, where) for f in [manifest.weights_file, *tokenizer_files]]
+    files.append(CONFIG_FILE)
+    outside = [f for f in files if not inside(directory / f, directory)]
+    if outside:
+        raise UnsafeCheckpointError(
+            f"{directory}: {', '.join(outside)} lead(s) outside the checkpoint folder (a link); "
+            "refusing to publish files from elsewhere"
+        )
     missing = [f for f in files if not (directory / f).is_file()]
     if missing:
         raise CheckpointError(

@@ -1,0 +1,180 @@
+"""Hostile Hub servers and hostile checkpoint folders: nothing a server says or a file holds
+may make zoo write, delete, upload or run anything outside its own folders.
+
+Each test reproduces one attack against ``tests/hubserver.py``'s LocalHub on 127.0.0.1, with
+hostile answers switched on (``download_headers``, ``info_override``, ``trickle``...).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from hubserver import LocalHub
+
+import zoo
+from zoo.testing import small_overrides
+
+
+def small() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return zoo.build("gpt2-124m", **small_overrides("gpt2-124m")).eval()
+
+
+def repo_cache(tmp_path: Path, repo_id: str) -> Path:
+    return tmp_path / "hf_home" / "hub" / f"models--{repo_id.replace('/', '--')}"
+
+
+def files_under(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")} if root.exists() else set()
+
+
+@pytest.fixture(autouse=True)
+def _own_zoo_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ZOO_CACHE_DIR", str(tmp_path / "zoo-cache"))
+
+
+# -- critical and high --------------------------------------------------------------------------
+def test_an_etag_cannot_place_a_file_outside_the_cache(local_hub: LocalHub, tmp_path: Path):
+    """ETag "../../../site-packages/x.pth" made huggingface_hub write the download there (a
+    .pth file runs at the next Python start)."""
+    zoo.push(small(), "org/m")
+    target = tmp_path / "site-packages" / "evil.pth"
+    target.parent.mkdir()
+    blobs = repo_cache(tmp_path, "org/m") / "blobs"
+    blobs.mkdir(parents=True)
+    local_hub.download_headers["config.json"] = {"ETag": f'"{os.path.relpath(target, blobs)}"'}
+    with pytest.raises(zoo.UnsafeCheckpointError, match="ETag"):
+        zoo.load("hf:org/m")
+    assert not target.exists() and list(target.parent.iterdir()) == []
+    assert not [f for f in files_under(blobs) if not f.startswith(".zoo-")]
+
+
+def test_an_etag_cannot_make_eviction_delete_a_user_file(local_hub: LocalHub, tmp_path: Path):
+    """With the ETag pointing at an existing file, zoo's eviction followed the link and deleted
+    that file."""
+    zoo.push(small(), "org/m")
+    victim = tmp_path / "important.txt"
+    victim.write_text("keep me")
+    blobs = repo_cache(tmp_path, "org/m") / "blobs"
+    blobs.mkdir(parents=True)
+    local_hub.download_headers["config.json"] = {"ETag": f'"{os.path.relpath(victim, blobs)}"'}
+    with pytest.raises(zoo.ZooError):
+        zoo.load("hf:org/m")
+    assert victim.read_text() == "keep me"
+
+
+def test_eviction_never_follows_a_link_out_of_the_cache(tmp_path: Path):
+    from zoo.hub.download import evict
+
+    victim = tmp_path / "important.txt"
+    victim.write_text("keep me")
+    snapshot = tmp_path / "models--org--m" / "snapshots" / ("a" * 40)
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").symlink_to(victim)
+    evict(snapshot / "config.json")
+    assert victim.read_text() == "keep me" and not (snapshot / "config.json").exists()
+
+
+def test_a_commit_id_must_be_40_hex(local_hub: LocalHub, tmp_path: Path):
+    """repo_info answered {"sha": "../../x"}; it became the revision and huggingface_hub wrote
+    refs/<revision>, overwriting a file outside the cache."""
+    zoo.push(small(), "org/m")
+    victim = tmp_path / "hf_home" / "victim"
+    victim.parent.mkdir(parents=True, exist_ok=True)
+    victim.write_text("keep me")
+    local_hub.info_override["sha"] = "../../../victim"
+    with pytest.raises(zoo.UnsafeCheckpointError, match="40 hexadecimal"):
+        zoo.load("hf:org/m")
+    assert victim.read_text() == "keep me"
+
+
+@pytest.mark.parametrize("kind", ["absolute", "link"])
+def test_push_uploads_nothing_from_outside_the_checkpoint(
+    local_hub: LocalHub, tmp_path: Path, kind: str
+):
+    """config.json listing "/etc/hostname" as a tokenizer file made zoo push upload it."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("private")
+    ckpt = tmp_path / "ckpt"
+    zoo.save(small(), ckpt)
+    manifest = json.loads((ckpt / "config.json").read_text())
+    if kind == "absolute":
+        listed = str(secret)
+    else:
+        listed = "vocab.txt"
+        (ckpt / listed).symlink_to(secret)
+    manifest["tokenizer"] = {"name": "gpt2-bpe", "files": [listed]}
+    (ckpt / "config.json").write_text(json.dumps(manifest))
+    with pytest.raises(zoo.UnsafeCheckpointError):
+        zoo.push(ckpt, "org/leak")
+    assert not any(r.method == "POST" and "commit" in r.path for r in local_hub.requests)
+
+
+# -- medium -------------------------------------------------------------------------------
+def test_a_corrupt_download_is_refused_when_the_metadata_call_fails(local_hub: LocalHub):
+    """With the file-metadata endpoint answering 503 and one weight byte flipped, the load
+    succeeded silently: the bytes are now always checked against the download's ETag."""
+    zoo.push(small(), "org/m")
+    local_hub.info_status = 503
+    local_hub.corrupt_file("org/m", "model.safetensors")
+    with pytest.raises(zoo.ChecksumMismatchError, match="LFS sha256"):
+        zoo.load("hf:org/m")
+
+
+def test_a_trickling_server_hits_the_deadline(
+    local_hub: LocalHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """One byte every 5 s made zoo.load hang with no deadline, leaving a 0-byte .incomplete."""
+    zoo.push(small(), "org/m")
+    monkeypatch.setenv("ZOO_HUB_DEADLINE", "1.5")
+    local_hub.trickle = 0.1
+    with pytest.raises(zoo.HubUnavailableError, match="ZOO_HUB_DEADLINE"):
+        zoo.load("hf:org/m")
+    assert not [f for f in files_under(repo_cache(tmp_path, "org/m")) if "incomplete" in f]
+
+
+def test_a_silent_server_hits_the_stall_timeout(
+    local_hub: LocalHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    zoo.push(small(), "org/m")
+    monkeypatch.setenv("ZOO_HUB_STALL_TIMEOUT", "0.5")
+    local_hub.trickle = 2.0
+    with pytest.raises(zoo.HubUnavailableError, match="ZOO_HUB_STALL_TIMEOUT"):
+        zoo.load("hf:org/m")
+    assert not [f for f in files_under(repo_cache(tmp_path, "org/m")) if "incomplete" in f]
+
+
+def test_bad_limits_are_clear_errors(monkeypatch: pytest.MonkeyPatch):
+    from zoo.hub.transfer import Limits
+
+    monkeypatch.setenv("ZOO_HUB_DEADLINE", "soon")
+    with pytest.raises(ValueError, match="ZOO_HUB_DEADLINE"):
+        Limits.from_env()
+
+
+# -- low ----------------------------------------------------------------------------------------
+def test_429_is_retried_with_back_off(local_hub: LocalHub):
+    model = small()
+    zoo.push(model, "org/m")
+    local_hub.throttle = 2
+    loaded = zoo.load("hf:org/m")
+    assert torch.equal(loaded.state_dict()["head.weight"], model.state_dict()["head.weight"])
+    assert sum(r.method == "GET" and "/resolve/" in r.path for r in local_hub.requests) >= 3
+
+
+@pytest.mark.parametrize("name", ["a\x00b.json", "../outside.json", "/etc/passwd", "sub/dir.json"])
+def test_file_names_from_a_repo_must_be_plain(local_hub: LocalHub, tmp_path: Path, name: str):
+    ckpt = tmp_path / "ckpt"
+    zoo.save(small(), ckpt)
+    manifest = json.loads((ckpt / "config.json").read_text())
+    manifest["tokenizer"] = {"name": "gpt2-bpe", "files": [name]}
+    local_hub.add_files(
+        "org/odd",
+        {"config.json": json.dumps(manifest), "model.safetensors": ckpt / "model.safetensors"},
+    )
+    with pytest.raises(zoo.UnsafeCheckpointError, match="not a plain file name"):
+        zoo.load("hf:org/odd")
