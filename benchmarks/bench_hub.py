@@ -107,7 +107,8 @@ def _unpinned_registry(home: Path) -> Path:
     text = (ROOT / "registry.toml").read_text()
     section = text[text.index("[models.gpt2-124m]") : text.index("[models.wiki-gpt-wordpiece]")]
     path = home / "unpinned.toml"
-    path.write_text("\n".join(l for l in section.splitlines() if not l.startswith("sha256")))
+    kept = [line for line in section.splitlines() if not line.startswith("sha256")]
+    path.write_text("\n".join(kept))
     return path
 
 
