@@ -113,7 +113,8 @@ def test_round_trip(name: str, local_hub: LocalHub, tmp_path: Path) -> None:
 
     directory = zoo.pull(repo)
     assert directory.name == ref.sha
-    assert sorted(p.name for p in directory.iterdir()) == ["config.json", "model.safetensors"]
+    names = sorted(p.name for p in directory.iterdir() if not p.name.startswith("."))
+    assert names == ["config.json", "model.safetensors"]
     manifest = json.loads((directory / "config.json").read_text())
     assert manifest["format"] == "zoo" and manifest["model_name"] == name
     assert manifest["architecture"] == type(model.config).architecture

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import stat
 from pathlib import Path
 from typing import ClassVar
@@ -69,12 +70,17 @@ def assert_same_weights(a: nn.Module, b: nn.Module) -> None:
         assert torch.equal(sa[key].cpu(), sb[key].cpu()), key
 
 
+def visible(directory: Path) -> list[str]:
+    """The names a user sees: zoo's own hidden entries (versions, lock) left out."""
+    return sorted(p.name for p in directory.iterdir() if not p.name.startswith("."))
+
+
 # -- round trips, registry-driven ---------------------------------------------------------
 @pytest.mark.parametrize("name", MODELS)
 def test_round_trip(name: str, tmp_path: Path) -> None:
     model = small(name)
     zoo.save(model, tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "model.safetensors"]
+    assert visible(tmp_path) == ["config.json", "model.safetensors"]
     loaded = zoo.load(tmp_path)
 
     assert not loaded.training
@@ -173,7 +179,7 @@ def test_save_overwrites_and_leaves_no_temporary_files(tmp_path: Path) -> None:
         second.tok_emb.weight.add_(1.0)
     zoo.save(first, tmp_path)
     zoo.save(second, tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "model.safetensors"]
+    assert visible(tmp_path) == ["config.json", "model.safetensors"]
     assert_same_weights(zoo.load(tmp_path), second)
 
 
@@ -197,7 +203,7 @@ def test_weights_file_alone_loads_from_its_metadata(tmp_path: Path) -> None:
     zoo.save(model, tmp_path / "ckpt")
     alone = tmp_path / "alone"
     alone.mkdir()
-    os.replace(tmp_path / "ckpt" / "model.safetensors", alone / "weights.safetensors")
+    shutil.copy(tmp_path / "ckpt" / "model.safetensors", alone / "weights.safetensors")
     loaded = zoo.load(alone / "weights.safetensors")
     assert torch.equal(logits(loaded), logits(model))
 
@@ -450,6 +456,9 @@ def test_every_checkpoint_file_honours_the_umask(tmp_path: Path, umask: int) -> 
         zoo.save(small("gpt2-124m"), tmp_path / "ckpt")
     finally:
         os.umask(old)
-    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "ckpt").iterdir()}
+    modes = {
+        name: stat.S_IMODE((tmp_path / "ckpt" / name).stat().st_mode)
+        for name in visible(tmp_path / "ckpt")
+    }
     assert modes == {name: 0o666 & ~umask for name in modes}
     assert {"model.safetensors", "config.json"} <= set(modes)

@@ -22,11 +22,11 @@ from ..errors import (
 )
 from ..registry import get_registry
 from ..specs import ArchitectureSpec
+from .commit import atomic_directory, clean_stale
 from .files import (
     PICKLE_SUFFIXES,
     WEIGHTS_FILE,
     BackgroundHash,
-    atomic_directory,
     check_not_pickle,
     read_safetensors,
     remember_verified,
@@ -399,6 +399,7 @@ def load_local(
         directory, weights = path.parent, path
     else:
         directory, weights = path, path / filename
+    clean_stale(directory)  # versions a killed zoo.save left behind (never one in progress)
     data = read_config_json(directory)
     where = str(directory / CONFIG_FILE)
 

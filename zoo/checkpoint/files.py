@@ -9,11 +9,10 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,7 +30,6 @@ __all__ = [
     "PICKLE_SUFFIXES",
     "WEIGHTS_FILE",
     "BackgroundHash",
-    "atomic_directory",
     "check_not_pickle",
     "forget_verified",
     "read_safetensors",
@@ -218,71 +216,3 @@ def write_safetensors(
     import safetensors.torch
 
     safetensors.torch.save_file(dict(tensors), str(path), metadata=dict(metadata))
-
-
-def _umask() -> int:
-    """The process umask, read without changing it where the platform allows."""
-    with contextlib.suppress(OSError, ValueError):
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    mask = os.umask(0o022)  # elsewhere: read it by setting it, and restore it at once
-    os.umask(mask)
-    return mask
-
-
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(path: Path) -> None:
-    with contextlib.suppress(OSError):  # not every platform/filesystem allows it
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _move_into_place(source: Path, destination: Path, staging: Path) -> None:
-    if source.is_dir() and destination.is_dir():  # a folder (e.g. tokenizer files): swap it
-        old = staging / f".old-{destination.name}"
-        os.replace(destination, old)
-        os.replace(source, destination)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(source, destination)
-
-
-@contextlib.contextmanager
-def atomic_directory(
-    directory: str | os.PathLike[str], *, last: str = "config.json"
-) -> Iterator[Path]:
-    """Stage files in a hidden temporary folder inside ``directory``, then move each into
-    place with ``os.replace`` (atomic per file), ``last`` after all the others.
-
-    If the ``with`` body raises (or is interrupted), the staging folder is removed and
-    ``directory`` is left exactly as it was. ``config.json`` goes last because it records the
-    weights' sha256: a crash between two renames leaves a checkpoint whose hash check fails
-    loudly, never a silently mixed one.
-    """
-    target = Path(directory)
-    target.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".zoo-save-", dir=target))
-    try:
-        yield staging
-        names = sorted((p.name for p in staging.iterdir()), key=lambda n: (n == last, n))
-        mode = 0o666 & ~_umask()  # what open() would give: safetensors writes 0600
-        for name in names:
-            if (staging / name).is_file():
-                os.chmod(staging / name, mode)
-                _fsync_file(staging / name)
-        for name in names:
-            _move_into_place(staging / name, target / name, staging)
-        _fsync_dir(target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)

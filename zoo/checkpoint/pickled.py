@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CheckpointError, UnsafeCheckpointError
-from .files import WEIGHTS_FILE, atomic_directory, write_safetensors
+from .commit import atomic_directory
+from .files import WEIGHTS_FILE, write_safetensors
 from .manifest import CONFIG_FILE
 
 if TYPE_CHECKING:

@@ -88,7 +88,8 @@ def evict(path: Path) -> None:
     Face cache: the snapshot entry and the blob it points to, so the next pull downloads it
     again. Nothing outside that repo's cache folder is ever deleted: a link that leads out of
     it is removed, never followed. Missing files are ignored."""
-    storage = path.parents[2]
+    commit_folder = path.parent
+    storage = commit_folder.parent.parent  # <storage>/snapshots/<commit>
     blob = path.resolve() if path.is_symlink() else None
     if inside(path.parent, storage):
         with contextlib.suppress(FileNotFoundError):

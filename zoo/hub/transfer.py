@@ -68,7 +68,7 @@ class Limits:
     @classmethod
     def from_env(cls) -> Limits:
         """Defaults, overridden by ``ZOO_HUB_DEADLINE`` and ``ZOO_HUB_STALL_TIMEOUT``."""
-        values = {}
+        values: dict[str, float] = {}
         names = (("deadline", "ZOO_HUB_DEADLINE"), ("stall", "ZOO_HUB_STALL_TIMEOUT"))
         for field, variable in names:
             text = os.environ.get(variable)
@@ -80,7 +80,9 @@ class Limits:
                 if not value > 0:
                     raise ValueError(f"{variable} must be a number of seconds > 0, got {text!r}")
                 values[field] = value
-        return cls(**values)
+        return cls(
+            deadline=values.get("deadline", cls.deadline), stall=values.get("stall", cls.stall)
+        )
 
 
 def check_commit(sha: Any, where: str) -> str:
@@ -216,7 +218,7 @@ def _fetch(
     try:
         import httpx2 as httpx
     except ImportError:  # pragma: no cover - huggingface_hub versions built on httpx
-        import httpx  # type: ignore[no-redef]
+        import httpx  # type: ignore[no-redef,import-not-found,unused-ignore]
 
     session = get_session()
     digest: _Digest | None = None

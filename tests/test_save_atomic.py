@@ -1,0 +1,151 @@
+"""A save is all-or-nothing at every instant: under a real ``kill -9`` at random points, a
+``KeyboardInterrupt`` at each step of the switch, and two processes saving to one folder at
+once, the folder always loads, and holds entirely the old or entirely the new checkpoint."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import zoo
+import zoo.checkpoint.commit as commit
+from zoo.testing import small_overrides
+
+CHILD = textwrap.dedent(
+    """
+    import sys, torch, zoo
+    from zoo.testing import small_overrides
+
+    def build(seed):
+        torch.manual_seed(seed)
+        return zoo.build("gpt2-124m", **small_overrides("gpt2-124m"))
+
+    target, seeds, rounds = sys.argv[1], [int(s) for s in sys.argv[2].split(",")], int(sys.argv[3])
+    models = [build(s) for s in seeds]
+    print("ready", flush=True)
+    for i in range(rounds):
+        zoo.save(models[i % len(models)], target)
+    """
+)
+
+
+def build(seed: int) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return zoo.build("gpt2-124m", **small_overrides("gpt2-124m"))
+
+
+def which(directory: Path, candidates: dict[int, torch.nn.Module], verify: bool = True) -> int:
+    """The seed of the one candidate the checkpoint equals entirely (fails on a mix)."""
+    loaded = zoo.load(directory, verify=verify, tokenizer=False).state_dict()
+    matches = [
+        seed
+        for seed, model in candidates.items()
+        if all(torch.equal(loaded[k], v) for k, v in model.state_dict().items())
+    ]
+    assert len(matches) == 1, f"the checkpoint is a mix of versions (matches {matches})"
+    return matches[0]
+
+
+def hidden(directory: Path) -> list[str]:
+    """zoo's hidden entries besides the current-version link and the lock: after a clean
+    save or load, exactly the current version folder (no staging folders left behind)."""
+    ours = (p.name for p in directory.iterdir() if p.name.startswith(".zoo-"))
+    return sorted(n for n in ours if n not in (".zoo-current", ".zoo-lock"))
+
+
+def child(directory: Path, seeds: str, rounds: int) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(directory), seeds, str(rounds)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_kill_9_at_random_points_never_loses_the_checkpoint(tmp_path: Path) -> None:
+    models = {1: build(1), 2: build(2)}
+    target = tmp_path / "ckpt"
+    zoo.save(models[1], target)
+    rng = random.Random(0)
+    seen = set()
+    for _ in range(6):
+        process = child(target, "2,1", 10_000)
+        assert process.stdout is not None and process.stdout.readline().strip() == "ready"
+        try:
+            process.wait(timeout=rng.uniform(0.05, 0.8))
+        except subprocess.TimeoutExpired:
+            process.kill()  # SIGKILL, mid-save
+            process.wait()
+        seen.add(which(target, models))  # loads, and is one version entirely
+        assert len(hidden(target)) == 1, "the load did not clean what the killed save left"
+    assert seen  # (which versions survived depends on where the kills landed)
+
+
+@pytest.mark.parametrize("fail_at", range(1, 5))
+def test_ctrl_c_at_each_step_of_the_switch_keeps_the_old_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fail_at: int
+) -> None:
+    """A KeyboardInterrupt just before the config rename used to leave new weights with the
+    old config.json (and verify=False loaded the mix silently)."""
+    old, new = build(1), build(2)
+    zoo.save(old, tmp_path)
+    calls = 0
+    real_link = commit._link
+
+    def interrupted(*args, **kwargs):
+        nonlocal calls
+        calls += 1
+        if calls == fail_at:
+            raise KeyboardInterrupt
+        return real_link(*args, **kwargs)
+
+    monkeypatch.setattr(commit, "_link", interrupted)
+    try:
+        zoo.save(new, tmp_path)
+    except KeyboardInterrupt:
+        expected = 1
+    else:
+        expected = 2  # fewer link steps than fail_at: the save completed
+    monkeypatch.setattr(commit, "_link", real_link)
+    assert which(tmp_path, {1: old, 2: new}, verify=False) == expected
+    zoo.save(new, tmp_path)  # and the folder is still usable
+    assert which(tmp_path, {1: old, 2: new}) == 2 and len(hidden(tmp_path)) == 1
+
+
+def test_an_older_plain_checkpoint_is_adopted_without_a_mix(tmp_path: Path) -> None:
+    """A folder of plain files (written before versioned saves) is switched over safely, and
+    other files in the folder are left alone."""
+    old, new = build(1), build(2)
+    zoo.save(old, tmp_path)
+    for name in ("config.json", "model.safetensors"):  # make it look like an old-style save
+        data = (tmp_path / name).read_bytes()
+        (tmp_path / name).unlink()
+        (tmp_path / name).write_bytes(data)
+    for entry in tmp_path.glob(".zoo-*"):
+        if entry.is_dir() and not entry.is_symlink():
+            import shutil
+
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+    (tmp_path / "notes.txt").write_text("mine")
+    assert which(tmp_path, {1: old, 2: new}) == 1
+    zoo.save(new, tmp_path)
+    assert which(tmp_path, {1: old, 2: new}) == 2
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_two_concurrent_writers_take_turns(tmp_path: Path) -> None:
+    models = {1: build(1), 2: build(2)}
+    target = tmp_path / "ckpt"
+    for _ in range(2):
+        writers = [child(target, "1", 4), child(target, "2", 4)]
+        for process in writers:
+            assert process.wait(timeout=120) == 0
+        which(target, models)
+        assert len(hidden(target)) == 1

@@ -1,0 +1,180 @@
+"""All-or-nothing writes of a checkpoint folder, under ``kill -9``, Ctrl-C and concurrent
+writers.
+
+A checkpoint is several files (weights, ``config.json``, tokenizer files) and no file system
+renames several files at once. So a save writes a complete new *version* folder inside the
+checkpoint folder and switches to it with one atomic rename of a link::
+
+    ckpt/
+      config.json        -> .zoo-current/config.json        (stable links, made once)
+      model.safetensors  -> .zoo-current/model.safetensors
+      .zoo-current       -> .zoo-v<id>                      (the one link a save replaces)
+      .zoo-v<id>/        the files of the current version
+      .zoo-lock          held by the writer (filelock)
+
+Whatever instant a process dies at, every name resolves to files of one version, the old or
+the new: never a mix. Readers (zoo, transformers, any tool) see ordinary file names. Other
+files in the folder are left alone. A folder written by an older zoo (plain files) is adopted
+first, by hard links, without a moment where a name is missing or mixed. Versions left behind
+by a killed writer are removed by the next save, or by the next load that can take the lock.
+Where links are not allowed (some Windows set-ups), files are moved into place one by one,
+``config.json`` last (its sha256 check then catches a mix).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+__all__ = ["CURRENT", "atomic_directory", "clean_stale"]
+
+#: The link naming the current version folder.
+CURRENT = ".zoo-current"
+_VERSION = ".zoo-v"
+_LOCK = ".zoo-lock"
+_LEGACY_STAGING = ".zoo-save-"  # staging folders of zoo versions before this one
+
+
+def _lock(target: Path, *, blocking: bool = True) -> contextlib.AbstractContextManager[object]:
+    from filelock import FileLock
+
+    return FileLock(str(target / _LOCK), blocking=blocking)
+
+
+def _current(target: Path) -> Path | None:
+    link = target / CURRENT
+    return (target / os.readlink(link)) if link.is_symlink() else None
+
+
+def clean_stale(target: Path) -> None:
+    """Remove version folders other than the current one, and staging folders, left by a
+    writer that was killed. Only while holding the lock, so a save in progress is never
+    touched; a load that cannot take the lock at once skips it."""
+    if not target.is_dir():
+        return
+    with contextlib.suppress(TimeoutError, OSError), _lock(target, blocking=False):
+        current = _current(target)
+        for entry in target.iterdir():
+            stale_version = entry.name.startswith(_VERSION) and entry != current
+            if stale_version or entry.name.startswith(_LEGACY_STAGING):
+                shutil.rmtree(entry, ignore_errors=True)
+
+
+def _link(target: Path, name: str, points_to: str) -> None:
+    """Make ``target/name`` a link to ``points_to``, atomically replacing what was there."""
+    temporary = target / f".zoo-link-{uuid.uuid4().hex}"
+    os.symlink(points_to, temporary)
+    os.replace(temporary, target / name)
+
+
+def _adopt(target: Path, names: set[str]) -> None:
+    """Turn a folder of plain checkpoint files into a versioned one without changing what any
+    name reads: the files are hard-linked into a version folder, ``.zoo-current`` points at
+    it, then each plain file is replaced by a link to the same content."""
+    plain = [n for n in sorted(names) if (target / n).is_file() and not (target / n).is_symlink()]
+    if not plain or _current(target) is not None:
+        return
+    version = target / f"{_VERSION}{uuid.uuid4().hex}"
+    version.mkdir()
+    for name in plain:
+        os.link(target / name, version / name)
+    _link(target, CURRENT, version.name)
+    for name in plain:
+        _link(target, name, f"{CURRENT}/{name}")
+
+
+def _fsync(path: Path) -> None:
+    with contextlib.suppress(OSError):  # not every platform/filesystem allows it on folders
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _umask() -> int:
+    """The process umask, read without changing it where the platform allows."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)  # elsewhere: read it by setting it, and restore it at once
+    os.umask(mask)
+    return mask
+
+
+@contextlib.contextmanager
+def atomic_directory(directory: str | os.PathLike[str]) -> Iterator[Path]:
+    """Write a new version of the checkpoint folder ``directory``: the body writes the files
+    into the folder it is given, and on success they replace the previous version in one
+    atomic step (see the module docstring). If the body raises or the process dies, the
+    previous version stays exactly as it was. Concurrent writers take turns (a lock file).
+
+    Files get the permissions ``open()`` would give them under the umask (safetensors
+    itself writes 0600).
+
+    Args:
+        directory: the checkpoint folder (created if missing).
+    """
+    target = Path(directory)
+    created = not target.exists()
+    target.mkdir(parents=True, exist_ok=True)
+    try:
+        with _lock(target):
+            yield from _write(target)
+    except BaseException:
+        if created:  # a first save that failed leaves nothing, not even the folder
+            shutil.rmtree(target, ignore_errors=True)
+        raise
+
+
+def _write(target: Path) -> Iterator[Path]:
+    """Write a version folder (yielded to the caller to fill) and switch to it; called with
+    the lock held."""
+    clean_stale(target)
+    version = target / f"{_VERSION}{uuid.uuid4().hex}"
+    version.mkdir()
+    try:
+        yield version
+        names = {p.name for p in version.iterdir()}
+        mode = 0o666 & ~_umask()
+        for name in names:
+            if (version / name).is_file():
+                os.chmod(version / name, mode)
+                _fsync(version / name)
+        _fsync(version)
+        _switch(target, version, names)
+    except BaseException:
+        shutil.rmtree(version, ignore_errors=True)
+        raise
+
+
+def _switch(target: Path, version: Path, names: set[str]) -> None:
+    """Make ``version`` the current version of ``target``."""
+    try:
+        _adopt(target, names)
+        for name in names:  # links to the current version, made once per name
+            link = target / name
+            if not (link.is_symlink() and os.readlink(link) == f"{CURRENT}/{name}"):
+                _link(target, name, f"{CURRENT}/{name}")
+    except OSError:  # no links here: move files into place, config.json last
+        for name in sorted(names, key=lambda n: (n == "config.json", n)):
+            if (target / name).is_dir():
+                shutil.rmtree(target / name)
+            os.replace(version / name, target / name)
+        shutil.rmtree(version, ignore_errors=True)
+        _fsync(target)
+        return
+    old = _current(target)
+    _link(target, CURRENT, version.name)  # the one atomic switch
+    _fsync(target)
+    for entry in target.iterdir():  # names only the old version had
+        ours = entry.is_symlink() and os.readlink(entry).startswith(f"{CURRENT}/")
+        if ours and entry.name not in names:
+            entry.unlink()
+    if old is not None and old != version:
+        shutil.rmtree(old, ignore_errors=True)
