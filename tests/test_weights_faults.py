@@ -253,9 +253,16 @@ def test_sharded_hf_checkpoint_is_explained(tmp_path: Path) -> None:
 
 
 # -- interrupted saves ----------------------------------------------------------------------
-@pytest.mark.parametrize("error", [OSError("disk full"), KeyboardInterrupt()])
+@pytest.mark.parametrize(
+    ("error", "raised"),
+    [
+        (OSError(28, "No space left on device"), CheckpointError),  # a clear zoo error
+        (safetensors.SafetensorError("I/O error: disk full"), CheckpointError),
+        (KeyboardInterrupt(), KeyboardInterrupt),
+    ],
+)
 def test_interrupted_save_keeps_the_previous_checkpoint(
-    ckpt: Path, model, monkeypatch: pytest.MonkeyPatch, error: BaseException
+    ckpt: Path, model, monkeypatch: pytest.MonkeyPatch, error: BaseException, raised: type
 ) -> None:
     before = snapshot(ckpt)
     real = safetensors.torch.save_file
@@ -268,8 +275,10 @@ def test_interrupted_save_keeps_the_previous_checkpoint(
 
     monkeypatch.setattr(safetensors.torch, "save_file", dies_mid_write)
     changed = zoo.build("gpt2-124m", **SIZES)
-    with pytest.raises(type(error)):
+    with pytest.raises(raised) as excinfo:
         zoo.save(changed, ckpt)
+    if raised is CheckpointError:
+        assert "is unchanged" in str(excinfo.value) and "Free space" in str(excinfo.value)
     assert snapshot(ckpt) == before  # nothing replaced, no temporary files left
     monkeypatch.undo()
     loaded = zoo.load(ckpt)
@@ -281,6 +290,38 @@ def test_failed_first_save_leaves_nothing(tmp_path: Path, model, monkeypatch) ->
         raise OSError("read-only file system")
 
     monkeypatch.setattr(safetensors.torch, "save_file", fails)
-    with pytest.raises(OSError, match="read-only"):
+    with pytest.raises(CheckpointError, match="read-only"):
         zoo.save(model, tmp_path / "new")
     assert not (tmp_path / "new").exists()  # not even the folder (nor a lock file)
+
+
+def test_an_empty_path_is_refused(model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """zoo.save(m, "") used to write into the current folder."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(CheckpointError, match="empty path"):
+        zoo.save(model, "")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda d: d.update(format_version=True), "format_version True is not valid"),
+        (lambda d: d["config"].update(layer_norm_eps=float("inf")), "must be a finite number"),
+        (lambda d: d["config"].update(n_layers=10**9), "at most 4,096"),
+        (lambda d: d["config"].update(context_length=2**62), "at most 16,777,216"),
+    ],
+)
+def test_hostile_config_values_are_refused_before_building(ckpt: Path, edit, message: str) -> None:
+    data = json.loads((ckpt / "config.json").read_text())
+    edit(data)
+    (ckpt / "config.json").write_text(json.dumps(data))
+    with pytest.raises(zoo.ZooError, match=message):
+        zoo.load(ckpt)
+
+
+def test_a_deeply_nested_config_is_a_clear_error(ckpt: Path) -> None:
+    (ckpt / "config.json").unlink()
+    (ckpt / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(CheckpointError, match="nested too deeply"):
+        zoo.load(ckpt)

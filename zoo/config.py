@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from collections.abc import Mapping
@@ -21,6 +22,9 @@ from typing import Any, ClassVar, Literal, TypeVar
 from .errors import ConfigError
 
 __all__ = [
+    "MAX_LAYERS",
+    "MAX_TOKENS",
+    "MAX_WIDTH",
     "POSITION_SCHEMES",
     "Activation",
     "DecoderConfig",
@@ -31,6 +35,12 @@ __all__ = [
 C = TypeVar("C", bound="ModelConfig")
 
 Activation = Literal["gelu", "gelu_tanh", "relu"]
+
+#: Upper bounds on sizes, far beyond any real model, so that a hostile or mistaken config
+#: (``n_layers = 10**9``, ``context_length = 2**62``) is refused before anything is built.
+MAX_LAYERS = 4096
+MAX_TOKENS = 1 << 24  # vocab_size, context_length
+MAX_WIDTH = 1 << 18  # d_model, d_ff
 
 #: Position schemes by config name -> the ``zoo.nn`` module implementing it (imported lazily).
 #: A new scheme (e.g. rotary) is a module with the same interface plus one entry here.
@@ -64,7 +74,11 @@ def _check_type(cls_name: str, name: str, tp: Any, value: Any) -> Any:
         options = [o for o in typing.get_args(tp) if o is not type(None)]
         return _check_type(cls_name, name, options[0], value)
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
+        value = float(value)
+    if tp is float and isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{cls_name}.{name} must be a finite number, got {value!r}")
+    if tp is float and isinstance(value, float):
+        return value
     if tp is int and isinstance(value, bool):
         pass  # bool is an int subclass; refuse it for int fields below
     elif isinstance(tp, type) and isinstance(value, tp):
@@ -102,6 +116,12 @@ class ModelConfig:
     def _require_positive(self, *names: str) -> None:
         for name in names:
             self._require(getattr(self, name) > 0, name, "must be a positive integer")
+
+    def _require_at_most(self, bound: int, *names: str) -> None:
+        """Sizes beyond any real model are refused before anything is allocated (a hostile
+        config.json asking for 10**9 layers or a 2**62 context must not exhaust memory)."""
+        for name in names:
+            self._require(getattr(self, name) <= bound, name, f"must be at most {bound:,}")
 
     # -- construction -----------------------------------------------------------------------
     @classmethod
@@ -183,6 +203,8 @@ class TransformerConfig(ModelConfig):
 
     def validate(self) -> None:
         self._require_positive("vocab_size", "context_length", "d_model", "n_heads", "d_ff")
+        self._require_at_most(MAX_TOKENS, "vocab_size", "context_length")
+        self._require_at_most(MAX_WIDTH, "d_model", "d_ff")
         self._require(
             self.d_model % self.n_heads == 0,
             "d_model",
@@ -215,3 +237,4 @@ class DecoderConfig(TransformerConfig):
     def validate(self) -> None:
         super().validate()
         self._require_positive("n_layers")
+        self._require_at_most(MAX_LAYERS, "n_layers")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from zoo.config import Activation, TransformerConfig
+from zoo.config import MAX_LAYERS, Activation, TransformerConfig
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -40,3 +40,4 @@ class EncoderDecoderConfig(TransformerConfig):
     def validate(self) -> None:
         super().validate()
         self._require_positive("n_encoder_layers", "n_decoder_layers")
+        self._require_at_most(MAX_LAYERS, "n_encoder_layers", "n_decoder_layers")

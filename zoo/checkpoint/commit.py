@@ -30,6 +30,8 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+from ..errors import CheckpointError
+
 __all__ = ["CURRENT", "atomic_directory", "clean_stale"]
 
 #: The link naming the current version folder.
@@ -120,15 +122,28 @@ def atomic_directory(directory: str | os.PathLike[str]) -> Iterator[Path]:
     Args:
         directory: the checkpoint folder (created if missing).
     """
+    if not os.fspath(directory):
+        raise CheckpointError(
+            "the checkpoint directory is an empty path; give a folder such as 'ckpt/' (or '.' "
+            "to write into the current folder on purpose)"
+        )
     target = Path(directory)
     created = not target.exists()
     target.mkdir(parents=True, exist_ok=True)
+    from safetensors import SafetensorError
+
     try:
         with _lock(target):
             yield from _write(target)
-    except BaseException:
+    except BaseException as exc:
         if created:  # a first save that failed leaves nothing, not even the folder
             shutil.rmtree(target, ignore_errors=True)
+        if isinstance(exc, (OSError, SafetensorError)):  # disk full, read-only, quota...
+            kept = "" if created else " The checkpoint that was there is unchanged."
+            raise CheckpointError(
+                f"could not write the checkpoint to {target}: {exc}.{kept} Free space (or fix "
+                "the permissions) and save again."
+            ) from exc
         raise
 
 

@@ -87,7 +87,7 @@ class Manifest:
                 f"needs {', '.join(_REQUIRED)}. Save it again with zoo.save()."
             )
         version = data["format_version"]
-        if not isinstance(version, int) or version < 1:
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
             raise CheckpointError(f"{where}: format_version {version!r} is not valid")
         if version > FORMAT_VERSION:
             raise CheckpointError(
@@ -130,15 +130,26 @@ class Manifest:
         )
 
 
+#: The largest config.json read (real ones are a few KB).
+MAX_CONFIG_BYTES = 4 << 20
+
+
 def read_config_json(directory: Path) -> dict[str, Any] | None:
     """The parsed ``config.json`` in ``directory``, or ``None`` when there is none."""
     path = directory / CONFIG_FILE
     if not path.is_file():
         return None
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise CheckpointError(
+            f"{path} is {path.stat().st_size:,} bytes; a config.json is a few KB (at most "
+            f"{MAX_CONFIG_BYTES:,} read): this is not a checkpoint config"
+        )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"{path} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise CheckpointError(f"{path} is nested too deeply to be a config") from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{path} must hold a JSON object")
     return data
