@@ -325,3 +325,34 @@ def test_a_deeply_nested_config_is_a_clear_error(ckpt: Path) -> None:
     (ckpt / "config.json").write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(CheckpointError, match="nested too deeply"):
         zoo.load(ckpt)
+
+
+def safe_metadata(path: Path) -> dict[str, str]:
+    with safetensors.safe_open(str(path), framework="pt") as f:
+        return f.metadata()
+
+
+def test_mixed_float_dtypes_are_a_clear_error_at_load(ckpt: Path) -> None:
+    """float16 and float32 tensors in one file loaded fine, then the forward failed."""
+    weights = ckpt / "model.safetensors"
+    tensors = safetensors.torch.load_file(weights)
+    metadata = safe_metadata(weights)
+    first = next(iter(tensors))
+    tensors[first] = tensors[first].half()
+    target = weights.resolve()
+    target.unlink()
+    safetensors.torch.save_file(tensors, target, metadata=metadata)
+    with pytest.raises(
+        CheckpointError, match=r"mixes floating dtypes \(torch.float16, torch.float32\)"
+    ):
+        zoo.load(ckpt, verify=False)
+    loaded = zoo.load(ckpt, verify=False, dtype=torch.float32)  # the fix the message gives
+    assert {p.dtype for p in loaded.parameters()} == {torch.float32}
+
+
+def test_non_finite_weights_warn_naming_the_tensor(model, tmp_path: Path) -> None:
+    with torch.no_grad():
+        model.final_norm.weight[0] = float("nan")  # a diverged training run
+    zoo.save(model, tmp_path)
+    with pytest.warns(RuntimeWarning, match=r"NaN or infinite values \(final_norm\.weight"):
+        zoo.load(tmp_path)

@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import re
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -490,8 +491,9 @@ def load_local(
         del tensors
         if hasher is not None:
             hasher.verify(expected, what=what)  # type: ignore[arg-type]
-    if hasher is not None:
+    if hasher is not None:  # the file was read in full just now: check the values too, once
         remember_verified(weights, expected)  # type: ignore[arg-type]
+        _warn_non_finite(model, str(weights))
     if model_name is not None and hasattr(model, "name"):
         model.name = model_name
     model.load_report = report
@@ -502,6 +504,25 @@ def load_local(
     else:
         model.tokenizer_error = "loaded with tokenizer=False"
     return model
+
+
+def _warn_non_finite(model: ZooModel, what: str) -> None:
+    """Warn, naming the tensors, when weights hold NaN or infinity (a diverged training run,
+    a corrupted conversion): such a model loads but every output is garbage."""
+    import torch
+
+    bad = [
+        name
+        for name, tensor in model.state_dict().items()
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())
+    ]
+    if bad:
+        warnings.warn(
+            f"{what}: {len(bad)} tensor(s) hold NaN or infinite values ({', '.join(bad[:5])}"
+            f"{', ...' if len(bad) > 5 else ''}); the model's outputs will not be finite",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 def _from_metadata(weights: Path) -> tuple[ArchitectureSpec, Any, str | None] | None:

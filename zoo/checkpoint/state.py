@@ -44,7 +44,7 @@ import torch
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
-from ..errors import StateDictMismatchError
+from ..errors import CheckpointError, StateDictMismatchError
 from .report import LoadReport, ShapeMismatch
 
 __all__ = [
@@ -200,6 +200,12 @@ def assemble(
     for key in extra:
         state.pop(key, None)
 
+    floats = sorted({str(t.dtype) for t in state.values() if t.is_floating_point()})
+    if dtype is None and len(floats) > 1:  # would load, then fail at the first forward
+        raise CheckpointError(
+            f"{what} mixes floating dtypes ({', '.join(floats)}); load it with one dtype, e.g. "
+            "zoo.load(path, dtype=torch.float32), which converts every tensor"
+        )
     report = LoadReport(tuple(missing), tuple(extra), tuple(mismatched))
     if not report.ok and strict:
         raise StateDictMismatchError(
