@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import zoo
 from zoo.nn import Linear, linear, sdpa_mask
 from zoo.nn.masks import causal_self_mask
 
@@ -53,3 +54,19 @@ def test_padding_and_causal_masks():
     assert not causal and offset[0, 0].tolist() == [[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1]]
     with pytest.raises(ValueError, match="padding mask"):
         causal_self_mask(None, q_len=2, start=4)
+
+
+@pytest.mark.parametrize(
+    ("positions", "message"),
+    [
+        (torch.tensor([[0, 1, 64]]), r"position_ids holds 64, outside the context \[0, 64\)"),
+        (torch.tensor([[0, -1, 2]]), "position_ids holds -1"),
+        (torch.tensor([[0.0, 1.0, 2.0]]), "position_ids must hold integers"),
+        (torch.tensor([[0, 1]]), "one position per token"),
+    ],
+)
+def test_bad_position_ids_are_value_errors(positions, message):
+    """position_ids beyond the context raised an IndexError deep inside the embedding."""
+    model = zoo.build("gpt2-124m", n_layers=1, d_model=32, n_heads=2, d_ff=64, context_length=64)
+    with pytest.raises(ValueError, match=message):
+        model(torch.tensor([[1, 2, 3]]), position_ids=positions)

@@ -343,6 +343,23 @@ def test_unknown_architecture_names_the_plugin(tmp_path: Path, buffered_registry
     assert "pip install" not in str(excinfo.value) and "evil" not in str(excinfo.value)
 
 
+def test_a_folder_named_like_a_model_does_not_shadow_it(tmp_path: Path, monkeypatch) -> None:
+    """./gpt2-124m/ in the current directory silently replaced the official weights of
+    zoo.load("gpt2-124m"); a bare name now means the named model, ./name the folder."""
+    monkeypatch.chdir(tmp_path)
+    impostor = small("gpt2-124m")
+    zoo.save(impostor, tmp_path / "gpt2-124m")
+    monkeypatch.delenv("ZOO_WEIGHTS_DIR", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(zoo.HubOfflineError):  # the named model: its official Hub weights
+        zoo.load("gpt2-124m")
+    loaded = zoo.load("./gpt2-124m")  # spelled as a path: the folder
+    assert torch.equal(loaded.head.weight, impostor.head.weight)
+
+
 # -- named models with local weights --------------------------------------------------------
 def _user_registry(path: Path, body: str, monkeypatch) -> None:
     path.write_text(body)

@@ -205,13 +205,16 @@ def _is_parameter(model: nn.Module, key: str) -> bool:
 
 # -- load -----------------------------------------------------------------------------------
 def _looks_like_path(source: str) -> bool:
-    return (
+    """Whether ``zoo.load(source)`` reads a path rather than a named model. A registered name
+    always means the named model, even when a folder of that name is in the current directory
+    (``./gpt2-124m`` loads the folder); anything else that exists is a path."""
+    spelled_as_path = (
         "/" in source
         or os.sep in source
         or source.startswith(("~", "."))
         or Path(source).suffix.lower() in {".safetensors", ".json", *PICKLE_SUFFIXES}
-        or Path(source).exists()
     )
+    return spelled_as_path or (source not in get_registry() and Path(source).exists())
 
 
 def load(

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ZooModel",
     "check_padding_mask",
+    "check_position_ids",
     "check_token_ids",
     "embed_tokens",
     "init_weights",
@@ -171,6 +172,30 @@ def check_token_ids(
             bad = low if low < 0 else high
             raise ValueError(f"{name} holds id {bad}, outside the vocabulary [0, {vocab_size})")
     return ids.long()
+
+
+def check_position_ids(positions: Any, shape: tuple[int, ...], context_length: int) -> Tensor:
+    """Validate position ids: an integer tensor of ``shape`` (one per token) with values in
+    ``[0, context_length)``; raise ``ValueError`` saying what is wrong."""
+    if not isinstance(positions, Tensor):
+        raise ValueError(f"position_ids must be a torch.Tensor, got {type(positions).__name__}")
+    if (
+        positions.dtype.is_floating_point
+        or positions.dtype.is_complex
+        or positions.dtype == torch.bool
+    ):
+        raise ValueError(f"position_ids must hold integers (torch.long), got {positions.dtype}")
+    if tuple(positions.shape) != tuple(shape):
+        raise ValueError(
+            f"position_ids has shape {tuple(positions.shape)} but the ids have {tuple(shape)}; "
+            "give one position per token"
+        )
+    if positions.device.type != "meta" and positions.numel():
+        low, high = int(positions.min()), int(positions.max())
+        if low < 0 or high >= context_length:
+            bad = low if low < 0 else high
+            raise ValueError(f"position_ids holds {bad}, outside the context [0, {context_length})")
+    return positions.long()
 
 
 def check_padding_mask(

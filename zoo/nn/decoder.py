@@ -16,6 +16,7 @@ from ..config import DecoderConfig
 from .base import (
     ZooModel,
     check_padding_mask,
+    check_position_ids,
     check_token_ids,
     embed_tokens,
     init_weights,
@@ -102,6 +103,8 @@ class DecoderLM(ZooModel):
         keep = check_padding_mask(attention_mask, ids.shape)
         if position_ids is None:
             position_ids = positions_from_mask(ids, keep)
+        else:
+            position_ids = check_position_ids(position_ids, ids.shape, c.context_length)
         return self.logits(ids, keep, position_ids)
 
     def logits(
