@@ -196,7 +196,7 @@ def test_unknown_special_tokens_are_refused(shipped):
 
 def test_skip_special_tokens():
     gpt2 = zoo.tokenizer("gpt2-124m")
-    ids = gpt2.encode("a<|endoftext|>b")
+    ids = gpt2.encode("a<|endoftext|>b", allowed_special="all")
     assert ids.count(50256) == 1
     assert gpt2.decode(ids) == "a<|endoftext|>b"
     assert gpt2.decode(ids, skip_special_tokens=True) == "ab"
@@ -315,3 +315,108 @@ def test_any_tokenizer_saves_to_a_directory(shipped, tmp_path):
         text, add_special_tokens=True
     )
     assert loaded.special_tokens == shipped.special_tokens
+
+
+# -- hostile and large input ------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def hf_tokenizers(tmp_path_factory):
+    """Every tokenizers-backed tokenizer that needs no network: BERT WordPiece, GPT-1 BPE on
+    the vendored files, and a trained byte-level subword BPE."""
+    from pathlib import Path
+
+    gpt1_dir = tmp_path_factory.mktemp("gpt1")
+    data = Path(__file__).parent / "data" / "gpt1"
+    (gpt1_dir / "vocab.json").write_bytes((data / "encoder_bpe_40000.json").read_bytes())
+    (gpt1_dir / "merges.txt").write_bytes((data / "vocab_40000.bpe").read_bytes())
+    return [
+        zoo.tokenizer("wiki-gpt-wordpiece"),
+        zoo.tokenizer("gpt1", directory=gpt1_dir),
+        SubwordBPE.train(TRAIN_TEXTS, 300),
+    ]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    text=st.text(
+        alphabet=st.sampled_from(list("ab cé,.!\n\t  Zé中😀[SEP]<s>")) | st.characters(),
+        max_size=300,
+    )
+)
+def test_chunked_encoding_equals_whole_encoding(hf_tokenizers, text):
+    """Long texts are encoded in pieces (bounded memory): pieces of a few characters must give
+    exactly the ids the library gives for the whole text."""
+    import zoo.tokenizers.hf_backend as backend
+
+    for tok in hf_tokenizers:
+        whole = tok._as_text.encode(text, add_special_tokens=False).ids  # one piece, unchunked
+        old = backend.CHUNK_CHARS, backend.CHUNKS_AT_ONCE
+        backend.CHUNK_CHARS, backend.CHUNKS_AT_ONCE = 5, 2
+        try:
+            assert tok.encode(text) == whole, (tok.name, text)
+        finally:
+            backend.CHUNK_CHARS, backend.CHUNKS_AT_ONCE = old
+
+
+def test_a_large_text_is_encoded_in_pieces(hf_tokenizers, monkeypatch):
+    import zoo.tokenizers.hf_backend as backend
+
+    text = "the quick brown fox jumps over the lazy dog. " * 20_000  # ~900 KB
+    whole = hf_tokenizers[0].tokenizer.encode(text, add_special_tokens=False).ids
+    sizes: list[int] = []
+    real = backend._pieces
+
+    def recording(text, size):
+        for piece in real(text, size):
+            sizes.append(len(piece))
+            yield piece
+
+    monkeypatch.setattr(backend, "_pieces", recording)
+    assert hf_tokenizers[0].encode(text) == whole
+    assert len(sizes) > 10 and max(sizes) < 2 * backend.CHUNK_CHARS
+
+
+@pytest.mark.parametrize("name", ["gpt2-124m", "wiki-gpt-wordpiece"])
+def test_a_lone_surrogate_is_a_clear_error(name):
+    tok = zoo.tokenizer(name)
+    with pytest.raises(TokenizerInputError, match=r"lone surrogate '\\ud800' at index 1"):
+        tok.encode("a\ud800b")
+    with pytest.raises(TokenizerInputError, match="item 1 of the batch"):
+        tok.encode_batch(["fine", "a\udfffb"])
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "special", "as_id"),
+    [
+        ("gpt2-124m", "hi<|endoftext|>there", "<|endoftext|>", 50256),
+        ("wiki-gpt-wordpiece", "hi [SEP] there", "[SEP]", 102),
+    ],
+)
+def test_special_tokens_in_user_text_are_text_by_default(name, text, special, as_id):
+    """ "<|endoftext|>" in user text became id 50256, "[SEP]" 102, with no opt-out."""
+    tok = zoo.tokenizer(name)
+    assert as_id not in tok.encode(text)
+    assert as_id in tok.encode(text, allowed_special="all")
+    assert as_id in tok.encode(text, allowed_special={special})
+    assert tok.encode_batch([text])[0] == tok.encode(text)
+    with pytest.raises(TokenizerError, match="has no special token"):
+        tok.encode(text, allowed_special={"<nope>"})
+
+
+def test_a_panic_in_the_rust_library_is_a_tokenizer_error():
+    """A hostile tokenizer.json can make the Rust library panic: PanicException is a
+    BaseException, so `zoo generate` printed an 85-line traceback."""
+    PanicException = type("PanicException", (BaseException,), {})  # pyo3's, by name
+
+    class Panicking:
+        def encode_batch_fast(self, *args, **kwargs):
+            raise PanicException("regex automaton exceeded its size limit")
+
+        decode = encode_batch_fast
+
+    tok = SubwordBPE.train(TRAIN_TEXTS, 300)
+    tok.tokenizer = Panicking()
+    tok._as_text = Panicking()
+    with pytest.raises(TokenizerError, match="tokenizers library failed"):
+        tok.encode("hello")
+    with pytest.raises(TokenizerError, match="tokenizers library failed"):
+        tok.decode([1, 2])

@@ -139,7 +139,7 @@ def tiktoken_gpt2(gpt2, tmp_path_factory):
     ],
 )
 def test_gpt2_known_ids(gpt2, text, ids):
-    assert gpt2.encode(text) == ids
+    assert gpt2.encode(text, allowed_special="all") == ids
     assert gpt2.decode(ids) == text
 
 
@@ -155,9 +155,13 @@ def test_gpt2_shape(gpt2, tiktoken_gpt2):
 def test_gpt2_matches_tiktoken_on_corpus(gpt2, tiktoken_gpt2):
     for text in CORPUS:
         expected = tiktoken_gpt2.encode(text, allowed_special="all")
-        assert gpt2.encode(text) == expected, text
+        assert gpt2.encode(text, allowed_special="all") == expected, text
         assert gpt2.decode(expected) == tiktoken_gpt2.decode(expected)
-    assert gpt2.encode_batch(CORPUS) == tiktoken_gpt2.encode_batch(CORPUS, allowed_special="all")
+        # by default user text is text: "<|endoftext|>" in it is not the control token
+        assert gpt2.encode(text) == tiktoken_gpt2.encode(text, disallowed_special=()), text
+    assert gpt2.encode_batch(CORPUS, allowed_special="all") == tiktoken_gpt2.encode_batch(
+        CORPUS, allowed_special="all"
+    )
 
 
 @settings(max_examples=300, deadline=None)
@@ -208,9 +212,9 @@ def test_gpt1_matches_transformers_on_corpus(gpt1, hf_gpt1):
     assert gpt1.vocab_size == len(hf_gpt1)
     for text in CORPUS:
         expected = hf_gpt1.encode(text)
-        assert gpt1.encode(text) == expected, text
+        assert gpt1.encode(text, allowed_special="all") == expected, text
         assert gpt1.decode(expected) == hf_gpt1.decode(expected), text
-    assert gpt1.encode_batch(CORPUS) == [hf_gpt1.encode(t) for t in CORPUS]
+    assert gpt1.encode_batch(CORPUS, allowed_special="all") == [hf_gpt1.encode(t) for t in CORPUS]
 
 
 @settings(max_examples=200, deadline=None)
@@ -290,7 +294,7 @@ def hf_bert():
     return transformers.BertTokenizerFast(str(_vocab_path()))
 
 
-def test_bert_roles_map_the_seed_tokens(bert, hf_bert):
+def test_bert_roles_map_the_special_tokens(bert, hf_bert):
     assert bert.vocab_size == len(hf_bert) == 30522
     # the go / separator / padding roles are BERT's [CLS] / [SEP] / [PAD]
     assert bert.bos_id == bert.cls_id == hf_bert.cls_token_id == 101
@@ -300,11 +304,24 @@ def test_bert_roles_map_the_seed_tokens(bert, hf_bert):
     assert bert.special_id("[MASK]") == hf_bert.mask_token_id == 103
 
 
-def test_bert_matches_transformers_on_corpus(bert, hf_bert):
+@pytest.fixture(scope="module")
+def hf_bert_split():
+    transformers = pytest.importorskip("transformers")
+    from zoo_plugins.wiki_gpt.tokenizer import _vocab_path
+
+    return transformers.BertTokenizerFast(str(_vocab_path()), split_special_tokens=True)
+
+
+def test_bert_matches_transformers_on_corpus(bert, hf_bert, hf_bert_split):
     for text in CORPUS:
-        assert bert.encode(text, add_special_tokens=True) == hf_bert.encode(text), text
+        assert bert.encode(text, add_special_tokens=True, allowed_special="all") == (
+            hf_bert.encode(text)
+        ), text
         expected = hf_bert.encode(text, add_special_tokens=False)
-        assert bert.encode(text) == expected, text
+        assert bert.encode(text, allowed_special="all") == expected, text
+        # by default "[SEP]" in user text is text, as with split_special_tokens=True
+        as_text = hf_bert_split.encode(text, add_special_tokens=False)
+        assert bert.encode(text) == as_text, text
         assert bert.decode(expected) == hf_bert.decode(expected), text
         with_specials = hf_bert.encode(text)
         assert bert.decode(with_specials, skip_special_tokens=True) == hf_bert.decode(
@@ -314,8 +331,9 @@ def test_bert_matches_transformers_on_corpus(bert, hf_bert):
 
 @settings(max_examples=200, deadline=None)
 @given(text=st.text(max_size=200))
-def test_bert_matches_transformers_on_any_text(bert, hf_bert, text):
-    assert bert.encode(text, add_special_tokens=True) == hf_bert.encode(text)
+def test_bert_matches_transformers_on_any_text(bert, hf_bert, hf_bert_split, text):
+    assert bert.encode(text, add_special_tokens=True, allowed_special="all") == hf_bert.encode(text)
+    assert bert.encode(text, add_special_tokens=True) == hf_bert_split.encode(text)
 
 
 def test_bert_batch_matches_transformers_padding(bert, hf_bert):

@@ -25,6 +25,26 @@ __all__ = ["ROLES", "Tokenizer", "check_fits"]
 ROLES: tuple[str, ...] = ("bos", "eos", "pad", "unk", "sep", "cls")
 
 
+#: What ``allowed_special`` may be: ``False`` (special-token strings in the text are text),
+#: ``"all"`` / ``True`` (each becomes its id), or the set of those that may.
+AllowedSpecial = bool | Literal["all"] | Iterable[str]
+
+
+def _check_unicode(text: str, where: str) -> None:
+    """Refuse text that is not valid Unicode (a lone surrogate such as ``"\\ud800"``, what
+    ``bytes.decode(errors="surrogateescape")`` leaves): libraries replace it or crash."""
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise TokenizerInputError(
+            f"{where}: the text holds a lone surrogate {text[exc.start]!r} at index {exc.start}, "
+            "which is not a Unicode character; decode the bytes with errors='replace' (or fix "
+            "the source) first"
+        ) from None
+
+
 def _text_error(value: object, where: str) -> TokenizerInputError:
     return TokenizerInputError(
         f"{where} takes text as str, got {type(value).__name__}"
@@ -114,10 +134,12 @@ class Tokenizer(abc.ABC):
         """Every special (control) token -> its id."""
 
     @abc.abstractmethod
-    def _encode(self, text: str) -> list[int]: ...
+    def _encode(self, text: str, allowed: frozenset[str]) -> list[int]:
+        """Ids of ``text``; the special-token strings in ``allowed`` become their ids, every
+        other special-token string is encoded as the text it is."""
 
     @abc.abstractmethod
-    def _encode_batch(self, texts: list[str]) -> list[list[int]]: ...
+    def _encode_batch(self, texts: list[str], allowed: frozenset[str]) -> list[list[int]]: ...
 
     @abc.abstractmethod
     def _decode(self, ids: list[int], skip_special_tokens: bool) -> str: ...
@@ -185,28 +207,45 @@ class Tokenizer(abc.ABC):
         return specials[token]
 
     # -- encode / decode ----------------------------------------------------------------------
-    def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
-        """Token ids of ``text``. Special-token strings in ``text`` (``"<|endoftext|>"``,
-        ``"[SEP]"``) become their ids.
+    def encode(
+        self,
+        text: str,
+        *,
+        add_special_tokens: bool = False,
+        allowed_special: AllowedSpecial = False,
+    ) -> list[int]:
+        """Token ids of ``text``.
+
+        User text is text: a special-token string in it (``"<|endoftext|>"``, ``"[SEP]"``) is
+        encoded as those characters, never as the control token, unless ``allowed_special``
+        says so (as tiktoken's ``allowed_special`` and the ``tokenizers`` library's
+        ``split_special_tokens`` do).
 
         Args:
-            text: the text.
+            text: the text (valid Unicode: a lone surrogate is refused).
             add_special_tokens: wrap the ids in the tokenizer's sequence tokens (``[CLS] ...
                 [SEP]`` for BERT, ``<s> ... </s>`` for the subword tokenizer; nothing for GPT).
+            allowed_special: ``"all"`` (or ``True``) turns every special-token string in the
+                text into its id, a set of strings only those; ``False`` (the default) none.
         """
         if not isinstance(text, str):
             raise _text_error(text, "encode")
-        ids = self._encode(text)
+        _check_unicode(text, "encode")
+        ids = self._encode(text, self._allowed(allowed_special))
         if add_special_tokens and (self._prefix or self._suffix):
             ids = [*self._prefix, *ids, *self._suffix]
         return ids
 
     def encode_batch(
-        self, texts: Sequence[str], *, add_special_tokens: bool = False
+        self,
+        texts: Sequence[str],
+        *,
+        add_special_tokens: bool = False,
+        allowed_special: AllowedSpecial = False,
     ) -> list[list[int]]:
         """Token ids of each text (in parallel where the library can), as :meth:`encode`."""
         texts = self._check_texts(texts)
-        batch = self._encode_batch(texts)
+        batch = self._encode_batch(texts, self._allowed(allowed_special))
         if add_special_tokens and (self._prefix or self._suffix):
             batch = [[*self._prefix, *ids, *self._suffix] for ids in batch]
         return batch
@@ -236,6 +275,7 @@ class Tokenizer(abc.ABC):
         padding: Literal["longest", "max_length"] = "longest",
         truncation: bool = False,
         add_special_tokens: bool = False,
+        allowed_special: AllowedSpecial = False,
         padding_side: Literal["right", "left"] = "right",
         device: str | torch.device | None = None,
     ) -> dict[str, torch.Tensor]:
@@ -249,7 +289,7 @@ class Tokenizer(abc.ABC):
                 ``max_length``.
             truncation: cut sequences longer than ``max_length`` (the closing special token,
                 if any, is kept). Without it a longer sequence is an error.
-            add_special_tokens: as in :meth:`encode`.
+            add_special_tokens, allowed_special: as in :meth:`encode`.
             padding_side: ``"right"`` (training) or ``"left"`` (batched generation).
             device: where the tensors are created.
 
@@ -271,7 +311,9 @@ class Tokenizer(abc.ABC):
                 f"{'padding=max_length' if padding == 'max_length' else 'truncation'} needs "
                 "max_length"
             )
-        batch = self.encode_batch(texts, add_special_tokens=add_special_tokens)
+        batch = self.encode_batch(
+            texts, add_special_tokens=add_special_tokens, allowed_special=allowed_special
+        )
         if max_length is not None:
             batch = [self._fit(ids, i, max_length, truncation) for i, ids in enumerate(batch)]
         longest = max((len(ids) for ids in batch), default=0)
@@ -311,7 +353,29 @@ class Tokenizer(abc.ABC):
         for i, text in enumerate(texts):
             if not isinstance(text, str):
                 raise _text_error(text, f"item {i} of the batch:")
+            _check_unicode(text, f"item {i} of the batch")
         return texts
+
+    def _allowed(self, allowed_special: AllowedSpecial) -> frozenset[str]:
+        """The special-token strings that become ids, from an ``allowed_special`` argument."""
+        specials = self.special_tokens
+        if allowed_special is False or allowed_special is None:
+            return frozenset()
+        if allowed_special is True or allowed_special == "all":
+            return frozenset(specials)
+        if isinstance(allowed_special, str) or not isinstance(allowed_special, Iterable):
+            raise TokenizerInputError(
+                f"allowed_special must be False, 'all' or a set of special tokens, got "
+                f"{allowed_special!r}"
+            )
+        allowed = frozenset(allowed_special)
+        unknown = sorted(allowed - set(specials))
+        if unknown:
+            raise TokenizerError(
+                f"{self.name} has no special token(s) {unknown}; its special tokens are: "
+                f"{', '.join(sorted(specials)) or 'none'}"
+            )
+        return allowed
 
     def _check_ids(self, ids: Sequence[int] | Any) -> list[int]:
         if hasattr(ids, "tolist"):  # torch / numpy arrays

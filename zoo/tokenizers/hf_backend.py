@@ -3,17 +3,59 @@ BPE...): the algorithm, normalisation and pre-tokenisation all run in that libra
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+import re
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import tokenizers
 
 from .base import Tokenizer
-from .errors import VocabularyFileError
+from .errors import TokenizerError, VocabularyFileError
 from .files import MANIFEST, sha256_bytes, write_manifest
 
-__all__ = ["TOKENIZER_FILE", "HFTokenizer"]
+T = TypeVar("T")
+
+__all__ = ["CHUNK_CHARS", "TOKENIZER_FILE", "HFTokenizer"]
+
+#: Long texts are encoded in pieces of about this many characters, this many pieces at a
+#: time: the memory an encode needs stays near CHUNK_CHARS * CHUNKS_AT_ONCE * ~70 bytes.
+CHUNK_CHARS = 1 << 16
+CHUNKS_AT_ONCE = 16
+
+#: Where a text may be cut: between a non-space character and a single space followed by a
+#: non-space character ("word| next"). No pre-tokenizer zoo uses joins characters across such
+#: a boundary (whitespace splits words; byte-level BPE starts a token at " next").
+_CUT = re.compile(r"(?<=\S)(?= \S)")
+
+
+def _pieces(text: str, size: int) -> Iterator[str]:
+    """``text`` cut into pieces of about ``size`` characters at :data:`_CUT` boundaries (a
+    piece grows past ``size`` when no boundary comes sooner)."""
+    start = 0
+    while len(text) - start > size:
+        match = _CUT.search(text, start + size)
+        if match is None:
+            break
+        yield text[start : match.start()]
+        start = match.start()
+    yield text[start:]
+
+
+def _library(call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Call into the Rust library; a panic there (``pyo3_runtime.PanicException``, which is a
+    ``BaseException``: e.g. a hostile regex in a tokenizer.json) becomes a TokenizerError."""
+    try:
+        return call(*args, **kwargs)
+    except BaseException as exc:
+        if type(exc).__name__ != "PanicException":
+            raise
+        raise TokenizerError(
+            f"the tokenizers library failed ({str(exc).splitlines()[0] if str(exc) else 'panic'}); "
+            "the tokenizer or its input is not one it can handle"
+        ) from None
+
 
 #: Name of the ``tokenizers`` serialisation in a saved tokenizer directory (the Hugging Face
 #: convention, so other tools can read it too).
@@ -73,14 +115,50 @@ class HFTokenizer(Tokenizer):
             raise VocabularyFileError(f"{self.name}: id {token_id} has no token")
         return token
 
-    def _encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=False).ids
+    @functools.cached_property
+    def _as_text(self) -> tokenizers.Tokenizer:
+        """A copy of the library tokenizer that encodes special-token strings as text
+        (``encode_special_tokens``: the library's ``split_special_tokens``)."""
+        copy = tokenizers.Tokenizer.from_str(self.tokenizer.to_str())
+        copy.encode_special_tokens = True
+        return copy
 
-    def _encode_batch(self, texts: list[str]) -> list[list[int]]:
-        return [e.ids for e in self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)]
+    def _encode(self, text: str, allowed: frozenset[str]) -> list[int]:
+        return self._encode_batch([text], allowed)[0]
+
+    def _encode_batch(self, texts: list[str], allowed: frozenset[str]) -> list[list[int]]:
+        """Long texts are cut into pieces of about :data:`CHUNK_CHARS` at boundaries no token
+        crosses and encoded a few pieces at a time: the library builds a full ``Encoding``
+        (offsets, strings) per token, about 600 bytes each, so one 50 MB text took 6.5 GB."""
+        if allowed and allowed != frozenset(self._specials):
+            return [self._encode_some_special(text, allowed) for text in texts]
+        library = self.tokenizer if allowed else self._as_text
+        out: list[list[int]] = []
+        for text in texts:
+            pieces = list(_pieces(text, CHUNK_CHARS))
+            ids: list[int] = []
+            for start in range(0, len(pieces), CHUNKS_AT_ONCE):
+                batch = pieces[start : start + CHUNKS_AT_ONCE]
+                for encoding in _library(
+                    library.encode_batch_fast, batch, add_special_tokens=False
+                ):
+                    ids.extend(encoding.ids)
+            out.append(ids)
+        return out
+
+    def _encode_some_special(self, text: str, allowed: frozenset[str]) -> list[int]:
+        """Only the special tokens in ``allowed`` become ids: split the text at them."""
+        pattern = "(" + "|".join(re.escape(t) for t in sorted(allowed, key=len, reverse=True)) + ")"
+        ids: list[int] = []
+        for i, part in enumerate(re.split(pattern, text)):
+            if i % 2:  # a separator: an allowed special token
+                ids.append(self._specials[part])
+            elif part:
+                ids.extend(self._encode_batch([part], frozenset())[0])
+        return ids
 
     def _decode(self, ids: list[int], skip_special_tokens: bool) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+        return _library(self.tokenizer.decode, ids, skip_special_tokens=skip_special_tokens)
 
     def save(self, directory: str | Path) -> list[str]:
         directory = Path(directory)
@@ -105,7 +183,7 @@ class HFTokenizer(Tokenizer):
     def from_manifest(cls, directory: Path, manifest: Mapping[str, Any]) -> Any:
         """Rebuild from a directory written by :meth:`save` (manifest already verified)."""
         try:
-            tokenizer = tokenizers.Tokenizer.from_file(str(directory / TOKENIZER_FILE))
+            tokenizer = _library(tokenizers.Tokenizer.from_file, str(directory / TOKENIZER_FILE))
         except Exception as exc:  # the library raises plain Exception on a bad file
             raise VocabularyFileError(
                 f"{directory / TOKENIZER_FILE} is not a valid tokenizers file: {exc}"

@@ -111,11 +111,13 @@ class TiktokenTokenizer(Tokenizer):
         self._check_ids([token_id])
         return self.encoding.decode_single_token_bytes(token_id).decode("utf-8", "replace")
 
-    def _encode(self, text: str) -> list[int]:
-        return self.encoding.encode(text, allowed_special="all")
+    def _encode(self, text: str, allowed: frozenset[str]) -> list[int]:
+        return self.encoding.encode(text, allowed_special=set(allowed), disallowed_special=())
 
-    def _encode_batch(self, texts: list[str]) -> list[list[int]]:
-        return self.encoding.encode_batch(texts, allowed_special="all")
+    def _encode_batch(self, texts: list[str], allowed: frozenset[str]) -> list[list[int]]:
+        return self.encoding.encode_batch(
+            texts, allowed_special=set(allowed), disallowed_special=()
+        )
 
     def _decode(self, ids: list[int], skip_special_tokens: bool) -> str:
         if skip_special_tokens:
