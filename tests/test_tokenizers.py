@@ -338,7 +338,8 @@ def hf_tokenizers(tmp_path_factory):
 @settings(max_examples=150, deadline=None)
 @given(
     text=st.text(
-        alphabet=st.sampled_from(list("ab cé,.!\n\t  Zé中😀[SEP]<s>")) | st.characters(),
+        alphabet=st.sampled_from(list("ab cé,.!\n\t  Zé中😀[SEP]<s>"))
+        | st.characters(exclude_categories=("Cs",)),  # valid text (surrogates: refused)
         max_size=300,
     )
 )
