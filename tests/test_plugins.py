@@ -311,3 +311,13 @@ def test_the_readme_plugin_depends_on_this_distribution():
     assert project["name"] == zoo.DISTRIBUTION == "torch-zoo"
     assert toy["project"]["dependencies"] == [zoo.DISTRIBUTION]
     assert toy["project"]["entry-points"]["zoo"] == {"toy": "zoo_toy"}
+
+
+def test_a_registry_entry_with_absurd_sizes_is_refused_not_built(monkeypatch, tmp_path):
+    """n_layers = 10**9 in a registry entry made `zoo info` grow memory without end."""
+    path = tmp_path / "huge.toml"
+    path.write_text("[models.huge]\narchitecture = 'gpt2'\nconfig = { n_layers = 1000000000 }\n")
+    use(monkeypatch, load_registry(registry_files=[path]))
+    with pytest.raises(zoo.ConfigError, match="n_layers = 1000000000: must be at most 4,096"):
+        zoo.info("huge")
+    assert "huge" in zoo.list_models()  # listing reads no config: still fine
