@@ -109,7 +109,7 @@ class Registry:
     def add_model(self, spec: ModelSpec, source: str) -> None:
         """Register a named model and its aliases; a name claimed twice becomes a conflict."""
         self._claims["model"].setdefault(spec.name, []).append(Entry(spec, source))
-        for alias in spec.aliases:
+        for alias in dict.fromkeys(spec.aliases):  # an alias listed twice is one claim
             self._alias_claims.setdefault(alias, []).append((spec.name, source))
 
     # -- resolution -------------------------------------------------------------------------
