@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from . import api
 from .errors import ZooError
@@ -250,6 +250,54 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _override(text: str) -> tuple[str, Any]:
+    """``key=value`` from the command line; the value parsed as JSON when it can be."""
+    import json
+
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise ValueError(f"--set takes key=value, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """Train a model on text (a file or a folder of .txt files); works under torchrun."""
+    import torch
+
+    from . import checkpoint
+    from .train import TrainConfig, train
+
+    overrides = dict(_override(item) for item in args.set or ())
+    if args.init == "random":
+        torch.manual_seed(args.seed)
+        model = api.build(args.model, **overrides)
+    else:
+        if overrides:
+            raise ValueError("--set changes the config of a new model; it needs --init random")
+        model = checkpoint.load(args.model)
+    config = TrainConfig(
+        steps=args.steps,
+        batch_size=args.batch_size,
+        grad_accum=args.grad_accum,
+        lr=args.lr,
+        min_lr=args.min_lr if args.min_lr is not None else args.lr / 10,
+        warmup=args.warmup,
+        eval_every=args.eval_every,
+        checkpoint_every=args.checkpoint_every,
+        seed=args.seed,
+        time_budget=args.time_budget,
+        loss_target=args.loss_target,
+    )
+    result = train(model, args.data, args.out, config=config, device=args.device)
+    if result.val_loss is not None:
+        print(f"val loss {result.val_loss:.4f} after {result.steps} steps")
+    print(f"model: {result.checkpoint}")
+    return 0
+
+
 def cmd_convert(args: argparse.Namespace) -> int:
     """Convert a checkpoint between the zoo layout and a Hugging Face layout."""
     from .checkpoint import convert_checkpoint
@@ -299,6 +347,34 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="use a randomly initialised named model (no weights, works offline)",
     )
+    p = add("train", cmd_train)
+    p.add_argument(
+        "model",
+        metavar="NAME_OR_CHECKPOINT",
+        help="a named model (new, random weights with --init random) or weights to fine-tune: "
+        "a checkpoint directory, hf:org/name, or a named model with weights",
+    )
+    p.add_argument("--data", required=True, help="a text file or a folder of .txt files")
+    p.add_argument("--out", required=True, help="the run's folder (running again resumes)")
+    p.add_argument(
+        "--init",
+        choices=("random", "weights"),
+        default="random",
+        help="random: a new model (default); weights: load NAME_OR_CHECKPOINT and fine-tune",
+    )
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override")
+    p.add_argument("--steps", type=int, default=1000)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--grad-accum", type=int, default=1)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--min-lr", type=float, default=None, help="default: lr / 10")
+    p.add_argument("--warmup", type=int, default=100)
+    p.add_argument("--eval-every", type=int, default=200)
+    p.add_argument("--checkpoint-every", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--time-budget", type=float, default=0.0, help="seconds (0: none)")
+    p.add_argument("--loss-target", type=float, default=0.0, help="stop at this val loss")
+    p.add_argument("--device", default=None, help="cpu (default) or cuda")
     p = add("convert", cmd_convert)
     p.add_argument("source", help="a zoo checkpoint directory or a Hugging Face one")
     p.add_argument("destination", help="directory to write (atomically)")

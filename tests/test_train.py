@@ -1,0 +1,167 @@
+"""Training: losses fall, a resumed run equals an uninterrupted one bit for bit, two gloo
+processes under torchrun (DDP) equal one process, and bad data is a clear error."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import zoo
+from zoo.tokenizers import SubwordBPE
+from zoo.train import DataError, TrainConfig, train
+
+WORDS = "the quick brown fox jumps over a lazy dog and then runs far into the green wood"
+TINY = {"n_layers": 2, "d_model": 32, "n_heads": 2, "d_ff": 64, "context_length": 32}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    rng = random.Random(0)
+    lines = [" ".join(rng.choice(WORDS.split()) for _ in range(10)) + "." for _ in range(400)]
+    path = tmp_path_factory.mktemp("corpus") / "text.txt"
+    path.write_text("\n".join(lines))
+    return path
+
+
+@pytest.fixture(scope="module")
+def tokenizer(corpus):
+    return SubwordBPE.train([corpus.read_text()], 300)
+
+
+def tiny(seed: int = 0, **overrides):
+    torch.manual_seed(seed)
+    return zoo.build("gpt2-124m", **{**TINY, "vocab_size": 300, "dropout": 0.0, **overrides})
+
+
+CONFIG = TrainConfig(steps=20, batch_size=8, lr=3e-3, min_lr=3e-4, warmup=2, eval_every=10)
+
+
+def test_losses_fall_and_the_result_is_a_normal_checkpoint(corpus, tokenizer, tmp_path):
+    result = train(tiny(), corpus, tmp_path / "run", config=CONFIG, tokenizer=tokenizer, log=None)
+    assert result.steps == 20 and len(result.losses) == 20
+    assert result.losses[-1] < result.losses[0] - 1.0
+    loaded = zoo.load(result.checkpoint)
+    assert loaded.tokenizer is not None and loaded.tokenizer.vocab_size == 300
+    for key, value in result.model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key].cpu(), value.cpu()), key
+    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    assert [m["step"] for m in metrics] == list(range(1, 21)) and "val_loss" in metrics[-1]
+    assert zoo.generate(loaded, "the quick", max_new_tokens=5, temperature=0)
+
+
+def test_a_resumed_run_equals_an_uninterrupted_one(corpus, tokenizer, tmp_path):
+    config = TrainConfig(**{**CONFIG.__dict__, "checkpoint_every": 0})
+    whole = train(
+        tiny(dropout=0.1), corpus, tmp_path / "a", config=config, tokenizer=tokenizer, log=None
+    )
+
+    def interrupt_at_10(line: str) -> None:  # SIGINT arrives during step 10
+        if line.startswith("step 10:"):
+            os.kill(os.getpid(), signal.SIGINT)
+
+    first = train(
+        tiny(dropout=0.1),
+        corpus,
+        tmp_path / "b",
+        config=config,
+        tokenizer=tokenizer,
+        log=interrupt_at_10,
+    )
+    assert first.steps == 10  # stopped, and wrote a resumable checkpoint
+    rest = train(
+        tiny(seed=99, dropout=0.1),
+        corpus,
+        tmp_path / "b",
+        config=config,
+        tokenizer=tokenizer,
+        log=None,
+    )
+    assert rest.steps == 20
+    assert first.losses + rest.losses == whole.losses  # bit for bit
+    for key, value in whole.model.state_dict().items():
+        assert torch.equal(rest.model.state_dict()[key], value), key
+
+
+def test_two_gloo_processes_equal_one(corpus, tmp_path):
+    """DDP with global batch B (2 processes x 4) takes the same steps as one process with B."""
+    args = [
+        "train",
+        "gpt2-124m",
+        "--data",
+        str(corpus),
+        "--steps",
+        "6",
+        "--batch-size",
+        "8",
+        "--warmup",
+        "1",
+        "--eval-every",
+        "0",
+        "--lr",
+        "3e-3",
+        *[f"--set={k}={v}" for k, v in {**TINY, "dropout": 0}.items()],
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    one = subprocess.run(
+        [sys.executable, "-m", "zoo.cli", *args, "--out", str(tmp_path / "one")],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert one.returncode == 0, one.stderr[-2000:]
+    two = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "zoo.cli",
+            *args,
+            "--out",
+            str(tmp_path / "two"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert two.returncode == 0, two.stderr[-3000:]
+    losses = [
+        [json.loads(line)["loss"] for line in (tmp_path / run / "metrics.jsonl").open()]
+        for run in ("one", "two")
+    ]
+    assert losses[0] == pytest.approx(losses[1], abs=1e-5)
+    a, b = zoo.load(tmp_path / "one" / "model"), zoo.load(tmp_path / "two" / "model")
+    for key, value in a.state_dict().items():
+        torch.testing.assert_close(b.state_dict()[key], value, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"", "is empty"),
+        (b"good text\nmore\n\xff\xfe bad bytes\n", "line 3: not UTF-8"),
+        (b"too short", "fewer than one window"),
+    ],
+)
+def test_bad_data_is_a_clear_error(tokenizer, tmp_path, content, message):
+    path = tmp_path / "data.txt"
+    path.write_bytes(content)
+    with pytest.raises(DataError, match=message):
+        train(tiny(), path, tmp_path / "run", config=CONFIG, tokenizer=tokenizer, log=None)
+
+
+def test_missing_data_is_a_clear_error(tokenizer, tmp_path):
+    with pytest.raises(DataError, match="does not exist"):
+        train(tiny(), tmp_path / "nope.txt", tmp_path / "run", config=CONFIG, tokenizer=tokenizer)

@@ -1,0 +1,17 @@
+"""Training zoo models: ``zoo.train.train(model, data, out, config=TrainConfig(...))`` and
+``zoo train NAME --data TEXT --out DIR``, on one process or under ``torchrun`` (DDP).
+
+    >>> import zoo
+    >>> from zoo.train import TrainConfig, train
+    >>> model = zoo.build("gpt2-124m", n_layers=4, d_model=128, n_heads=4, d_ff=512)
+    >>> result = train(model, "notes.txt", "runs/notes", config=TrainConfig(steps=200))
+    >>> zoo.load(result.checkpoint)
+
+This package imports torch; ``import zoo`` does not import it.
+"""
+
+from .config import TrainConfig
+from .data import DataError, TokenData
+from .loop import TrainResult, train
+
+__all__ = ["DataError", "TokenData", "TrainConfig", "TrainResult", "train"]

@@ -1,0 +1,103 @@
+"""What a training run does: a frozen, validated config."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from ..errors import ConfigError
+
+__all__ = ["TrainConfig"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """Hyper-parameters of :func:`zoo.train.train` (nanoGPT's names where they exist).
+
+    Args:
+        steps: optimizer steps to run (the schedule's length).
+        batch_size: sequences per optimizer step, across every process and accumulation step.
+        grad_accum: micro-batches per optimizer step (``batch_size`` must divide by
+            ``grad_accum`` times the number of processes).
+        lr: peak learning rate; ``min_lr`` is where the cosine ends.
+        warmup: steps of linear warm-up from 0 to ``lr``.
+        weight_decay: AdamW decay of the matrices (never of norms, biases, embeddings).
+        betas: AdamW betas.
+        clip: gradient-norm clipping (0: none).
+        eval_every: steps between evaluations on the held-out split (0: only at the end).
+        eval_batches: batches per evaluation.
+        checkpoint_every: steps between resumable checkpoints (0: only at the end).
+        seed: makes the run repeatable (initialisation, data order, dropout).
+        val_fraction: the last part of the data held out for evaluation.
+        time_budget: stop after this many seconds (0: no budget).
+        loss_target: stop once the evaluated loss is at most this (0: no target).
+    """
+
+    steps: int = 1000
+    batch_size: int = 16
+    grad_accum: int = 1
+    lr: float = 1e-3
+    min_lr: float = 1e-4
+    warmup: int = 100
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.99)
+    clip: float = 1.0
+    eval_every: int = 200
+    eval_batches: int = 20
+    checkpoint_every: int = 0
+    seed: int = 0
+    val_fraction: float = 0.1
+    time_budget: float = 0.0
+    loss_target: float = 0.0
+
+    def __post_init__(self) -> None:
+        ints = (
+            "steps",
+            "batch_size",
+            "grad_accum",
+            "warmup",
+            "eval_every",
+            "eval_batches",
+            "checkpoint_every",
+            "seed",
+        )
+        for name in ints:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"TrainConfig.{name} must be an int, got {value!r}")
+        floats = (
+            "lr",
+            "min_lr",
+            "weight_decay",
+            "clip",
+            "val_fraction",
+            "time_budget",
+            "loss_target",
+        )
+        for name in floats:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ConfigError(f"TrainConfig.{name} must be a number, got {value!r}")
+            if not math.isfinite(value) or value < 0:
+                raise ConfigError(f"TrainConfig.{name} must be finite and >= 0, got {value!r}")
+        positive = ("steps", "batch_size", "grad_accum", "eval_batches")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ConfigError(
+                    f"TrainConfig.{name} must be at least 1, got {getattr(self, name)}"
+                )
+        if not self.lr > 0 or self.min_lr > self.lr:
+            raise ConfigError(f"need 0 < min_lr <= lr, got lr={self.lr}, min_lr={self.min_lr}")
+        if not 0 < self.val_fraction < 1:
+            raise ConfigError(
+                f"TrainConfig.val_fraction must be in (0, 1), got {self.val_fraction}"
+            )
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            raise ConfigError(f"TrainConfig.betas must be two numbers in [0, 1), got {self.betas}")
+
+    def lr_at(self, step: int) -> float:
+        """Linear warm-up to ``lr``, then cosine decay to ``min_lr`` at ``steps``."""
+        if step < self.warmup:
+            return self.lr * (step + 1) / self.warmup
+        progress = min(1.0, (step - self.warmup) / max(1, self.steps - self.warmup))
+        return self.min_lr + 0.5 * (1 + math.cos(math.pi * progress)) * (self.lr - self.min_lr)

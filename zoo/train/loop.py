@@ -1,0 +1,340 @@
+"""The training loop: one process, or several under ``torchrun`` (DDP), the same code.
+
+Every process draws the same global batch from one seeded generator and trains on its own
+slice of it, so a run on N processes with global batch B takes the same steps as one process
+with batch B. Only rank 0 logs and writes. A resumable checkpoint (``<out>/checkpoint/``:
+the model as a zoo checkpoint, the optimizer state in safetensors, step, data generator and
+RNG states in safetensors and JSON; never pickle) is written atomically, and a run started
+again on the same ``out`` folder continues from it bit for bit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import json
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+
+from ..checkpoint import load, save
+from ..checkpoint.commit import atomic_directory
+from ..nn.base import ZooModel
+from .config import TrainConfig
+from .data import DataError, TokenData, text_files
+
+__all__ = ["TrainResult", "train"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainResult:
+    """What :func:`train` returns.
+
+    Attributes:
+        model: the trained model (unwrapped, on its training device).
+        checkpoint: ``<out>/model``, a zoo checkpoint (``zoo.load`` takes it).
+        losses: the training loss of every step run by this call (resumed steps excluded).
+        val_loss: the last evaluated held-out loss.
+        steps: the optimizer steps done in all (resumed ones included).
+    """
+
+    model: ZooModel
+    checkpoint: Path
+    losses: list[float]
+    val_loss: float | None
+    steps: int
+
+
+# -- processes ------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class _World:
+    rank: int
+    size: int
+    device: torch.device
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def _world(device: str | None) -> _World:
+    """Join the process group ``torchrun`` describes (``RANK``/``WORLD_SIZE`` set), or run
+    alone. A rank that dies makes the others fail at the next collective within the timeout
+    instead of hanging."""
+    if "RANK" not in os.environ or dist.is_initialized():
+        if dist.is_initialized():
+            rank, size = dist.get_rank(), dist.get_world_size()
+        else:
+            rank, size = 0, 1
+        return _World(rank, size, torch.device(device or "cpu"))
+    cuda = (device or "cpu").startswith("cuda")
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    target = torch.device(f"cuda:{local}") if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(target)
+    timeout = datetime.timedelta(seconds=float(os.environ.get("ZOO_DIST_TIMEOUT", "120")))
+    dist.init_process_group("nccl" if cuda else "gloo", timeout=timeout)
+    return _World(dist.get_rank(), dist.get_world_size(), target)
+
+
+def _mean(value: float, world: _World) -> float:
+    if world.size == 1:
+        return value
+    tensor = torch.tensor([value], dtype=torch.float64)
+    dist.all_reduce(tensor)
+    return float(tensor.item()) / world.size
+
+
+# -- optimizer ------------------------------------------------------------------------------
+def _param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """Decay the weight matrices; never norms, biases or embeddings (tied ones included)."""
+    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    decay: list[nn.Parameter] = []
+    keep: list[nn.Parameter] = []
+    for p in {id(p): p for p in model.parameters() if p.requires_grad}.values():
+        (decay if p.ndim >= 2 and id(p) not in embeddings else keep).append(p)
+    return [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": keep, "weight_decay": 0.0},
+    ]
+
+
+def _optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
+    groups = _param_groups(model, config.weight_decay)
+    try:  # fused where torch offers it for this device
+        return torch.optim.AdamW(groups, lr=config.lr, betas=config.betas, fused=True)
+    except (RuntimeError, TypeError):
+        return torch.optim.AdamW(groups, lr=config.lr, betas=config.betas)
+
+
+# -- resumable state (safetensors + JSON, never pickle) -------------------------------------
+_STATE = "trainer.json"
+_TENSORS = "state.safetensors"
+
+
+def _save_state(
+    out: Path,
+    model: ZooModel,
+    optimizer: torch.optim.Optimizer,
+    step: int,
+    generator: torch.Generator,
+    history: list[dict[str, Any]],
+) -> None:
+    import safetensors.torch
+
+    state = optimizer.state_dict()
+    tensors: dict[str, Tensor] = {
+        "rng.torch": torch.get_rng_state(),
+        "rng.data": generator.get_state(),
+    }
+    scalars: dict[str, Any] = {}
+    for index, values in state["state"].items():
+        for name, value in values.items():
+            if isinstance(value, Tensor):
+                tensors[f"optimizer.{index}.{name}"] = value.detach().cpu().contiguous()
+            else:
+                scalars[f"{index}.{name}"] = value
+    meta = {
+        "step": step,
+        "param_groups": state["param_groups"],
+        "scalars": scalars,
+        "history": history,
+    }
+    with atomic_directory(out / "checkpoint") as staging:
+        save(model, staging / "model")
+        safetensors.torch.save_file(tensors, str(staging / _TENSORS))
+        (staging / _STATE).write_text(json.dumps(meta, indent=1), encoding="utf-8")
+
+
+def _load_state(
+    out: Path, model: ZooModel, optimizer: torch.optim.Optimizer, generator: torch.Generator
+) -> tuple[int, list[dict[str, Any]]]:
+    import safetensors.torch
+
+    folder = out / "checkpoint"
+    meta = json.loads((folder / _STATE).read_text(encoding="utf-8"))
+    tensors = safetensors.torch.load_file(str(folder / _TENSORS))
+    saved = load(folder / "model", tokenizer=False)
+    with torch.no_grad():
+        for mine, theirs in zip(model.parameters(), saved.parameters(), strict=True):
+            mine.copy_(theirs)
+    state: dict[int, dict[str, Any]] = {}
+    for key, value in tensors.items():
+        if key.startswith("optimizer."):
+            _, index, name = key.split(".", 2)
+            state.setdefault(int(index), {})[name] = value
+    for key, value in meta["scalars"].items():
+        index, name = key.split(".", 1)
+        state.setdefault(int(index), {})[name] = value
+    groups = meta["param_groups"]
+    for group in groups:
+        group["betas"] = tuple(group["betas"])
+    optimizer.load_state_dict({"state": state, "param_groups": groups})
+    torch.set_rng_state(tensors["rng.torch"])
+    generator.set_state(tensors["rng.data"])
+    return int(meta["step"]), list(meta["history"])
+
+
+@contextlib.contextmanager
+def _stop_requests() -> Iterator[Callable[[], bool]]:
+    """SIGINT/SIGTERM ask the loop to checkpoint and stop at the end of the step."""
+    asked: list[int] = []
+
+    def handler(signum: int, frame: Any) -> None:
+        asked.append(signum)
+
+    previous = {}
+    with contextlib.suppress(ValueError):  # not the main thread: no handlers
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, handler)
+    try:
+        yield lambda: bool(asked)
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+# -- the loop -------------------------------------------------------------------------------
+def train(
+    model: ZooModel,
+    data: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    config: TrainConfig | None = None,
+    tokenizer: Any = None,
+    device: str | None = None,
+    log: Callable[[str], None] | None = print,
+) -> TrainResult:
+    """Train a decoder LM on text: random windows of ``context_length + 1`` tokens.
+
+    Args:
+        model: a zoo decoder model, built (random init) or loaded (fine-tuning).
+        data: a text file, or a folder of ``.txt`` files; tokenized once with the model's
+            tokenizer into ``<out>/data/`` (reused while text and tokenizer are the same).
+        out: the run's folder: ``model/`` (the final zoo checkpoint), ``checkpoint/`` (to
+            resume: running again on the same folder continues the run), ``metrics.jsonl``.
+        config: the hyper-parameters.
+        tokenizer: defaults to the model's own (``model.tokenizer``, else its named model's).
+        device: where to train (default CPU; under ``torchrun`` with ``cuda``, each rank's GPU).
+        log: where progress lines go (rank 0 only); ``None`` for silence.
+
+    Raises:
+        zoo.train.DataError: the data is missing, empty, not UTF-8 or shorter than a window.
+    """
+    from ..api import tokenizer as named_tokenizer
+
+    config = config or TrainConfig()
+    out = Path(out)
+    world = _world(device)
+    say = log if (log is not None and world.main) else (lambda _line: None)
+    if config.batch_size % (config.grad_accum * world.size):
+        raise ValueError(
+            f"batch_size {config.batch_size} must divide by grad_accum x processes "
+            f"({config.grad_accum} x {world.size})"
+        )
+    tok = tokenizer or model.tokenizer or (named_tokenizer(model.name) if model.name else None)
+    if tok is None:
+        raise DataError("training on text needs a tokenizer: pass tokenizer=...")
+    context: int = model.config.context_length  # type: ignore[attr-defined]
+    if world.main:
+        tokens = TokenData.build(text_files(data), tok, out / "data", config.val_fraction)
+    if world.size > 1:
+        dist.barrier()
+    if not world.main:
+        tokens = TokenData.build(text_files(data), tok, out / "data", config.val_fraction)
+    tokens.check_window(context, str(data))
+
+    model = model.to(world.device).train()
+    optimizer = _optimizer(model, config)
+    generator = torch.Generator().manual_seed(config.seed)
+    torch.manual_seed(config.seed + world.rank)
+    start, history = 0, list[dict[str, Any]]()
+    if (out / "checkpoint" / _STATE).exists():
+        start, history = _load_state(out, model, optimizer, generator)
+        say(f"resumed {out / 'checkpoint'} at step {start}")
+    wrapped: nn.Module = model
+    if world.size > 1:
+        wrapped = nn.parallel.DistributedDataParallel(model)
+
+    micro = config.batch_size // config.grad_accum  # sequences per micro-step, all ranks
+    mine = slice(world.rank * micro // world.size, (world.rank + 1) * micro // world.size)
+    losses: list[float] = []
+    val_loss = next((h["val_loss"] for h in reversed(history) if "val_loss" in h), None)
+    began = time.monotonic()
+    step = start
+    with _stop_requests() as stop_asked:
+        while step < config.steps:
+            for group in optimizer.param_groups:
+                group["lr"] = config.lr_at(step)
+            total = 0.0
+            for k in range(config.grad_accum):
+                x, y = tokens.batch("train", micro, context, generator)  # the global micro-batch
+                last_micro = k + 1 == config.grad_accum
+                no_sync = getattr(wrapped, "no_sync", contextlib.nullcontext)  # DDP only
+                with contextlib.nullcontext() if last_micro else no_sync():
+                    loss = _loss(wrapped, x[mine], y[mine], world.device)
+                    (loss / config.grad_accum).backward()
+                total += float(loss.detach()) / config.grad_accum
+            if config.clip:
+                nn.utils.clip_grad_norm_(model.parameters(), config.clip)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            step += 1
+            loss_value = _mean(total, world)
+            losses.append(loss_value)
+            record: dict[str, Any] = {"step": step, "loss": loss_value}
+            record["lr"] = config.lr_at(step - 1)
+            last = step == config.steps
+            if (config.eval_every and step % config.eval_every == 0) or last:
+                val_loss = _evaluate(model, tokens, context, config, world)
+                record["val_loss"] = val_loss
+                say(f"step {step}: loss {loss_value:.4f}, val {val_loss:.4f}")
+            history.append(record)
+            out_of_time = config.time_budget and time.monotonic() - began > config.time_budget
+            reached = config.loss_target and val_loss is not None and val_loss <= config.loss_target
+            stopping = bool(stop_asked() or out_of_time or reached)
+            periodic = config.checkpoint_every and step % config.checkpoint_every == 0
+            if world.main and (stopping or last or periodic):
+                _save_state(out, model, optimizer, step, generator, history)
+            if stopping:
+                say(f"stopped at step {step} ({'signal' if stop_asked() else 'budget'})")
+                break
+    checkpoint = out / "model"
+    if world.main:
+        model.tokenizer = tok
+        save(model, checkpoint, tokenizer=tok)
+        with open(out / "metrics.jsonl", "w", encoding="utf-8") as f:
+            for record in history:
+                f.write(json.dumps(record) + "\n")
+    if world.size > 1:
+        dist.barrier()
+    return TrainResult(model, checkpoint, losses, val_loss, step)
+
+
+def _loss(model: nn.Module, x: Tensor, y: Tensor, device: torch.device) -> Tensor:
+    """Mean next-token cross-entropy of ``model`` on inputs ``x`` and targets ``y``."""
+    logits = model(x.to(device))  # (B, T, vocab)
+    return nn.functional.cross_entropy(logits.flatten(0, 1).float(), y.to(device).flatten())
+
+
+def _evaluate(
+    model: ZooModel, tokens: TokenData, context: int, config: TrainConfig, world: _World
+) -> float:
+    """Mean loss on the same ``eval_batches`` held-out windows every time (its own seed)."""
+    generator = torch.Generator().manual_seed(config.seed + 1)
+    model.eval()
+    total = 0.0
+    with torch.no_grad():
+        for _ in range(config.eval_batches):
+            x, y = tokens.batch("val", config.batch_size // config.grad_accum, context, generator)
+            total += float(_loss(model, x, y, world.device))
+    model.train()
+    return total / config.eval_batches  # every rank computes the same batches: no reduce
