@@ -46,6 +46,9 @@ def test_wheel_contents(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     assert "zoo/registry.toml" in names
     assert "zoo_plugins/gpt2/__init__.py" in names
+    # the model zoo trained, and its data, ship inside the package
+    assert "zoo_plugins/shakespeare/weights/model.safetensors" in names
+    assert "zoo_plugins/shakespeare/data/tinyshakespeare.txt" in names
     assert not any(n.startswith("plugins/") for n in names)
     assert not any(n.startswith("tests/") for n in names)
     with zipfile.ZipFile(wheel) as zf:

@@ -421,3 +421,25 @@ def test_a_panic_in_the_rust_library_is_a_tokenizer_error():
         tok.encode("hello")
     with pytest.raises(TokenizerError, match="tokenizers library failed"):
         tok.decode([1, 2])
+
+
+# -- byte -----------------------------------------------------------------------------------------
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(alphabet=st.characters(exclude_categories=("Cs",)), max_size=200))
+def test_byte_tokenizer_round_trips_any_text(text):
+    byte = zoo.tokenizer("byte")
+    ids = byte.encode(text)
+    assert ids == list(text.encode("utf-8"))
+    assert byte.decode(ids) == text
+
+
+def test_byte_tokenizer_specials():
+    byte = zoo.tokenizer("byte")
+    assert byte.vocab_size == 257 and byte.eos_id == byte.bos_id == 256
+    assert 256 not in byte.encode("a<|endoftext|>b")  # user text is text
+    ids = byte.encode("a<|endoftext|>b", allowed_special="all")
+    assert ids == [97, 256, 98]
+    assert (
+        byte.decode(ids) == "a<|endoftext|>b" and byte.decode(ids, skip_special_tokens=True) == "ab"
+    )
+    assert byte.by_name  # rebuilt from its name: a checkpoint stores no file for it

@@ -165,3 +165,8 @@ def test_bad_data_is_a_clear_error(tokenizer, tmp_path, content, message):
 def test_missing_data_is_a_clear_error(tokenizer, tmp_path):
     with pytest.raises(DataError, match="does not exist"):
         train(tiny(), tmp_path / "nope.txt", tmp_path / "run", config=CONFIG, tokenizer=tokenizer)
+
+
+def test_a_tokenizer_larger_than_the_model_is_refused_before_training(corpus, tmp_path):
+    with pytest.raises(ValueError, match="tokenizer 'gpt2-bpe' has 50257 ids"):
+        train(tiny(), corpus, tmp_path / "run", config=CONFIG, tokenizer=zoo.tokenizer("gpt2-124m"))

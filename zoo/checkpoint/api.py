@@ -275,15 +275,37 @@ def load(
     )
 
 
+#: ``weights.path = "package:zoo_plugins.shakespeare/weights"``: a folder inside a package.
+PACKAGE_PREFIX = "package:"
+
+
+def _package_path(path: str, name: str) -> Path:
+    from importlib import resources
+
+    package, _, folder = path.removeprefix(PACKAGE_PREFIX).partition("/")
+    try:
+        root = resources.files(package)
+    except ModuleNotFoundError:
+        raise CheckpointError(
+            f"named model {name!r}: its weights are in the package {package!r}, which is not "
+            "installed"
+        ) from None
+    return Path(str(root.joinpath(folder)))
+
+
 def local_weights_path(name: str) -> Path | None:
     """Where the weights of the named model ``name`` are on this machine, or ``None``.
 
-    Looks at the registry entry's ``weights.path`` (``~`` and ``$VARS`` expanded), then at
+    Looks at the registry entry's ``weights.path`` (``~`` and ``$VARS`` expanded, or
+    ``package:PACKAGE/FOLDER`` for weights shipped inside an installed package), then at
     ``$ZOO_WEIGHTS_DIR/<name>/``.
     """
     spec = get_registry().model(name)
     if spec.weights is not None and spec.weights.path:
-        return Path(os.path.expandvars(os.path.expanduser(spec.weights.path)))
+        path = spec.weights.path
+        if path.startswith(PACKAGE_PREFIX):
+            return _package_path(path, name)
+        return Path(os.path.expandvars(os.path.expanduser(path)))
     root = os.environ.get(WEIGHTS_DIR_ENV)
     if root:
         candidate = Path(root).expanduser() / spec.name

@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from ..checkpoint import load, save
 from ..checkpoint.commit import atomic_directory
 from ..nn.base import ZooModel
+from ..tokenizers.base import check_fits
 from .config import TrainConfig
 from .data import DataError, TokenData, text_files
 
@@ -243,6 +244,7 @@ def train(
     tok = tokenizer or model.tokenizer or (named_tokenizer(model.name) if model.name else None)
     if tok is None:
         raise DataError("training on text needs a tokenizer: pass tokenizer=...")
+    check_fits(tok, model.config.vocab_size)  # type: ignore[attr-defined]
     context: int = model.config.context_length  # type: ignore[attr-defined]
     if world.main:
         tokens = TokenData.build(text_files(data), tok, out / "data", config.val_fraction)

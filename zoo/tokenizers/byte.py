@@ -1,0 +1,93 @@
+"""A byte-level tokenizer: the 256 byte values, plus ``<|endoftext|>``. No data files.
+
+Any text round-trips exactly (its UTF-8 bytes are the ids); for small models trained on
+character-level data, such as the shipped ``shakespeare-byte``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from .base import Tokenizer
+from .errors import TokenizerError
+
+__all__ = ["ENDOFTEXT", "ByteTokenizer"]
+
+ENDOFTEXT = "<|endoftext|>"
+
+
+class ByteTokenizer(Tokenizer):
+    """Ids 0-255 are the bytes of the UTF-8 text; 256 is ``<|endoftext|>`` (bos and eos).
+
+    Rebuilt from its registered name (``byte``), so a checkpoint stores no file for it.
+    """
+
+    kind = "byte"
+
+    def __init__(self, *, name: str = "byte", description: str = "") -> None:
+        self._specials = {ENDOFTEXT: 256}
+        super().__init__(
+            name=name,
+            roles={"bos": ENDOFTEXT, "eos": ENDOFTEXT},
+            description=description or "UTF-8 bytes (256 ids) + <|endoftext|>, no data files",
+            by_name=True,
+        )
+
+    @property
+    def vocab_size(self) -> int:
+        return 257
+
+    @property
+    def backend(self) -> str:
+        return "zoo"
+
+    @property
+    def special_tokens(self) -> dict[str, int]:
+        return dict(self._specials)
+
+    def token_to_id(self, token: str) -> int | None:
+        if token in self._specials:
+            return self._specials[token]
+        data = token.encode("utf-8", "surrogatepass")
+        return data[0] if len(data) == 1 else None
+
+    def id_to_token(self, token_id: int) -> str:
+        self._check_ids([token_id])
+        if token_id == 256:
+            return ENDOFTEXT
+        return bytes([token_id]).decode("latin-1")
+
+    def _encode(self, text: str, allowed: frozenset[str]) -> list[int]:
+        if not allowed:
+            return list(text.encode("utf-8"))
+        pattern = "(" + "|".join(re.escape(t) for t in sorted(allowed, key=len, reverse=True)) + ")"
+        ids: list[int] = []
+        for i, part in enumerate(re.split(pattern, text)):
+            ids.extend([self._specials[part]] if i % 2 else part.encode("utf-8"))
+        return ids
+
+    def _encode_batch(self, texts: list[str], allowed: frozenset[str]) -> list[list[int]]:
+        return [self._encode(text, allowed) for text in texts]
+
+    def _decode(self, ids: list[int], skip_special_tokens: bool) -> str:
+        pieces: list[str] = []
+        run = bytearray()
+        for i in ids:
+            if i < 256:
+                run.append(i)
+                continue
+            pieces.append(run.decode("utf-8", "replace"))
+            run.clear()
+            if not skip_special_tokens:
+                pieces.append(ENDOFTEXT)
+        pieces.append(run.decode("utf-8", "replace"))
+        return "".join(pieces)
+
+    def save(self, directory: str | Path) -> list[str]:
+        raise TokenizerError("the byte tokenizer is rebuilt from its name; it writes no files")
+
+
+def load() -> ByteTokenizer:
+    """The byte tokenizer (the ``byte`` entry of the tokenizer registry)."""
+    return ByteTokenizer()
