@@ -56,14 +56,22 @@ def clean_stale(target: Path) -> None:
     """Remove version folders other than the current one, and staging folders, left by a
     writer that was killed. Only while holding the lock, so a save in progress is never
     touched; a load that cannot take the lock at once skips it."""
-    if not target.is_dir():
+    if not target.is_dir() or not _stale(target):  # the common case: no lock file made
         return
     with contextlib.suppress(TimeoutError, OSError), _lock(target, blocking=False):
-        current = _current(target)
-        for entry in target.iterdir():
-            stale_version = entry.name.startswith(_VERSION) and entry != current
-            if stale_version or entry.name.startswith(_LEGACY_STAGING):
-                shutil.rmtree(entry, ignore_errors=True)
+        for entry in _stale(target):
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def _stale(target: Path) -> list[Path]:
+    """Version folders other than the current one, and staging folders of older zoo saves."""
+    current = _current(target)
+    return [
+        entry
+        for entry in target.iterdir()
+        if (entry.name.startswith(_VERSION) and entry != current)
+        or entry.name.startswith(_LEGACY_STAGING)
+    ]
 
 
 def _link(target: Path, name: str, points_to: str) -> None:
