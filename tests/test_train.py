@@ -90,8 +90,10 @@ def test_a_resumed_run_equals_an_uninterrupted_one(corpus, tokenizer, tmp_path):
         assert torch.equal(rest.model.state_dict()[key], value), key
 
 
-def test_two_gloo_processes_equal_one(corpus, tmp_path):
-    """DDP with global batch B (2 processes x 4) takes the same steps as one process with B."""
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_two_gloo_processes_equal_one(corpus, tmp_path, strategy):
+    """DDP, and FSDP2, with global batch B (2 processes x 4) take the same steps as one
+    process with B; the distributed run's checkpoint loads in one process."""
     args = [
         "train",
         "gpt2-124m",
@@ -130,6 +132,8 @@ def test_two_gloo_processes_equal_one(corpus, tmp_path):
             *args,
             "--out",
             str(tmp_path / "two"),
+            "--strategy",
+            strategy,
         ],
         capture_output=True,
         text=True,

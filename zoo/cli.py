@@ -291,7 +291,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         time_budget=args.time_budget,
         loss_target=args.loss_target,
     )
-    result = train(model, args.data, args.out, config=config, device=args.device)
+    result = train(
+        model, args.data, args.out, config=config, device=args.device, strategy=args.strategy
+    )
     if result.val_loss is not None:
         print(f"val loss {result.val_loss:.4f} after {result.steps} steps")
     print(f"model: {result.checkpoint}")
@@ -375,6 +377,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-budget", type=float, default=0.0, help="seconds (0: none)")
     p.add_argument("--loss-target", type=float, default=0.0, help="stop at this val loss")
     p.add_argument("--device", default=None, help="cpu (default) or cuda")
+    p.add_argument(
+        "--strategy",
+        choices=("ddp", "fsdp"),
+        default="ddp",
+        help="under torchrun: ddp (whole model per process) or fsdp (FSDP2 sharding)",
+    )
     p = add("convert", cmd_convert)
     p.add_argument("source", help="a zoo checkpoint directory or a Hugging Face one")
     p.add_argument("destination", help="directory to write (atomically)")

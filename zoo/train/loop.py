@@ -121,6 +121,30 @@ _STATE = "trainer.json"
 _TENSORS = "state.safetensors"
 
 
+def _full() -> Any:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(full_state_dict=True)
+
+
+def _plain_model(model: ZooModel) -> ZooModel:
+    """``model`` with whole tensors on the CPU, as zoo.save takes it: the model itself, or a
+    copy assembled from the full state dict when FSDP shards it (a collective call: every
+    rank must make it)."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+    from torch.distributed.tensor import DTensor
+
+    if not any(isinstance(p, DTensor) for p in model.parameters()):
+        return model
+    from ..api import build
+
+    state: dict[str, Any] = get_model_state_dict(model, options=_full())
+    plain = build(model.config, device="cpu")
+    plain.load_state_dict({k: v.cpu() for k, v in state.items()})
+    plain.name = model.name
+    return plain
+
+
 def _save_state(
     out: Path,
     model: ZooModel,
@@ -128,21 +152,29 @@ def _save_state(
     step: int,
     generator: torch.Generator,
     history: list[dict[str, Any]],
+    world: _World,
 ) -> None:
+    """The resumable state, keyed by parameter names (so it loads on another world size):
+    the model as a zoo checkpoint, the optimizer's tensors and the RNG states in safetensors,
+    the rest in JSON. Collective under FSDP; only rank 0 writes."""
     import safetensors.torch
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
-    state = optimizer.state_dict()
+    plain = _plain_model(model)
+    state: Any = get_optimizer_state_dict(model, optimizer, options=_full())
+    if not world.main:
+        return
     tensors: dict[str, Tensor] = {
         "rng.torch": torch.get_rng_state(),
         "rng.data": generator.get_state(),
     }
     scalars: dict[str, Any] = {}
-    for index, values in state["state"].items():
-        for name, value in values.items():
+    for name, values in state["state"].items():
+        for key, value in values.items():
             if isinstance(value, Tensor):
-                tensors[f"optimizer.{index}.{name}"] = value.detach().cpu().contiguous()
+                tensors[f"optimizer/{name}/{key}"] = value.detach().cpu().contiguous()
             else:
-                scalars[f"{index}.{name}"] = value
+                scalars[f"{name}/{key}"] = value
     meta = {
         "step": step,
         "param_groups": state["param_groups"],
@@ -150,7 +182,7 @@ def _save_state(
         "history": history,
     }
     with atomic_directory(out / "checkpoint") as staging:
-        save(model, staging / "model")
+        save(plain, staging / "model")
         safetensors.torch.save_file(tensors, str(staging / _TENSORS))
         (staging / _STATE).write_text(json.dumps(meta, indent=1), encoding="utf-8")
 
@@ -159,26 +191,29 @@ def _load_state(
     out: Path, model: ZooModel, optimizer: torch.optim.Optimizer, generator: torch.Generator
 ) -> tuple[int, list[dict[str, Any]]]:
     import safetensors.torch
+    from torch.distributed.checkpoint.state_dict import (
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
 
     folder = out / "checkpoint"
     meta = json.loads((folder / _STATE).read_text(encoding="utf-8"))
     tensors = safetensors.torch.load_file(str(folder / _TENSORS))
     saved = load(folder / "model", tokenizer=False)
-    with torch.no_grad():
-        for mine, theirs in zip(model.parameters(), saved.parameters(), strict=True):
-            mine.copy_(theirs)
-    state: dict[int, dict[str, Any]] = {}
+    set_model_state_dict(model, saved.state_dict(), options=_full())
+    state: dict[str, dict[str, Any]] = {}
     for key, value in tensors.items():
-        if key.startswith("optimizer."):
-            _, index, name = key.split(".", 2)
-            state.setdefault(int(index), {})[name] = value
+        if key.startswith("optimizer/"):
+            _, name, field = key.split("/", 2)
+            state.setdefault(name, {})[field] = value
     for key, value in meta["scalars"].items():
-        index, name = key.split(".", 1)
-        state.setdefault(int(index), {})[name] = value
+        name, field = key.split("/", 1)
+        state.setdefault(name, {})[field] = value
     groups = meta["param_groups"]
     for group in groups:
         group["betas"] = tuple(group["betas"])
-    optimizer.load_state_dict({"state": state, "param_groups": groups})
+    full: Any = {"state": state, "param_groups": groups}
+    set_optimizer_state_dict(model, optimizer, full, options=_full())
     torch.set_rng_state(tensors["rng.torch"])
     generator.set_state(tensors["rng.data"])
     return int(meta["step"]), list(meta["history"])
@@ -212,6 +247,7 @@ def train(
     config: TrainConfig | None = None,
     tokenizer: Any = None,
     device: str | None = None,
+    strategy: str = "ddp",
     log: Callable[[str], None] | None = print,
 ) -> TrainResult:
     """Train a decoder LM on text: random windows of ``context_length + 1`` tokens.
@@ -225,6 +261,8 @@ def train(
         config: the hyper-parameters.
         tokenizer: defaults to the model's own (``model.tokenizer``, else its named model's).
         device: where to train (default CPU; under ``torchrun`` with ``cuda``, each rank's GPU).
+        strategy: with several processes, ``"ddp"`` (every process holds the whole model) or
+            ``"fsdp"`` (FSDP2: parameters, gradients and optimizer state sharded per block).
         log: where progress lines go (rank 0 only); ``None`` for silence.
 
     Raises:
@@ -254,17 +292,21 @@ def train(
         tokens = TokenData.build(text_files(data), tok, out / "data", config.val_fraction)
     tokens.check_window(context, str(data))
 
+    if strategy not in ("ddp", "fsdp"):
+        raise ValueError(f"strategy must be 'ddp' or 'fsdp', got {strategy!r}")
     model = model.to(world.device).train()
-    optimizer = _optimizer(model, config)
+    wrapped: nn.Module = model
+    if world.size > 1 and strategy == "fsdp":
+        _shard(model, world)
+    elif world.size > 1:
+        wrapped = nn.parallel.DistributedDataParallel(model)
+    optimizer = _optimizer(model, config)  # after sharding: it holds the shards
     generator = torch.Generator().manual_seed(config.seed)
     torch.manual_seed(config.seed + world.rank)
     start, history = 0, list[dict[str, Any]]()
     if (out / "checkpoint" / _STATE).exists():
         start, history = _load_state(out, model, optimizer, generator)
         say(f"resumed {out / 'checkpoint'} at step {start}")
-    wrapped: nn.Module = model
-    if world.size > 1:
-        wrapped = nn.parallel.DistributedDataParallel(model)
 
     micro = config.batch_size // config.grad_accum  # sequences per micro-step, all ranks
     mine = slice(world.rank * micro // world.size, (world.rank + 1) * micro // world.size)
@@ -304,21 +346,34 @@ def train(
             reached = config.loss_target and val_loss is not None and val_loss <= config.loss_target
             stopping = bool(stop_asked() or out_of_time or reached)
             periodic = config.checkpoint_every and step % config.checkpoint_every == 0
-            if world.main and (stopping or last or periodic):
-                _save_state(out, model, optimizer, step, generator, history)
+            if stopping or last or periodic:  # a collective under FSDP: every rank takes part
+                _save_state(out, model, optimizer, step, generator, history, world)
             if stopping:
                 say(f"stopped at step {step} ({'signal' if stop_asked() else 'budget'})")
                 break
     checkpoint = out / "model"
+    plain = _plain_model(model)
     if world.main:
-        model.tokenizer = tok
-        save(model, checkpoint, tokenizer=tok)
+        plain.tokenizer = tok
+        save(plain, checkpoint, tokenizer=tok)
         with open(out / "metrics.jsonl", "w", encoding="utf-8") as f:
             for record in history:
                 f.write(json.dumps(record) + "\n")
     if world.size > 1:
         dist.barrier()
     return TrainResult(model, checkpoint, losses, val_loss, step)
+
+
+def _shard(model: ZooModel, world: _World) -> None:
+    """FSDP2: each block, then the root (embeddings, head, final norm), sharded over the
+    processes; gradients are reduce-scattered, optimizer state lives with the shards."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh(world.device.type, (world.size,))
+    for block in getattr(model, "blocks", ()):
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
 
 
 def _loss(model: nn.Module, x: Tensor, y: Tensor, device: torch.device) -> Tensor:
