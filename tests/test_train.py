@@ -54,6 +54,8 @@ def test_losses_fall_and_the_result_is_a_normal_checkpoint(corpus, tokenizer, tm
         assert torch.equal(loaded.state_dict()[key].cpu(), value.cpu()), key
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
     assert [m["step"] for m in metrics] == list(range(1, 21)) and "val_loss" in metrics[-1]
+    png = (tmp_path / "run" / "loss.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 5000  # the loss curve
     assert zoo.generate(loaded, "the quick", max_new_tokens=5, temperature=0)
 
 
@@ -174,3 +176,9 @@ def test_missing_data_is_a_clear_error(tokenizer, tmp_path):
 def test_a_tokenizer_larger_than_the_model_is_refused_before_training(corpus, tmp_path):
     with pytest.raises(ValueError, match="tokenizer 'gpt2-bpe' has 50257 ids"):
         train(tiny(), corpus, tmp_path / "run", config=CONFIG, tokenizer=zoo.tokenizer("gpt2-124m"))
+
+
+def test_the_progress_bar_shows_loss_rate_and_speed(corpus, tokenizer, tmp_path, capsys):
+    train(tiny(), corpus, tmp_path / "run", config=CONFIG, tokenizer=tokenizer, log=print)
+    err = capsys.readouterr().err
+    assert "20/20" in err and "loss=" in err and "lr=" in err and "tok_s=" in err

@@ -31,6 +31,7 @@ from ..nn.base import ZooModel
 from ..tokenizers.base import check_fits
 from .config import TrainConfig
 from .data import DataError, TokenData, text_files
+from .report import Progress, plot_losses, write_metrics
 
 __all__ = ["TrainResult", "train"]
 
@@ -314,6 +315,9 @@ def train(
     val_loss = next((h["val_loss"] for h in reversed(history) if "val_loss" in h), None)
     began = time.monotonic()
     step = start
+    progress = Progress(total=config.steps, initial=start, enabled=world.main and log is not None)
+    say = progress.write if progress.bar is not None else say
+    tokens_per_step = config.batch_size * context
     with _stop_requests() as stop_asked:
         while step < config.steps:
             for group in optimizer.param_groups:
@@ -334,6 +338,12 @@ def train(
             step += 1
             loss_value = _mean(total, world)
             losses.append(loss_value)
+            elapsed = time.monotonic() - began
+            progress.update(
+                loss=loss_value,
+                lr=config.lr_at(step - 1),
+                tokens_per_second=tokens_per_step * (step - start) / max(elapsed, 1e-9),
+            )
             record: dict[str, Any] = {"step": step, "loss": loss_value}
             record["lr"] = config.lr_at(step - 1)
             last = step == config.steps
@@ -351,14 +361,15 @@ def train(
             if stopping:
                 say(f"stopped at step {step} ({'signal' if stop_asked() else 'budget'})")
                 break
+    progress.close()
     checkpoint = out / "model"
     plain = _plain_model(model)
     if world.main:
         plain.tokenizer = tok
         save(plain, checkpoint, tokenizer=tok)
-        with open(out / "metrics.jsonl", "w", encoding="utf-8") as f:
-            for record in history:
-                f.write(json.dumps(record) + "\n")
+        write_metrics(out / "metrics.jsonl", history)
+        if not plot_losses(out / "loss.png", history, title=f"{model.name or 'model'} on {data}"):
+            say("matplotlib is not installed: no loss.png (pip install 'torch-zoo[train]')")
     if world.size > 1:
         dist.barrier()
     return TrainResult(model, checkpoint, losses, val_loss, step)
