@@ -182,3 +182,48 @@ def test_the_progress_bar_shows_loss_rate_and_speed(corpus, tokenizer, tmp_path,
     train(tiny(), corpus, tmp_path / "run", config=CONFIG, tokenizer=tokenizer, log=print)
     err = capsys.readouterr().err
     assert "20/20" in err and "loss=" in err and "lr=" in err and "tok_s=" in err
+
+
+def _worker_pid(out: Path, rank: int) -> int | None:
+    """The pid of the torchrun worker of ``rank`` training into ``out``."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if str(out).encode() in cmdline and f"RANK={rank}".encode() in environ:
+            return int(proc.name)
+    return None
+
+
+def test_a_rank_that_dies_ends_the_run_with_an_error_not_a_hang(corpus, tmp_path):
+    import time
+
+    out = tmp_path / "run"
+    args = [
+        "train", "gpt2-124m", "--data", str(corpus), "--out", str(out), "--steps", "100000",
+        "--batch-size", "4", "--eval-every", "0",
+        *[f"--set={k}={v}" for k, v in {**TINY, "dropout": 0}.items()],
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "ZOO_DIST_TIMEOUT": "20"}
+    run = subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         "-m", "zoo.cli", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not list((out / "data").glob("tokens-*.bin")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(2)  # both ranks are in the loop
+        pid = _worker_pid(out, 1)
+        assert pid is not None, "rank 1 was not found"
+        os.kill(pid, signal.SIGKILL)
+        _, err = run.communicate(timeout=90)  # ends, rather than hanging
+    finally:
+        run.kill()
+    assert run.returncode != 0
+    assert "exitcode" in err and "-9" in err  # torchrun names the rank that died

@@ -46,6 +46,8 @@ class TrainResult:
         losses: the training loss of every step run by this call (resumed steps excluded).
         val_loss: the last evaluated held-out loss.
         steps: the optimizer steps done in all (resumed ones included).
+        seconds: wall time of this call's training steps (evaluations and checkpoints
+            included; data preparation and start-up not).
     """
 
     model: ZooModel
@@ -53,6 +55,7 @@ class TrainResult:
     losses: list[float]
     val_loss: float | None
     steps: int
+    seconds: float
 
 
 # -- processes ------------------------------------------------------------------------------
@@ -361,6 +364,7 @@ def train(
             if stopping:
                 say(f"stopped at step {step} ({'signal' if stop_asked() else 'budget'})")
                 break
+    seconds = time.monotonic() - began
     progress.close()
     checkpoint = out / "model"
     plain = _plain_model(model)
@@ -372,7 +376,7 @@ def train(
             say("matplotlib is not installed: no loss.png (pip install 'torch-zoo[train]')")
     if world.size > 1:
         dist.barrier()
-    return TrainResult(model, checkpoint, losses, val_loss, step)
+    return TrainResult(model, checkpoint, losses, val_loss, step, seconds)
 
 
 def _shard(model: ZooModel, world: _World) -> None:
