@@ -227,3 +227,44 @@ def test_a_rank_that_dies_ends_the_run_with_an_error_not_a_hang(corpus, tmp_path
         run.kill()
     assert run.returncode != 0
     assert "exitcode" in err and "-9" in err  # torchrun names the rank that died
+
+
+# -- encoder-decoders: parallel TSV, teacher forcing ------------------------------------------
+def test_an_encoder_decoder_learns_to_reverse(tmp_path):
+    rng = random.Random(0)
+    letters = "abcdefgh"
+    lines = []
+    for _ in range(600):
+        word = [rng.choice(letters) for _ in range(rng.randint(2, 5))]
+        lines.append(" ".join(word) + "\t" + " ".join(reversed(word)))
+    data = tmp_path / "reverse.tsv"
+    data.write_text("\n".join(lines))
+    tok = SubwordBPE.train([letters.replace("", " ")], 270)
+    torch.manual_seed(0)
+    model = zoo.build(
+        "transformer-encdec-tiny", vocab_size=270, d_model=128, n_heads=4, d_ff=256,
+        n_encoder_layers=2, n_decoder_layers=2, context_length=16, dropout=0.0,
+    )  # fmt: skip
+    config = TrainConfig(steps=600, batch_size=32, lr=1e-3, min_lr=1e-4, warmup=20, eval_every=0)
+    result = train(model, data, tmp_path / "run", config=config, tokenizer=tok, log=None)
+    assert result.val_loss < 0.05, result.val_loss
+    model = zoo.load(result.checkpoint)
+    hits = 0
+    for line in lines[-20:]:  # held-out pairs
+        source, target = line.split("\t")
+        out = zoo.generate(model, source, max_new_tokens=12, temperature=0)
+        hits += out.split() == target.split()
+    assert hits >= 16, hits
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [("a b\tb a\nno tab here\n", "line 2: no tab"), ("a\tb\n", "too few to hold some out")],
+)
+def test_bad_pairs_are_clear_errors(tmp_path, content, message):
+    data = tmp_path / "pairs.tsv"
+    data.write_text(content)
+    tok = SubwordBPE.train(["a b c"], 270)
+    model = zoo.build("transformer-encdec-tiny", vocab_size=270, d_model=32, n_heads=2, d_ff=64)
+    with pytest.raises(DataError, match=message):
+        train(model, data, tmp_path / "run", config=CONFIG, tokenizer=tok, log=None)

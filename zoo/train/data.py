@@ -16,7 +16,12 @@ from torch import Tensor
 
 from ..errors import ZooError
 
-__all__ = ["DataError", "TokenData", "text_files"]
+__all__ = ["Batch", "DataError", "PairData", "TokenData", "text_files"]
+
+#: A batch: keyword inputs for the model's ``forward`` and the targets, ``(B, T)``; target
+#: positions to ignore (padding) hold ``IGNORE``.
+Batch = tuple[dict[str, Tensor], Tensor]
+IGNORE = -100
 
 
 class DataError(ZooError, ValueError):
@@ -64,6 +69,7 @@ class TokenData:
     path: Path
     tokens: np.ndarray
     split: int
+    context: int = 0
 
     @classmethod
     def build(
@@ -89,20 +95,91 @@ class TokenData:
         split = int(len(tokens) * (1 - val_fraction))
         return cls(path, tokens, split)
 
-    def check_window(self, context: int, where: str) -> None:
+    def windows(self, context: int, where: str) -> TokenData:
+        """This data drawn in windows of ``context + 1`` tokens (checked to fit)."""
         for name, size in (("training", self.split), ("held-out", len(self.tokens) - self.split)):
             if size < context + 1:
                 raise DataError(
                     f"{where}: the {name} part has {size} tokens, fewer than one window of "
                     f"{context + 1} (context + 1); give more text or a smaller context_length"
                 )
+        return dataclasses.replace(self, context=context)
 
-    def batch(
-        self, part: str, batch_size: int, context: int, generator: torch.Generator
-    ) -> tuple[Tensor, Tensor]:
-        """``batch_size`` random windows: inputs and next-token targets, ``(B, context)``."""
+    def batch(self, part: str, batch_size: int, generator: torch.Generator) -> Batch:
+        """``batch_size`` random windows: input ids and next-token targets, ``(B, context)``."""
+        context = self.context
         low, high = (0, self.split) if part == "train" else (self.split, len(self.tokens))
         starts = torch.randint(low, high - context, (batch_size,), generator=generator)
         rows = np.stack([self.tokens[s : s + context + 1] for s in starts.tolist()])
         window = torch.from_numpy(rows.astype(np.int64))  # (B, context + 1)
-        return window[:, :-1], window[:, 1:]
+        return {"input_ids": window[:, :-1]}, window[:, 1:]
+
+
+@dataclasses.dataclass(frozen=True)
+class PairData:
+    """Source/target pairs from a tab-separated file (``source<TAB>target`` per line), for
+    encoder-decoders trained with teacher forcing.
+
+    Attributes:
+        pairs: token ids of each source and target (the target without start/end tokens).
+        split: index of the first held-out pair.
+        bos, eos, pad: the tokenizer's start, end and padding ids.
+    """
+
+    pairs: list[tuple[list[int], list[int]]]
+    split: int
+    bos: int
+    eos: int
+    pad: int
+
+    @classmethod
+    def read(cls, path: Path, tokenizer: Any, context: int, val_fraction: float) -> PairData:
+        if path.is_dir():
+            raise DataError(f"{path} is a folder; an encoder-decoder trains on one .tsv file")
+        ids = (tokenizer.bos_id, tokenizer.eos_id, tokenizer.pad_id)
+        if None in ids:
+            raise DataError(f"tokenizer {tokenizer.name!r} needs bos, eos and pad ids here")
+        text = _read_text(path)
+        pairs = []
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            source, tab, target = line.partition("\t")
+            if not tab:
+                raise DataError(f"{path}, line {number}: no tab; each line is source<TAB>target")
+            pair = (tokenizer.encode(source), tokenizer.encode(target))
+            if len(pair[0]) > context or len(pair[1]) + 1 > context:
+                raise DataError(
+                    f"{path}, line {number}: longer than the context ({context} tokens)"
+                )
+            pairs.append(pair)
+        split = int(len(pairs) * (1 - val_fraction))
+        if split < 1 or split == len(pairs):
+            raise DataError(f"{path}: {len(pairs)} pairs are too few to hold some out")
+        return cls(pairs, split, *ids)
+
+    def batch(self, part: str, batch_size: int, generator: torch.Generator) -> Batch:
+        """Random pairs, right-padded: the source, the target shifted right behind ``bos``
+        (teacher forcing), their padding masks, and the target followed by ``eos``."""
+        low, high = (0, self.split) if part == "train" else (self.split, len(self.pairs))
+        chosen = [
+            self.pairs[i] for i in torch.randint(low, high, (batch_size,), generator=generator)
+        ]
+        sources = [s for s, _ in chosen]
+        inputs = [[self.bos, *t] for _, t in chosen]
+        targets = [[*t, self.eos] for _, t in chosen]
+        src, src_mask = _pad(sources, self.pad)
+        tgt, tgt_mask = _pad(inputs, self.pad)
+        out, _ = _pad(targets, IGNORE)
+        return {"src_ids": src, "tgt_ids": tgt, "src_mask": src_mask, "tgt_mask": tgt_mask}, out
+
+
+def _pad(rows: list[list[int]], value: int) -> tuple[Tensor, Tensor]:
+    """Right-pad rows to one length: ids ``(B, L)`` and the mask of real tokens."""
+    length = max(len(r) for r in rows)
+    ids = torch.full((len(rows), length), value, dtype=torch.long)
+    keep = torch.zeros(len(rows), length, dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+        keep[i, : len(row)] = 1
+    return ids, keep

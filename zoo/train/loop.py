@@ -30,7 +30,7 @@ from ..checkpoint.commit import atomic_directory
 from ..nn.base import ZooModel
 from ..tokenizers.base import check_fits
 from .config import TrainConfig
-from .data import DataError, TokenData, text_files
+from .data import IGNORE, DataError, PairData, TokenData, text_files
 from .report import Progress, plot_losses, write_metrics
 
 __all__ = ["TrainResult", "train"]
@@ -254,12 +254,14 @@ def train(
     strategy: str = "ddp",
     log: Callable[[str], None] | None = print,
 ) -> TrainResult:
-    """Train a decoder LM on text: random windows of ``context_length + 1`` tokens.
+    """Train a zoo model: a decoder LM on text (random windows of ``context_length + 1``
+    tokens), or an encoder-decoder on source/target pairs (teacher forcing).
 
     Args:
         model: a zoo decoder model, built (random init) or loaded (fine-tuning).
-        data: a text file, or a folder of ``.txt`` files; tokenized once with the model's
-            tokenizer into ``<out>/data/`` (reused while text and tokenizer are the same).
+        data: for a decoder, a text file or a folder of ``.txt`` files, tokenized once with
+            the model's tokenizer into ``<out>/data/`` (reused while text and tokenizer are the
+            same); for an encoder-decoder, a ``source<TAB>target`` file.
         out: the run's folder: ``model/`` (the final zoo checkpoint), ``checkpoint/`` (to
             resume: running again on the same folder continues the run), ``metrics.jsonl``.
         config: the hyper-parameters.
@@ -288,13 +290,7 @@ def train(
         raise DataError("training on text needs a tokenizer: pass tokenizer=...")
     check_fits(tok, model.config.vocab_size)  # type: ignore[attr-defined]
     context: int = model.config.context_length  # type: ignore[attr-defined]
-    if world.main:
-        tokens = TokenData.build(text_files(data), tok, out / "data", config.val_fraction)
-    if world.size > 1:
-        dist.barrier()
-    if not world.main:
-        tokens = TokenData.build(text_files(data), tok, out / "data", config.val_fraction)
-    tokens.check_window(context, str(data))
+    source = _data(model, data, tok, out, context, config, world)
 
     if strategy not in ("ddp", "fsdp"):
         raise ValueError(f"strategy must be 'ddp' or 'fsdp', got {strategy!r}")
@@ -319,7 +315,8 @@ def train(
     began = time.monotonic()
     step = start
     progress = Progress(total=config.steps, initial=start, enabled=world.main and log is not None)
-    say = progress.write if progress.bar is not None else say
+    if progress.bar is not None and log is print:  # lines above the bar, not through it
+        say = progress.write
     tokens_per_step = config.batch_size * context
     with _stop_requests() as stop_asked:
         while step < config.steps:
@@ -327,11 +324,12 @@ def train(
                 group["lr"] = config.lr_at(step)
             total = 0.0
             for k in range(config.grad_accum):
-                x, y = tokens.batch("train", micro, context, generator)  # the global micro-batch
+                inputs, targets = source.batch("train", micro, generator)  # global micro-batch
                 last_micro = k + 1 == config.grad_accum
                 no_sync = getattr(wrapped, "no_sync", contextlib.nullcontext)  # DDP only
                 with contextlib.nullcontext() if last_micro else no_sync():
-                    loss = _loss(wrapped, x[mine], y[mine], world.device)
+                    mine_in = {k: v[mine] for k, v in inputs.items()}
+                    loss = _loss(wrapped, mine_in, targets[mine], world.device)
                     (loss / config.grad_accum).backward()
                 total += float(loss.detach()) / config.grad_accum
             if config.clip:
@@ -351,7 +349,7 @@ def train(
             record["lr"] = config.lr_at(step - 1)
             last = step == config.steps
             if (config.eval_every and step % config.eval_every == 0) or last:
-                val_loss = _evaluate(model, tokens, context, config, world)
+                val_loss = _evaluate(model, source, config, world)
                 record["val_loss"] = val_loss
                 say(f"step {step}: loss {loss_value:.4f}, val {val_loss:.4f}")
             history.append(record)
@@ -391,14 +389,40 @@ def _shard(model: ZooModel, world: _World) -> None:
     fully_shard(model, mesh=mesh)
 
 
-def _loss(model: nn.Module, x: Tensor, y: Tensor, device: torch.device) -> Tensor:
-    """Mean next-token cross-entropy of ``model`` on inputs ``x`` and targets ``y``."""
-    logits = model(x.to(device))  # (B, T, vocab)
-    return nn.functional.cross_entropy(logits.flatten(0, 1).float(), y.to(device).flatten())
+def _data(
+    model: ZooModel,
+    data: str | os.PathLike[str],
+    tok: Any,
+    out: Path,
+    context: int,
+    config: TrainConfig,
+    world: _World,
+) -> TokenData | PairData:
+    """Text for a decoder (a token file, made by rank 0 first), pairs for an
+    encoder-decoder."""
+    if model.is_encoder_decoder:
+        return PairData.read(Path(data), tok, context, config.val_fraction)
+    if world.main:
+        tokens = TokenData.build(text_files(data), tok, out / "data", config.val_fraction)
+    if world.size > 1:
+        dist.barrier()
+    if not world.main:
+        tokens = TokenData.build(text_files(data), tok, out / "data", config.val_fraction)
+    return tokens.windows(context, str(data))
+
+
+def _loss(
+    model: nn.Module, inputs: dict[str, Tensor], targets: Tensor, device: torch.device
+) -> Tensor:
+    """Mean cross-entropy of ``model``'s logits against ``targets`` (padding ignored)."""
+    logits = model(**{k: v.to(device) for k, v in inputs.items()})  # (B, T, vocab)
+    return nn.functional.cross_entropy(
+        logits.flatten(0, 1).float(), targets.to(device).flatten(), ignore_index=IGNORE
+    )
 
 
 def _evaluate(
-    model: ZooModel, tokens: TokenData, context: int, config: TrainConfig, world: _World
+    model: ZooModel, source: TokenData | PairData, config: TrainConfig, world: _World
 ) -> float:
     """Mean loss on the same ``eval_batches`` held-out windows every time (its own seed)."""
     generator = torch.Generator().manual_seed(config.seed + 1)
@@ -406,7 +430,7 @@ def _evaluate(
     total = 0.0
     with torch.no_grad():
         for _ in range(config.eval_batches):
-            x, y = tokens.batch("val", config.batch_size // config.grad_accum, context, generator)
-            total += float(_loss(model, x, y, world.device))
+            inputs, targets = source.batch("val", config.batch_size // config.grad_accum, generator)
+            total += float(_loss(model, inputs, targets, world.device))
     model.train()
     return total / config.eval_batches  # every rank computes the same batches: no reduce
