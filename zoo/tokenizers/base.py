@@ -10,7 +10,8 @@ every tokenizer in the zoo behaves the same way. Nothing here imports torch unti
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -355,6 +356,21 @@ class Tokenizer(abc.ABC):
                 raise _text_error(text, f"item {i} of the batch:")
             _check_unicode(text, f"item {i} of the batch")
         return texts
+
+    def _encode_with_specials(
+        self, text: str, allowed: frozenset[str], encode_text: Callable[[str], list[int]]
+    ) -> list[int]:
+        """``text`` split at the special-token strings in ``allowed``: those become their ids,
+        the text between them is encoded with ``encode_text`` (specials in it stay text)."""
+        pattern = "(" + "|".join(re.escape(t) for t in sorted(allowed, key=len, reverse=True)) + ")"
+        specials = self.special_tokens
+        ids: list[int] = []
+        for i, part in enumerate(re.split(pattern, text)):
+            if i % 2:  # a separator: an allowed special token
+                ids.append(specials[part])
+            elif part:
+                ids.extend(encode_text(part))
+        return ids
 
     def _allowed(self, allowed_special: AllowedSpecial) -> frozenset[str]:
         """The special-token strings that become ids, from an ``allowed_special`` argument."""

@@ -6,7 +6,6 @@ character-level data, such as the shipped ``shakespeare-byte``.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from .base import Tokenizer
@@ -61,11 +60,7 @@ class ByteTokenizer(Tokenizer):
     def _encode(self, text: str, allowed: frozenset[str]) -> list[int]:
         if not allowed:
             return list(text.encode("utf-8"))
-        pattern = "(" + "|".join(re.escape(t) for t in sorted(allowed, key=len, reverse=True)) + ")"
-        ids: list[int] = []
-        for i, part in enumerate(re.split(pattern, text)):
-            ids.extend([self._specials[part]] if i % 2 else part.encode("utf-8"))
-        return ids
+        return self._encode_with_specials(text, allowed, lambda part: list(part.encode("utf-8")))
 
     def _encode_batch(self, texts: list[str], allowed: frozenset[str]) -> list[list[int]]:
         return [self._encode(text, allowed) for text in texts]

@@ -127,34 +127,23 @@ class HFTokenizer(Tokenizer):
         return self._encode_batch([text], allowed)[0]
 
     def _encode_batch(self, texts: list[str], allowed: frozenset[str]) -> list[list[int]]:
+        if allowed and allowed != frozenset(self._specials):  # only some: split at them
+            as_text = functools.partial(self._encode_pieces, self._as_text)
+            return [self._encode_with_specials(text, allowed, as_text) for text in texts]
+        library = self.tokenizer if allowed else self._as_text
+        return [self._encode_pieces(library, text) for text in texts]
+
+    @staticmethod
+    def _encode_pieces(library: tokenizers.Tokenizer, text: str) -> list[int]:
         """Long texts are cut into pieces of about :data:`CHUNK_CHARS` at boundaries no token
         crosses and encoded a few pieces at a time: the library builds a full ``Encoding``
         (offsets, strings) per token, about 600 bytes each, so one 50 MB text took 6.5 GB."""
-        if allowed and allowed != frozenset(self._specials):
-            return [self._encode_some_special(text, allowed) for text in texts]
-        library = self.tokenizer if allowed else self._as_text
-        out: list[list[int]] = []
-        for text in texts:
-            pieces = list(_pieces(text, CHUNK_CHARS))
-            ids: list[int] = []
-            for start in range(0, len(pieces), CHUNKS_AT_ONCE):
-                batch = pieces[start : start + CHUNKS_AT_ONCE]
-                for encoding in _library(
-                    library.encode_batch_fast, batch, add_special_tokens=False
-                ):
-                    ids.extend(encoding.ids)
-            out.append(ids)
-        return out
-
-    def _encode_some_special(self, text: str, allowed: frozenset[str]) -> list[int]:
-        """Only the special tokens in ``allowed`` become ids: split the text at them."""
-        pattern = "(" + "|".join(re.escape(t) for t in sorted(allowed, key=len, reverse=True)) + ")"
+        pieces = list(_pieces(text, CHUNK_CHARS))
         ids: list[int] = []
-        for i, part in enumerate(re.split(pattern, text)):
-            if i % 2:  # a separator: an allowed special token
-                ids.append(self._specials[part])
-            elif part:
-                ids.extend(self._encode_batch([part], frozenset())[0])
+        for start in range(0, len(pieces), CHUNKS_AT_ONCE):
+            batch = pieces[start : start + CHUNKS_AT_ONCE]
+            for encoding in _library(library.encode_batch_fast, batch, add_special_tokens=False):
+                ids.extend(encoding.ids)
         return ids
 
     def _decode(self, ids: list[int], skip_special_tokens: bool) -> str:
