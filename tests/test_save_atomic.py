@@ -149,3 +149,12 @@ def test_two_concurrent_writers_take_turns(tmp_path: Path) -> None:
             assert process.wait(timeout=120) == 0
         which(target, models)
         assert len(hidden(target)) == 1
+
+
+def test_a_link_left_by_a_killed_switch_is_cleaned(tmp_path: Path) -> None:
+    """kill -9 between making a link and renaming it into place leaves a `.zoo-link-*`; the
+    next load removes it (found by the random kill test above)."""
+    zoo.save(build(1), tmp_path)
+    (tmp_path / ".zoo-link-0123").symlink_to(".zoo-current/config.json")
+    which(tmp_path, {1: build(1)})
+    assert hidden(tmp_path) == [p.name for p in tmp_path.glob(".zoo-v*")]

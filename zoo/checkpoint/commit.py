@@ -39,6 +39,7 @@ CURRENT = ".zoo-current"
 _VERSION = ".zoo-v"
 _LOCK = ".zoo-lock"
 _LEGACY_STAGING = ".zoo-save-"  # staging folders of zoo versions before this one
+_LINK_STAGING = ".zoo-link-"  # a link being made, before its atomic rename
 
 
 def _lock(target: Path, *, blocking: bool = True) -> contextlib.AbstractContextManager[object]:
@@ -60,23 +61,27 @@ def clean_stale(target: Path) -> None:
         return
     with contextlib.suppress(TimeoutError, OSError), _lock(target, blocking=False):
         for entry in _stale(target):
-            shutil.rmtree(entry, ignore_errors=True)
+            if entry.is_symlink() or not entry.is_dir():
+                entry.unlink(missing_ok=True)
+            else:
+                shutil.rmtree(entry, ignore_errors=True)
 
 
 def _stale(target: Path) -> list[Path]:
-    """Version folders other than the current one, and staging folders of older zoo saves."""
+    """Version folders other than the current one, links a killed writer had not renamed
+    into place yet, and staging folders of older zoo saves."""
     current = _current(target)
     return [
         entry
         for entry in target.iterdir()
         if (entry.name.startswith(_VERSION) and entry != current)
-        or entry.name.startswith(_LEGACY_STAGING)
+        or entry.name.startswith((_LEGACY_STAGING, _LINK_STAGING))
     ]
 
 
 def _link(target: Path, name: str, points_to: str) -> None:
     """Make ``target/name`` a link to ``points_to``, atomically replacing what was there."""
-    temporary = target / f".zoo-link-{uuid.uuid4().hex}"
+    temporary = target / f"{_LINK_STAGING}{uuid.uuid4().hex}"
     os.symlink(points_to, temporary)
     os.replace(temporary, target / name)
 
