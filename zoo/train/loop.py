@@ -258,7 +258,7 @@ def train(
     tokens), or an encoder-decoder on source/target pairs (teacher forcing).
 
     Args:
-        model: a zoo decoder model, built (random init) or loaded (fine-tuning).
+        model: a zoo model, built (random init) or loaded (fine-tuning).
         data: for a decoder, a text file or a folder of ``.txt`` files, tokenized once with
             the model's tokenizer into ``<out>/data/`` (reused while text and tokenizer are the
             same); for an encoder-decoder, a ``source<TAB>target`` file.
@@ -276,6 +276,8 @@ def train(
     """
     from ..api import tokenizer as named_tokenizer
 
+    if strategy not in ("ddp", "fsdp"):
+        raise ValueError(f"strategy must be 'ddp' or 'fsdp', got {strategy!r}")
     config = config or TrainConfig()
     out = Path(out)
     world = _world(device)
@@ -292,8 +294,6 @@ def train(
     context: int = model.config.context_length  # type: ignore[attr-defined]
     source = _data(model, data, tok, out, context, config, world)
 
-    if strategy not in ("ddp", "fsdp"):
-        raise ValueError(f"strategy must be 'ddp' or 'fsdp', got {strategy!r}")
     model = model.to(world.device).train()
     wrapped: nn.Module = model
     if world.size > 1 and strategy == "fsdp":
