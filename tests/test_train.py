@@ -268,3 +268,67 @@ def test_bad_pairs_are_clear_errors(tmp_path, content, message):
     model = zoo.build("transformer-encdec-tiny", vocab_size=270, d_model=32, n_heads=2, d_ff=64)
     with pytest.raises(DataError, match=message):
         train(model, data, tmp_path / "run", config=CONFIG, tokenizer=tok, log=None)
+
+
+# -- sequence classification: GPT-1's fine-tuning ------------------------------------------------
+def _accuracy(model, tokenizer, rows) -> float:
+
+    hits = 0
+    with torch.no_grad():
+        for text, label in rows:
+            ids = torch.tensor([tokenizer.encode(text)])
+            hits += model.config.labels[int(model(ids).argmax())] == label
+    return hits / len(rows)
+
+
+def test_classification_fine_tuning_raises_accuracy(corpus, tokenizer, tmp_path):
+    from zoo.train import classifier, labels_in
+
+    rng = random.Random(1)
+    rows = []
+    for i in range(400):
+        label = "pos" if i % 2 else "neg"
+        cue = rng.choice(
+            ["green wood", "quick fox"] if label == "pos" else ["lazy dog", "runs far"]
+        )
+        words = [rng.choice(WORDS.split()[:6]) for _ in range(4)]
+        words.insert(rng.randint(0, 4), cue)
+        rows.append((" ".join(words), label))
+    data = tmp_path / "labelled.tsv"
+    data.write_text("\n".join(f"{t}\t{y}" for t, y in rows))
+    assert labels_in(data) == ["neg", "pos"]
+    model = classifier(tiny(), labels_in(data))
+    held_out = rows[-40:]
+    before = _accuracy(model, tokenizer, held_out)
+    config = TrainConfig(steps=120, batch_size=16, lr=3e-3, min_lr=3e-4, warmup=10, eval_every=0)
+    result = train(model, data, tmp_path / "run", config=config, tokenizer=tokenizer, log=None)
+    after = _accuracy(result.model, tokenizer, held_out)
+    assert after >= 0.9 and after > before + 0.2, (before, after)
+    loaded = zoo.load(result.checkpoint)  # the head is saved with the checkpoint
+    assert type(loaded).__name__ == "SequenceClassifier" and loaded.config.labels == ["neg", "pos"]
+    assert _accuracy(loaded, tokenizer, held_out) == after
+
+
+def test_a_label_outside_the_set_names_the_line(tokenizer, tmp_path):
+    from zoo.train import classifier
+
+    data = tmp_path / "labelled.tsv"
+    data.write_text("a quick fox\tpos\na lazy dog\tmaybe\n" * 5)
+    model = classifier(tiny(), ["neg", "pos"])
+    with pytest.raises(DataError, match=r"line 2: label 'maybe' is not one of the model's labels"):
+        train(model, data, tmp_path / "run", config=CONFIG, tokenizer=tokenizer, log=None)
+
+
+def test_zoo_train_classify_from_the_command_line(tmp_path):
+    from zoo.cli import main
+
+    data = tmp_path / "labelled.tsv"
+    data.write_text("".join(f"a quick fox {i}\tpos\na lazy dog {i}\tneg\n" for i in range(20)))
+    argv = [
+        "train", "gpt2-124m", "--task", "classify", "--data", str(data),
+        "--out", str(tmp_path / "run"), "--steps", "3", "--batch-size", "4", "--warmup", "1",
+        *[f"--set={k}={v}" for k, v in TINY.items()],
+    ]  # fmt: skip
+    assert main(argv) == 0
+    model = zoo.load(tmp_path / "run" / "model")
+    assert type(model).__name__ == "SequenceClassifier" and model.config.labels == ["neg", "pos"]

@@ -268,7 +268,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     import torch
 
     from . import checkpoint
-    from .train import TrainConfig, train
+    from .train import TrainConfig, classifier, labels_in, train
 
     overrides = dict(_override(item) for item in args.set or ())
     if args.init == "random":
@@ -278,6 +278,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         if overrides:
             raise ValueError("--set changes the config of a new model; it needs --init random")
         model = checkpoint.load(args.model)
+    if args.task == "classify":  # a linear head over the labels the data uses
+        model = classifier(model, labels_in(args.data))
     config = TrainConfig(
         steps=args.steps,
         batch_size=args.batch_size,
@@ -356,7 +358,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="a named model (new, random weights with --init random) or weights to fine-tune: "
         "a checkpoint directory, hf:org/name, or a named model with weights",
     )
-    p.add_argument("--data", required=True, help="a text file or a folder of .txt files")
+    p.add_argument(
+        "--data",
+        required=True,
+        help="text (a file or a folder of .txt files); for an encoder-decoder a "
+        "source<TAB>target file; with --task classify a text<TAB>label file",
+    )
+    p.add_argument(
+        "--task",
+        choices=("lm", "classify"),
+        default="lm",
+        help="lm (default): the model's own task; classify: fine-tune it as a sequence "
+        "classifier (a linear head on the last token, saved with the checkpoint)",
+    )
     p.add_argument("--out", required=True, help="the run's folder (running again resumes)")
     p.add_argument(
         "--init",

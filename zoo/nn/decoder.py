@@ -125,6 +125,26 @@ class DecoderLM(ZooModel):
             cache: keys/values of earlier positions; the new ones are appended to it.
             last_only: compute logits for the last position only, ``(B, 1, vocab)``.
         """
+        return self.head(self.states(ids, keep, position_ids, cache=cache, last_only=last_only))
+
+    def hidden(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+        """The final hidden states ``(B, T, d_model)`` (what the LM head reads), for heads of
+        other tasks (sequence classification)."""
+        c = self.config
+        ids = check_token_ids(input_ids, vocab_size=c.vocab_size, context_length=c.context_length)
+        keep = check_padding_mask(attention_mask, ids.shape)
+        return self.states(ids, keep, positions_from_mask(ids, keep))
+
+    def states(
+        self,
+        ids: Tensor,
+        keep: Tensor | None,
+        position_ids: Tensor,
+        *,
+        cache: KVCache | None = None,
+        last_only: bool = False,
+    ) -> Tensor:
+        """:meth:`logits` without the head: final hidden states ``(B, T, d_model)``."""
         start = cache.length if cache is not None else 0
         mask, causal = causal_self_mask(keep, q_len=ids.shape[1], start=start)
         x = self.embed(ids, position_ids)  # (B, T, d_model)
@@ -137,7 +157,7 @@ class DecoderLM(ZooModel):
             x = x[:, -1:]  # (B, 1, d_model)
         if self.final_norm is not None:
             x = self.final_norm(x)
-        return self.head(x)  # (B, T, vocab_size)
+        return x  # (B, T, d_model)
 
     def start_decoding(
         self,

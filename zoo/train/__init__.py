@@ -10,8 +10,25 @@
 This package imports torch; ``import zoo`` does not import it.
 """
 
+from ..nn.base import ZooModel
+from ..nn.classifier import SequenceClassifier
 from .config import TrainConfig
-from .data import DataError, TokenData
+from .data import DataError, TokenData, labels_in
 from .loop import TrainResult, train
 
-__all__ = ["DataError", "TokenData", "TrainConfig", "TrainResult", "train"]
+__all__ = [
+    "DataError",
+    "TokenData",
+    "TrainConfig",
+    "TrainResult",
+    "classifier",
+    "labels_in",
+    "train",
+]
+
+
+def classifier(model: ZooModel, labels: list[str]) -> SequenceClassifier:
+    """``model`` (a decoder, pretrained or not) under a new linear head over ``labels``, read
+    from its last real token, as GPT-1 is fine-tuned; :func:`train` on a ``text<TAB>label``
+    file trains it, and the head is saved with the checkpoint."""
+    return SequenceClassifier.around(model, labels)

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from ..errors import ZooError
 
-__all__ = ["Batch", "DataError", "PairData", "TokenData", "text_files"]
+__all__ = ["Batch", "DataError", "LabelData", "PairData", "TokenData", "labels_in", "text_files"]
 
 #: A batch: keyword inputs for the model's ``forward`` and the targets, ``(B, T)``; target
 #: positions to ignore (padding) hold ``IGNORE``.
@@ -172,6 +172,71 @@ class PairData:
         tgt, tgt_mask = _pad(inputs, self.pad)
         out, _ = _pad(targets, IGNORE)
         return {"src_ids": src, "tgt_ids": tgt, "src_mask": src_mask, "tgt_mask": tgt_mask}, out
+
+
+def _lines(path: Path) -> list[tuple[int, str, str]]:
+    """``(line number, text, label)`` of each non-empty ``text<TAB>label`` line."""
+    if path.is_dir():
+        raise DataError(f"{path} is a folder; give one text<TAB>label file")
+    rows = []
+    for number, line in enumerate(_read_text(path).splitlines(), 1):
+        if not line.strip():
+            continue
+        text, tab, label = line.rpartition("\t")
+        if not tab:
+            raise DataError(f"{path}, line {number}: no tab; each line is text<TAB>label")
+        rows.append((number, text, label.strip()))
+    return rows
+
+
+def labels_in(path: str | os.PathLike[str]) -> list[str]:
+    """The label names of a ``text<TAB>label`` file, sorted."""
+    return sorted({label for _, _, label in _lines(Path(path))})
+
+
+@dataclasses.dataclass(frozen=True)
+class LabelData:
+    """Labelled texts from a ``text<TAB>label`` file, for sequence classification.
+
+    Attributes:
+        examples: token ids of each text (cut to the context) and its label's index.
+        split: index of the first held-out example.
+        pad: the id padding shorter texts (masked out).
+    """
+
+    examples: list[tuple[list[int], int]]
+    split: int
+    pad: int
+
+    @classmethod
+    def read(
+        cls, path: Path, tokenizer: Any, context: int, val_fraction: float, labels: list[str]
+    ) -> LabelData:
+        index = {label: i for i, label in enumerate(labels)}
+        examples = []
+        for number, text, label in _lines(path):
+            if label not in index:
+                raise DataError(
+                    f"{path}, line {number}: label {label!r} is not one of the model's "
+                    f"labels ({', '.join(labels)})"
+                )
+            ids = tokenizer.encode(text)[:context]
+            if not ids:
+                raise DataError(f"{path}, line {number}: the text is empty")
+            examples.append((ids, index[label]))
+        split = int(len(examples) * (1 - val_fraction))
+        if split < 1 or split == len(examples):
+            raise DataError(f"{path}: {len(examples)} examples are too few to hold some out")
+        pad = next((i for i in (tokenizer.pad_id, tokenizer.eos_id) if i is not None), 0)
+        return cls(examples, split, pad)
+
+    def batch(self, part: str, batch_size: int, generator: torch.Generator) -> Batch:
+        """Random examples, right-padded with their mask, and their label indices ``(B,)``."""
+        low, high = (0, self.split) if part == "train" else (self.split, len(self.examples))
+        picks = torch.randint(low, high, (batch_size,), generator=generator).tolist()
+        ids, keep = _pad([self.examples[i][0] for i in picks], self.pad)
+        labels = torch.tensor([self.examples[i][1] for i in picks])
+        return {"input_ids": ids, "attention_mask": keep}, labels
 
 
 def _pad(rows: list[list[int]], value: int) -> tuple[Tensor, Tensor]:

@@ -28,9 +28,10 @@ from torch import Tensor, nn
 from ..checkpoint import load, save
 from ..checkpoint.commit import atomic_directory
 from ..nn.base import ZooModel
+from ..nn.classifier import SequenceClassifier
 from ..tokenizers.base import check_fits
 from .config import TrainConfig
-from .data import IGNORE, DataError, PairData, TokenData, text_files
+from .data import IGNORE, DataError, LabelData, PairData, TokenData, text_files
 from .report import Progress, plot_losses, write_metrics
 
 __all__ = ["TrainResult", "train"]
@@ -397,9 +398,12 @@ def _data(
     context: int,
     config: TrainConfig,
     world: _World,
-) -> TokenData | PairData:
+) -> TokenData | PairData | LabelData:
     """Text for a decoder (a token file, made by rank 0 first), pairs for an
     encoder-decoder."""
+    if isinstance(model, SequenceClassifier):
+        labels = list(model.config.labels)
+        return LabelData.read(Path(data), tok, context, config.val_fraction, labels)
     if model.is_encoder_decoder:
         return PairData.read(Path(data), tok, context, config.val_fraction)
     if world.main:
@@ -415,14 +419,16 @@ def _loss(
     model: nn.Module, inputs: dict[str, Tensor], targets: Tensor, device: torch.device
 ) -> Tensor:
     """Mean cross-entropy of ``model``'s logits against ``targets`` (padding ignored)."""
-    logits = model(**{k: v.to(device) for k, v in inputs.items()})  # (B, T, vocab)
+    logits = model(**{k: v.to(device) for k, v in inputs.items()})  # (B, T, V) or (B, V)
     return nn.functional.cross_entropy(
-        logits.flatten(0, 1).float(), targets.to(device).flatten(), ignore_index=IGNORE
+        logits.reshape(-1, logits.shape[-1]).float(),
+        targets.to(device).reshape(-1),
+        ignore_index=IGNORE,
     )
 
 
 def _evaluate(
-    model: ZooModel, source: TokenData | PairData, config: TrainConfig, world: _World
+    model: ZooModel, source: TokenData | PairData | LabelData, config: TrainConfig, world: _World
 ) -> float:
     """Mean loss on the same ``eval_batches`` held-out windows every time (its own seed)."""
     generator = torch.Generator().manual_seed(config.seed + 1)

@@ -1,0 +1,110 @@
+"""Sequence classification on top of a decoder, as GPT-1 is fine-tuned: a linear head reads
+the final hidden state of the last real (non-padding) token."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from ..config import ModelConfig
+from ..errors import PluginContractError
+from .base import ZooModel, check_padding_mask
+
+__all__ = ["ClassifierConfig", "SequenceClassifier"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ClassifierConfig(ModelConfig):
+    """A classifier: a body (any registered architecture whose model offers ``hidden()``,
+    such as the decoders of ``zoo.nn.DecoderLM``) and the label names.
+
+    Args:
+        body: the body's architecture name (``"gpt1"``, ``"gpt2"``...).
+        body_config: the body's config fields.
+        labels: the class names; the head has one output per label, in this order.
+    """
+
+    architecture: ClassVar[str] = "sequence-classifier"
+
+    body: str
+    body_config: dict
+    labels: list
+
+    def validate(self) -> None:
+        self._require(len(self.labels) >= 2, "labels", "needs at least two classes")
+        self._require(all(isinstance(x, str) and x for x in self.labels), "labels", "must be names")
+        self._require(len(set(self.labels)) == len(self.labels), "labels", "must be distinct")
+        self.body_model_config  # noqa: B018 - validates the body config now
+
+    @functools.cached_property
+    def body_model_config(self) -> Any:
+        """The body's own validated config."""
+        from ..registry import get_registry
+
+        return get_registry().architecture(self.body).config_class.from_dict(self.body_config)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.body_model_config.vocab_size)
+
+    @property
+    def context_length(self) -> int:
+        return int(self.body_model_config.context_length)
+
+
+class SequenceClassifier(ZooModel):
+    """``forward(input_ids, attention_mask=None)`` -> class logits ``(B, n_labels)``."""
+
+    config: ClassifierConfig
+
+    def __init__(self, config: ClassifierConfig) -> None:
+        from ..registry import get_registry
+
+        super().__init__(config)
+        body_class = get_registry().architecture(config.body).model_class
+        self.body = body_class(config.body_model_config)
+        if not callable(getattr(self.body, "hidden", None)):
+            raise PluginContractError(
+                f"architecture {config.body!r} offers no hidden(input_ids, attention_mask) "
+                "method, so no classification head can read it (zoo.nn.DecoderLM offers one)"
+            )
+        width = config.body_model_config.d_model
+        self.head = nn.Linear(width, len(config.labels))
+
+    @classmethod
+    def around(cls, body: ZooModel, labels: list[str]) -> SequenceClassifier:
+        """A classifier whose body is ``body`` (its weights copied; a new head)."""
+        config = ClassifierConfig(
+            body=type(body.config).architecture, body_config=body.config.to_dict(), labels=labels
+        )
+        device = next(body.parameters()).device
+        with torch.device(device):
+            model = cls(config)
+        model.body.load_state_dict(body.state_dict())
+        model.tokenizer = body.tokenizer
+        if model.tokenizer is None and body.name:  # the body's named model's tokenizer
+            from ..api import tokenizer as named_tokenizer
+            from ..errors import ZooError
+
+            with contextlib.suppress(ZooError):
+                model.tokenizer = named_tokenizer(body.name)
+        return model
+
+    def example_inputs(
+        self, batch_size: int = 2, seq_len: int = 8, *, generator: torch.Generator | None = None
+    ) -> dict[str, Tensor]:
+        return self.body.example_inputs(batch_size, seq_len, generator=generator)
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
+        states = self.body.hidden(input_ids, attention_mask)  # (B, T, d_model)
+        keep = check_padding_mask(attention_mask, tuple(input_ids.shape))
+        last = torch.full((input_ids.shape[0],), input_ids.shape[1] - 1, device=states.device)
+        if keep is not None:  # the last real token of each row, whatever side the padding
+            last = keep.shape[1] - 1 - keep.flip(1).int().argmax(dim=1)
+        rows = torch.arange(input_ids.shape[0], device=states.device)
+        return self.head(states[rows, last])  # (B, n_labels)
