@@ -178,3 +178,39 @@ def test_file_names_from_a_repo_must_be_plain(local_hub: LocalHub, tmp_path: Pat
     )
     with pytest.raises(zoo.UnsafeCheckpointError, match="not a plain file name"):
         zoo.load("hf:org/odd")
+
+
+def test_an_etag_cannot_place_a_tokenizer_file_outside_the_cache(
+    local_hub: LocalHub, tmp_path: Path
+):
+    """The GPT-1 vocabulary files were fetched with hf_hub_download, which names the blob after
+    the server's ETag: the same traversal wrote a file outside the cache."""
+    vocab = Path(__file__).parent / "data" / "gpt1"
+    local_hub.add_files(
+        "openai-community/openai-gpt",
+        {"vocab.json": vocab / "encoder_bpe_40000.json", "merges.txt": vocab / "vocab_40000.bpe"},
+    )
+    target = tmp_path / "site-packages" / "evil.pth"
+    target.parent.mkdir()
+    blobs = repo_cache(tmp_path, "openai-community/openai-gpt") / "blobs"
+    blobs.mkdir(parents=True)
+    local_hub.download_headers["vocab.json"] = {"ETag": f'"{os.path.relpath(target, blobs)}"'}
+    with pytest.raises(zoo.UnsafeCheckpointError, match="ETag"):
+        zoo.tokenizer("gpt1")
+    assert not target.exists() and list(target.parent.iterdir()) == []
+
+
+def test_no_zoo_code_downloads_through_huggingface_hub():
+    """Every zoo download goes through zoo/hub/transfer.py: huggingface_hub's download functions
+    name cache files after the server's ETag and X-Repo-Commit unchecked."""
+    import re
+
+    root = Path(zoo.__file__).parent
+    calls = re.compile(r"\b(hf_hub_download|snapshot_download|HfFileSystem)\s*\(")
+    found = [
+        f"{path.relative_to(root)}:{number}"
+        for path in root.rglob("*.py")
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if calls.search(line)
+    ]
+    assert found == []

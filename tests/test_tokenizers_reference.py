@@ -224,27 +224,29 @@ def test_gpt1_matches_transformers_on_any_text(gpt1, hf_gpt1, text):
 
 
 def test_gpt1_from_original_file_names_and_via_hub_cache(gpt1, monkeypatch):
-    """The Hub path: hf_hub_download is asked for vocab.json and merges.txt of the pinned repo
-    (stubbed here to the reference files: tests never use the network)."""
+    """The Hub path: zoo's own download is asked for vocab.json and merges.txt of the pinned
+    repo at the commit the Hub answered (stubbed here to the reference files: tests never use
+    the network)."""
     from zoo_plugins.gpt1 import tokenizer as gpt1_tokenizer
 
     direct = gpt1_tokenizer.from_files(GPT1_VOCAB, GPT1_MERGES)
     asked = []
+    commit = "a" * 40
 
-    def fake_download(*, repo_id, filename, revision, cache_dir, local_files_only):
-        asked.append((repo_id, filename, revision))
-        return str({"vocab.json": GPT1_VOCAB, "merges.txt": GPT1_MERGES}[filename])
+    def fake_download(repo_id, filename, commit, *, cache_dir):
+        asked.append((repo_id, filename, commit))
+        return {"vocab.json": GPT1_VOCAB, "merges.txt": GPT1_MERGES}[filename]
 
-    import huggingface_hub
-
+    import zoo.hub.transfer
     import zoo.tokenizers.hub
 
-    monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
-    monkeypatch.setattr(zoo.tokenizers.hub, "_unreachable", lambda *args: None)  # "online"
+    monkeypatch.setattr(zoo.hub.transfer, "download", fake_download)
+    monkeypatch.setattr(zoo.tokenizers.hub, "_hub_commit", lambda *args: (commit, None))
+    monkeypatch.setattr(zoo.tokenizers.hub, "_record_commit", lambda *args: None)
     from_hub = zoo.tokenizer("openai-gpt")
     assert asked == [
-        ("openai-community/openai-gpt", "vocab.json", "main"),
-        ("openai-community/openai-gpt", "merges.txt", "main"),
+        ("openai-community/openai-gpt", "vocab.json", commit),
+        ("openai-community/openai-gpt", "merges.txt", commit),
     ]
     text = CORPUS[1] + CORPUS[8]
     assert direct.encode(text) == from_hub.encode(text) == gpt1.encode(text)

@@ -15,9 +15,9 @@ One pull:
    every downloaded file afterwards: a mismatch deletes the file from the cache and raises
    :class:`~zoo.errors.ChecksumMismatchError`.
 
-Downloads, the cache layout, ``HF_ENDPOINT``, ``HF_HOME``/``HF_HUB_CACHE``, ``HF_HUB_OFFLINE``
-and ``HF_TOKEN`` are all ``huggingface_hub``'s own (``hf_hub_download``, with its progress bars
-and resumable, atomic writes).
+The cache layout, ``HF_ENDPOINT``, ``HF_HOME``/``HF_HUB_CACHE``, ``HF_HUB_OFFLINE`` and
+``HF_TOKEN`` are ``huggingface_hub``'s own; the download itself is zoo's
+(:mod:`zoo.hub.transfer`), so that no server answer chooses a path.
 """
 
 from __future__ import annotations

@@ -36,6 +36,7 @@ from ..errors import ChecksumMismatchError, HubUnavailableError, UnsafeCheckpoin
 
 __all__ = [
     "Limits",
+    "cached",
     "check_commit",
     "check_filename",
     "download",
@@ -115,12 +116,25 @@ def inside(path: Path, root: Path) -> bool:
     return True
 
 
-def repo_cache(repo_id: str) -> Path:
-    """``<HF_HUB_CACHE>/models--org--name``: the only folder a download of ``repo_id`` writes."""
+def repo_cache(repo_id: str, cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """``<cache_dir or HF_HUB_CACHE>/models--org--name``: the only folder a download of
+    ``repo_id`` writes."""
     from huggingface_hub import constants
     from huggingface_hub.file_download import repo_folder_name
 
-    return Path(constants.HF_HUB_CACHE) / repo_folder_name(repo_id=repo_id, repo_type="model")
+    root = Path(cache_dir) if cache_dir is not None else Path(constants.HF_HUB_CACHE)
+    return root / repo_folder_name(repo_id=repo_id, repo_type="model")
+
+
+def cached(
+    repo_id: str, filename: str, commit: str, cache_dir: str | os.PathLike[str] | None = None
+) -> Path | None:
+    """``<repo cache>/snapshots/<commit>/<filename>`` if it is cached (inside the repo's cache
+    folder), else ``None``; reads only."""
+    where = f"{repo_id}@{commit[:12]}: {filename}"
+    storage = repo_cache(repo_id, cache_dir)
+    pointer = storage / "snapshots" / check_commit(commit, where) / check_filename(filename, where)
+    return pointer if pointer.exists() and inside(pointer, storage) else None
 
 
 def _etag(headers: Any, where: str) -> str:
@@ -165,9 +179,16 @@ def _wait(response: Any, attempt: int, limits: Limits) -> float:
 
 
 def download(
-    repo_id: str, filename: str, commit: str, *, token: Any = None, limits: Limits | None = None
+    repo_id: str,
+    filename: str,
+    commit: str,
+    *,
+    token: Any = None,
+    limits: Limits | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
 ) -> Path:
-    """``<repo cache>/snapshots/<commit>/<filename>``, downloaded unless already cached.
+    """``<repo cache>/snapshots/<commit>/<filename>``, downloaded unless already cached;
+    ``cache_dir`` replaces ``HF_HUB_CACHE`` as the cache root.
 
     Raises:
         zoo.UnsafeCheckpointError: the server's answer would place a file outside the cache.
@@ -182,7 +203,7 @@ def download(
     where = f"{repo_id}@{commit[:12]}: {filename}"
     check_commit(commit, where)
     check_filename(filename, where)
-    storage = repo_cache(repo_id)
+    storage = repo_cache(repo_id, cache_dir)
     pointer = storage / "snapshots" / commit / filename
     if pointer.exists() and inside(pointer, storage):
         return pointer
