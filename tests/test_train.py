@@ -332,3 +332,23 @@ def test_zoo_train_classify_from_the_command_line(tmp_path):
     assert main(argv) == 0
     model = zoo.load(tmp_path / "run" / "model")
     assert type(model).__name__ == "SequenceClassifier" and model.config.labels == ["neg", "pos"]
+
+
+def test_bf16_autocast_trains_with_float32_weights(corpus, tokenizer, tmp_path):
+    config = TrainConfig(**{**CONFIG.__dict__, "bf16": True})
+    result = train(tiny(), corpus, tmp_path / "run", config=config, tokenizer=tokenizer, log=None)
+    assert result.losses[-1] < result.losses[0] - 1.0
+    assert {p.dtype for p in result.model.parameters()} == {torch.float32}
+    plain = train(tiny(), corpus, tmp_path / "fp32", config=CONFIG, tokenizer=tokenizer, log=None)
+    assert result.losses != plain.losses  # autocast really ran in bfloat16
+
+
+def test_a_third_party_model_trains_through_the_same_code(corpus, tmp_path):
+    """The README's plugin model (toy-gpt, no decoding code of its own) trains unchanged."""
+    torch.manual_seed(0)
+    model = zoo.build("toy-gpt-tiny", vocab_size=257, context_length=32)
+    result = train(
+        model, corpus, tmp_path / "run", config=CONFIG, tokenizer=zoo.tokenizer("byte"), log=None
+    )
+    assert result.losses[-1] < result.losses[0] - 1.0
+    assert type(zoo.load(result.checkpoint)).__name__ == "ToyGPT"

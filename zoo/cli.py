@@ -292,6 +292,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         seed=args.seed,
         time_budget=args.time_budget,
         loss_target=args.loss_target,
+        bf16=args.bf16,
     )
     result = train(
         model, args.data, args.out, config=config, device=args.device, strategy=args.strategy
@@ -391,6 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--time-budget", type=float, default=0.0, help="seconds (0: none)")
     p.add_argument("--loss-target", type=float, default=0.0, help="stop at this val loss")
     p.add_argument("--device", default=None, help="cpu (default) or cuda")
+    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast (weights stay fp32)")
     p.add_argument(
         "--strategy",
         choices=("ddp", "fsdp"),

@@ -31,6 +31,8 @@ class TrainConfig:
         val_fraction: the last part of the data held out for evaluation.
         time_budget: stop after this many seconds (0: no budget).
         loss_target: stop once the evaluated loss is at most this (0: no target).
+        bf16: run forward and loss under bfloat16 autocast (weights and optimizer state stay
+            float32); CUDA and recent CPUs support it.
     """
 
     steps: int = 1000
@@ -49,6 +51,7 @@ class TrainConfig:
     val_fraction: float = 0.1
     time_budget: float = 0.0
     loss_target: float = 0.0
+    bf16: bool = False
 
     def __post_init__(self) -> None:
         ints = (
@@ -92,6 +95,8 @@ class TrainConfig:
             raise ConfigError(
                 f"TrainConfig.val_fraction must be in (0, 1), got {self.val_fraction}"
             )
+        if not isinstance(self.bf16, bool):
+            raise ConfigError(f"TrainConfig.bf16 must be True or False, got {self.bf16!r}")
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
             raise ConfigError(f"TrainConfig.betas must be two numbers in [0, 1), got {self.betas}")
 

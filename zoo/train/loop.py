@@ -330,7 +330,8 @@ def train(
                 no_sync = getattr(wrapped, "no_sync", contextlib.nullcontext)  # DDP only
                 with contextlib.nullcontext() if last_micro else no_sync():
                     mine_in = {k: v[mine] for k, v in inputs.items()}
-                    loss = _loss(wrapped, mine_in, targets[mine], world.device)
+                    with torch.autocast(world.device.type, torch.bfloat16, enabled=config.bf16):
+                        loss = _loss(wrapped, mine_in, targets[mine], world.device)
                     (loss / config.grad_accum).backward()
                 total += float(loss.detach()) / config.grad_accum
             if config.clip:
