@@ -222,3 +222,13 @@ def test_a_bad_device_is_one_clear_line(capsys, device, message):
 def test_push_of_a_missing_directory_says_it_does_not_exist(capsys, tmp_path):
     code, _, err = run(capsys, "push", str(tmp_path / "missing-dir"), "org/x")
     assert code == 2 and "missing-dir does not exist" in err
+
+
+def test_plugins_names_the_preferred_source_and_what_it_beat(capsys, monkeypatch):
+    import zoo.registry
+
+    registry = zoo.registry.load_registry(plugins={"dup": _Shadow()}, prefer=["dup"])
+    monkeypatch.setattr(zoo.registry, "_default", registry)
+    code, out, _ = run(capsys, "plugins")
+    assert code == 0
+    assert "preferred: model gpt2-124m from plugin dup (ZOO_PREFER), over registry.toml\n" in out

@@ -125,7 +125,8 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     for kind, name in registry.unresolved():
         print(f"conflict: {registry.conflict_message(kind, name)}")
     for what, (chosen, sources) in registry.preferred.items():
-        print(f"preferred: {what} from {chosen} (ZOO_PREFER), over {' and '.join(sources)}")
+        others = " and ".join(s for s in sources if s != chosen)
+        print(f"preferred: {what} from {chosen} (ZOO_PREFER), over {others}")
     return 0
 
 
