@@ -433,6 +433,28 @@ def test_byte_tokenizer_round_trips_any_text(text):
     assert byte.decode(ids) == text
 
 
+@settings(max_examples=200, deadline=None)
+@given(data=st.binary(max_size=200))
+def test_byte_tokenizer_round_trips_any_bytes(data):
+    """Bytes that are not UTF-8 too: decode() would turn them into U+FFFD, decode_bytes()
+    gives them back exactly."""
+    byte = zoo.tokenizer("byte")
+    ids = byte.encode_bytes(data)
+    assert ids == list(data)
+    assert byte.decode_bytes(ids) == data
+    assert byte.decode_bytes(torch.tensor(ids, dtype=torch.long)) == data
+
+
+def test_byte_tokenizer_bytes_api_refuses_text_and_keeps_specials():
+    byte = zoo.tokenizer("byte")
+    with pytest.raises(TokenizerInputError, match="text goes to encode"):
+        byte.encode_bytes("text")
+    assert byte.decode_bytes([0xFF, 256, 0x80]) == b"\xff<|endoftext|>\x80"
+    assert byte.decode_bytes([0xFF, 256, 0x80], skip_special_tokens=True) == b"\xff\x80"
+    with pytest.raises(TokenizerError, match="outside the vocabulary"):
+        byte.decode_bytes([257])
+
+
 def test_byte_tokenizer_specials():
     byte = zoo.tokenizer("byte")
     assert byte.vocab_size == 257 and byte.eos_id == byte.bos_id == 256

@@ -1,15 +1,18 @@
 """A byte-level tokenizer: the 256 byte values, plus ``<|endoftext|>``. No data files.
 
-Any text round-trips exactly (its UTF-8 bytes are the ids); for small models trained on
-character-level data, such as the shipped ``shakespeare-byte``.
+Any text round-trips exactly (its UTF-8 bytes are the ids), and so do any bytes through
+:meth:`ByteTokenizer.encode_bytes` / :meth:`ByteTokenizer.decode_bytes`; for small models
+trained on character-level data, such as the shipped ``shakespeare-byte``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from .base import Tokenizer
-from .errors import TokenizerError
+from .errors import TokenizerError, TokenizerInputError
 
 __all__ = ["ENDOFTEXT", "ByteTokenizer"]
 
@@ -78,6 +81,36 @@ class ByteTokenizer(Tokenizer):
                 pieces.append(ENDOFTEXT)
         pieces.append(run.decode("utf-8", "replace"))
         return "".join(pieces)
+
+    def encode_bytes(self, data: bytes | bytearray | memoryview) -> list[int]:
+        """Ids of raw bytes, UTF-8 or not: each byte is its own id (no special tokens).
+
+        Raises:
+            TokenizerInputError: ``data`` is not bytes-like (text goes to :meth:`encode`).
+        """
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            hint = "; text goes to encode()" if isinstance(data, str) else ""
+            raise TokenizerInputError(f"encode_bytes takes bytes, got {type(data).__name__}{hint}")
+        return list(bytes(data))
+
+    def decode_bytes(self, ids: Sequence[int] | Any, *, skip_special_tokens: bool = False) -> bytes:
+        """The exact bytes of ``ids`` (a list, or a 1-D tensor), the inverse of
+        :meth:`encode_bytes` for any bytes. Unlike :meth:`decode`, bytes that are not valid
+        UTF-8 come back unchanged instead of as U+FFFD; ``<|endoftext|>`` becomes its UTF-8
+        text unless ``skip_special_tokens``.
+
+        Raises:
+            TokenizerInputError: ids that are not integers.
+            TokenizerError: an id outside ``0 .. 256``.
+        """
+        special = b"" if skip_special_tokens else ENDOFTEXT.encode("utf-8")
+        out = bytearray()
+        for i in self._check_ids(ids):
+            if i < 256:
+                out.append(i)
+            else:
+                out += special
+        return bytes(out)
 
     def save(self, directory: str | Path) -> list[str]:
         raise TokenizerError("the byte tokenizer is rebuilt from its name; it writes no files")
