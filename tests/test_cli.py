@@ -232,3 +232,31 @@ def test_plugins_names_the_preferred_source_and_what_it_beat(capsys, monkeypatch
     code, out, _ = run(capsys, "plugins")
     assert code == 0
     assert "preferred: model gpt2-124m from plugin dup (ZOO_PREFER), over registry.toml\n" in out
+
+
+def test_a_prompt_that_is_not_utf8_is_one_clear_line(capsys):
+    """Python hands undecodable argv bytes over as lone surrogates (surrogateescape)."""
+    code, out, err = run(capsys, "generate", "gpt2-124m", "Hello \udcff", "--random")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "the prompt is not valid UTF-8: byte 0xff at character 6" in err
+
+
+def test_an_error_while_streaming_starts_its_own_line(capsys, monkeypatch):
+    """An id the tokenizer cannot decode (nanoGPT's padded vocabulary used to give one) fails
+    mid-stream: the echoed prompt and continuation end their line first."""
+    import torch
+
+    import zoo.generation
+
+    real = zoo.generation.next_tokens
+    calls = []
+
+    def bad_after_two(logits, **kwargs):
+        calls.append(1)
+        token = real(logits, **kwargs)
+        return torch.full_like(token, 10**9) if len(calls) > 2 else token
+
+    monkeypatch.setattr(zoo.generation, "next_tokens", bad_after_two)
+    code, out, err = run(capsys, "generate", "gpt2-124m", "Hello", "--random", "--temperature", "0")
+    assert code == 2 and out.startswith("Hello") and out.endswith("\n")
+    assert err.startswith("zoo: error: ") and err.count("\n") == 1

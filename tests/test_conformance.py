@@ -143,6 +143,16 @@ def test_the_kit_catches_broken_models(monkeypatch, cls, check):
     assert failed and failed[0].error
 
 
+@pytest.mark.parametrize("name", ["gpt2-124m", "transformer-encdec"])
+def test_the_kit_catches_the_cache_written_at_index_zero(monkeypatch, name):
+    """The reported mutation itself, `cache.write(0, k, v)` in the attention of the built-in
+    models (decoder and encoder-decoder sessions): `zoo check` said "all checks passed"."""
+    real = LayerCache.write
+    monkeypatch.setattr(LayerCache, "write", lambda self, start, k, v: real(self, 0, k, v))
+    (result,) = run_conformance(name, checks=["decoding"], devices=["cpu"])
+    assert not result.ok and result.error
+
+
 def test_every_check_is_documented():
     assert all(func.__doc__ for func in CHECKS.values())
 

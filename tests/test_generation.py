@@ -351,3 +351,29 @@ def test_every_zoo_model_generates_by_recomputation_without_a_session():
         zoo.generate(model, prompt, max_new_tokens=8, temperature=0),
         zoo.generate(model, [5, 6], max_new_tokens=8, temperature=0),
     ]
+
+
+class _Anything:
+    """A tokenizer that encodes any string, lone surrogates included (as a careless one
+    would): generate itself must refuse text that is not Unicode."""
+
+    name, vocab_size, eos_id, bos_id = "anything", 1000, None, None
+
+    def encode(self, text: str) -> list[int]:
+        return [ord(c) % 1000 for c in text]
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(chr(97 + i % 26) for i in ids)
+
+
+@pytest.mark.parametrize(
+    ("prompt", "stop", "message"),
+    [
+        ("Hello \udcff", None, r"the prompt holds a lone surrogate '\\udcff' at index 6"),
+        (["ok", "\ud800"], None, r"prompt 1 holds a lone surrogate '\\ud800' at index 0"),
+        ("Hello", ["\ud800"], r"stop string 0 holds a lone surrogate"),
+    ],
+)
+def test_a_lone_surrogate_is_refused_at_generate(prompt, stop, message):
+    with pytest.raises(ValueError, match=message):
+        zoo.generate(small("gpt2-124m"), prompt, tokenizer=_Anything(), max_new_tokens=2, stop=stop)

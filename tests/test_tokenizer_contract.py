@@ -31,6 +31,18 @@ def broken_factory():
     raise RuntimeError("vocabulary server is down")
 
 
+def raw_factory():
+    """Returns the `tokenizers` library's own object instead of a zoo tokenizer."""
+    import tokenizers
+
+    return tokenizers.Tokenizer(tokenizers.models.WordLevel({"a": 0, "[UNK]": 1}, "[UNK]"))
+
+
+def no_directory_factory():
+    """Declared reads_checkpoint=True, but takes no directory."""
+    return zoo.tokenizer("gpt2-bpe")
+
+
 class Plugin:
     @zoo.hookimpl
     def zoo_tokenizers(self):
@@ -38,6 +50,10 @@ class Plugin:
             zoo.TokenizerSpec(name="cache-tok", factory=f"{__name__}:cache_factory"),
             zoo.TokenizerSpec(name="none-tok", factory=f"{__name__}:none_factory"),
             zoo.TokenizerSpec(name="broken-tok", factory=f"{__name__}:broken_factory"),
+            zoo.TokenizerSpec(name="raw-tok", factory=f"{__name__}:raw_factory"),
+            zoo.TokenizerSpec(
+                name="nodir-tok", factory=f"{__name__}:no_directory_factory", reads_checkpoint=True
+            ),
         ]
 
     @zoo.hookimpl
@@ -45,7 +61,7 @@ class Plugin:
         # no vocab_size in the config: the architecture's default (50257) applies
         return [
             zoo.ModelSpec(name=f"with-{t}", architecture="gpt2", tokenizer=t)
-            for t in ("cache-tok", "none-tok", "broken-tok")
+            for t in ("cache-tok", "none-tok", "broken-tok", "raw-tok", "nodir-tok")
         ]
 
 
@@ -76,8 +92,36 @@ def test_a_factory_returning_none_breaks_the_contract_loudly():
         zoo.tokenizer("none-tok")
 
 
+def test_a_factory_returning_something_else_than_a_tokenizer_is_refused():
+    """A raw `tokenizers.Tokenizer` used to be returned as is, then failed in generate with
+    AttributeError: 'tokenizers.Tokenizer' object has no attribute 'vocab_size'."""
+    with pytest.raises(
+        zoo.tokenizers.TokenizerError,
+        match=r"'raw-tok' returned a tokenizers\.Tokenizer.*vocab_size.*HFTokenizer",
+    ):
+        zoo.tokenizer("raw-tok")
+
+
+def test_a_factory_called_with_keywords_it_does_not_take_says_so():
+    """reads_checkpoint=True on a factory without `directory`: zoo.load used to record only
+    "no_directory_factory() got an unexpected keyword argument 'directory'"."""
+    with pytest.raises(
+        zoo.tokenizers.TokenizerError,
+        match=r"'nodir-tok' does not take directory=.*reads_checkpoint=True",
+    ):
+        zoo.tokenizer("nodir-tok", directory="x")
+    with pytest.raises(zoo.tokenizers.TokenizerError, match=r"does not take size="):
+        zoo.tokenizer("cache-tok", size=3)
+
+
 @pytest.mark.parametrize(
-    ("name", "reason"), [("broken-tok", "server is down"), ("none-tok", "None")]
+    ("name", "reason"),
+    [
+        ("broken-tok", "server is down"),
+        ("none-tok", "None"),
+        ("raw-tok", "returned a tokenizers.Tokenizer"),
+        ("nodir-tok", "does not take directory="),
+    ],
 )
 def test_loaded_without_its_tokenizer_is_an_explained_state(tmp_path, name, reason):
     model = zoo.load(_saved(f"with-{name}", tmp_path))

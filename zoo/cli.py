@@ -226,10 +226,24 @@ def _load_for_generation(args: argparse.Namespace) -> ZooModel:
     return checkpoint.load(args.source, device=args.device, dtype=dtype)
 
 
+def _check_utf8(text: str, what: str) -> None:
+    """Python hands over argument bytes that are not UTF-8 as lone surrogates U+DC80..U+DCFF
+    (``surrogateescape``); say which byte, before anything is loaded."""
+    for i, char in enumerate(text):
+        if 0xDC80 <= ord(char) <= 0xDCFF:
+            raise ValueError(
+                f"{what} is not valid UTF-8: byte 0x{ord(char) - 0xDC00:02x} at character {i}; "
+                "pass UTF-8 text (check the terminal's encoding, e.g. LANG=C.UTF-8)"
+            )
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     """Generate text from a prompt, streaming it to the terminal."""
     from .generation import generate
 
+    _check_utf8(args.prompt, "the prompt")
+    for stop in args.stop or ():
+        _check_utf8(stop, "a --stop string")
     model = _load_for_generation(args)
     pieces = generate(  # arguments and tokenizer are checked here, before anything is printed
         model,

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from .nn.base import ZooModel
     from .tokenizers import Tokenizer
 
-__all__ = ["filter_logits", "generate", "next_tokens"]
+__all__ = ["check_text", "filter_logits", "generate", "next_tokens"]
 
 
 # -- sampling ------------------------------------------------------------------------------
@@ -68,6 +68,20 @@ def next_tokens(
 
 
 # -- argument checks -------------------------------------------------------------------------
+def check_text(text: str, what: str = "the prompt") -> None:
+    """Raise ``ValueError`` when ``text`` is not Unicode: it holds a lone surrogate, which is
+    how Python keeps bytes it could not decode (``errors="surrogateescape"``: a command-line
+    argument or file name that is not UTF-8). Checked here, before any tokenizer sees it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{what} holds a lone surrogate {text[exc.start]!r} at index {exc.start}, which is "
+            "not a Unicode character (undecodable bytes kept by errors='surrogateescape'); "
+            "decode the source bytes as UTF-8, or with errors='replace'"
+        ) from None
+
+
 def _check_arguments(
     max_new_tokens: Any,
     temperature: Any,
@@ -105,6 +119,8 @@ def _check_arguments(
     stops = [stop] if isinstance(stop, str) else list(stop or [])
     if not all(isinstance(s, str) and s for s in stops):
         raise ValueError(f"stop must be a non-empty string or a list of them, got {stop!r}")
+    for i, s in enumerate(stops):
+        check_text(s, f"stop string {i}")
     return stops
 
 
@@ -150,6 +166,7 @@ def _prompt_rows(
 ) -> tuple[list[list[int]], str]:
     """Token rows of the prompt(s) and the input kind: "text", "texts", "tensor" or "lists"."""
     if isinstance(prompt, str):
+        check_text(prompt)
         tok = _tokenizer_for(model, tokenizer, "a text prompt")
         return [tok.encode(prompt)], "text"
     if isinstance(prompt, Tensor):
@@ -164,6 +181,8 @@ def _prompt_rows(
             )
         return ids.tolist(), "tensor"
     if isinstance(prompt, Sequence) and prompt and all(isinstance(p, str) for p in prompt):
+        for i, p in enumerate(prompt):
+            check_text(p, f"prompt {i}")
         tok = _tokenizer_for(model, tokenizer, "a text prompt")
         return [tok.encode(p) for p in prompt], "texts"
     if isinstance(prompt, Sequence) and prompt and all(_is_id(p) for p in prompt):
@@ -286,7 +305,8 @@ def generate(
     are kept.
 
     Raises:
-        ValueError: a bad argument, an empty prompt, or a prompt too long for the context.
+        ValueError: a bad argument, an empty prompt, text that is not Unicode (a lone
+            surrogate), or a prompt too long for the context.
     """
     stops = _check_arguments(max_new_tokens, temperature, top_k, top_p, seed, stop, start_id)
     rows, kind = _prompt_rows(prompt_or_ids, tokenizer, model)

@@ -8,13 +8,17 @@ references (or given directly), so a plugin's hook module need not import torch.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import re
 import types
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from ._lazy import resolve
 from .errors import PluginContractError
+
+if TYPE_CHECKING:
+    from .tokenizers import Tokenizer
 
 #: Where a plugin author reads what an architecture must provide.
 _CONTRACT = (
@@ -22,7 +26,16 @@ _CONTRACT = (
     "wrap an existing nn.Module inside a ZooModel subclass)."
 )
 
-__all__ = ["ArchitectureSpec", "ModelSpec", "TokenizerSpec", "WeightsSource"]
+__all__ = ["ArchitectureSpec", "ModelSpec", "TokenizerFactory", "TokenizerSpec", "WeightsSource"]
+
+#: What a :class:`TokenizerSpec`'s factory is: called with keyword arguments only (none from
+#: :func:`zoo.load`, ``directory=`` when the spec ``reads_checkpoint``, the caller's from
+#: :func:`zoo.tokenizer`), it returns a :class:`zoo.tokenizers.Tokenizer` or raises a
+#: :class:`zoo.tokenizers.TokenizerError` saying why it cannot.
+TokenizerFactory = Callable[..., "Tokenizer"]
+
+#: What zoo uses of a tokenizer: a factory's result must have each.
+_TOKENIZER_ATTRIBUTES = ("name", "vocab_size", "eos_id", "bos_id", "encode", "decode")
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
 
@@ -207,7 +220,7 @@ class TokenizerSpec:
 
     Args:
         name: registry name, e.g. ``"gpt2-bpe"``.
-        factory: callable (or lazy reference) returning the tokenizer object.
+        factory: a :data:`TokenizerFactory` (or a lazy ``"module:function"`` reference to one).
         description: one line for ``zoo info``.
         reads_checkpoint: the factory reads its files from ``directory=`` (a checkpoint
             directory) when given one, as ``gpt1``'s (``vocab.json`` + ``merges.txt`` of a
@@ -215,7 +228,7 @@ class TokenizerSpec:
     """
 
     name: str
-    factory: Any
+    factory: TokenizerFactory | str
     description: str = ""
     reads_checkpoint: bool = False
 
@@ -224,19 +237,57 @@ class TokenizerSpec:
         if not isinstance(self.reads_checkpoint, bool):
             raise ValueError(f"tokenizer {self.name!r}: reads_checkpoint must be True or False")
 
-    def load(self, **kwargs: Any) -> Any:
+    def load(self, **kwargs: Any) -> Tokenizer:
         """Create the tokenizer (imports its implementation on first use).
 
         Raises:
-            zoo.tokenizers.TokenizerError: the factory cannot create it, or broke its contract
-                (returned ``None``).
+            zoo.tokenizers.TokenizerError: the factory cannot create it, does not take the
+                keywords given, or broke its contract (returned ``None`` or an object that is
+                not a tokenizer).
         """
-        tokenizer = resolve(self.factory)(**kwargs)
-        if tokenizer is None:
-            from .tokenizers.errors import TokenizerError
+        from .tokenizers.errors import TokenizerError
 
+        factory = resolve(self.factory)
+        self._check_keywords(factory, kwargs)
+        tokenizer = factory(**kwargs)
+        if tokenizer is None:
             raise TokenizerError(
                 f"the factory of tokenizer {self.name!r} returned None; a factory must return "
                 "a zoo.tokenizers.Tokenizer or raise a TokenizerError saying why it cannot"
             )
+        missing = [a for a in _TOKENIZER_ATTRIBUTES if not hasattr(tokenizer, a)]
+        if missing:
+            kind = type(tokenizer)
+            raise TokenizerError(
+                f"the factory of tokenizer {self.name!r} returned a {kind.__module__}."
+                f"{kind.__qualname__}, which lacks {', '.join(missing)}; a factory must return "
+                "a zoo.tokenizers.Tokenizer: wrap a tokenizers.Tokenizer in "
+                "zoo.tokenizers.HFTokenizer, a tiktoken encoding in "
+                "zoo.tokenizers.TiktokenTokenizer"
+            )
         return tokenizer
+
+    def _check_keywords(self, factory: Any, kwargs: Mapping[str, Any]) -> None:
+        """Refuse keywords the factory does not take, naming the ones it does (a factory
+        called with ``directory=`` it cannot read must not fail with a bare TypeError)."""
+        from .tokenizers.errors import TokenizerError
+
+        try:
+            signature = inspect.signature(factory)
+        except (TypeError, ValueError):  # a builtin or C callable: let the call say
+            return
+        try:
+            signature.bind(**kwargs)
+        except TypeError as exc:
+            takes = ", ".join(f"{p}=" for p in signature.parameters) or "no arguments"
+            given = ", ".join(f"{k}=" for k in kwargs) or "no arguments"
+            hint = (
+                "; its spec says reads_checkpoint=True, so zoo.load passes directory=: add a "
+                "`directory: pathlib.Path | None = None` parameter, or drop reads_checkpoint"
+                if self.reads_checkpoint and "directory" in kwargs
+                else ""
+            )
+            raise TokenizerError(
+                f"the factory of tokenizer {self.name!r} does not take {given} (it takes "
+                f"{takes}: {exc}){hint}"
+            ) from None
