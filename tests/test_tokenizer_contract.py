@@ -107,10 +107,10 @@ def test_a_factory_called_with_keywords_it_does_not_take_says_so():
     "no_directory_factory() got an unexpected keyword argument 'directory'"."""
     with pytest.raises(
         zoo.tokenizers.TokenizerError,
-        match=r"'nodir-tok' does not take directory=.*reads_checkpoint=True",
+        match=r"'nodir-tok' cannot be called with directory=.*reads_checkpoint=True",
     ):
         zoo.tokenizer("nodir-tok", directory="x")
-    with pytest.raises(zoo.tokenizers.TokenizerError, match=r"does not take size="):
+    with pytest.raises(zoo.tokenizers.TokenizerError, match=r"cannot be called with size="):
         zoo.tokenizer("cache-tok", size=3)
 
 
@@ -120,7 +120,7 @@ def test_a_factory_called_with_keywords_it_does_not_take_says_so():
         ("broken-tok", "server is down"),
         ("none-tok", "None"),
         ("raw-tok", "returned a tokenizers.Tokenizer"),
-        ("nodir-tok", "does not take directory="),
+        ("nodir-tok", "cannot be called with directory="),
     ],
 )
 def test_loaded_without_its_tokenizer_is_an_explained_state(tmp_path, name, reason):

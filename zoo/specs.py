@@ -279,7 +279,7 @@ class TokenizerSpec:
         try:
             signature.bind(**kwargs)
         except TypeError as exc:
-            takes = ", ".join(f"{p}=" for p in signature.parameters) or "no arguments"
+            takes = ", ".join(f"{p}=" for p in signature.parameters) or "none"
             given = ", ".join(f"{k}=" for k in kwargs) or "no arguments"
             hint = (
                 "; its spec says reads_checkpoint=True, so zoo.load passes directory=: add a "
@@ -288,6 +288,6 @@ class TokenizerSpec:
                 else ""
             )
             raise TokenizerError(
-                f"the factory of tokenizer {self.name!r} does not take {given} (it takes "
-                f"{takes}: {exc}){hint}"
+                f"the factory of tokenizer {self.name!r} cannot be called with {given}: {exc} "
+                f"(its parameters: {takes}){hint}"
             ) from None
