@@ -79,12 +79,27 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 _unexpected_skips: list[str] = []
 
 
+def _note_skip(report: pytest.TestReport | pytest.CollectReport) -> None:
+    """Record a skip whose reason is not in ``ALLOWED_SKIPS`` (an expected failure counts too:
+    it hides a failure as a skip hides a test)."""
+    if not report.skipped:
+        return
+    if wasxfail := getattr(report, "wasxfail", None):
+        _unexpected_skips.append(f"{report.nodeid}: xfail {wasxfail}".rstrip())
+        return
+    reason = str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else ""
+    reason = reason.removeprefix("Skipped: ")
+    if not reason.startswith(ALLOWED_SKIPS):
+        _unexpected_skips.append(f"{report.nodeid}: {reason}")
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if report.skipped:
-        reason = str(report.longrepr[-1]) if isinstance(report.longrepr, tuple) else ""
-        reason = reason.removeprefix("Skipped: ")
-        if not reason.startswith(ALLOWED_SKIPS):
-            _unexpected_skips.append(f"{report.nodeid}: {reason}")
+    _note_skip(report)
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    """A whole module skipped at import (``pytest.importorskip`` at its top) is a skip too."""
+    _note_skip(report)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

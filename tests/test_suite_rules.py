@@ -1,0 +1,71 @@
+"""The suite's own rules hold: a skip for a reason outside ``ALLOWED_SKIPS`` (a missing file,
+a missing test dependency, an expected failure) fails the run, wherever pytest reports it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).parent
+
+_CASES = {
+    "a test skipped for a missing file": """
+import pytest
+def test_reference():
+    pytest.skip("reference file not found")
+""",
+    "a module skipped at import": """
+import pytest
+pytest.importorskip("zoo_no_such_module")
+def test_never_collected():
+    pass
+""",
+    "a fixture that skips": """
+import pytest
+@pytest.fixture
+def data():
+    pytest.skip("data folder missing")
+def test_uses(data):
+    pass
+""",
+    "an expected failure": """
+import pytest
+@pytest.mark.xfail(reason="known gap")
+def test_gap():
+    assert False
+""",
+}
+
+
+def _run_with_our_conftest(folder: Path, body: str) -> subprocess.CompletedProcess[str]:
+    """Run pytest on ``body`` plus one passing test, under this suite's conftest as a plugin."""
+    (folder / "pytest.ini").write_text("[pytest]\n")  # the folder is its own rootdir
+    (folder / "test_case.py").write_text(body)
+    (folder / "test_ok.py").write_text("def test_ok():\n    pass\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), *sys.path])}
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "conftest"],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize("case", sorted(_CASES))
+def test_a_skip_outside_the_allow_list_fails_the_run(tmp_path, case):
+    run = _run_with_our_conftest(tmp_path, _CASES[case])
+    assert run.returncode == pytest.ExitCode.TESTS_FAILED, run.stdout + run.stderr
+    assert "skips that are not allowed" in run.stdout
+    assert "1 passed" in run.stdout  # the run itself went through: only the skip failed it
+
+
+def test_an_allowed_skip_passes(tmp_path):
+    body = "import pytest\ndef test_gpu():\n    pytest.skip('needs CUDA')\n"
+    run = _run_with_our_conftest(tmp_path, body)
+    assert run.returncode == pytest.ExitCode.OK, run.stdout + run.stderr
+    assert "1 passed, 1 skipped" in run.stdout
