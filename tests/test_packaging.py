@@ -9,7 +9,9 @@ import re
 import stat
 import subprocess
 import sys
+import tarfile
 import zipfile
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -59,6 +61,47 @@ def test_wheel_contents(wheel):
         assert "gpt2 = zoo_plugins.gpt2" in zf.read(entry_points).decode()
 
 
+def test_the_source_registry_is_the_top_level_one():
+    """``zoo/registry.toml`` (what an editable install reads) is a link to the top-level file,
+    never a copy that could drift from it."""
+    inner = ROOT / "zoo" / "registry.toml"
+    assert inner.is_symlink(), "zoo/registry.toml must stay a link to ../registry.toml"
+    assert inner.resolve() == (ROOT / "registry.toml").resolve()
+
+
+def test_sdist_ships_the_registry_as_a_regular_file(tmp_path):
+    """What the index gets: the source archive (from which pip builds the wheel) holds
+    ``zoo/registry.toml`` as a regular file, byte for byte the top-level one."""
+    code = (
+        "import sys; from setuptools import build_meta; print(build_meta.build_sdist(sys.argv[1]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    name = out.stdout.strip().splitlines()[-1]
+    assert name.startswith("torch_zoo-"), name
+    with tarfile.open(tmp_path / name) as archive:
+        (member,) = [m for m in archive.getmembers() if m.name.endswith("/zoo/registry.toml")]
+        assert member.isfile(), "registry.toml is in the source archive as a link"
+        data = archive.extractfile(member)
+        assert data is not None and data.read() == (ROOT / "registry.toml").read_bytes()
+
+
+def test_the_distribution_is_torch_zoo():
+    """``zoo`` on the package index is an unrelated project: this one installs as
+    ``torch-zoo`` and its version is the package's."""
+    import zoo
+
+    assert zoo.DISTRIBUTION == "torch-zoo"
+    assert metadata.metadata(zoo.DISTRIBUTION)["Name"] == "torch-zoo"
+    assert metadata.version(zoo.DISTRIBUTION) == zoo.__version__
+    assert set(metadata.packages_distributions()["zoo"]) == {"torch-zoo"}  # import name: zoo
+
+
 def test_installed_wheel_lists_the_four_models(wheel, tmp_path):
     target = tmp_path / "site"
     subprocess.run(
@@ -103,7 +146,10 @@ def test_ci_runs_the_readme_test_command():
 
 
 #: What a test or the package may not reach for: files outside the repository.
-_OUTSIDE = re.compile(r"\.\./shared|[\"']shared[\"']|parents\[[2-9]\]|\.parent\.parent\.parent")
+_OUTSIDE = re.compile(
+    r"\.\./shared|/shared/|[\"']shared[\"']|[\"']/work/"  # the machine's shared folder
+    r"|parents\[[2-9]\]|\.parent\.parent\.parent"  # climbing out of tests/ or zoo/
+)
 
 
 @pytest.mark.parametrize("folder", ["zoo", "plugins", "tests", "benchmarks", ".ci"])
