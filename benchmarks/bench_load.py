@@ -13,7 +13,7 @@ process (cold process, warm page cache: the files were just written):
   memory-mapped, so pages are only read when used;
 - medians over ``--repeats`` runs, and ratios against transformers.
 
-Targets (issue 4): no slower than transformers; peak memory at most 1.2x the checkpoint size.
+Targets: no slower than transformers; peak memory at most 1.2x the checkpoint size.
 """
 
 from __future__ import annotations

@@ -203,8 +203,8 @@ def test_generate_with_random_weights_is_reproducible_with_a_seed(capsys):
 
 
 def test_an_error_is_printed_on_its_own_line(capsys):
-    """The encoder-decoder has no tokenizer here: the error used to follow the echoed prompt
-    on the same line ("Hello therezoo: error: ...")."""
+    """The encoder-decoder has no tokenizer here: the error is a line of its own on stderr,
+    never run together with the echoed prompt ("Hello therezoo: error: ...")."""
     code, out, err = run(capsys, "generate", "transformer-encdec", "Hello there", "--random")
     assert code == 2 and err.startswith("zoo: error: ") and err.count("\n") == 1
     assert out == "" or out.endswith("\n")

@@ -117,7 +117,7 @@ def _shadowing_plugin() -> Throwaway:
 
 
 def test_a_shadowing_plugin_is_loud_everywhere(monkeypatch):
-    """A plugin registering a built-in name must not make it vanish silently (issue 9.2)."""
+    """A plugin registering a built-in name must not make it vanish silently."""
     use(monkeypatch, load_registry(plugins={"dup": _shadowing_plugin()}))
     expected = r"gpt2-124m.*registry\.toml and plugin dup.*ZOO_PREFER"
     with pytest.raises(RegistryConflictError, match=expected):
