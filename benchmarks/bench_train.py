@@ -1,12 +1,17 @@
 """Training speed: zoo's trainer vs a plain loop over ``transformers.GPT2LMHeadModel`` with
-``torch.optim.AdamW``, on an identical GPT-2 config, batch and data; and 2-process DDP.
+``torch.optim.AdamW``, on an identical GPT-2 config, batch and data; and zoo under
+``torchrun`` with 2 DDP processes against 1 process at the same global batch.
 
     python benchmarks/bench_train.py --repeats 3 --markdown benchmarks/RESULTS-train.md
+    python benchmarks/bench_train.py --device cuda --size gpt2-124m --batch 16 --bf16 \\
+        --markdown benchmarks/RESULTS-train-cuda.md      # adds tokens/s and MFU
 
 Each measurement is a fresh process (peak RSS is per process) that trains ``--steps`` steps on
 Tiny Shakespeare tokenized with GPT-2's BPE; the first ``--warmup`` steps are not timed. The
 engines are interleaved repeat by repeat; the table shows medians and the ratio to the
-transformers loop. Tokens/s counts every token of every sequence of a step.
+transformers loop. Tokens/s counts every token of every sequence of a step. MFU (CUDA only)
+is the model FLOPs per token (6 x parameters + 12 x layers x context x width, the PaLM
+appendix B count) times tokens/s over the GPU's dense bf16 peak.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -24,95 +30,169 @@ from common import machine_facts, publish
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "plugins" / "shakespeare" / "data" / "tinyshakespeare.txt"
-SIZE = {"n_layers": 4, "d_model": 256, "n_heads": 4, "d_ff": 1024, "context_length": 128}
+SIZES = {
+    "small": {"n_layers": 4, "d_model": 256, "n_heads": 4, "d_ff": 1024, "context_length": 128},
+    "gpt2-124m": {"n_layers": 12, "d_model": 768, "n_heads": 12, "d_ff": 3072,
+                  "context_length": 1024},
+}  # fmt: skip
+#: Dense bf16 tensor-core peaks (FLOP/s) from the vendors' data sheets, by device-name part.
+PEAKS = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12, "A100": 312e12}
 
 CHILD = textwrap.dedent(
     """
-    import json, resource, sys, time, torch
-    engine, out = sys.argv[1], sys.argv[5]
-    steps, warmup, batch = (int(a) for a in sys.argv[2:5])
-    size = json.loads(sys.argv[6])
+    import json, os, resource, sys, time, torch
+    spec = json.loads(sys.argv[1])
+    engine, steps, warmup, batch = spec["engine"], spec["steps"], spec["warmup"], spec["batch"]
+    size, device, bf16 = spec["size"], spec["device"], spec["bf16"]
     torch.manual_seed(0)
     tokens = batch * size["context_length"]
     if engine == "zoo":
         import zoo
         from zoo.train import TrainConfig, train
-        model = zoo.build("gpt2-124m", dropout=0.0, **size)
-        config = TrainConfig(steps=steps, batch_size=batch, warmup=2, eval_every=0, eval_batches=1)
+        config = TrainConfig(steps=steps, batch_size=batch, warmup=2, eval_every=0,
+                             eval_batches=1, bf16=bf16)
         # time per step from the loop's own clock, warm-up steps excluded: two runs
         short = TrainConfig(**{**config.__dict__, "steps": warmup})
-        first = train(model, sys.argv[7], out + "-a", config=short, log=None)
         model = zoo.build("gpt2-124m", dropout=0.0, **size)
-        full = train(model, sys.argv[7], out + "-b", config=config, log=None)
+        first = train(model, spec["data"], spec["out"] + "-a", config=short, device=device,
+                      log=None)
+        model = zoo.build("gpt2-124m", dropout=0.0, **size)
+        full = train(model, spec["data"], spec["out"] + "-b", config=config, device=device,
+                     log=None)
         seconds = full.seconds - first.seconds
+        parameters = full.model.num_parameters()
     else:
         import numpy as np
         import transformers, zoo
         cfg = transformers.GPT2Config(n_layer=size["n_layers"], n_embd=size["d_model"],
             n_head=size["n_heads"], n_inner=size["d_ff"], n_positions=size["context_length"],
             resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-        model = transformers.GPT2LMHeadModel(cfg).train()
-        ids = np.array(zoo.tokenizer("gpt2-124m").encode(open(sys.argv[7]).read()))
+        model = transformers.GPT2LMHeadModel(cfg).to(device).train()
+        parameters = sum(p.numel() for p in model.parameters())
+        ids = np.array(zoo.tokenizer("gpt2-124m").encode(open(spec["data"]).read()))
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
         g = torch.Generator().manual_seed(0)
         ctx = size["context_length"]
         for step in range(steps):
             if step == warmup:
+                if device == "cuda":
+                    torch.cuda.synchronize()
                 start = time.perf_counter()
             s = torch.randint(0, len(ids) - ctx - 1, (batch,), generator=g).tolist()
             w = torch.from_numpy(np.stack([ids[i : i + ctx + 1] for i in s]).astype(np.int64))
-            logits = model(w[:, :-1]).logits
-            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), w[:, 1:].flatten())
+            w = w.to(device)
+            with torch.autocast(device, torch.bfloat16, enabled=bf16):
+                logits = model(w[:, :-1]).logits
+            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(),
+                                                     w[:, 1:].flatten())
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
+            loss.item()  # as zoo's loop reads the loss every step
+        if device == "cuda":
+            torch.cuda.synchronize()
         seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"tok_s": tokens * (steps - warmup) / seconds, "peak_mb": peak}))
+    gpu = torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else 0
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(json.dumps({"tok_s": tokens * (steps - warmup) / seconds, "peak_mb": peak,
+                          "gpu_mb": gpu, "parameters": parameters}))
     """
 )
 
 
-def run(engine: str, args: argparse.Namespace, out: Path) -> dict:
-    argv = [engine, str(args.steps), str(args.warmup), str(args.batch), str(out),
-            json.dumps(SIZE), str(DATA)]  # fmt: skip
-    result = subprocess.run([sys.executable, "-c", CHILD, *argv], capture_output=True, text=True)
+def run(engine: str, args: argparse.Namespace, out: Path, processes: int = 1) -> dict:
+    spec = {
+        "engine": engine,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "batch": args.batch,
+        "size": SIZES[args.size],
+        "device": args.device,
+        "bf16": args.bf16,
+        "out": str(out),
+        "data": str(DATA),
+    }
+    script = out.parent / "child.py"
+    script.write_text(CHILD)
+    launch = [sys.executable]
+    if processes > 1:  # torchrun, as a user would launch it
+        launch += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
+    env = {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // processes))}
+    result = subprocess.run(
+        [*launch, str(script), json.dumps(spec)], capture_output=True, text=True, env=env
+    )
     if result.returncode != 0:
-        raise RuntimeError(f"{engine} failed:\n{result.stderr[-3000:]}")
+        raise RuntimeError(f"{engine} x{processes} failed:\n{result.stderr[-3000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def main() -> None:
-    import tempfile
+def flops_per_token(size: dict, parameters: int) -> float:
+    """Training FLOPs per token: 6N for the matrices plus the attention scores and values."""
+    return 6 * parameters + 12 * size["n_layers"] * size["context_length"] * size["d_model"]
 
+
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--size", choices=sorted(SIZES), default="small")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast in both loops")
+    parser.add_argument("--no-ddp", action="store_true", help="skip the 2-process row")
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args()
-    results: dict[str, list[dict]] = {"transformers": [], "zoo": []}
+    runs = [("transformers", 1), ("zoo", 1)]
+    if not args.no_ddp and args.device == "cpu":
+        runs.append(("zoo", 2))
+    results: dict[tuple[str, int], list[dict]] = {key: [] for key in runs}
     with tempfile.TemporaryDirectory() as tmp:
         for repeat in range(args.repeats):
-            order = ["transformers", "zoo"] if repeat % 2 == 0 else ["zoo", "transformers"]
-            for engine in order:
-                results[engine].append(run(engine, args, Path(tmp) / f"{engine}-{repeat}"))
-    base = statistics.median(r["tok_s"] for r in results["transformers"])
-    rows = ["| loop | tokens/s | vs transformers | peak RSS (MB) |", "|---|---:|---:|---:|"]
-    for engine, label in (("transformers", "plain loop over `GPT2LMHeadModel` + AdamW"),
-                          ("zoo", "`zoo.train.train`")):  # fmt: skip
-        tok_s = statistics.median(r["tok_s"] for r in results[engine])
-        peak = statistics.median(r["peak_mb"] for r in results[engine])
-        rows.append(f"| {label} | {tok_s:,.0f} | {tok_s / base:.2f}x | {peak:,.0f} |")
-    size = ", ".join(f"{k} {v}" for k, v in SIZE.items())
+            order = runs if repeat % 2 == 0 else runs[::-1]
+            for engine, processes in order:
+                folder = Path(tmp) / f"{engine}-{processes}-{repeat}"
+                folder.mkdir()
+                results[engine, processes].append(run(engine, args, folder / "run", processes))
+    base = statistics.median(r["tok_s"] for r in results["transformers", 1])
+    labels = {
+        ("transformers", 1): "plain loop over `GPT2LMHeadModel` + AdamW",
+        ("zoo", 1): "`zoo.train.train`",
+        ("zoo", 2): "`zoo.train.train`, 2 DDP processes (torchrun, gloo, 1 thread each)",
+    }
+    cuda = args.device.startswith("cuda")
+    header = "| loop | tokens/s | vs transformers | peak RSS (MB) |"
+    header += " peak GPU memory (MB) | MFU |" if cuda else ""
+    rows = [header, "|---" + "|---:" * (header.count("|") - 2) + "|"]
+    peak_flops = 0.0
+    if cuda:
+        import torch
+
+        name = torch.cuda.get_device_name()
+        peak_flops = next((v for k, v in PEAKS.items() if k in name), 0.0)
+    for key in runs:
+        tok_s = statistics.median(r["tok_s"] for r in results[key])
+        peak = statistics.median(r["peak_mb"] for r in results[key])
+        row = f"| {labels[key]} | {tok_s:,.0f} | {tok_s / base:.2f}x | {peak:,.0f} |"
+        if cuda:
+            gpu = statistics.median(r["gpu_mb"] for r in results[key])
+            flops = flops_per_token(SIZES[args.size], results[key][0]["parameters"]) * tok_s
+            mfu = f"{flops / peak_flops:.1%}" if peak_flops else "-"
+            row += f" {gpu:,.0f} | {mfu} |"
+        rows.append(row)
+    size = ", ".join(f"{k} {v}" for k, v in SIZES[args.size].items())
+    where = f"CUDA ({name})" if cuda else "CPU"
     report = "\n".join(rows) + (
         f"\n\nGPT-2 layout ({size}, vocabulary 50257, dropout 0), batch {args.batch}, "
+        f"{'bf16 autocast, ' if args.bf16 else 'float32, '}{where}, "
         f"{args.steps} steps of which {args.warmup} untimed, medians of {args.repeats} "
         f"interleaved repeats. Machine: {machine_facts('torch', 'transformers')}; "
         f"load {os.getloadavg()[0]:.2f}."
     )
+    if cuda and peak_flops:
+        report += f" MFU against a dense bf16 peak of {peak_flops / 1e12:.0f} TFLOP/s."
     publish(report, title="Training speed", markdown=args.markdown)
 
 

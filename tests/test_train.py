@@ -65,7 +65,7 @@ def test_a_resumed_run_equals_an_uninterrupted_one(corpus, tokenizer, tmp_path):
         tiny(dropout=0.1), corpus, tmp_path / "a", config=config, tokenizer=tokenizer, log=None
     )
 
-    def interrupt_at_10(line: str) -> None:  # SIGINT arrives during step 10
+    def interrupt_at_10(line: str) -> None:  # SIGINT arrives at step 10's evaluation
         if line.startswith("step 10:"):
             os.kill(os.getpid(), signal.SIGINT)
 
@@ -77,7 +77,8 @@ def test_a_resumed_run_equals_an_uninterrupted_one(corpus, tokenizer, tmp_path):
         tokenizer=tokenizer,
         log=interrupt_at_10,
     )
-    assert first.steps == 10  # stopped, and wrote a resumable checkpoint
+    assert first.steps == 11  # finished the step under way, evaluated, wrote a checkpoint
+    assert first.val_loss is not None
     rest = train(
         tiny(seed=99, dropout=0.1),
         corpus,
@@ -86,7 +87,7 @@ def test_a_resumed_run_equals_an_uninterrupted_one(corpus, tokenizer, tmp_path):
         tokenizer=tokenizer,
         log=None,
     )
-    assert rest.steps == 20
+    assert rest.steps == 20 and len(rest.losses) == 9
     assert first.losses + rest.losses == whole.losses  # bit for bit
     for key, value in whole.model.state_dict().items():
         assert torch.equal(rest.model.state_dict()[key], value), key
@@ -230,7 +231,11 @@ def test_a_rank_that_dies_ends_the_run_with_an_error_not_a_hang(corpus, tmp_path
 
 
 # -- encoder-decoders: parallel TSV, teacher forcing ------------------------------------------
-def test_an_encoder_decoder_learns_to_reverse(tmp_path):
+def test_an_encoder_decoder_learns_to_reverse_from_the_command_line(tmp_path):
+    """`zoo train transformer-encdec-tiny --train-tokenizer N`: a byte-level BPE learnt from
+    both columns, the model sized to it, teacher forcing; the checkpoint brings its tokenizer."""
+    from zoo.cli import main
+
     rng = random.Random(0)
     letters = "abcdefgh"
     lines = []
@@ -239,22 +244,52 @@ def test_an_encoder_decoder_learns_to_reverse(tmp_path):
         lines.append(" ".join(word) + "\t" + " ".join(reversed(word)))
     data = tmp_path / "reverse.tsv"
     data.write_text("\n".join(lines))
-    tok = SubwordBPE.train([letters.replace("", " ")], 270)
-    torch.manual_seed(0)
-    model = zoo.build(
-        "transformer-encdec-tiny", vocab_size=270, d_model=128, n_heads=4, d_ff=256,
-        n_encoder_layers=2, n_decoder_layers=2, context_length=16, dropout=0.0,
-    )  # fmt: skip
-    config = TrainConfig(steps=600, batch_size=32, lr=1e-3, min_lr=1e-4, warmup=20, eval_every=0)
-    result = train(model, data, tmp_path / "run", config=config, tokenizer=tok, log=None)
-    assert result.val_loss < 0.05, result.val_loss
-    model = zoo.load(result.checkpoint)
+    size = {"d_model": 128, "n_heads": 4, "d_ff": 256, "n_encoder_layers": 2,
+            "n_decoder_layers": 2, "context_length": 16, "dropout": 0.0}  # fmt: skip
+    argv = [
+        "train", "transformer-encdec-tiny", "--train-tokenizer", "270", "--data", str(data),
+        "--out", str(tmp_path / "run"), "--steps", "600", "--batch-size", "32", "--lr", "1e-3",
+        "--min-lr", "1e-4", "--warmup", "20", "--eval-every", "0",
+        *[f"--set={k}={v}" for k, v in size.items()],
+    ]  # fmt: skip
+    assert main(argv) == 0
+    history = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    assert history[-1]["step"] == 600 and history[-1]["val_loss"] < 0.05, history[-1]
+    model = zoo.load(tmp_path / "run" / "model")
+    assert model.tokenizer.kind == "subword-bpe"
+    assert model.config.vocab_size == model.tokenizer.vocab_size <= 270
     hits = 0
     for line in lines[-20:]:  # held-out pairs
         source, target = line.split("\t")
         out = zoo.generate(model, source, max_new_tokens=12, temperature=0)
         hits += out.split() == target.split()
     assert hits >= 16, hits
+
+
+def test_the_command_line_names_the_model_once(corpus, tmp_path, capsys):
+    from zoo.cli import main
+
+    for argv in (["train"], ["train", "gpt2-124m", "--from", "gpt2-124m"]):
+        assert main([*argv, "--data", str(corpus), "--out", str(tmp_path)]) == 2
+        assert "name the model once" in capsys.readouterr().err
+
+
+def test_zoo_train_from_hub_weights_fine_tunes_them(corpus, local_hub, tmp_path):
+    """`zoo train --from hf:org/name` starts from the pushed weights and tokenizer: at a
+    vanishing learning rate the result is the pushed model."""
+    from zoo.cli import main
+
+    pushed = tiny(seed=3, vocab_size=50257)  # with GPT-2's tokenizer, recorded by name
+    zoo.push(pushed, "org/tiny")
+    argv = [
+        "train", "--from", "hf:org/tiny", "--data", str(corpus), "--out", str(tmp_path / "run"),
+        "--steps", "2", "--batch-size", "4", "--warmup", "1", "--lr", "1e-12", "--min-lr", "1e-12",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    tuned = zoo.load(tmp_path / "run" / "model")
+    assert tuned.name == pushed.name and tuned.tokenizer.name == "gpt2-bpe"
+    for key, value in pushed.state_dict().items():
+        torch.testing.assert_close(tuned.state_dict()[key], value, rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize(

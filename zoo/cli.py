@@ -279,20 +279,36 @@ def _override(text: str) -> tuple[str, Any]:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    """Train a model on text (a file or a folder of .txt files); works under torchrun."""
+    """Train a model (new, or fine-tune weights with --from) on text, pairs or labelled text;
+    works under torchrun."""
     import torch
 
     from . import checkpoint
-    from .train import TrainConfig, classifier, labels_in, train
+    from .train import TrainConfig, classifier, labels_in, train, train_tokenizer
 
+    if (args.model is None) == (args.source is None):
+        raise ValueError(
+            "name the model once: NAME for a new model with random weights, or --from SOURCE "
+            "(a checkpoint directory, hf:org/name, or a named model with weights) to fine-tune"
+        )
     overrides = dict(_override(item) for item in args.set or ())
-    if args.init == "random":
+    tok = None
+    if args.tokenizer is not None:
+        from .tokenizers import load_directory
+
+        tok = load_directory(args.tokenizer)
+    elif args.train_tokenizer is not None:
+        if args.source is not None:
+            raise ValueError("--train-tokenizer makes a new vocabulary: it needs a new model")
+        tok = train_tokenizer(args.data, args.train_tokenizer)
+        overrides.setdefault("vocab_size", tok.vocab_size)
+    if args.source is None:
         torch.manual_seed(args.seed)
         model = api.build(args.model, **overrides)
     else:
         if overrides:
-            raise ValueError("--set changes the config of a new model; it needs --init random")
-        model = checkpoint.load(args.model)
+            raise ValueError("--set changes the config of a new model: it cannot go with --from")
+        model = checkpoint.load(args.source)
     if args.task == "classify":  # a linear head over the labels the data uses
         model = classifier(model, labels_in(args.data))
     config = TrainConfig(
@@ -310,7 +326,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         bf16=args.bf16,
     )
     result = train(
-        model, args.data, args.out, config=config, device=args.device, strategy=args.strategy
+        model,
+        args.data,
+        args.out,
+        config=config,
+        tokenizer=tok,
+        device=args.device,
+        strategy=args.strategy,
     )
     if result.val_loss is not None:
         print(f"val loss {result.val_loss:.4f} after {result.steps} steps")
@@ -370,9 +392,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("train", cmd_train)
     p.add_argument(
         "model",
-        metavar="NAME_OR_CHECKPOINT",
-        help="a named model (new, random weights with --init random) or weights to fine-tune: "
-        "a checkpoint directory, hf:org/name, or a named model with weights",
+        nargs="?",
+        metavar="NAME",
+        help="a named model to train from random weights (its config, changed by --set)",
+    )
+    p.add_argument(
+        "--from",
+        dest="source",
+        metavar="SOURCE",
+        help="weights to fine-tune instead: a checkpoint directory, hf:org/name[@rev], or a "
+        "named model with weights (gpt2-124m)",
     )
     p.add_argument(
         "--data",
@@ -388,11 +417,18 @@ def build_parser() -> argparse.ArgumentParser:
         "classifier (a linear head on the last token, saved with the checkpoint)",
     )
     p.add_argument("--out", required=True, help="the run's folder (running again resumes)")
-    p.add_argument(
-        "--init",
-        choices=("random", "weights"),
-        default="random",
-        help="random: a new model (default); weights: load NAME_OR_CHECKPOINT and fine-tune",
+    tokens = p.add_mutually_exclusive_group()
+    tokens.add_argument(
+        "--tokenizer",
+        metavar="DIR",
+        help="a saved tokenizer (default: the model's own)",
+    )
+    tokens.add_argument(
+        "--train-tokenizer",
+        type=int,
+        metavar="VOCAB_SIZE",
+        help="first train a byte-level BPE of this many ids on --data (both columns of a "
+        "TSV) and size the new model's vocabulary to it; saved with the checkpoint",
     )
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override")
     p.add_argument("--steps", type=int, default=1000)

@@ -13,7 +13,7 @@ This package imports torch; ``import zoo`` does not import it.
 from ..nn.base import ZooModel
 from ..nn.classifier import SequenceClassifier
 from .config import TrainConfig
-from .data import DataError, TokenData, labels_in
+from .data import DataError, TokenData, labels_in, train_tokenizer
 from .loop import TrainResult, train
 
 __all__ = [
@@ -24,6 +24,7 @@ __all__ = [
     "classifier",
     "labels_in",
     "train",
+    "train_tokenizer",
 ]
 
 

@@ -16,7 +16,16 @@ from torch import Tensor
 
 from ..errors import ZooError
 
-__all__ = ["Batch", "DataError", "LabelData", "PairData", "TokenData", "labels_in", "text_files"]
+__all__ = [
+    "Batch",
+    "DataError",
+    "LabelData",
+    "PairData",
+    "TokenData",
+    "labels_in",
+    "text_files",
+    "train_tokenizer",
+]
 
 #: A batch: keyword inputs for the model's ``forward`` and the targets, ``(B, T)``; target
 #: positions to ignore (padding) hold ``IGNORE``.
@@ -39,6 +48,20 @@ def text_files(path: str | os.PathLike[str]) -> list[Path]:
     if not path.is_file():
         raise DataError(f"{path} does not exist; give a text file or a folder of .txt files")
     return [path]
+
+
+def train_tokenizer(path: str | os.PathLike[str], vocab_size: int) -> Any:
+    """A byte-level BPE (:class:`zoo.tokenizers.SubwordBPE`) of at most ``vocab_size`` ids
+    learnt from training data: the text files, each tab-separated column apart (so the
+    source and target of pairs share it). For a model whose tokenizer has no fixed
+    vocabulary, such as ``transformer-encdec``."""
+    from ..tokenizers.subword import SubwordBPE
+
+    texts = []
+    for file in text_files(path):
+        for line in _read_text(file).splitlines():
+            texts.extend(line.split("\t"))  # a pair's (or a label file's) columns apart
+    return SubwordBPE.train(texts, vocab_size)
 
 
 def _read_text(path: Path) -> str:

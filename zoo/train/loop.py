@@ -94,9 +94,18 @@ def _world(device: str | None) -> _World:
 def _mean(value: float, world: _World) -> float:
     if world.size == 1:
         return value
-    tensor = torch.tensor([value], dtype=torch.float64)
+    tensor = torch.tensor([value], dtype=torch.float64, device=world.device)  # NCCL: on the GPU
     dist.all_reduce(tensor)
     return float(tensor.item()) / world.size
+
+
+def _any(flag: bool, world: _World) -> bool:
+    """Whether ``flag`` is set on any rank."""
+    if world.size == 1:
+        return flag
+    tensor = torch.tensor([int(flag)], device=world.device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return bool(tensor.item())
 
 
 # -- optimizer ------------------------------------------------------------------------------
@@ -350,14 +359,17 @@ def train(
             record: dict[str, Any] = {"step": step, "loss": loss_value}
             record["lr"] = config.lr_at(step - 1)
             last = step == config.steps
-            if (config.eval_every and step % config.eval_every == 0) or last:
+            out_of_time = config.time_budget and time.monotonic() - began > config.time_budget
+            # every rank must agree to stop at the same step (a signal may reach one only)
+            interrupted = _any(bool(stop_asked() or out_of_time), world)
+            periodic_eval = config.eval_every and step % config.eval_every == 0
+            if periodic_eval or last or interrupted:  # the result's val_loss is the model's
                 val_loss = _evaluate(model, source, config, world)
                 record["val_loss"] = val_loss
                 say(f"step {step}: loss {loss_value:.4f}, val {val_loss:.4f}")
             history.append(record)
-            out_of_time = config.time_budget and time.monotonic() - began > config.time_budget
             reached = config.loss_target and val_loss is not None and val_loss <= config.loss_target
-            stopping = bool(stop_asked() or out_of_time or reached)
+            stopping = bool(interrupted or reached)
             periodic = config.checkpoint_every and step % config.checkpoint_every == 0
             if stopping or last or periodic:  # a collective under FSDP: every rank takes part
                 _save_state(out, model, optimizer, step, generator, history, world)
