@@ -25,7 +25,6 @@ __all__ = [
     "MAX_LAYERS",
     "MAX_TOKENS",
     "MAX_WIDTH",
-    "POSITION_SCHEMES",
     "Activation",
     "DecoderConfig",
     "ModelConfig",
@@ -34,22 +33,13 @@ __all__ = [
 
 C = TypeVar("C", bound="ModelConfig")
 
-Activation = Literal["gelu", "gelu_tanh", "relu"]
+Activation = Literal["gelu", "gelu_tanh", "relu", "silu"]
 
 #: Upper bounds on sizes, far beyond any real model, so that a hostile or mistaken config
 #: (``n_layers = 10**9``, ``context_length = 2**62``) is refused before anything is built.
 MAX_LAYERS = 4096
 MAX_TOKENS = 1 << 24  # vocab_size, context_length
 MAX_WIDTH = 1 << 18  # d_model, d_ff
-
-#: Position schemes by config name -> the ``zoo.nn`` module implementing it (imported lazily).
-#: A new scheme (e.g. rotary) is a module with the same interface plus one entry here.
-POSITION_SCHEMES: Mapping[str, str] = types.MappingProxyType(
-    {
-        "learned": "zoo.nn.positions:LearnedPositions",
-        "sinusoidal": "zoo.nn.positions:SinusoidalPositions",
-    }
-)
 
 
 def _describe_type(tp: Any) -> str:
@@ -169,21 +159,37 @@ class ModelConfig:
 class TransformerConfig(ModelConfig):
     """Fields shared by every Transformer in zoo (subclasses add the layer counts).
 
+    A Transformer is a composition: ``positions``, ``norm``, ``ffn`` and ``attention`` name
+    registered components (``zoo plugins`` lists them; a plugin adds new ones through the
+    ``zoo_components`` hook), and the other fields are their options.
+
     Args:
         vocab_size: number of token ids.
         context_length: longest sequence the model accepts.
         d_model: width of the residual stream.
-        n_heads: attention heads; must divide ``d_model``.
-        d_ff: hidden width of the feed-forward network.
+        n_heads: attention (query) heads; must divide ``d_model``.
+        d_ff: hidden width of the feed-forward network (of each branch of a gated one).
         dropout: dropout on embeddings, attention weights and residual branches (training only).
         norm_first: pre-LN (``x + f(ln(x))``) when true, post-LN (``ln(x + f(x))``) when false.
-        final_norm: apply a LayerNorm after the last layer (of each stack).
-        activation: feed-forward activation: ``gelu`` (erf), ``gelu_tanh`` or ``relu``.
-        positions: position scheme name, a key of :data:`POSITION_SCHEMES`.
+        final_norm: apply a norm after the last layer (of each stack).
+        activation: activation of the ``mlp`` feed-forward: ``gelu`` (erf), ``gelu_tanh``,
+            ``relu`` or ``silu``.
+        positions: position scheme component: ``learned``, ``sinusoidal``, ``rotary``,
+            ``none``, or one a plugin supplies.
         tie_embeddings: the LM head shares its weight with the token embedding.
         head_bias: the LM head has a bias (only without tying).
         scale_embeddings: multiply token embeddings by ``sqrt(d_model)`` (Vaswani et al.).
-        layer_norm_eps: LayerNorm epsilon.
+        layer_norm_eps: the norms' epsilon.
+        norm: norm component: ``layernorm``, ``rmsnorm``, or one a plugin supplies.
+        ffn: feed-forward component: ``mlp``, ``swiglu``, ``geglu``, or one a plugin supplies.
+        attention: self-attention component: ``mha``, or one a plugin supplies.
+        n_kv_heads: key/value heads (``None``: ``n_heads``); fewer is grouped-query
+            attention, 1 multi-query. Must divide ``n_heads``.
+        bias: the linear layers inside the blocks (and LayerNorms) have biases.
+        qkv_bias: the query/key/value projections have biases (``None``: ``bias``).
+        rope_theta: base of the rotary angles.
+        rotary_fraction: share of each head's features that rotary positions turn (1: all).
+        sliding_window: each query sees at most this many most recent keys (``None``: all).
     """
 
     vocab_size: int
@@ -200,6 +206,15 @@ class TransformerConfig(ModelConfig):
     head_bias: bool = False
     scale_embeddings: bool = False
     layer_norm_eps: float = 1e-5
+    norm: str = "layernorm"
+    ffn: str = "mlp"
+    attention: str = "mha"
+    n_kv_heads: int | None = None
+    bias: bool = True
+    qkv_bias: bool | None = None
+    rope_theta: float = 10000.0
+    rotary_fraction: float = 1.0
+    sliding_window: int | None = None
 
     def validate(self) -> None:
         self._require_positive("vocab_size", "context_length", "d_model", "n_heads", "d_ff")
@@ -217,11 +232,29 @@ class TransformerConfig(ModelConfig):
             "head_bias",
             "a tied LM head has no bias; set tie_embeddings=False to use one",
         )
-        if self.positions not in POSITION_SCHEMES:
-            raise ConfigError(
-                f"{type(self).__name__}.positions = {self.positions!r} is not a known position "
-                f"scheme; choose one of {', '.join(sorted(POSITION_SCHEMES))}"
+        if self.n_kv_heads is not None:
+            self._require(
+                0 < self.n_kv_heads <= self.n_heads and self.n_heads % self.n_kv_heads == 0,
+                "n_kv_heads",
+                f"must divide n_heads = {self.n_heads}",
             )
+        self._require(self.rope_theta > 0, "rope_theta", "must be positive")
+        self._require(0 < self.rotary_fraction <= 1, "rotary_fraction", "must be in (0, 1]")
+        if self.sliding_window is not None:
+            self._require(self.sliding_window > 0, "sliding_window", "must be positive")
+        self._check_components()
+
+    def _check_components(self) -> None:
+        """Each component field names a registered component of its kind."""
+        from .registry import get_registry  # plugins supply components: look them up lazily
+        from .specs import COMPONENT_KINDS
+
+        registry = get_registry()
+        for kind in COMPONENT_KINDS:
+            try:
+                registry.component(kind, getattr(self, kind))
+            except ConfigError as exc:
+                raise ConfigError(f"{type(self).__name__}.{kind}: {exc}") from None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

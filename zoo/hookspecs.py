@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import pluggy
 
-from .specs import ArchitectureSpec, ModelSpec, TokenizerSpec
+from .specs import ArchitectureSpec, ComponentSpec, ModelSpec, TokenizerSpec
 
 __all__ = ["hookimpl", "hookspec"]
 
@@ -43,3 +43,9 @@ def zoo_models() -> Sequence[ModelSpec]:
 @hookspec
 def zoo_tokenizers() -> Sequence[TokenizerSpec]:
     """Return the tokenizers this plugin supplies, by name."""
+
+
+@hookspec
+def zoo_components() -> Sequence[ComponentSpec]:
+    """Return the components this plugin supplies (position schemes, norms, feed-forwards,
+    attention variants), by kind and name."""

@@ -21,7 +21,7 @@ import pluggy
 
 from . import hookspecs
 from .errors import PluginError
-from .specs import ArchitectureSpec, ModelSpec, TokenizerSpec
+from .specs import ArchitectureSpec, ComponentSpec, ModelSpec, TokenizerSpec
 
 __all__ = ["ENTRY_POINT_GROUP", "Contribution", "PluginHost", "PluginInfo", "strict_from_env"]
 
@@ -32,6 +32,7 @@ HOOKS: dict[str, type] = {
     "zoo_architectures": ArchitectureSpec,
     "zoo_models": ModelSpec,
     "zoo_tokenizers": TokenizerSpec,
+    "zoo_components": ComponentSpec,
 }
 
 

@@ -1,4 +1,4 @@
-"""The registry: architectures, named models and tokenizers, and who supplied each.
+"""The registry: architectures, named models, tokenizers and components, and who supplied each.
 
 A :class:`Registry` is an object filled from plugins (through :class:`~zoo.plugins.PluginHost`)
 and registry files (``registry.toml`` shipped with zoo, plus any files named in
@@ -20,13 +20,14 @@ from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar
 
 from .errors import (
+    ConfigError,
     RegistryConflictError,
     UnknownArchitectureError,
     UnknownModelError,
     ZooError,
 )
 from .plugins import PluginHost, PluginInfo, strict_from_env
-from .specs import ArchitectureSpec, ModelSpec, TokenizerSpec
+from .specs import COMPONENT_KINDS, ArchitectureSpec, ComponentSpec, ModelSpec, TokenizerSpec
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -44,8 +45,10 @@ __all__ = [
     "reset_registry",
 ]
 
-S = TypeVar("S", ArchitectureSpec, ModelSpec, TokenizerSpec)
-Kind = Literal["architecture", "model", "tokenizer"]
+S = TypeVar("S", ArchitectureSpec, ModelSpec, TokenizerSpec, ComponentSpec)
+#: What the registry holds: architectures, models, tokenizers, and the components of
+#: :data:`zoo.specs.COMPONENT_KINDS` (each kind its own namespace).
+Kind = Literal["architecture", "model", "tokenizer", "positions", "norm", "ffn", "attention"]
 
 #: Source label of the models shipped in zoo's own ``registry.toml``.
 BUILTIN_REGISTRY = "registry.toml"
@@ -86,11 +89,8 @@ class Registry:
     def __init__(self, *, strict: bool = False, prefer: Iterable[str] = ()) -> None:
         self.strict = strict
         self.prefer = tuple(prefer)
-        self._claims: dict[Kind, dict[str, list[Entry[Any]]]] = {
-            "architecture": {},
-            "model": {},
-            "tokenizer": {},
-        }
+        kinds: tuple[Kind, ...] = ("architecture", "model", "tokenizer", *COMPONENT_KINDS)  # type: ignore[assignment]
+        self._claims: dict[Kind, dict[str, list[Entry[Any]]]] = {kind: {} for kind in kinds}
         #: alias -> the (model name, source) pairs that claim it
         self._alias_claims: dict[str, list[tuple[str, str]]] = {}
         self.plugins: list[PluginInfo] = []
@@ -105,6 +105,10 @@ class Registry:
     def add_tokenizer(self, spec: TokenizerSpec, source: str) -> None:
         """Register a tokenizer; a name claimed twice becomes a conflict."""
         self._claims["tokenizer"].setdefault(spec.name, []).append(Entry(spec, source))
+
+    def add_component(self, spec: ComponentSpec, source: str) -> None:
+        """Register a component; a name claimed twice within its kind becomes a conflict."""
+        self._claims[spec.kind].setdefault(spec.name, []).append(Entry(spec, source))  # type: ignore[index]
 
     def add_model(self, spec: ModelSpec, source: str) -> None:
         """Register a named model and its aliases; a name claimed twice becomes a conflict."""
@@ -180,6 +184,11 @@ class Registry:
                 self._unknown(kind, name, names) + " Run `zoo list` to see every named model."
             )
         message = self._unknown(kind, name, self._claims[kind])
+        if kind in COMPONENT_KINDS:
+            raise ConfigError(
+                message.replace(f"unknown {kind}", f"unknown {kind} component", 1)
+                + " A plugin supplies new ones through the zoo_components hook."
+            )
         if kind == "architecture":
             failed = [p.name for p in self.plugins if p.status == "failed"]
             if failed:
@@ -212,6 +221,18 @@ class Registry:
     def tokenizer(self, name: str) -> TokenizerSpec:
         """The tokenizer called ``name``."""
         return self._entry("tokenizer", name).spec
+
+    def component(self, kind: str, name: str) -> ComponentSpec:
+        """The component of ``kind`` (``"positions"``, ``"norm"``, ``"ffn"``,
+        ``"attention"``) called ``name``; a :class:`~zoo.errors.ConfigError` listing the
+        known ones when there is none."""
+        if kind not in COMPONENT_KINDS:
+            raise ValueError(f"component kind {kind!r} is not one of {', '.join(COMPONENT_KINDS)}")
+        return self._entry(kind, name).spec  # type: ignore[arg-type]
+
+    def components(self, kind: str) -> list[str]:
+        """Names of the usable components of ``kind``, sorted."""
+        return sorted(self._usable(kind))  # type: ignore[arg-type]
 
     def source(self, kind: Kind, name: str) -> str:
         """Where the ``kind`` called ``name`` was registered from."""
@@ -337,6 +358,9 @@ def load_registry(
     strict = strict_from_env() if strict is None else strict
     prefer = prefer_from_env() if prefer is None else tuple(prefer)
     host = PluginHost(strict=strict)
+    from . import components  # the built-in components: always there, as plugin "zoo"
+
+    host.register(components, name="zoo")
     if entry_points:
         host.load_entry_points()
     for name, plugin in (plugins or {}).items():
@@ -351,6 +375,8 @@ def load_registry(
             registry.add_architecture(c.spec, source)
         elif isinstance(c.spec, TokenizerSpec):
             registry.add_tokenizer(c.spec, source)
+        elif isinstance(c.spec, ComponentSpec):
+            registry.add_component(c.spec, source)
     builtin = resources.files("zoo").joinpath("registry.toml")
     for spec in read_registry_file(BUILTIN_REGISTRY, text=builtin.read_text(encoding="utf-8")):
         registry.add_model(spec, BUILTIN_REGISTRY)

@@ -26,7 +26,15 @@ _CONTRACT = (
     "wrap an existing nn.Module inside a ZooModel subclass)."
 )
 
-__all__ = ["ArchitectureSpec", "ModelSpec", "TokenizerFactory", "TokenizerSpec", "WeightsSource"]
+__all__ = [
+    "COMPONENT_KINDS",
+    "ArchitectureSpec",
+    "ComponentSpec",
+    "ModelSpec",
+    "TokenizerFactory",
+    "TokenizerSpec",
+    "WeightsSource",
+]
 
 #: What a :class:`TokenizerSpec`'s factory is: called with keyword arguments only (none from
 #: :func:`zoo.load`, ``directory=`` when the spec ``reads_checkpoint``, the caller's from
@@ -291,3 +299,56 @@ class TokenizerSpec:
                 f"the factory of tokenizer {self.name!r} cannot be called with {given}: {exc} "
                 f"(its parameters: {takes}){hint}"
             ) from None
+
+
+#: The kinds of component a decoder is composed of; each is also the config field that names
+#: the component (``positions = "rotary"``, ``norm = "rmsnorm"``, ``ffn = "swiglu"``,
+#: ``attention = "mha"``).
+COMPONENT_KINDS = ("positions", "norm", "ffn", "attention")
+
+
+@dataclasses.dataclass(frozen=True)
+class ComponentSpec:
+    """A building block a plugin supplies, by kind and name: the shared decoder
+    (:class:`zoo.nn.DecoderLM`) builds the one its config names.
+
+    The factory contract: ``factory(config)`` (the model's whole config, so a component reads
+    the fields it needs, its plugin's own included) returns an ``nn.Module``:
+
+    - ``positions``: a :class:`zoo.nn.PositionScheme` (token-embedding vectors, a rotation of
+      queries and keys, and/or an additive attention-score bias);
+    - ``norm``: a module ``(*, d_model) -> (*, d_model)``;
+    - ``ffn``: a module ``(*, d_model) -> (*, d_model)``, its output projection named ``proj``;
+    - ``attention``: a self-attention module with :class:`zoo.nn.MultiHeadAttention`'s
+      ``forward`` and an output projection named ``proj``.
+
+    Args:
+        kind: one of :data:`COMPONENT_KINDS`.
+        name: registry name within its kind, e.g. ``"rotary"``.
+        factory: the factory, or a lazy ``"module:function"`` reference to it.
+        description: one line for ``zoo info`` and ``zoo plugins``.
+    """
+
+    kind: str
+    name: str
+    factory: Callable[[Any], Any] | str
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in COMPONENT_KINDS:
+            raise ValueError(
+                f"component kind {self.kind!r} is not one of {', '.join(COMPONENT_KINDS)}"
+            )
+        _check_name(f"{self.kind} component", self.name)
+
+    def build(self, config: Any) -> Any:
+        """The component for ``config`` (imports its implementation on first use)."""
+        from torch import nn
+
+        module = resolve(self.factory)(config)
+        if not isinstance(module, nn.Module):
+            raise PluginContractError(
+                f"{self.kind} component {self.name!r}: its factory returned "
+                f"{type(module).__name__}, not a torch.nn.Module"
+            )
+        return module

@@ -6,21 +6,22 @@ import torch
 from torch import Tensor, nn
 
 from zoo.nn import (
+    KVCache,
     Linear,
     TransformerBlock,
     ZooModel,
+    build_component,
+    causal_self_mask,
     check_padding_mask,
     check_token_ids,
     embed_tokens,
     init_weights,
     make_positions,
+    positions_from_mask,
     random_ids,
     right_padding,
     sdpa_mask,
 )
-from zoo.nn.cache import KVCache
-from zoo.nn.decoder import positions_from_mask
-from zoo.nn.masks import causal_self_mask
 
 from .config import EncoderDecoderConfig
 
@@ -47,12 +48,12 @@ class EncoderDecoder(ZooModel):
         super().__init__(config)
         c = config
         self.tok_emb = nn.Embedding(c.vocab_size, c.d_model)
-        self.pos_emb = make_positions(c.positions, c.context_length, c.d_model)
+        self.pos_emb = make_positions(c)
         self.drop = nn.Dropout(c.dropout)
 
         self.encoder = TransformerBlock.stack(c, c.n_encoder_layers)
         self.decoder = TransformerBlock.stack(c, c.n_decoder_layers, cross_attention=True)
-        norm = (lambda: nn.LayerNorm(c.d_model, eps=c.layer_norm_eps)) if c.final_norm else None
+        norm = (lambda: build_component("norm", c)) if c.final_norm else None
         self.encoder_norm = norm() if norm else None
         self.decoder_norm = norm() if norm else None
         self.head = Linear(c.d_model, c.vocab_size, bias=c.head_bias)

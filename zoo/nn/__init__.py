@@ -1,12 +1,14 @@
 """Shared building blocks for zoo architectures.
 
-Plugins compose these or bring their own modules.
+Plugins compose these (most simply by naming components in a :class:`zoo.config.DecoderConfig`
+and using :class:`DecoderLM`) or bring their own modules.
 """
 
 from .attention import MultiHeadAttention
 from .base import (
     ZooModel,
     check_padding_mask,
+    check_position_ids,
     check_token_ids,
     embed_tokens,
     init_weights,
@@ -15,34 +17,56 @@ from .base import (
 )
 from .blocks import TransformerBlock
 from .cache import KVCache, LayerCache
-from .decoder import DecoderLM
-from .feedforward import FeedForward, activation
+from .components import build_component
+from .decoder import DecoderLM, DecoderSession, positions_from_mask
+from .feedforward import FeedForward, GatedFeedForward, activation
 from .linear import Linear, linear
-from .masks import sdpa_mask
-from .positions import LearnedPositions, SinusoidalPositions, make_positions
+from .masks import causal_self_mask, sdpa_mask, self_attention_mask
+from .norms import RMSNorm
+from .positions import (
+    LearnedPositions,
+    NoPositions,
+    PositionScheme,
+    RotaryPositions,
+    Rotation,
+    SinusoidalPositions,
+    make_positions,
+)
 from .session import DecodingSession, RecomputeSession
 
 __all__ = [
     "DecoderLM",
+    "DecoderSession",
     "DecodingSession",
     "FeedForward",
+    "GatedFeedForward",
     "KVCache",
     "LayerCache",
     "LearnedPositions",
     "Linear",
     "MultiHeadAttention",
+    "NoPositions",
+    "PositionScheme",
+    "RMSNorm",
     "RecomputeSession",
+    "RotaryPositions",
+    "Rotation",
     "SinusoidalPositions",
     "TransformerBlock",
     "ZooModel",
     "activation",
+    "build_component",
+    "causal_self_mask",
     "check_padding_mask",
+    "check_position_ids",
     "check_token_ids",
     "embed_tokens",
     "init_weights",
     "linear",
     "make_positions",
+    "positions_from_mask",
     "random_ids",
     "right_padding",
     "sdpa_mask",
+    "self_attention_mask",
 ]

@@ -1,29 +1,36 @@
-"""Multi-head attention on PyTorch's ``scaled_dot_product_attention``."""
+"""Multi-head attention on PyTorch's ``scaled_dot_product_attention``: multi-head,
+grouped-query and multi-query (``n_kv_heads``), with or without biases."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .cache import LayerCache
 from .linear import Linear
+from .positions import Rotation
 
-__all__ = ["MultiHeadAttention"]
+__all__ = ["MultiHeadAttention", "mha"]
 
 
 class MultiHeadAttention(nn.Module):
     """Multi-head scaled dot-product attention.
 
-    Self-attention uses one fused ``qkv`` projection; cross-attention (``cross=True``) projects
-    queries from ``x`` with ``q`` and keys/values from ``memory`` with ``kv``, so the query and
-    key lengths are free to differ.
+    Self-attention uses one fused ``qkv`` projection (queries, then keys, then values);
+    cross-attention (``cross=True``) projects queries from ``x`` with ``q`` and keys/values from
+    ``memory`` with ``kv``, so the query and key lengths are free to differ.
 
     Args:
         d_model: model width; split evenly over ``n_heads``.
-        n_heads: number of heads.
+        n_heads: number of query heads.
+        n_kv_heads: key/value heads (default ``n_heads``); fewer is grouped-query attention
+            (each shared by ``n_heads / n_kv_heads`` query heads), one is multi-query.
         dropout: dropout on the attention weights (training only).
         cross: build the cross-attention variant.
-        bias: projections have biases.
+        bias: the query/key/value projections have biases.
+        out_bias: the output projection has a bias (default: ``bias``).
 
     Shape:
         - x: ``(B, T, d_model)``; memory: ``(B, S, d_model)`` (cross-attention only).
@@ -36,33 +43,40 @@ class MultiHeadAttention(nn.Module):
         d_model: int,
         n_heads: int,
         *,
+        n_kv_heads: int | None = None,
         dropout: float = 0.0,
         cross: bool = False,
         bias: bool = True,
+        out_bias: bool | None = None,
     ) -> None:
         super().__init__()
+        n_kv_heads = n_kv_heads or n_heads
         if d_model % n_heads:
             raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
+        if n_heads % n_kv_heads:
+            raise ValueError(f"n_heads={n_heads} must be divisible by n_kv_heads={n_kv_heads}")
         self.d_model = d_model
         self.n_heads = n_heads
+        self.n_kv_heads = n_kv_heads
         self.head_dim = d_model // n_heads
+        self.kv_width = n_kv_heads * self.head_dim
         self.dropout = dropout
         self.cross = cross
         if cross:
             self.q = Linear(d_model, d_model, bias=bias)
-            self.kv = Linear(d_model, 2 * d_model, bias=bias)
+            self.kv = Linear(d_model, 2 * self.kv_width, bias=bias)
         else:
-            self.qkv = Linear(d_model, 3 * d_model, bias=bias)
-        self.proj = Linear(d_model, d_model, bias=bias)
+            self.qkv = Linear(d_model, d_model + 2 * self.kv_width, bias=bias)
+        self.proj = Linear(d_model, d_model, bias=bias if out_bias is None else out_bias)
 
     def _heads(self, x: Tensor) -> Tensor:
-        b, t, _ = x.shape
-        return x.view(b, t, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, hd)
+        b, t, width = x.shape
+        return x.view(b, t, width // self.head_dim, self.head_dim).transpose(1, 2)  # (B, h, T, hd)
 
     def memory_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
-        """Cross-attention keys and values of the encoder output, ``(B, H, S, hd)`` each;
+        """Cross-attention keys and values of the encoder output, ``(B, H_kv, S, hd)`` each;
         computed once per generation and passed back as ``memory_kv``."""
-        k, v = self.kv(memory).split(self.d_model, dim=-1)
+        k, v = self.kv(memory).split(self.kv_width, dim=-1)
         return self._heads(k), self._heads(v)
 
     def forward(
@@ -75,13 +89,16 @@ class MultiHeadAttention(nn.Module):
         cache: LayerCache | None = None,
         start: int = 0,
         memory_kv: tuple[Tensor, Tensor] | None = None,
+        rotation: Rotation | None = None,
     ) -> Tensor:
         """Attend from ``x`` to itself (or to ``memory``).
 
-        ``causal`` applies when ``mask`` is ``None`` (a given mask already holds the causal
-        pattern). With a ``cache``, the new keys and values are stored at position ``start``
-        and the queries attend to every cached position. Cross-attention takes either
-        ``memory`` or its precomputed ``memory_kv``.
+        ``mask`` is boolean (``True`` where attention is allowed) or float (added to the
+        scores). ``causal`` applies when ``mask`` is ``None`` (a given mask already holds the
+        causal pattern). ``rotation`` (rotary positions) turns the new queries and keys before
+        the keys are cached. With a ``cache``, the new keys and values are stored at position
+        ``start`` and the queries attend to every cached position. Cross-attention takes
+        either ``memory`` or its precomputed ``memory_kv``.
         """
         b, t, _ = x.shape
         if self.cross:
@@ -91,11 +108,16 @@ class MultiHeadAttention(nn.Module):
                     raise ValueError("cross-attention needs the encoder output as `memory`")
                 memory_kv = self.memory_kv(memory)
             k, v = memory_kv  # (B, H, S, hd)
-        else:
+        elif self.n_kv_heads == self.n_heads:
             qkv = self.qkv(x).view(b, t, 3, self.n_heads, self.head_dim)
             q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, H, T, hd)
-            if cache is not None:
-                k, v = cache.write(start, k, v)  # (B, H, start + T, hd)
+        else:
+            q, k, v = self.qkv(x).split((self.d_model, self.kv_width, self.kv_width), dim=-1)
+            q, k, v = self._heads(q), self._heads(k), self._heads(v)  # (B, H | H_kv, T, hd)
+        if rotation is not None:
+            q, k = rotation(q), rotation(k)
+        if cache is not None:
+            k, v = cache.write(start, k, v)  # (B, H_kv, start + T, hd)
         y = F.scaled_dot_product_attention(
             q,
             k,
@@ -103,6 +125,22 @@ class MultiHeadAttention(nn.Module):
             attn_mask=mask,
             dropout_p=self.dropout if self.training else 0.0,
             is_causal=causal and mask is None,
+            enable_gqa=self.n_kv_heads != self.n_heads,
         )  # (B, H, T, hd)
         y = y.transpose(1, 2).reshape(b, t, self.d_model)  # (B, T, d_model)
         return self.proj(y)
+
+
+def mha(config: Any) -> MultiHeadAttention:
+    """``attention = "mha"``: self-attention with ``n_kv_heads`` key/value heads, biases on
+    the query/key/value projections when ``qkv_bias`` (default ``bias``) and on the output
+    projection when ``bias``."""
+    qkv_bias = config.bias if config.qkv_bias is None else config.qkv_bias
+    return MultiHeadAttention(
+        config.d_model,
+        config.n_heads,
+        n_kv_heads=config.n_kv_heads,
+        dropout=config.dropout,
+        bias=qkv_bias,
+        out_bias=config.bias,
+    )

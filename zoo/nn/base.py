@@ -9,6 +9,8 @@ import torch
 from torch import Tensor, nn
 
 from ..config import ModelConfig
+from .norms import RMSNorm
+from .positions import PositionScheme
 from .session import DecodingSession, RecomputeSession
 
 if TYPE_CHECKING:
@@ -126,23 +128,28 @@ def embed_tokens(
 ) -> Tensor:
     """Token plus position vectors, ``(B, L) -> (B, L, d_model)``: ``drop(tok_emb(ids) +
     pos_emb(positions))``, the token part scaled by ``sqrt(d_model)`` when ``scale_by_width``
-    (Vaswani et al.)."""
+    (Vaswani et al.). A :class:`~zoo.nn.PositionScheme` that adds no vectors (rotary, none)
+    adds nothing."""
     x = tok_emb(ids)  # (B, L, d_model)
     if scale_by_width:
         x = x * math.sqrt(x.shape[-1])
-    return drop(x + pos_emb(positions).to(x.dtype))
+    vectors = (
+        pos_emb.embed(positions) if isinstance(pos_emb, PositionScheme) else pos_emb(positions)
+    )
+    return drop(x if vectors is None else x + vectors.to(x.dtype))
 
 
 def init_weights(module: nn.Module, *, std: float = 0.02) -> None:
-    """GPT-style initialisation: normal(0, std) weights, zero biases, unit LayerNorms."""
+    """GPT-style initialisation: normal(0, std) weights, zero biases, unit norms."""
     if isinstance(module, (nn.Linear, nn.Embedding)):
         nn.init.normal_(module.weight, mean=0.0, std=std)
         bias = getattr(module, "bias", None)
         if bias is not None:
             nn.init.zeros_(bias)
-    elif isinstance(module, nn.LayerNorm):
+    elif isinstance(module, (nn.LayerNorm, RMSNorm)):
         nn.init.ones_(module.weight)
-        nn.init.zeros_(module.bias)
+        if getattr(module, "bias", None) is not None:
+            nn.init.zeros_(module.bias)
 
 
 def check_token_ids(

@@ -1,7 +1,9 @@
-"""The decoder-only language model shared by gpt1, gpt2 and wiki-gpt-wordpiece.
+"""The decoder-only language model shared by gpt1, gpt2, wiki-gpt-wordpiece, llama and any
+plugin's decoder.
 
-Everything that differs between them is a :class:`~zoo.config.DecoderConfig` field: norm
-placement, final LayerNorm, activation, position scheme, head tying and bias.
+Everything that differs between them is a :class:`~zoo.config.DecoderConfig` field: the
+components (position scheme, norm, feed-forward, attention) and their options, norm
+placement, final norm, head tying and biases.
 """
 
 from __future__ import annotations
@@ -25,15 +27,16 @@ from .base import (
 )
 from .blocks import TransformerBlock
 from .cache import KVCache
+from .components import build_component
 from .linear import Linear
-from .masks import causal_self_mask
+from .masks import self_attention_mask
 from .positions import make_positions
 
 __all__ = ["DecoderLM", "DecoderSession", "positions_from_mask"]
 
 
 class DecoderLM(ZooModel):
-    """Token embedding + positions -> ``n_layers`` causal blocks -> [LayerNorm] -> LM head.
+    """Token embedding [+ positions] -> ``n_layers`` causal blocks -> [norm] -> LM head.
 
     Args:
         config: a :class:`~zoo.config.DecoderConfig` (or subclass).
@@ -50,10 +53,10 @@ class DecoderLM(ZooModel):
         super().__init__(config)
         c = config
         self.tok_emb = nn.Embedding(c.vocab_size, c.d_model)
-        self.pos_emb = make_positions(c.positions, c.context_length, c.d_model)
+        self.pos_emb = make_positions(c)
         self.drop = nn.Dropout(c.dropout)
         self.blocks = TransformerBlock.stack(c, c.n_layers)
-        self.final_norm = nn.LayerNorm(c.d_model, eps=c.layer_norm_eps) if c.final_norm else None
+        self.final_norm = build_component("norm", c) if c.final_norm else None
         self.head = Linear(c.d_model, c.vocab_size, bias=c.head_bias)
         self.reset_parameters()
         if c.tie_embeddings:
@@ -146,11 +149,24 @@ class DecoderLM(ZooModel):
     ) -> Tensor:
         """:meth:`logits` without the head: final hidden states ``(B, T, d_model)``."""
         start = cache.length if cache is not None else 0
-        mask, causal = causal_self_mask(keep, q_len=ids.shape[1], start=start)
+        t = ids.shape[1]
         x = self.embed(ids, position_ids)  # (B, T, d_model)
+        rotation = self.pos_emb.rotation(position_ids)  # once for every layer
+        bias = self.pos_emb.score_bias(t, start + t, ids.device)  # (H, T, S) or None
+        mask, causal = self_attention_mask(
+            keep,
+            q_len=t,
+            start=start,
+            window=self.config.sliding_window,
+            bias=bias,
+            device=ids.device,
+            dtype=x.dtype,
+        )
         for i, block in enumerate(self.blocks):
             layer_cache = cache.layers[i] if cache is not None else None
-            x = block(x, mask=mask, causal=causal, cache=layer_cache, start=start)
+            x = block(
+                x, mask=mask, causal=causal, cache=layer_cache, start=start, rotation=rotation
+            )
         if cache is not None:
             cache.length = start + ids.shape[1]
         if last_only:
@@ -188,7 +204,7 @@ class DecoderSession:
         self.cache = KVCache(
             c.n_layers,
             ids.shape[0],
-            c.n_heads,
+            c.n_kv_heads or c.n_heads,
             max_len,
             c.d_model // c.n_heads,
             dtype=weight.dtype,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["causal_self_mask", "sdpa_mask"]
+__all__ = ["causal_self_mask", "sdpa_mask", "self_attention_mask"]
 
 
 def sdpa_mask(keep: Tensor | None, *, causal: bool, q_len: int) -> Tensor | None:
@@ -48,3 +48,34 @@ def causal_self_mask(keep: Tensor | None, *, q_len: int, start: int) -> tuple[Te
             return None, False
         raise ValueError("several new queries after cached ones need the padding mask `keep`")
     return sdpa_mask(keep, causal=True, q_len=q_len), False
+
+
+def self_attention_mask(
+    keep: Tensor | None,
+    *,
+    q_len: int,
+    start: int,
+    window: int | None = None,
+    bias: Tensor | None = None,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> tuple[Tensor | None, bool]:
+    """:func:`causal_self_mask` plus an optional sliding ``window`` (each query sees its
+    ``window`` most recent keys) and an additive score ``bias`` ``(H, T, S)`` (from a position
+    scheme). With a bias the mask is float ``(B, H, T, S)``: the bias where attention is
+    allowed, ``-inf`` elsewhere."""
+    if window is None and bias is None:
+        return causal_self_mask(keep, q_len=q_len, start=start)
+    s = start + q_len
+    if keep is None:
+        keep = torch.ones(1, s, dtype=torch.bool, device=device)
+    allowed = sdpa_mask(keep, causal=True, q_len=q_len)  # (B, 1, T, S)
+    assert allowed is not None
+    if window is not None:
+        queries = torch.arange(start, s, device=device)[:, None]  # (T, 1)
+        keys = torch.arange(s, device=device)[None]  # (1, S)
+        allowed = allowed & (queries - keys < window)  # the diagonal stays: no empty row
+    if bias is None:
+        return allowed, False
+    blocked = torch.tensor(float("-inf"), dtype=dtype, device=device)
+    return torch.where(allowed, bias.to(dtype), blocked), False  # (B, H, T, S)

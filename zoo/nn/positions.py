@@ -1,23 +1,84 @@
-"""Position schemes: each maps position ids ``(B, T)`` to vectors ``(B, T, d_model)``.
+"""Position schemes: how a decoder knows where each token is.
 
-The names used in configs are listed in :data:`zoo.config.POSITION_SCHEMES`. A scheme is a
-module built as ``Scheme(context_length, d_model)``; :func:`make_positions` builds one by name.
+A scheme may act in any of three places, and the shared decoder calls each once per forward
+pass:
+
+- :meth:`PositionScheme.embed`: vectors added to the token embeddings (learned, sinusoidal);
+- :meth:`PositionScheme.rotation`: a rotation applied to the queries and keys of every layer
+  (rotary);
+- :meth:`PositionScheme.score_bias`: an additive bias on the attention scores (ALiBi, say).
+
+Schemes are components, registered by name (``positions = "rotary"`` in a config) through the
+``zoo_components`` hook; the built-in ones are ``learned``, ``sinusoidal``, ``rotary`` and
+``none``.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from .._lazy import resolve
-from ..config import POSITION_SCHEMES
+__all__ = [
+    "LearnedPositions",
+    "NoPositions",
+    "PositionScheme",
+    "RotaryPositions",
+    "Rotation",
+    "SinusoidalPositions",
+    "make_positions",
+]
 
-__all__ = ["LearnedPositions", "SinusoidalPositions", "make_positions"]
+
+class Rotation:
+    """A rotary rotation of query/key heads, ``cos``/``sin`` of shape ``(B, 1, T, rot)``:
+    the first ``rot`` features of each head turn (the rotate-half layout of transformers'
+    Llama), the rest pass through (partial rotary)."""
+
+    def __init__(self, cos: Tensor, sin: Tensor) -> None:
+        self.cos = cos
+        self.sin = sin
+
+    def __call__(self, x: Tensor) -> Tensor:
+        """``(B, H, T, head_dim) -> (B, H, T, head_dim)``."""
+        rot = self.cos.shape[-1]
+        cos, sin = self.cos.to(x.dtype), self.sin.to(x.dtype)
+        turned, kept = x[..., :rot], x[..., rot:]
+        first, second = turned.chunk(2, dim=-1)  # 2 x (B, H, T, rot / 2)
+        half_turned = torch.cat((-second, first), dim=-1)  # (B, H, T, rot)
+        out = turned * cos + half_turned * sin
+        return torch.cat((out, kept), dim=-1) if kept.shape[-1] else out
 
 
-class LearnedPositions(nn.Module):
+class PositionScheme(nn.Module):
+    """Base class of position schemes; each method returns ``None`` where the scheme does
+    not act. A scheme is built as ``factory(config)`` from the model's config."""
+
+    def embed(self, position_ids: Tensor) -> Tensor | None:
+        """Vectors ``(B, T, d_model)`` added to the token embeddings of ``(B, T)`` positions."""
+        return None
+
+    def rotation(self, position_ids: Tensor) -> Rotation | None:
+        """The rotation of the queries and keys of tokens at ``(B, T)`` positions."""
+        return None
+
+    def score_bias(self, q_len: int, k_len: int, device: torch.device) -> Tensor | None:
+        """An additive bias ``(H, T, S)`` on attention scores of ``T = q_len`` queries, the
+        last of ``S = k_len`` keys. Indices count padding; real tokens are contiguous (left
+        padding in generation, right padding in a forward pass), so index differences between
+        real tokens are position differences."""
+        return None
+
+    def forward(self, position_ids: Tensor) -> Tensor:
+        vectors = self.embed(position_ids)
+        if vectors is None:
+            raise TypeError(f"{type(self).__name__} adds no vectors to token embeddings")
+        return vectors
+
+
+class LearnedPositions(PositionScheme):
     """Learned absolute positions: one trained vector per position (GPT-1, GPT-2).
 
     Shape:
@@ -29,11 +90,11 @@ class LearnedPositions(nn.Module):
         self.weight = nn.Parameter(torch.empty(context_length, d_model))
         nn.init.normal_(self.weight, std=0.02)
 
-    def forward(self, position_ids: Tensor) -> Tensor:
+    def embed(self, position_ids: Tensor) -> Tensor:
         return nn.functional.embedding(position_ids, self.weight)
 
 
-class SinusoidalPositions(nn.Module):
+class SinusoidalPositions(PositionScheme):
     """Fixed sinusoidal positions of Vaswani et al. (2017), section 3.5.
 
     ``PE[pos, 2i] = sin(pos / 10000^(2i / d))`` and ``PE[pos, 2i + 1] = cos(pos / 10000^(2i / d))``.
@@ -49,7 +110,7 @@ class SinusoidalPositions(nn.Module):
         self.context_length = context_length
         self.d_model = d_model
 
-    def forward(self, position_ids: Tensor) -> Tensor:
+    def embed(self, position_ids: Tensor) -> Tensor:
         half = (self.d_model + 1) // 2
         exponent = torch.arange(half, device=position_ids.device, dtype=torch.float32) * 2
         inv_freq = torch.exp(exponent * (-math.log(10000.0) / self.d_model))  # (half,)
@@ -58,10 +119,77 @@ class SinusoidalPositions(nn.Module):
         return pe.flatten(-2)[..., : self.d_model]  # (B, T, d_model), sin/cos interleaved
 
 
-def make_positions(name: str, context_length: int, d_model: int) -> nn.Module:
-    """Build the position scheme called ``name``."""
-    if name not in POSITION_SCHEMES:
-        raise ValueError(
-            f"unknown position scheme {name!r}; choose one of {', '.join(sorted(POSITION_SCHEMES))}"
+class RotaryPositions(PositionScheme):
+    """Rotary positions (RoPE, Su et al. 2021) in the rotate-half layout of transformers'
+    Llama: the first ``rotary_dim`` features of each query and key head turn by angles
+    ``position / rope_theta^(2i / rotary_dim)``. Computed in float32 from the ids on their own
+    device (no buffers: correct after a ``meta`` build).
+
+    Args:
+        head_dim: features per head.
+        rotary_dim: features that turn (even, at most ``head_dim``; less is partial rotary).
+        theta: the base ``rope_theta``.
+    """
+
+    def __init__(self, head_dim: int, rotary_dim: int, theta: float) -> None:
+        super().__init__()
+        if rotary_dim % 2 or not 0 < rotary_dim <= head_dim:
+            raise ValueError(
+                f"rotary_dim={rotary_dim} must be even and in (0, head_dim={head_dim}]"
+            )
+        self.head_dim = head_dim
+        self.rotary_dim = rotary_dim
+        self.theta = theta
+
+    def rotation(self, position_ids: Tensor) -> Rotation:
+        steps = torch.arange(0, self.rotary_dim, 2, dtype=torch.int64, device=position_ids.device)
+        inv_freq = 1.0 / (self.theta ** (steps.float() / self.rotary_dim))  # (rot / 2,)
+        angles = position_ids.float()[..., None] * inv_freq  # (B, T, rot / 2)
+        angles = torch.cat((angles, angles), dim=-1)[:, None]  # (B, 1, T, rot)
+        return Rotation(angles.cos(), angles.sin())
+
+    def extra_repr(self) -> str:
+        return f"rotary_dim={self.rotary_dim}, theta={self.theta}"
+
+
+class NoPositions(PositionScheme):
+    """No position information at all (causal attention alone orders the tokens)."""
+
+
+# -- component factories: factory(config) -> scheme ------------------------------------------
+def learned(config: Any) -> LearnedPositions:
+    """``positions = "learned"``: one trained vector per position."""
+    return LearnedPositions(config.context_length, config.d_model)
+
+
+def sinusoidal(config: Any) -> SinusoidalPositions:
+    """``positions = "sinusoidal"``: Vaswani et al.'s fixed vectors."""
+    return SinusoidalPositions(config.context_length, config.d_model)
+
+
+def rotary(config: Any) -> RotaryPositions:
+    """``positions = "rotary"``: RoPE with ``rope_theta``, turning ``rotary_fraction`` of
+    each head's features."""
+    head_dim = config.d_model // config.n_heads
+    rotary_dim = int(head_dim * config.rotary_fraction) // 2 * 2
+    return RotaryPositions(head_dim, rotary_dim, config.rope_theta)
+
+
+def none(config: Any) -> NoPositions:
+    """``positions = "none"``."""
+    return NoPositions()
+
+
+def make_positions(config: Any) -> PositionScheme:
+    """The position scheme ``config.positions`` names, from the component registry."""
+    from .components import build_component
+
+    scheme = build_component("positions", config)
+    if not isinstance(scheme, PositionScheme):
+        from ..errors import PluginContractError
+
+        raise PluginContractError(
+            f"positions component {config.positions!r} built a {type(scheme).__name__}, "
+            "not a zoo.nn.PositionScheme"
         )
-    return resolve(POSITION_SCHEMES[name])(context_length, d_model)
+    return scheme

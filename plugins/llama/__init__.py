@@ -1,0 +1,59 @@
+"""Llama (Touvron et al., 2023) as a composition of zoo components: rotary positions,
+RMSNorm, SwiGLU, grouped-query attention, no biases, untied head. The shared decoder does the
+rest. Only declarations here; the config and checkpoint layout are imported when first used.
+"""
+
+from __future__ import annotations
+
+from zoo.hookspecs import hookimpl
+from zoo.specs import ArchitectureSpec, ModelSpec, TokenizerSpec, WeightsSource
+
+TINYLLAMA = "TinyLlama/TinyLlama-1.1B-Chat-v1.0"
+
+
+@hookimpl
+def zoo_architectures() -> list[ArchitectureSpec]:
+    return [
+        ArchitectureSpec(
+            name="llama",
+            config="zoo_plugins.llama.config:LlamaConfig",
+            model="zoo.nn.decoder:DecoderLM",
+            description="Llama: pre-norm causal decoder (RoPE, RMSNorm, SwiGLU, GQA), untied head",
+            checkpoint_layouts={"hf-llama": "zoo_plugins.llama.convert:HF_LLAMA"},
+        )
+    ]
+
+
+@hookimpl
+def zoo_models() -> list[ModelSpec]:
+    return [
+        ModelSpec(
+            name="tinyllama-1.1b",
+            architecture="llama",
+            tokenizer="tinyllama",
+            description="TinyLlama 1.1B Chat v1.0: 22 layers, width 2048, 32 heads, 4 KV heads",
+            config={"vocab_size": 32000, "context_length": 2048, "d_model": 2048,
+                    "n_heads": 32, "n_kv_heads": 4, "n_layers": 22, "d_ff": 5632},
+            weights=WeightsSource(repo=TINYLLAMA, layout="hf-llama"),
+        ),
+        ModelSpec(
+            name="llama-tiny",
+            architecture="llama",
+            tokenizer="byte",
+            description="a small Llama-shaped model for tests: 2 layers, width 64, GQA 4/2",
+            config={"vocab_size": 320, "context_length": 128, "d_model": 64, "n_heads": 4,
+                    "n_kv_heads": 2, "n_layers": 2, "d_ff": 160},
+        ),
+    ]  # fmt: skip
+
+
+@hookimpl
+def zoo_tokenizers() -> list[TokenizerSpec]:
+    return [
+        TokenizerSpec(
+            name="tinyllama",
+            factory="zoo_plugins.llama.tokenizer:load",
+            description=f"Llama SentencePiece BPE, 32000 ids: tokenizer.json of {TINYLLAMA}",
+            reads_checkpoint=True,
+        )
+    ]

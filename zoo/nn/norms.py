@@ -1,0 +1,42 @@
+"""Normalisations: LayerNorm and RMSNorm, built from a config as components."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["RMSNorm", "layernorm", "rmsnorm"]
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm (Zhang and Sennrich 2019), as transformers' Llama computes it:
+    in float32, then scaled by ``weight`` in the input's dtype.
+
+    Shape:
+        ``(*, d) -> (*, d)``.
+    """
+
+    def __init__(self, d: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d))
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, eps={self.eps}"
+
+
+def layernorm(config: Any) -> nn.LayerNorm:
+    """``norm = "layernorm"`` over ``d_model`` (a bias unless ``bias = false``)."""
+    return nn.LayerNorm(config.d_model, eps=config.layer_norm_eps, bias=config.bias)
+
+
+def rmsnorm(config: Any) -> RMSNorm:
+    """``norm = "rmsnorm"`` over ``d_model``."""
+    return RMSNorm(config.d_model, eps=config.layer_norm_eps)
