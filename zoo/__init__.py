@@ -34,8 +34,8 @@ from .errors import (
 )
 from .hookspecs import hookimpl
 from .hub import pull, push
-from .registry import get_registry, reset_registry
-from .specs import ArchitectureSpec, ModelSpec, TokenizerSpec, WeightsSource
+from .registry import add_plugin, get_registry, reset_registry
+from .specs import ArchitectureSpec, ComponentSpec, ModelSpec, TokenizerSpec, WeightsSource
 
 __version__ = "0.1.0"
 
@@ -59,6 +59,7 @@ __all__ = [
     "ArchitectureSpec",
     "CheckpointError",
     "ChecksumMismatchError",
+    "ComponentSpec",
     "ConfigError",
     "CorruptCheckpointError",
     "DecoderConfig",
@@ -83,6 +84,7 @@ __all__ = [
     "WeightsSource",
     "ZooError",
     "__version__",
+    "add_plugin",
     "build",
     "convert_checkpoint",
     "export",

@@ -10,7 +10,7 @@ from .config import ModelConfig
 from .errors import ConfigError, UnknownArchitectureError, UnknownModelError, ZooError
 from .plugins import PluginInfo
 from .registry import get_registry
-from .specs import ArchitectureSpec, ModelSpec, WeightsSource
+from .specs import COMPONENT_KINDS, ArchitectureSpec, ModelSpec, WeightsSource
 
 if TYPE_CHECKING:
     import torch
@@ -57,6 +57,8 @@ class ModelInfo:
     parameters: int
     weights: WeightsSource | None
     tokenizer_description: str | None = None
+    #: ``(kind, name, source)`` of each component the model is composed of.
+    components: tuple[tuple[str, str, str], ...] = ()
 
 
 def resolve_config(
@@ -180,6 +182,11 @@ def info(name: str) -> ModelInfo:
         parameters=params,
         weights=spec.weights,
         tokenizer_description=_tokenizer_description(spec.tokenizer),
+        components=tuple(
+            (kind, getattr(config, kind), registry.source(kind, getattr(config, kind)))  # type: ignore[arg-type]
+            for kind in COMPONENT_KINDS
+            if isinstance(getattr(config, kind, None), str)
+        ),
     )
 
 

@@ -88,7 +88,7 @@ def cmd_info(args: argparse.Namespace) -> int:
         ("supplied by", info.plugin),
         ("defined in", info.model_source),
         ("blocks", "; ".join(info.blocks) or "-"),
-        ("positions", info.positions),
+        *((kind, f"{name} (from {source})") for kind, name, source in info.components),
         ("tokenizer", _tokenizer_line(info)),
         ("parameters", f"{info.parameters:,}"),
         ("weights", str(info.weights) if info.weights else "none (random init only)"),
@@ -102,6 +102,17 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+_PLURALS = {
+    "architecture": "architectures",
+    "model": "models",
+    "tokenizer": "tokenizers",
+    "positions": "position schemes",
+    "norm": "norms",
+    "ffn": "feed-forwards",
+    "attention": "attention",
+}
+
+
 def cmd_plugins(args: argparse.Namespace) -> int:
     """Print every plugin, its status and what it supplies."""
     registry = get_registry()
@@ -110,7 +121,9 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         source = f"plugin {plugin.name}"
         supplied = registry.supplied_by(source)
         what = "; ".join(
-            f"{kind}s: {', '.join(names)}" for kind, names in supplied.items() if names
+            f"{_PLURALS.get(kind, kind)}: {', '.join(names)}"
+            for kind, names in supplied.items()
+            if names
         )
         detail = what if plugin.status == "ok" else plugin.error or ""
         status: str = plugin.status

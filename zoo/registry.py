@@ -38,6 +38,7 @@ __all__ = [
     "BUILTIN_REGISTRY",
     "Entry",
     "Registry",
+    "add_plugin",
     "get_registry",
     "load_registry",
     "prefer_from_env",
@@ -398,14 +399,25 @@ def load_registry(
 
 
 _default: Registry | None = None
+#: Plugin objects added to this process by :func:`add_plugin`, by name.
+_added: dict[str, Any] = {}
 
 
 def get_registry() -> Registry:
     """The process-wide registry, loaded on first use."""
     global _default
     if _default is None:
-        _default = load_registry()
+        _default = load_registry(plugins=_added)
     return _default
+
+
+def add_plugin(plugin: Any, *, name: str) -> None:
+    """Register a plugin object (a module or an object with ``@zoo.hookimpl`` methods) in
+    this process, next to the installed ones: for a notebook or an application that defines
+    its models in code rather than in a package. The registry reloads on next use; a name or
+    spec already taken is reported like any plugin failure or conflict."""
+    _added[name] = plugin
+    reset_registry()
 
 
 def reset_registry() -> None:

@@ -104,6 +104,8 @@ class ArchitectureSpec:
     def model_class(self) -> Any:
         """The model class (imported on first use); it must derive from
         :class:`zoo.nn.ZooModel`."""
+        from torch import nn
+
         from .nn.base import ZooModel
 
         cls = resolve(self.model)
@@ -112,6 +114,18 @@ class ArchitectureSpec:
                 f"architecture {self.name!r}: its model {cls!r} is not a subclass of "
                 "zoo.nn.ZooModel, so zoo cannot rely on config, name, example_inputs(), "
                 f"start_decoding() or the loading conventions. {_CONTRACT}"
+            )
+        missing = [
+            f"{method}()"
+            for method, base in (("forward", nn.Module), ("example_inputs", ZooModel))
+            if getattr(cls, method) is getattr(base, method)
+        ]
+        fields = set(self.config_class.field_names())
+        missing += [f"config.{f}" for f in ("vocab_size", "context_length") if f not in fields]
+        if missing:
+            raise PluginContractError(
+                f"architecture {self.name!r}: its model {cls.__name__} lacks "
+                f"{', '.join(missing)}, which every zoo model provides. {_CONTRACT}"
             )
         return cls
 

@@ -15,6 +15,7 @@ from ..config import TransformerConfig
 from .attention import MultiHeadAttention
 from .cache import LayerCache
 from .components import build_component
+from .feedforward import FeedForward
 from .positions import Rotation
 
 __all__ = ["TransformerBlock"]
@@ -24,13 +25,23 @@ class TransformerBlock(nn.Module):
     """Self-attention, optional cross-attention, feed-forward; each a residual branch.
 
     Pre-norm (``norm_first=True``): ``x = x + f(norm(x))``. Post-norm: ``x = norm(x + f(x))``.
-    The self-attention, norms and feed-forward are the components the config names
-    (``attention``, ``norm``, ``ffn``: see :data:`zoo.specs.COMPONENT_KINDS`);
-    cross-attention is :class:`MultiHeadAttention`.
+    :meth:`from_config` (what :meth:`stack` uses) builds the self-attention, norms and
+    feed-forward a config names as components (``attention``, ``norm``, ``ffn``: see
+    :data:`zoo.specs.COMPONENT_KINDS`); built directly, the block has LayerNorms, an MLP and
+    :class:`MultiHeadAttention` unless ``make_*`` factories say otherwise.
 
     Args:
-        config: a :class:`~zoo.config.TransformerConfig` (or subclass).
+        d_model: model width.
+        n_heads: attention heads.
+        d_ff: feed-forward hidden width.
+        activation: feed-forward activation name.
+        norm_first: pre-norm when true, post-norm when false.
         cross_attention: add a cross-attention branch over ``memory`` (decoder layer).
+        dropout: dropout on attention weights and on each branch output (training only).
+        layer_norm_eps: LayerNorm epsilon.
+        n_kv_heads: key/value heads of the cross-attention (default ``n_heads``).
+        make_attention, make_norm, make_ffn: factories of the self-attention, of each norm
+            and of the feed-forward, called without arguments.
 
     Shape:
         - x: ``(B, T, d_model)``; memory: ``(B, S, d_model)``.
@@ -39,29 +50,68 @@ class TransformerBlock(nn.Module):
         - output: ``(B, T, d_model)``.
     """
 
-    def __init__(self, config: TransformerConfig, *, cross_attention: bool = False) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        *,
+        activation: str = "gelu",
+        norm_first: bool = True,
+        cross_attention: bool = False,
+        dropout: float = 0.0,
+        layer_norm_eps: float = 1e-5,
+        n_kv_heads: int | None = None,
+        make_attention: Callable[[], nn.Module] | None = None,
+        make_norm: Callable[[], nn.Module] | None = None,
+        make_ffn: Callable[[], nn.Module] | None = None,
+    ) -> None:
         super().__init__()
-        c = config
-        self.norm_first = c.norm_first
-        self.attn = build_component("attention", c)
-        self.attn_norm = build_component("norm", c)
+        norm = make_norm or (lambda: nn.LayerNorm(d_model, eps=layer_norm_eps))
+        self.norm_first = norm_first
+        self.attn = (
+            make_attention()
+            if make_attention is not None
+            else MultiHeadAttention(d_model, n_heads, dropout=dropout)
+        )
+        self.attn_norm = norm()
         self.cross_attn: MultiHeadAttention | None = None
         self.cross_norm: nn.Module | None = None
         if cross_attention:
             self.cross_attn = MultiHeadAttention(
-                c.d_model, c.n_heads, n_kv_heads=c.n_kv_heads, dropout=c.dropout, cross=True
+                d_model, n_heads, n_kv_heads=n_kv_heads, dropout=dropout, cross=True
             )
-            self.cross_norm = build_component("norm", c)
-        self.ffn = build_component("ffn", c)
-        self.ffn_norm = build_component("norm", c)
-        self.drop = nn.Dropout(c.dropout)
+            self.cross_norm = norm()
+        self.ffn = make_ffn() if make_ffn is not None else FeedForward(d_model, d_ff, activation)
+        self.ffn_norm = norm()
+        self.drop = nn.Dropout(dropout)
+
+    @classmethod
+    def from_config(
+        cls, config: TransformerConfig, *, cross_attention: bool = False
+    ) -> TransformerBlock:
+        """A block made of the components ``config`` names."""
+        c = config
+        return cls(
+            c.d_model,
+            c.n_heads,
+            c.d_ff,
+            norm_first=c.norm_first,
+            cross_attention=cross_attention,
+            dropout=c.dropout,
+            n_kv_heads=c.n_kv_heads,
+            make_attention=lambda: build_component("attention", c),
+            make_norm=lambda: build_component("norm", c),
+            make_ffn=lambda: build_component("ffn", c),
+        )
 
     @classmethod
     def stack(
         cls, config: TransformerConfig, n_layers: int, *, cross_attention: bool = False
     ) -> nn.ModuleList:
-        """``n_layers`` blocks shaped by the shared fields of a Transformer config."""
-        return nn.ModuleList(cls(config, cross_attention=cross_attention) for _ in range(n_layers))
+        """``n_layers`` blocks made of the components ``config`` names."""
+        blocks = (cls.from_config(config, cross_attention=cross_attention) for _ in range(n_layers))
+        return nn.ModuleList(blocks)
 
     def _residual(self, x: Tensor, norm: nn.Module, branch: Callable[[Tensor], Tensor]) -> Tensor:
         if self.norm_first:

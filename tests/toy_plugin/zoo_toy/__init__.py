@@ -1,6 +1,7 @@
 """zoo-toy: a third-party zoo plugin (the one in the README's "Writing a plugin")."""
 
 from zoo import ArchitectureSpec, ModelSpec, hookimpl
+from zoo.specs import ComponentSpec
 
 
 @hookimpl
@@ -24,5 +25,25 @@ def zoo_models():
             architecture="toy-gpt",
             config={"d_model": 64, "n_heads": 4, "n_layers": 2},
             description="a 100k-parameter byte-level toy",
-        )
+        ),
+        ModelSpec(  # zoo's own decoder, with this plugin's position scheme
+            name="toy-alibi",
+            architecture="gpt2",
+            tokenizer="byte",
+            config={
+                "vocab_size": 257,
+                "context_length": 64,
+                "d_model": 32,
+                "n_heads": 4,
+                "n_layers": 2,
+                "d_ff": 64,
+                "positions": "alibi",
+            },
+            description="a small GPT-2-layout decoder with ALiBi positions",
+        ),
     ]
+
+
+@hookimpl
+def zoo_components():
+    return [ComponentSpec("positions", "alibi", "zoo_toy.alibi:alibi", "ALiBi score bias")]
