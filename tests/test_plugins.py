@@ -299,9 +299,53 @@ def test_bad_registry_files_are_clear_errors(tmp_path, text, message):
 def test_the_readme_plugin_is_the_tested_plugin():
     """The copy-pasteable plugin in the README is, file for file, the one installed here."""
     readme = (Path(__file__).parents[1] / "README.md").read_text()
-    for name in ("pyproject.toml", "zoo_toy/__init__.py", "zoo_toy/model.py"):
+    for name in ("pyproject.toml", "zoo_toy/__init__.py", "zoo_toy/model.py", "zoo_toy/alibi.py"):
         source = (Path(__file__).parent / "toy_plugin" / name).read_text()
         assert source.rstrip() in readme, f"README is out of date with toy_plugin/{name}"
+
+
+def _readme_block(heading: str) -> str:
+    """The first ```python block after ``heading`` in the README."""
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    after = readme[readme.index(heading) :]
+    return after.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_readme_bring_your_own_model_runs_as_written(tmp_path):
+    """The README's wrapped transformers model builds, generates and passes the kit."""
+    code = _readme_block("### Bring your own model") + textwrap.dedent(
+        """
+        from zoo.testing import run_conformance
+        failed = [r for r in run_conformance("hf-gpt2-tiny", devices=["cpu"]) if not r.ok]
+        assert not failed, failed
+        print("kit ok")
+        """
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "tensor([[1, 2, 3," in run.stdout and "kit ok" in run.stdout
+
+
+def test_a_model_missing_what_the_contract_asks_is_refused_by_name(monkeypatch):
+    from zoo.nn import ZooModel
+
+    class NoExamples(ZooModel):
+        def forward(self, input_ids, attention_mask=None):
+            return input_ids
+
+    arch = zoo.ArchitectureSpec(name="toy-gpt", config="zoo_toy.model:ToyConfig", model=NoExamples)
+    model = zoo.ModelSpec(name="bare", architecture="toy-gpt", config={})
+    plugin = Throwaway(architectures=[arch], models=[model])
+    use(monkeypatch, load_registry(entry_points=False, plugins={"bare": plugin}))
+    with pytest.raises(zoo.PluginContractError, match=r"NoExamples lacks example_inputs\(\)"):
+        zoo.build("bare")
+
+
+def test_the_readme_composition_example_builds():
+    model = zoo.build("gpt2-124m", positions="rotary", norm="rmsnorm", ffn="swiglu")
+    assert type(model.blocks[0].ffn).__name__ == "GatedFeedForward"
 
 
 def test_the_readme_plugin_depends_on_this_distribution():
