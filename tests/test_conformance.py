@@ -28,6 +28,10 @@ def test_conformance(model: str, check: str, device: str) -> None:
 # -- the kit itself must be able to fail ---------------------------------------------------
 
 
+_SIZES = {"vocab_size": 512, "context_length": 64, "d_model": 32, "n_heads": 2, "n_layers": 2,
+          "d_ff": 64}  # fmt: skip
+
+
 def _plugin_with(model_ref: str, name: str):
     """A throwaway plugin whose architecture is a deliberately broken variant of gpt2."""
 
@@ -38,7 +42,7 @@ def _plugin_with(model_ref: str, name: str):
 
         @zoo.hookimpl
         def zoo_models(self):
-            return [zoo.ModelSpec(name=f"{name}-m", architecture=name)]
+            return [zoo.ModelSpec(name=f"{name}-m", architecture=name, config=_SIZES)]
 
     return Plugin()
 

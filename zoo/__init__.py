@@ -11,7 +11,7 @@ Importing zoo does not import torch; :func:`build` does.
 from __future__ import annotations
 
 from .api import ModelInfo, build, info, list_models, plugins, resolve_config, tokenizer
-from .checkpoint import LoadReport, convert_checkpoint, export, load, save
+from .checkpoint import LoadReport, export, save
 from .config import DecoderConfig, ModelConfig, TransformerConfig
 from .errors import (
     CheckpointError,
@@ -34,6 +34,7 @@ from .errors import (
 )
 from .hookspecs import hookimpl
 from .hub import pull, push
+from .loading import convert_checkpoint, load
 from .registry import add_plugin, get_registry, reset_registry
 from .specs import ArchitectureSpec, ComponentSpec, ModelSpec, TokenizerSpec, WeightsSource
 

@@ -228,7 +228,7 @@ _DTYPES = ("float32", "bfloat16", "float16")
 def _load_for_generation(args: argparse.Namespace) -> ZooModel:
     import torch
 
-    from . import checkpoint
+    from . import loading
 
     dtype = getattr(torch, args.dtype) if args.dtype else None
     if args.random:
@@ -236,7 +236,7 @@ def _load_for_generation(args: argparse.Namespace) -> ZooModel:
             torch.manual_seed(args.seed)  # the random weights too: --seed makes runs identical
         model = api.build(args.source, device=args.device, dtype=dtype)
         return model.eval()
-    return checkpoint.load(args.source, device=args.device, dtype=dtype)
+    return loading.load(args.source, device=args.device, dtype=dtype)
 
 
 def _check_utf8(text: str, what: str) -> None:
@@ -296,7 +296,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     works under torchrun."""
     import torch
 
-    from . import checkpoint
+    from . import loading
     from .train import TrainConfig, classifier, labels_in, train, train_tokenizer
 
     if (args.model is None) == (args.source is None):
@@ -321,7 +321,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     else:
         if overrides:
             raise ValueError("--set changes the config of a new model: it cannot go with --from")
-        model = checkpoint.load(args.source)
+        model = loading.load(args.source)
     if args.task == "classify":  # a linear head over the labels the data uses
         model = classifier(model, labels_in(args.data))
     config = TrainConfig(
@@ -355,7 +355,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_convert(args: argparse.Namespace) -> int:
     """Convert a checkpoint between the zoo layout and a Hugging Face layout."""
-    from .checkpoint import convert_checkpoint
+    from .loading import convert_checkpoint
 
     path = convert_checkpoint(args.source, args.destination, to=args.to)
     print(f"wrote {path} ({args.to} layout)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from zoo.convert import KeyMap, KeyRule, openai_block_rules
+from zoo.convert import KeyMap, KeyRule, openai_block_rules, openai_represents
 
 # transformers' OpenAI GPT maps afn "gelu" to the tanh approximation (as the original GPT-1
 # code did), so zoo's gpt1 uses gelu_tanh.
@@ -62,10 +62,12 @@ HF_OPENAI_GPT = KeyMap(
         KeyRule("tokens_embed.weight", "tok_emb.weight"),
         KeyRule("positions_embed.weight", "pos_emb.weight"),
         *openai_block_rules(),
-        KeyRule("lm_head.weight", "head.weight"),
+        KeyRule("lm_head.weight", "head.weight", optional=True),  # absent when tied
     ),
     ignore_foreign=(r"h\.\d+\.attn\.bias",),
     strip_prefixes=("transformer.",),
     config_from_foreign=config_from_hf,
     config_to_foreign=config_to_hf,
+    model_type="openai-gpt",
+    represents=openai_represents(norm_first=False, final_norm=False),
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from zoo.convert import KeyMap, KeyRule, linear_rules, openai_block_rules
+from zoo.convert import KeyMap, KeyRule, linear_rules, openai_block_rules, openai_represents
 
 _ACTIVATIONS = {
     "gelu_new": "gelu_tanh",
@@ -73,10 +73,12 @@ HF_GPT2 = KeyMap(
         KeyRule("wpe.weight", "pos_emb.weight"),
         *openai_block_rules(),
         *linear_rules("ln_f", "final_norm"),
-        KeyRule("lm_head.weight", "head.weight"),
+        KeyRule("lm_head.weight", "head.weight", optional=True),  # absent when tied
     ),
     ignore_foreign=(r"h\.\d+\.attn\.(bias|masked_bias)",),
     strip_prefixes=("transformer.",),
     config_from_foreign=config_from_hf,
     config_to_foreign=config_to_hf,
+    model_type="gpt2",
+    represents=openai_represents(norm_first=True, final_norm=True),
 )

@@ -1,5 +1,7 @@
-"""Checkpoints: save and load zoo models with safetensors, import and export Hugging Face
-GPT-1 / GPT-2 checkpoints.
+"""Checkpoints: save and load zoo models with safetensors in local directories, import and
+export foreign (Hugging Face) layouts. Sources elsewhere (``hf:org/name``, a named model's
+Hub weights) are :func:`zoo.load`'s: it resolves them to a directory first (:mod:`zoo.loading`);
+this package never reaches the network.
 
     >>> import zoo
     >>> zoo.save(model, "ckpt/")                 # model.safetensors + config.json
@@ -21,15 +23,7 @@ below), :mod:`.pickled` (the opt-in pickle converter).
 
 from __future__ import annotations
 
-from .api import (
-    WEIGHTS_DIR_ENV,
-    convert_checkpoint,
-    export,
-    load,
-    load_local,
-    local_weights_path,
-    save,
-)
+from .api import WEIGHTS_DIR_ENV, export, load_local, local_weights_path, save
 from .files import WEIGHTS_FILE, forget_verified, sha256_file
 from .manifest import CONFIG_FILE, FORMAT_VERSION, Manifest
 from .pickled import convert_pickle_checkpoint
@@ -43,11 +37,9 @@ __all__ = [
     "LoadReport",
     "Manifest",
     "ShapeMismatch",
-    "convert_checkpoint",
     "convert_pickle_checkpoint",
     "export",
     "forget_verified",
-    "load",
     "load_local",
     "local_weights_path",
     "materialize_buffers",

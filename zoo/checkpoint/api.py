@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -37,9 +36,9 @@ from .files import (
 )
 from .manifest import (
     CONFIG_FILE,
-    FORMAT,
     FORMAT_VERSION,
     Manifest,
+    config_format,
     plugin_distribution,
     read_config_json,
 )
@@ -52,9 +51,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "WEIGHTS_DIR_ENV",
-    "convert_checkpoint",
     "export",
-    "load",
     "load_local",
     "local_weights_path",
     "save",
@@ -204,77 +201,6 @@ def _is_parameter(model: nn.Module, key: str) -> bool:
 
 
 # -- load -----------------------------------------------------------------------------------
-def _looks_like_path(source: str) -> bool:
-    """Whether ``zoo.load(source)`` reads a path rather than a named model. A registered name
-    always means the named model, even when a folder of that name is in the current directory
-    (``./gpt2-124m`` loads the folder); anything else that exists is a path."""
-    spelled_as_path = (
-        "/" in source
-        or os.sep in source
-        or source.startswith(("~", "."))
-        or Path(source).suffix.lower() in {".safetensors", ".json", *PICKLE_SUFFIXES}
-    )
-    return spelled_as_path or (source not in get_registry() and Path(source).exists())
-
-
-def load(
-    source: str | os.PathLike[str],
-    *,
-    device: str | torch.device | None = None,
-    dtype: torch.dtype | None = None,
-    strict: bool = True,
-    verify: bool | None = None,
-    tokenizer: bool = True,
-) -> ZooModel:
-    """Load a model with its weights, ready for inference.
-
-    Args:
-        source: one of
-
-            - a directory written by :func:`save` (or its ``model.safetensors``);
-            - a directory holding a Hugging Face checkpoint (``config.json`` with a
-              ``model_type`` some plugin imports, e.g. ``gpt2`` or ``openai-gpt``, plus
-              ``model.safetensors``);
-            - a named model (``"gpt2-124m"``) whose weights are on this machine: at the
-              registry entry's ``weights.path``, or in ``$ZOO_WEIGHTS_DIR/<name>/``;
-              otherwise fetched from the entry's Hub repo (:mod:`zoo.hub`);
-            - ``"hf:org/name"`` or ``"hf:org/name@revision"``: a Hub repo (:mod:`zoo.hub`).
-        device: where the weights go (default CPU). CPU weights stay memory-mapped from the
-            file (copy-on-write) and are never copied.
-        dtype: floating dtype to convert to (default: keep the file's).
-        strict: raise :class:`~zoo.errors.StateDictMismatchError` when keys are missing,
-            unexpected or mis-shaped; with ``False``, load what matches, initialise the rest,
-            log a warning and keep the report in ``model.load_report``.
-        verify: check the file's sha256 (pinned for the named model, or recorded by
-            :func:`save`); the hash runs on a background thread while the model is
-            assembled. ``None`` (default) verifies whenever a hash is known, skipping files
-            verified before and not modified since (same inode, size and mtime; recorded in
-            ``$ZOO_CACHE_DIR/verified-sha256.json``); ``True`` always hashes; ``False``
-            never does.
-        tokenizer: also load the tokenizer into ``model.tokenizer``.
-
-    Returns:
-        the model in eval mode, with ``model.tokenizer`` (``None`` when it has none or
-        ``tokenizer=False``) and ``model.load_report`` (a :class:`LoadReport`).
-    """
-    if isinstance(source, str) and source.startswith("hf:"):
-        from ..hub.load import load_hf  # fetch into the Hugging Face cache, then load_local
-
-        return load_hf(
-            source, device=device, dtype=dtype, strict=strict, verify=verify, tokenizer=tokenizer
-        )
-    if isinstance(source, os.PathLike) or (isinstance(source, str) and _looks_like_path(source)):
-        path = Path(os.path.expanduser(os.fspath(source)))
-        return load_local(
-            path, device=device, dtype=dtype, strict=strict, verify=verify, tokenizer=tokenizer
-        )
-    if not isinstance(source, str):
-        raise TypeError(f"source must be a path or a model name, got {type(source).__name__}")
-    return _load_named(
-        source, device=device, dtype=dtype, strict=strict, verify=verify, tokenizer=tokenizer
-    )
-
-
 #: ``weights.path = "package:zoo_plugins.shakespeare/weights"``: a folder inside a package.
 PACKAGE_PREFIX = "package:"
 
@@ -314,54 +240,28 @@ def local_weights_path(name: str) -> Path | None:
     return None
 
 
-def _load_named(name: str, **kwargs: Any) -> ZooModel:
-    try:
-        spec = get_registry().model(name)
-    except UnknownModelError as exc:
-        raise UnknownModelError(
-            f"{exc} (zoo.load also accepts a checkpoint directory; {name!r} is not one)"
-        ) from None
-    path = local_weights_path(spec.name)
-    if path is None and spec.weights is not None and spec.weights.repo:
-        from ..hub.load import load_named  # the registry entry's Hub repo
-
-        return load_named(spec.name, **kwargs)
-    if path is None:
-        where = f" Its weights are published at {spec.weights}." if spec.weights else ""
-        raise CheckpointError(
-            f"no local weights for {spec.name!r}.{where} Put a checkpoint directory at "
-            f"${WEIGHTS_DIR_ENV}/{spec.name}/, set weights.path in a registry file, or pass "
-            "a directory to zoo.load()."
-        )
-    weights = spec.weights
-    return load_local(
-        path,
-        layout=weights.layout if weights else "auto",
-        sha256=weights.sha256 if weights else None,
-        model_name=spec.name,
-        filename=weights.filename if weights else WEIGHTS_FILE,
-        **kwargs,
-    )
+def foreign_layouts() -> dict[str, tuple[ArchitectureSpec, str]]:
+    """Hugging Face ``model_type`` -> (architecture, layout name), from what every installed
+    architecture's layouts declare (``KeyMap.model_type``)."""
+    registry = get_registry()
+    found: dict[str, tuple[ArchitectureSpec, str]] = {}
+    for name in registry.architectures():
+        arch = registry.architecture(name)
+        for layout in sorted(arch.checkpoint_layouts):
+            model_type = getattr(arch.checkpoint_layout(layout), "model_type", None)
+            if model_type is not None:
+                found.setdefault(model_type, (arch, layout))
+    return found
 
 
 def _foreign_architecture(model_type: str, *, where: str) -> tuple[ArchitectureSpec, str]:
-    layout = f"hf-{model_type}"
-    registry = get_registry()
-    for name in registry.architectures():
-        arch = registry.architecture(name)
-        if layout in arch.checkpoint_layouts:
-            return arch, layout
-    known = sorted(
-        {
-            lay
-            for n in registry.architectures()
-            for lay in registry.architecture(n).checkpoint_layouts
-        }
-    )
+    layouts = foreign_layouts()
+    if model_type in layouts:
+        return layouts[model_type]
     raise UnknownArchitectureError(
         f"{where} is a Hugging Face {model_type!r} checkpoint, but no installed plugin declares "
-        f"the {layout!r} layout (known layouts: {', '.join(known) or 'none'}). Install a plugin "
-        "that imports it."
+        f"a layout that reads it (model types zoo reads: {', '.join(sorted(layouts)) or 'none'})."
+        " Install a plugin that imports it."
     )
 
 
@@ -432,18 +332,13 @@ def load_local(
     manifest: Manifest | None = None
     keymap = None
     tokenizer_spec: Mapping[str, Any] | None = None
-    if data is not None and data.get("format") == FORMAT:
+    if data is None:
+        detected = layout
+    elif config_format(data, where=where) == "zoo":
         manifest = Manifest.from_json(data, where=where)
         detected = "zoo"
-    elif data is not None and "model_type" in data:
-        arch, detected = _foreign_architecture(str(data["model_type"]), where=where)
-    elif data is not None:
-        raise CheckpointError(
-            f'{where} is neither a zoo config ("format": "zoo") nor a Hugging Face config '
-            '("model_type"); it cannot say which model the weights belong to'
-        )
     else:
-        detected = layout
+        arch, detected = _foreign_architecture(str(data["model_type"]), where=where)
     if layout not in ("auto", detected):
         raise CheckpointError(f"{path} holds a {detected!r} checkpoint, not {layout!r}")
 
@@ -498,7 +393,7 @@ def load_local(
         raise
     unexpected: tuple[str, ...] = ()
     if keymap is not None:
-        tensors, conversion = keymap.to_zoo(tensors)
+        tensors, conversion = keymap.to_zoo(tensors, config)
         unexpected = conversion.unexpected
     try:
         with torch.no_grad():
@@ -650,7 +545,12 @@ def _load_tokenizer(
 
 # -- export / convert -----------------------------------------------------------------------
 def _hf_layouts(arch: ArchitectureSpec) -> list[str]:
-    return sorted(lay for lay in arch.checkpoint_layouts if lay.startswith("hf-"))
+    """The layouts of ``arch`` that are Hugging Face checkpoints (declare a ``model_type``)."""
+    return sorted(
+        lay
+        for lay in arch.checkpoint_layouts
+        if getattr(arch.checkpoint_layout(lay), "model_type", None) is not None
+    )
 
 
 def export(model: nn.Module, directory: str | os.PathLike[str], layout: str | None = None) -> Path:
@@ -664,6 +564,11 @@ def export(model: nn.Module, directory: str | os.PathLike[str], layout: str | No
 
     Conv1D weights are transposed back and written contiguous; a tied LM head is omitted
     (transformers re-ties it from ``tie_word_embeddings``).
+
+    Raises:
+        CheckpointError: the layout cannot represent the model (its config differs from what
+            the layout holds, e.g. a post-LN model as ``hf-gpt2``), or leaves one of the
+            layout's keys unwritten.
     """
     from .state import unique_state
 
@@ -681,15 +586,26 @@ def export(model: nn.Module, directory: str | os.PathLike[str], layout: str | No
         raise CheckpointError(str(exc.args[0])) from None
     if keymap.config_to_foreign is None:
         raise CheckpointError(f"layout {layouts[0]!r} cannot write a config.json")
+    differs = keymap.misrepresented(config)
+    if differs:
+        raise CheckpointError(
+            f"the {layouts[0]!r} layout cannot hold this model: it has {'; '.join(differs)}. "
+            "Written anyway it would load as a different model; save it with zoo.save instead"
+        )
     try:
         foreign_config = dict(keymap.config_to_foreign(config))
     except (ValueError, KeyError) as exc:
         raise CheckpointError(f"{arch.name} cannot be exported as {layouts[0]!r}: {exc}") from None
-    foreign, report = keymap.from_zoo(unique_state(model))
+    foreign, report = keymap.from_zoo(unique_state(model), config)
     if report.unexpected:
         raise CheckpointError(
             f"layout {layouts[0]!r} has no place for {list(report.unexpected)[:5]}; this model "
             "cannot be exported to it"
+        )
+    if report.missing:
+        raise CheckpointError(
+            f"exporting as {layouts[0]!r} would leave {list(report.missing)[:5]} unwritten; "
+            "the model lacks weights that layout needs"
         )
     tensors = _cpu_tensors(foreign)
     dtype = _dtype_name(tensors)
@@ -700,24 +616,3 @@ def export(model: nn.Module, directory: str | os.PathLike[str], layout: str | No
         text = json.dumps(foreign_config, indent=2) + "\n"
         (staging / CONFIG_FILE).write_text(text, encoding="utf-8")
     return Path(directory)
-
-
-_LAYOUT = re.compile(r"^(zoo|hf-[a-z0-9_-]+)$")
-
-
-def convert_checkpoint(
-    source: str | os.PathLike[str],
-    destination: str | os.PathLike[str],
-    *,
-    to: str = "zoo",
-    strict: bool = True,
-) -> Path:
-    """Read any checkpoint :func:`load` reads and write it as ``to``: ``"zoo"`` (a
-    :func:`save` directory) or a Hugging Face layout such as ``"hf-gpt2"`` (:func:`export`).
-    What a ``zoo convert SRC DST [--to LAYOUT]`` command calls."""
-    if not _LAYOUT.match(to):
-        raise CheckpointError(f"unknown target layout {to!r}; use 'zoo' or an 'hf-...' layout")
-    model = load(source, strict=strict)
-    if to == "zoo":
-        return save(model, destination)
-    return export(model, destination, layout=to)

@@ -159,6 +159,24 @@ def read_config_json(directory: Path) -> dict[str, Any] | None:
 _DISTRIBUTION_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,98}[A-Za-z0-9])?")
 
 
+def config_format(data: Mapping[str, Any], *, where: str) -> str:
+    """What a ``config.json`` describes: ``"zoo"`` (``"format": "zoo"``, a :class:`Manifest`)
+    or ``"hf"`` (a Hugging Face config with a ``model_type``). The one place checkpoint
+    formats are told apart (:func:`zoo.load` and the Hub download both ask it).
+
+    Raises:
+        CheckpointError: it is neither, so nothing says which model the weights belong to.
+    """
+    if data.get("format") == FORMAT:
+        return "zoo"
+    if "model_type" in data:
+        return "hf"
+    raise CheckpointError(
+        f'{where} is neither a zoo config ("format": "zoo") nor a Hugging Face config '
+        '("model_type"); it cannot say which model the weights belong to'
+    )
+
+
 def plugin_distribution(plugin: Mapping[str, Any] | None) -> str | None:
     """The distribution name of the plugin a manifest records (``"zoo-llama 0.3"`` ->
     ``"zoo-llama"``), or ``None`` when there is none or it is not a valid distribution name:

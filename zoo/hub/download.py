@@ -30,9 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from ..checkpoint.files import PICKLE_SUFFIXES, remember_verified, sha256_file, was_verified
-from ..checkpoint.manifest import CONFIG_FILE, FORMAT, Manifest, read_config_json
+from ..checkpoint.manifest import CONFIG_FILE, Manifest, config_format, read_config_json
 from ..errors import (
-    CheckpointError,
     ChecksumMismatchError,
     HubNotFoundError,
     UnsafeCheckpointError,
@@ -46,7 +45,7 @@ __all__ = ["HF_VOCAB_FILES", "Snapshot", "evict", "fetch", "pull"]
 
 #: Vocabulary files fetched with a Hugging Face-layout checkpoint when the repo has them: what
 #: a plugin's tokenizer may read from the checkpoint directory (GPT-1's BPE files).
-HF_VOCAB_FILES = ("vocab.json", "merges.txt")
+HF_VOCAB_FILES = ("vocab.json", "merges.txt", "tokenizer.json")  # tokenizer files beside HF weights
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,21 +168,16 @@ def _plan(
     data = read_config_json(directory)
     assert data is not None  # downloaded just before
     where = f"{what}: {CONFIG_FILE}"
-    if data.get("format") == FORMAT:
+    if config_format(data, where=where) == "zoo":
         manifest = Manifest.from_json(data, where=where)
         spec = manifest.tokenizer or {}
         files = [check_filename(f, f"{where}: tokenizer file") for f in spec.get("files") or ()]
         return check_filename(manifest.weights_file, where), files, manifest.sha256
-    if "model_type" in data:
-        if entries is not None:
-            vocab = [f for f in HF_VOCAB_FILES if f in entries]
-        else:  # offline: whatever an earlier pull of this commit fetched
-            vocab = [f for f in HF_VOCAB_FILES if (directory / f).exists()]
-        return check_filename(source.filename, what), vocab, None
-    raise CheckpointError(
-        f'{where} is neither a zoo config ("format": "zoo") nor a Hugging Face config '
-        '("model_type"): this repo is not a checkpoint zoo can load'
-    )
+    if entries is not None:
+        vocab = [f for f in HF_VOCAB_FILES if f in entries]
+    else:  # offline: whatever an earlier pull of this commit fetched
+        vocab = [f for f in HF_VOCAB_FILES if (directory / f).exists()]
+    return check_filename(source.filename, what), vocab, None
 
 
 def _check_weights_name(filename: str, entries: Mapping[str, Any] | None, what: str) -> None:

@@ -148,8 +148,9 @@ def init_weights(module: nn.Module, *, std: float = 0.02) -> None:
             nn.init.zeros_(bias)
     elif isinstance(module, (nn.LayerNorm, RMSNorm)):
         nn.init.ones_(module.weight)
-        if getattr(module, "bias", None) is not None:
-            nn.init.zeros_(module.bias)
+        bias = getattr(module, "bias", None)
+        if bias is not None:
+            nn.init.zeros_(bias)
 
 
 def check_token_ids(

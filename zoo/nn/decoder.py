@@ -66,7 +66,8 @@ class DecoderLM(ZooModel):
         """GPT-2 initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2 n_layers)."""
         self.apply(init_weights)
         for block in cast("list[TransformerBlock]", self.blocks):
-            for proj in (block.attn.proj, block.ffn.proj):
+            for owner in (block.attn, block.ffn):  # components name their output projection proj
+                proj = cast("nn.Linear", owner.proj)
                 nn.init.normal_(proj.weight, std=0.02 / math.sqrt(2 * self.config.n_layers))
 
     def example_inputs(

@@ -207,7 +207,8 @@ def check_tied_weights(name: str, device: str) -> None:
 def check_save_load_roundtrip(name: str, device: str) -> None:
     """``zoo.save`` then ``zoo.load`` (safetensors) gives equal tensors, equal logits and the
     same ties, on the same device."""
-    from ..checkpoint import load, save
+    from ..checkpoint import save
+    from ..loading import load
 
     model = _small(name, device).eval()
     with tempfile.TemporaryDirectory() as directory:
@@ -276,10 +277,10 @@ def check_checkpoint_layouts(name: str, device: str) -> None:
     state = model.state_dict()
     for layout in arch.checkpoint_layouts:
         keymap = arch.checkpoint_layout(layout)
-        foreign, report = keymap.from_zoo(state)
+        foreign, report = keymap.from_zoo(state, model.config)
         if report.unexpected:
             raise AssertionError(f"{layout}: zoo keys with no rule: {list(report.unexpected)}")
-        back, report = keymap.to_zoo(foreign)
+        back, report = keymap.to_zoo(foreign, model.config)
         if report.unexpected:
             raise AssertionError(f"{layout}: foreign keys with no rule: {list(report.unexpected)}")
         for key, tensor in state.items():

@@ -25,8 +25,9 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from ..checkpoint import load, save
+from ..checkpoint import save
 from ..checkpoint.commit import atomic_directory
+from ..loading import load
 from ..nn.base import ZooModel
 from ..nn.classifier import SequenceClassifier
 from ..tokenizers.base import check_fits
