@@ -24,6 +24,6 @@ def load(directory: str | Path | None = None) -> HFTokenizer:
         tokenizers.Tokenizer.from_file(str(path)),
         name="tinyllama",
         roles={"bos": "<s>", "eos": "</s>", "unk": "<unk>"},
-        wrap=("bos",),
+        wrap=("bos", None),  # <s> first, as the Llama tokenizer adds it
         description=f"Llama SentencePiece BPE from {TINYLLAMA}",
     )
