@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import zoo
-from zoo.checkpoint.api import foreign_layouts
+from zoo.checkpoint.readers import foreign_layouts
 from zoo.convert import KeyRule
 from zoo.specs import ArchitectureSpec
 

@@ -120,8 +120,6 @@ class ArchitectureSpec:
             for method, base in (("forward", nn.Module), ("example_inputs", ZooModel))
             if getattr(cls, method) is getattr(base, method)
         ]
-        fields = set(self.config_class.field_names())
-        missing += [f"config.{f}" for f in ("vocab_size", "context_length") if f not in fields]
         if missing:
             raise PluginContractError(
                 f"architecture {self.name!r}: its model {cls.__name__} lacks "

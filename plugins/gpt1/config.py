@@ -1,5 +1,4 @@
-"""GPT-1 config: what makes a model GPT-1 (post-LN, no final norm, GELU-tanh, learned
-positions, tied head). Sizes are the named models' (``registry.toml``), not defaults here."""
+"""GPT-1 config: the defaults are the published model (116,534,784 parameters)."""
 
 from __future__ import annotations
 
@@ -15,6 +14,12 @@ class GPT1Config(DecoderConfig):
 
     architecture: ClassVar[str] = "gpt1"
 
+    vocab_size: int = 40478
+    context_length: int = 512
+    d_model: int = 768
+    n_heads: int = 12
+    n_layers: int = 12
+    d_ff: int = 3072
     dropout: float = 0.1
     norm_first: bool = False
     final_norm: bool = False

@@ -1,5 +1,4 @@
-"""GPT-2 config: what makes a model GPT-2 (pre-LN, final norm, GELU-tanh, learned positions,
-tied head). Sizes are the named models' (``registry.toml``), not defaults here."""
+"""GPT-2 config: GPT-2 small (124M) defaults."""
 
 from __future__ import annotations
 
@@ -11,10 +10,16 @@ from zoo.config import Activation, DecoderConfig
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class GPT2Config(DecoderConfig):
-    """GPT-2 (``openai-community/gpt2``)."""
+    """GPT-2; the defaults are GPT-2 small (``gpt2-124m``)."""
 
     architecture: ClassVar[str] = "gpt2"
 
+    vocab_size: int = 50257
+    context_length: int = 1024
+    d_model: int = 768
+    n_heads: int = 12
+    n_layers: int = 12
+    d_ff: int = 3072
     dropout: float = 0.1
     norm_first: bool = True
     final_norm: bool = True

@@ -1,5 +1,4 @@
-"""Encoder-decoder config: Vaswani et al. (2017)'s post-LN layers, ReLU, sinusoidal positions,
-scaled and tied embeddings. Sizes are the named models' (``registry.toml``)."""
+"""Encoder-decoder config: the defaults are the Vaswani et al. (2017) base model."""
 
 from __future__ import annotations
 
@@ -23,8 +22,13 @@ class EncoderDecoderConfig(TransformerConfig):
 
     architecture: ClassVar[str] = "transformer-encdec"
 
-    n_encoder_layers: int
-    n_decoder_layers: int
+    vocab_size: int = 37000
+    context_length: int = 512
+    d_model: int = 512
+    n_heads: int = 8
+    n_encoder_layers: int = 6
+    n_decoder_layers: int = 6
+    d_ff: int = 2048
     dropout: float = 0.1
     norm_first: bool = False
     final_norm: bool = True

@@ -1,5 +1,4 @@
-"""wiki-gpt config: post-LN encoder layers under a causal mask, ReLU, sinusoidal positions,
-an untied head with a bias. Sizes are the named models' (``registry.toml``)."""
+"""wiki-gpt config: d=512, 8 heads, 4 layers, FFN 1024 (the sizes registry.toml gives)."""
 
 from __future__ import annotations
 
@@ -11,10 +10,16 @@ from zoo.config import Activation, DecoderConfig
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class WikiGPTConfig(DecoderConfig):
-    """wiki-gpt (the GPT of the wiki-gpt notebooks)."""
+    """wiki-gpt; defaults are ``wiki-gpt-wordpiece`` (BERT uncased WordPiece, 30522 ids)."""
 
     architecture: ClassVar[str] = "wiki-gpt"
 
+    vocab_size: int = 30522
+    context_length: int = 512
+    d_model: int = 512
+    n_heads: int = 8
+    n_layers: int = 4
+    d_ff: int = 1024
     dropout: float = 0.1
     norm_first: bool = False
     final_norm: bool = False

@@ -14,7 +14,6 @@ from ..api import check_device, check_dtype
 from ..config import ModelConfig
 from ..errors import (
     CheckpointError,
-    ConfigError,
     CorruptCheckpointError,
     UnknownArchitectureError,
     UnknownModelError,
@@ -38,10 +37,9 @@ from .manifest import (
     CONFIG_FILE,
     FORMAT_VERSION,
     Manifest,
-    config_format,
-    plugin_distribution,
     read_config_json,
 )
+from .readers import METADATA_KEY, Request, architecture, recognise
 
 if TYPE_CHECKING:
     import torch
@@ -61,9 +59,6 @@ log = logging.getLogger("zoo.checkpoint")
 
 #: Environment variable naming a folder of checkpoints, one sub-folder per named model.
 WEIGHTS_DIR_ENV = "ZOO_WEIGHTS_DIR"
-
-#: safetensors metadata key holding the zoo description (so a bare weights file loads too).
-_METADATA_KEY = "zoo"
 
 
 # -- helpers --------------------------------------------------------------------------------
@@ -90,34 +85,6 @@ def _plugin_of(architecture: str) -> dict[str, Any] | None:
     name = source.removeprefix("plugin ")
     dist = next((p.distribution for p in registry.plugins if p.name == name), None)
     return {"name": name, "distribution": dist}
-
-
-def _architecture(name: str, *, where: str, plugin: Mapping[str, Any] | None) -> ArchitectureSpec:
-    try:
-        return get_registry().architecture(name)
-    except UnknownArchitectureError as exc:
-        hint = ""
-        package = plugin_distribution(plugin)
-        if plugin and package:
-            hint = (
-                f" It was saved with the plugin {plugin.get('name')!r} from the distribution "
-                f"{package!r}: install it (pip install {package})."
-            )
-        elif plugin and plugin.get("name"):
-            hint = f" It was saved with the plugin {plugin['name']!r}: install it."
-        raise UnknownArchitectureError(
-            f"{where} needs the architecture {name!r}, which no installed plugin supplies.{hint}"
-            f" ({exc})"
-        ) from None
-
-
-def _make_config(arch: ArchitectureSpec, values: Mapping[str, Any], *, where: str) -> Any:
-    try:
-        return arch.config_class.from_dict(values)
-    except ConfigError as exc:
-        raise CheckpointError(
-            f"{where}: the config is not valid for {arch.name!r}: {exc}"
-        ) from None
 
 
 def _cpu_tensors(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
@@ -175,7 +142,7 @@ def save(model: nn.Module, directory: str | os.PathLike[str], *, tokenizer: Any 
             from ..tokenizers import save_tokenizer
 
             tokenizer_spec = save_tokenizer(tokenizer, staging)
-        metadata = {"format": "pt", _METADATA_KEY: json.dumps(description)}
+        metadata = {"format": "pt", METADATA_KEY: json.dumps(description)}
         write_safetensors(tensors, staging / WEIGHTS_FILE, metadata)
         manifest = Manifest(
             architecture=arch_name,
@@ -240,31 +207,6 @@ def local_weights_path(name: str) -> Path | None:
     return None
 
 
-def foreign_layouts() -> dict[str, tuple[ArchitectureSpec, str]]:
-    """Hugging Face ``model_type`` -> (architecture, layout name), from what every installed
-    architecture's layouts declare (``KeyMap.model_type``)."""
-    registry = get_registry()
-    found: dict[str, tuple[ArchitectureSpec, str]] = {}
-    for name in registry.architectures():
-        arch = registry.architecture(name)
-        for layout in sorted(arch.checkpoint_layouts):
-            model_type = getattr(arch.checkpoint_layout(layout), "model_type", None)
-            if model_type is not None:
-                found.setdefault(model_type, (arch, layout))
-    return found
-
-
-def _foreign_architecture(model_type: str, *, where: str) -> tuple[ArchitectureSpec, str]:
-    layouts = foreign_layouts()
-    if model_type in layouts:
-        return layouts[model_type]
-    raise UnknownArchitectureError(
-        f"{where} is a Hugging Face {model_type!r} checkpoint, but no installed plugin declares "
-        f"a layout that reads it (model types zoo reads: {', '.join(sorted(layouts)) or 'none'})."
-        " Install a plugin that imports it."
-    )
-
-
 def _missing_weights(directory: Path, filename: str) -> CheckpointError:
     present = sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
     pickles = [n for n in present if Path(n).suffix.lower() in PICKLE_SUFFIXES]
@@ -326,57 +268,16 @@ def load_local(
     else:
         directory, weights = path, path / filename
     clean_stale(directory)  # versions a killed zoo.save left behind (never one in progress)
-    data = read_config_json(directory)
-    where = str(directory / CONFIG_FILE)
-
-    manifest: Manifest | None = None
-    keymap = None
-    tokenizer_spec: Mapping[str, Any] | None = None
-    if data is None:
-        detected = layout
-    elif config_format(data, where=where) == "zoo":
-        manifest = Manifest.from_json(data, where=where)
-        detected = "zoo"
-    else:
-        arch, detected = _foreign_architecture(str(data["model_type"]), where=where)
-    if layout not in ("auto", detected):
-        raise CheckpointError(f"{path} holds a {detected!r} checkpoint, not {layout!r}")
-
-    if manifest is not None:
-        if path.is_dir():
-            weights = directory / manifest.weights_file
-        arch = _architecture(manifest.architecture, where=where, plugin=manifest.plugin)
-        config = _make_config(arch, manifest.config, where=where)
-        model_name = model_name or manifest.model_name
-        tokenizer_spec = manifest.tokenizer
-    elif data is not None:  # Hugging Face
-        keymap = arch.checkpoint_layout(detected)
-        if keymap.config_from_foreign is None:
-            raise CheckpointError(f"the {detected!r} layout cannot read a config.json")
-        try:
-            values = keymap.config_from_foreign(data)
-        except (ValueError, KeyError, TypeError) as exc:
-            raise CheckpointError(f"{where}: {exc}") from None
-        config = _make_config(arch, values, where=where)
-    elif detected in ("auto", "zoo") and (found := _from_metadata(weights)) is not None:
-        arch, config, saved_name = found
-        model_name = model_name or saved_name
-    elif model_name is not None:
-        spec = get_registry().model(model_name)
-        arch = _architecture(spec.architecture, where=f"model {model_name!r}", plugin=None)
-        config = _make_config(arch, spec.config, where=f"model {model_name!r}")
-        if detected not in ("auto", "zoo"):
-            keymap = arch.checkpoint_layout(detected)
-    else:
-        raise CheckpointError(
-            f"{directory} has no {CONFIG_FILE} (and its weights no zoo metadata): zoo cannot "
-            "tell which model the weights belong to. Save with zoo.save(), or load through a "
-            "named model."
-        )
+    request = Request(
+        directory, weights, read_config_json(directory), layout, model_name, path.is_file()
+    )
+    found = recognise(request)
+    weights, arch, config = found.weights, found.architecture, found.config
+    model_name = model_name or found.model_name
     if not weights.is_file():
         raise _missing_weights(directory, weights.name)
 
-    expected = sha256 or (manifest.sha256 if manifest is not None else None)
+    expected = sha256 or found.sha256
     if verify and expected is None:
         raise CheckpointError(
             f"verify=True but no sha256 is recorded or pinned for {weights}; pass sha256=..."
@@ -384,7 +285,7 @@ def load_local(
     hasher = None
     if expected and (verify or (verify is None and not was_verified(weights, expected))):
         hasher = BackgroundHash(weights)
-    what = "the pinned sha256" if sha256 else f"{where}"
+    what = "the pinned sha256" if sha256 else request.where
     try:
         tensors, _ = read_safetensors(weights)
     except CorruptCheckpointError:
@@ -392,8 +293,8 @@ def load_local(
             hasher.verify(expected, what=what)  # type: ignore[arg-type]
         raise
     unexpected: tuple[str, ...] = ()
-    if keymap is not None:
-        tensors, conversion = keymap.to_zoo(tensors, config)
+    if found.keymap is not None:
+        tensors, conversion = found.keymap.to_zoo(tensors, config)
         unexpected = conversion.unexpected
     try:
         with torch.no_grad():
@@ -419,7 +320,7 @@ def load_local(
     model.load_report = report
     if tokenizer:
         model.tokenizer, model.tokenizer_error = _load_tokenizer(
-            tokenizer_spec, directory, arch, config, model_name
+            found.tokenizer, directory, arch, config, model_name
         )
     else:
         model.tokenizer_error = "loaded with tokenizer=False"
@@ -443,31 +344,6 @@ def _warn_non_finite(model: ZooModel, what: str) -> None:
             RuntimeWarning,
             stacklevel=3,
         )
-
-
-def _from_metadata(weights: Path) -> tuple[ArchitectureSpec, Any, str | None] | None:
-    """Architecture, config and model name from a zoo weights file's own metadata (for a
-    file without its config.json), or ``None`` when the file has none."""
-    from safetensors import SafetensorError, safe_open
-
-    if not weights.is_file():
-        return None
-    check_not_pickle(weights)
-    try:
-        with safe_open(str(weights), framework="pt") as f:
-            metadata = f.metadata() or {}
-    except SafetensorError as exc:
-        raise CorruptCheckpointError(f"{weights} is not a valid safetensors file: {exc}") from None
-    if _METADATA_KEY not in metadata:
-        return None
-    try:
-        description = json.loads(metadata[_METADATA_KEY])
-        arch_name, values = description["architecture"], description["config"]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise CorruptCheckpointError(f"{weights}: the zoo metadata is damaged ({exc})") from None
-    arch = _architecture(arch_name, where=str(weights), plugin=None)
-    config = _make_config(arch, values, where=str(weights))
-    return arch, config, description.get("model_name")
 
 
 def _registry_tokenizer(arch: ArchitectureSpec, config: Any, model_name: str | None) -> str | None:
@@ -573,7 +449,7 @@ def export(model: nn.Module, directory: str | os.PathLike[str], layout: str | No
     from .state import unique_state
 
     config = _config_of(model)
-    arch = _architecture(type(config).architecture, where="export", plugin=None)
+    arch = architecture(type(config).architecture, where="export", plugin=None)
     layouts = _hf_layouts(arch) if layout is None else [layout]
     if len(layouts) != 1:
         raise CheckpointError(

@@ -1,0 +1,233 @@
+"""Recognising a checkpoint on disk: one reader per format, each saying which architecture,
+config and layout a directory's weights are, or that the directory is not its format.
+
+The formats, tried in this order by :func:`recognise` (what :func:`zoo.checkpoint.load_local`
+dispatches through):
+
+1. a zoo checkpoint: ``config.json`` with ``"format": "zoo"`` (a :class:`Manifest`);
+2. a Hugging Face checkpoint: ``config.json`` with a ``model_type`` that an installed
+   architecture's layout reads (``KeyMap.model_type``);
+3. zoo weights without their ``config.json``: the description zoo writes into the
+   safetensors header;
+4. bare weights of a named model: the config is the registry entry's (``model_name``), in the
+   zoo layout or one the caller names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ..errors import (
+    CheckpointError,
+    ConfigError,
+    CorruptCheckpointError,
+    UnknownArchitectureError,
+)
+from ..registry import get_registry
+from ..specs import ArchitectureSpec
+from .files import check_not_pickle
+from .manifest import CONFIG_FILE, Manifest, config_format, plugin_distribution
+
+__all__ = ["METADATA_KEY", "Recognised", "Request", "foreign_layouts", "recognise"]
+
+#: safetensors metadata key holding the zoo description (so a bare weights file loads too).
+METADATA_KEY = "zoo"
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """What the caller knows: the directory, its weights file (``file_given`` when the caller
+    named the file itself) and ``config.json`` (parsed, or ``None``), the layout asked for
+    (``"auto"`` to detect), and the named model the weights belong to, if any."""
+
+    directory: Path
+    weights: Path
+    data: Mapping[str, Any] | None
+    layout: str = "auto"
+    model_name: str | None = None
+    file_given: bool = False
+
+    @property
+    def where(self) -> str:
+        return str(self.directory / CONFIG_FILE)
+
+
+@dataclasses.dataclass(frozen=True)
+class Recognised:
+    """What a reader found: the format (``"zoo"`` or a layout name), the architecture and
+    config, the layout's key map (``None`` for zoo's own), the weights file, the sha256 the
+    checkpoint records, the named model and the tokenizer it names."""
+
+    format: str
+    architecture: ArchitectureSpec
+    config: Any
+    weights: Path
+    keymap: Any = None
+    sha256: str | None = None
+    model_name: str | None = None
+    tokenizer: Mapping[str, Any] | None = None
+
+
+Reader = Callable[[Request], "Recognised | None"]
+
+
+# -- what the readers share ------------------------------------------------------------------
+def architecture(name: str, *, where: str, plugin: Mapping[str, Any] | None) -> ArchitectureSpec:
+    """The installed architecture ``name``, or an error naming the plugin to install."""
+    try:
+        return get_registry().architecture(name)
+    except UnknownArchitectureError as exc:
+        hint = ""
+        package = plugin_distribution(plugin)
+        if plugin and package:
+            hint = (
+                f" It was saved with the plugin {plugin.get('name')!r} from the distribution "
+                f"{package!r}: install it (pip install {package})."
+            )
+        elif plugin and plugin.get("name"):
+            hint = f" It was saved with the plugin {plugin['name']!r}: install it."
+        raise UnknownArchitectureError(
+            f"{where} needs the architecture {name!r}, which no installed plugin supplies.{hint}"
+            f" ({exc})"
+        ) from None
+
+
+def make_config(arch: ArchitectureSpec, values: Mapping[str, Any], *, where: str) -> Any:
+    """``arch``'s config from ``values``; a :class:`CheckpointError` saying where it is bad."""
+    try:
+        return arch.config_class.from_dict(values)
+    except ConfigError as exc:
+        raise CheckpointError(
+            f"{where}: the config is not valid for {arch.name!r}: {exc}"
+        ) from None
+
+
+def foreign_layouts() -> dict[str, tuple[ArchitectureSpec, str]]:
+    """Hugging Face ``model_type`` -> (architecture, layout name), from what every installed
+    architecture's layouts declare (``KeyMap.model_type``)."""
+    registry = get_registry()
+    found: dict[str, tuple[ArchitectureSpec, str]] = {}
+    for name in registry.architectures():
+        arch = registry.architecture(name)
+        for layout in sorted(arch.checkpoint_layouts):
+            model_type = getattr(arch.checkpoint_layout(layout), "model_type", None)
+            if model_type is not None:
+                found.setdefault(model_type, (arch, layout))
+    return found
+
+
+def _check_layout(request: Request, found: str) -> None:
+    if request.layout not in ("auto", found):
+        raise CheckpointError(
+            f"{request.directory} holds a {found!r} checkpoint, not {request.layout!r}"
+        )
+
+
+# -- the readers -----------------------------------------------------------------------------
+def read_zoo(request: Request) -> Recognised | None:
+    """A zoo checkpoint: ``config.json`` is a :class:`Manifest`."""
+    data = request.data
+    if data is None or config_format(data, where=request.where) != "zoo":
+        return None
+    _check_layout(request, "zoo")
+    manifest = Manifest.from_json(data, where=request.where)
+    arch = architecture(manifest.architecture, where=request.where, plugin=manifest.plugin)
+    weights = request.weights if request.file_given else request.directory / manifest.weights_file
+    return Recognised(
+        format="zoo",
+        architecture=arch,
+        config=make_config(arch, manifest.config, where=request.where),
+        weights=weights,
+        sha256=manifest.sha256,
+        model_name=manifest.model_name,
+        tokenizer=manifest.tokenizer,
+    )
+
+
+def read_hf(request: Request) -> Recognised | None:
+    """A Hugging Face checkpoint whose ``model_type`` an installed layout reads."""
+    data = request.data
+    if data is None or config_format(data, where=request.where) != "hf":
+        return None
+    model_type = str(data["model_type"])
+    layouts = foreign_layouts()
+    if model_type not in layouts:
+        raise UnknownArchitectureError(
+            f"{request.where} is a Hugging Face {model_type!r} checkpoint, but no installed "
+            f"plugin declares a layout that reads it (model types zoo reads: "
+            f"{', '.join(sorted(layouts)) or 'none'}). Install a plugin that imports it."
+        )
+    arch, layout = layouts[model_type]
+    _check_layout(request, layout)
+    keymap = arch.checkpoint_layout(layout)
+    if keymap.config_from_foreign is None:
+        raise CheckpointError(f"the {layout!r} layout cannot read a config.json")
+    try:
+        values = keymap.config_from_foreign(data)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"{request.where}: {exc}") from None
+    config = make_config(arch, values, where=request.where)
+    return Recognised(layout, arch, config, request.weights, keymap, None, request.model_name)
+
+
+def read_metadata(request: Request) -> Recognised | None:
+    """Zoo weights without ``config.json``: the description in the safetensors header."""
+    from safetensors import SafetensorError, safe_open
+
+    weights = request.weights
+    if request.data is not None or request.layout not in ("auto", "zoo"):
+        return None
+    if not weights.is_file():
+        return None
+    check_not_pickle(weights)
+    try:
+        with safe_open(str(weights), framework="pt") as f:
+            metadata = f.metadata() or {}
+    except SafetensorError as exc:
+        raise CorruptCheckpointError(f"{weights} is not a valid safetensors file: {exc}") from None
+    if METADATA_KEY not in metadata:
+        return None
+    try:
+        description = json.loads(metadata[METADATA_KEY])
+        arch_name, values = description["architecture"], description["config"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CorruptCheckpointError(f"{weights}: the zoo metadata is damaged ({exc})") from None
+    arch = architecture(arch_name, where=str(weights), plugin=None)
+    config = make_config(arch, values, where=str(weights))
+    name = request.model_name or description.get("model_name")
+    return Recognised("zoo", arch, config, weights, model_name=name)
+
+
+def read_named(request: Request) -> Recognised | None:
+    """Bare weights of the named model ``model_name``, in the zoo layout or the one asked."""
+    name = request.model_name
+    if request.data is not None or name is None:
+        return None
+    spec = get_registry().model(name)
+    where = f"model {name!r}"
+    arch = architecture(spec.architecture, where=where, plugin=None)
+    config = make_config(arch, spec.config, where=where)
+    keymap = None if request.layout in ("auto", "zoo") else arch.checkpoint_layout(request.layout)
+    fmt = "zoo" if keymap is None else request.layout
+    return Recognised(fmt, arch, config, request.weights, keymap, model_name=name)
+
+
+READERS: tuple[Reader, ...] = (read_zoo, read_hf, read_metadata, read_named)
+
+
+def recognise(request: Request) -> Recognised:
+    """The first reader's answer, or a :class:`CheckpointError` saying nothing tells which
+    model the weights belong to."""
+    for reader in READERS:
+        found = reader(request)
+        if found is not None:
+            return found
+    raise CheckpointError(
+        f"{request.directory} has no {CONFIG_FILE} (and its weights no zoo metadata): zoo "
+        "cannot tell which model the weights belong to. Save with zoo.save(), or load through "
+        "a named model."
+    )
