@@ -101,7 +101,7 @@ class KeyMap:
     model_type: str | None = None
     merge_foreign: StateTransform | None = None
     split_foreign: StateTransform | None = None
-    represents: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    represents: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)
 
     def _ignored(self, key: str, patterns: tuple[str, ...]) -> bool:
         return any(re.fullmatch(p, key) for p in patterns)
