@@ -184,7 +184,7 @@ def cmd_tour(args: argparse.Namespace) -> int:
         fields = [
             ("architecture", f"{info.architecture} ({info.plugin})"),
             ("blocks", "; ".join(info.blocks) or "-"),
-            ("positions", info.positions),
+            ("components", ", ".join(f"{kind} {name}" for kind, name, _ in info.components)),
             ("tokenizer", _tokenizer_line(info)),
             ("parameters", f"{info.parameters:,}"),
             ("forward", f"logits {'x'.join(map(str, logits.shape))}"),
