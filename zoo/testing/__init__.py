@@ -239,8 +239,13 @@ def check_dtypes(name: str, device: str) -> None:
 
 
 def check_bad_input(name: str, device: str) -> None:
-    """Out-of-range ids, too-long, float, wrong-rank ids and mis-shaped masks are ValueErrors."""
-    model = _small(name, device).eval()
+    """Out-of-range ids, too-long, float, wrong-rank ids and mis-shaped masks are ValueErrors.
+
+    Checked on the CPU whatever ``device``: validation happens before any kernel runs, and on
+    CUDA an unchecked out-of-range id is a device-side assert that leaves the process unable
+    to run anything on the GPU again (every later check would fail with it)."""
+    del device
+    model = _small(name, "cpu").eval()
     inputs = model.example_inputs()
     config: Any = model.config
     ids_key = next(k for k in inputs if k.endswith("_ids"))
