@@ -234,9 +234,14 @@ def _load_for_generation(args: argparse.Namespace) -> ZooModel:
     if args.random:
         if args.seed is not None:
             torch.manual_seed(args.seed)  # the random weights too: --seed makes runs identical
-        model = api.build(args.source, device=args.device, dtype=dtype)
-        return model.eval()
-    return loading.load(args.source, device=args.device, dtype=dtype)
+        model = api.build(args.source, device=args.device, dtype=dtype).eval()
+        if args.quantize:
+            from .nn.quant import quantize_
+
+            with torch.no_grad():
+                quantize_(model, args.quantize)
+        return model
+    return loading.load(args.source, device=args.device, dtype=dtype, quantize=args.quantize)
 
 
 def _check_utf8(text: str, what: str) -> None:
@@ -397,6 +402,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stop", action="append", help="stop string (repeatable)")
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cpu)")
     p.add_argument("--dtype", choices=_DTYPES, default=None, help="default: as stored")
+    p.add_argument(
+        "--quantize",
+        choices=("int8", "int4"),
+        default=None,
+        help="weight-only quantization of the linear layers (default: none)",
+    )
     p.add_argument(
         "--random",
         action="store_true",

@@ -47,6 +47,7 @@ def load(
     strict: bool = True,
     verify: bool | None = None,
     tokenizer: bool = True,
+    quantize: str | None = None,
 ) -> ZooModel:
     """Load a model with its weights, ready for inference.
 
@@ -74,25 +75,30 @@ def load(
             ``$ZOO_CACHE_DIR/verified-sha256.json``); ``True`` always hashes; ``False``
             never does.
         tokenizer: also load the tokenizer into ``model.tokenizer``.
+        quantize: ``"int8"`` or ``"int4"``: weight-only quantization of every linear layer
+            (:func:`zoo.nn.quant.quantize_`, on PyTorch's int8/int4 kernels; activations stay
+            floating point). Each weight is quantized from the memory-mapped file and its
+            float pages given back, so the float model is never resident.
 
     Returns:
         the model in eval mode, with ``model.tokenizer`` (``None`` when it has none or
         ``tokenizer=False``) and ``model.load_report`` (a :class:`LoadReport`).
     """
+    options: dict[str, Any] = {
+        "device": device,
+        "dtype": dtype,
+        "strict": strict,
+        "verify": verify,
+        "tokenizer": tokenizer,
+        "quantize": quantize,
+    }
     if isinstance(source, str) and source.startswith("hf:"):
-        return load_hf(
-            source, device=device, dtype=dtype, strict=strict, verify=verify, tokenizer=tokenizer
-        )
+        return load_hf(source, **options)
     if isinstance(source, os.PathLike) or (isinstance(source, str) and _looks_like_path(source)):
-        path = Path(os.path.expanduser(os.fspath(source)))
-        return load_local(
-            path, device=device, dtype=dtype, strict=strict, verify=verify, tokenizer=tokenizer
-        )
+        return load_local(Path(os.path.expanduser(os.fspath(source))), **options)
     if not isinstance(source, str):
         raise TypeError(f"source must be a path or a model name, got {type(source).__name__}")
-    return _load_named(
-        source, device=device, dtype=dtype, strict=strict, verify=verify, tokenizer=tokenizer
-    )
+    return _load_named(source, **options)
 
 
 def _load_named(name: str, **kwargs: Any) -> ZooModel:

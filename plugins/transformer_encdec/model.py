@@ -10,6 +10,7 @@ from zoo.nn import (
     Linear,
     TransformerBlock,
     ZooModel,
+    activation_dtype,
     build_component,
     causal_self_mask,
     check_padding_mask,
@@ -65,7 +66,7 @@ class EncoderDecoder(ZooModel):
         self, batch_size: int = 2, seq_len: int = 8, *, generator: torch.Generator | None = None
     ) -> dict[str, Tensor]:
         """Source and target of different lengths; the source has padding."""
-        device = self.tok_emb.weight.device
+        device = activation_dtype(self)[1]
         src_len = min(seq_len + 3, self.config.context_length)
         tgt_len = min(seq_len, self.config.context_length)
         v = self.config.vocab_size
@@ -210,16 +211,16 @@ class EncoderDecoderSession:
         self.src_keep = src_keep
         memory = model._encode(src_ids, src_keep)
         self.memory_kv = [layer.cross_attn.memory_kv(memory) for layer in model.decoder]
-        weight = model.tok_emb.weight
+        dtype, device = activation_dtype(model)
         b = src_ids.shape[0]
         self.cache = KVCache(
             c.n_decoder_layers,
             b,
-            c.n_heads,
+            c.n_kv_heads or c.n_heads,
             max_len,
             c.d_model // c.n_heads,
-            dtype=weight.dtype,
-            device=weight.device,
+            dtype=dtype,
+            device=device,
         )
         #: What generated ids are appended to: the start token of each row, ``(B, 1)``.
         self.prefix = torch.full((b, 1), start_id, dtype=torch.long, device=src_ids.device)

@@ -238,6 +238,7 @@ def load_local(
     strict: bool = True,
     verify: bool | None = None,
     tokenizer: bool = True,
+    quantize: str | None = None,
 ) -> ZooModel:
     """Load a checkpoint that is on this machine (what the Hub download calls after fetching).
 
@@ -251,13 +252,16 @@ def load_local(
         model_name: the named model these weights belong to (sets ``model.name`` and the
             default tokenizer; gives the config when the directory has none).
         filename: the weights file in a directory.
-        device, dtype, strict, verify, tokenizer: as for :func:`load`.
+        device, dtype, strict, verify, tokenizer, quantize: as for :func:`zoo.load`.
     """
     import torch
 
+    from ..nn.quant import QUANTIZE_MODES
     from .state import assemble
 
     check_dtype(dtype)
+    if quantize is not None and quantize not in QUANTIZE_MODES:
+        raise ValueError(f"quantize must be one of {', '.join(QUANTIZE_MODES)}, got {quantize!r}")
     target = _target_device(device)
     path = Path(path)
     if not path.exists():
@@ -314,10 +318,16 @@ def load_local(
             hasher.verify(expected, what=what)  # type: ignore[arg-type]
     if hasher is not None:  # the file was read in full just now: check the values too, once
         remember_verified(weights, expected)  # type: ignore[arg-type]
-        _warn_non_finite(model, str(weights))
+        if quantize is None:  # (quantization checks each weight as it reads it)
+            _warn_non_finite(model, str(weights))
     if model_name is not None and hasattr(model, "name"):
         model.name = model_name
     model.load_report = report
+    if quantize is not None:
+        from ..nn.quant import quantize_
+
+        with torch.no_grad():  # CPU weights still mapped from the file: give their pages back
+            quantize_(model, quantize, release=target.type == "cpu" and dtype is None)
     if tokenizer:
         model.tokenizer, model.tokenizer_error = _load_tokenizer(
             found.tokenizer, directory, arch, config, model_name

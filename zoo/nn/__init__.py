@@ -7,6 +7,7 @@ and using :class:`DecoderLM`) or bring their own modules.
 from .attention import MultiHeadAttention
 from .base import (
     ZooModel,
+    activation_dtype,
     check_padding_mask,
     check_position_ids,
     check_token_ids,
@@ -55,6 +56,7 @@ __all__ = [
     "TransformerBlock",
     "ZooModel",
     "activation",
+    "activation_dtype",
     "build_component",
     "causal_self_mask",
     "check_padding_mask",

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ZooModel",
+    "activation_dtype",
     "check_padding_mask",
     "check_position_ids",
     "check_token_ids",
@@ -94,6 +95,16 @@ class ZooModel(nn.Module):
 
     def extra_repr(self) -> str:
         return f"name={self.name!r}" if self.name else ""
+
+
+def activation_dtype(module: nn.Module) -> tuple[torch.dtype, torch.device]:
+    """The dtype activations run in (that of the first floating-point parameter or buffer: a
+    weight-only quantized model keeps float norms and scales) and the module's device."""
+    tensors = [*module.parameters(), *module.buffers()]
+    floating = next((t for t in tensors if t.is_floating_point()), None)
+    if floating is not None:
+        return floating.dtype, floating.device
+    return torch.float32, tensors[0].device if tensors else torch.device("cpu")
 
 
 def random_ids(

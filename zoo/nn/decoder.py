@@ -17,6 +17,7 @@ from torch import Tensor, nn
 from ..config import DecoderConfig
 from .base import (
     ZooModel,
+    activation_dtype,
     check_padding_mask,
     check_position_ids,
     check_token_ids,
@@ -73,7 +74,7 @@ class DecoderLM(ZooModel):
     def example_inputs(
         self, batch_size: int = 2, seq_len: int = 8, *, generator: torch.Generator | None = None
     ) -> dict[str, Tensor]:
-        device = self.tok_emb.weight.device
+        device = activation_dtype(self)[1]
         seq_len = min(seq_len, self.config.context_length)
         return {
             "input_ids": random_ids(
@@ -200,7 +201,7 @@ class DecoderSession:
                 f"({max_len - ids.shape[1]}) exceeds the context length {c.context_length}; "
                 "shorten the prompt or lower max_new_tokens (zoo does not slide the window)"
             )
-        weight = model.tok_emb.weight
+        dtype, device = activation_dtype(model)
         self.model = model
         self.cache = KVCache(
             c.n_layers,
@@ -208,8 +209,8 @@ class DecoderSession:
             c.n_kv_heads or c.n_heads,
             max_len,
             c.d_model // c.n_heads,
-            dtype=weight.dtype,
-            device=weight.device,
+            dtype=dtype,
+            device=device,
         )
         self.keep: Tensor | None = None
         if keep is not None:  # (B, max_len): the prompt's padding, then real tokens

@@ -1,0 +1,267 @@
+"""Quantization for inference, on PyTorch's own kernels (no hand-written ones):
+
+- ``"int8"``: int8 weights (one scale per output row) and, on the CPU, int8 activations
+  quantized on the fly per call: PyTorch's dynamic quantized linear (FBGEMM/oneDNN through
+  ``torch.ao``), the scheme CTranslate2's ``int8`` uses; on other devices it is
+  ``"int8-weight"``.
+- ``"int8-weight"``: weight-only int8, activations in floating point
+  (``torch._weight_int8pack_mm``; more accurate, but that CPU kernel is slower than float32
+  on machines without AVX-512: measured in the README).
+- ``"int4"``: weight-only, groups of ``INT4_GROUP`` input features with a scale and zero
+  point each (``torch._weight_int4pack_mm_for_cpu``, or ``torch._weight_int4pack_mm`` on
+  CUDA).
+
+:func:`quantize_` swaps every :class:`~zoo.nn.Linear` of a model for a quantized one in place,
+one weight at a time; a head tied to the token embedding shares its int8 rows with an
+:class:`Int8Embedding`, so the model holds one int8 copy of that matrix.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .linear import Linear
+
+__all__ = [
+    "INT4_GROUP",
+    "QUANTIZE_MODES",
+    "Int4Linear",
+    "Int8Embedding",
+    "Int8Linear",
+    "dynamic_int8",
+    "int8_rows",
+    "quantize_",
+    "release_pages",
+    "supports_int4",
+]
+
+QUANTIZE_MODES = ("int8", "int8-weight", "int4")
+INT4_GROUP = 32
+_INNER_K_TILES = 8  # int4 packing layout (the kernels support 2, 4, 8)
+
+
+_CHUNK = 2048  # rows quantized at a time: temporaries stay small
+
+
+def release_pages(tensor: Tensor) -> None:
+    """Give the pages under ``tensor`` back to the OS (``madvise(MADV_DONTNEED)``), for a
+    tensor memory-mapped copy-on-write from a weights file that nothing will read again: on
+    Linux the process's resident memory then does not keep the float weights after
+    quantization. A no-op elsewhere."""
+    import ctypes
+    import mmap
+    import sys
+
+    if not sys.platform.startswith("linux") or not tensor.is_cpu or tensor.numel() == 0:
+        return
+    page = mmap.PAGESIZE
+    start = tensor.data_ptr() // page * page
+    end = tensor.data_ptr() + tensor.numel() * tensor.element_size()
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), 4)  # MADV_DONTNEED
+
+
+def int8_rows(weight: Tensor, *, release: bool = False) -> tuple[Tensor, Tensor]:
+    """Symmetric int8 per row: ``weight ~ q * scale[:, None]``, ``(N, K) -> (N, K), (N,)``,
+    ``_CHUNK`` rows at a time; ``release`` gives each chunk's float pages back as it goes
+    (:func:`release_pages`: only for weights mapped from a file)."""
+    q = torch.empty(weight.shape, dtype=torch.int8, device=weight.device)
+    scale = torch.empty(weight.shape[0], dtype=torch.float32, device=weight.device)
+    for start in range(0, weight.shape[0], _CHUNK):
+        rows = weight.detach()[start : start + _CHUNK]
+        w = rows.float()
+        s = w.abs().amax(dim=1).clamp(min=1e-12) / 127.0  # (rows,)
+        if not bool(torch.isfinite(s).all()):
+            warnings.warn(
+                f"a {tuple(weight.shape)} weight holds NaN or infinite values; the quantized "
+                "model's outputs will not be finite",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        q[start : start + _CHUNK] = torch.round(w / s[:, None]).clamp(-127, 127)
+        scale[start : start + _CHUNK] = s
+        if release:
+            release_pages(rows)
+    return q, scale
+
+
+class Int8Linear(nn.Module):
+    """``y = x @ (q * scale)^T + bias`` with int8 ``q`` ``(N, K)`` and float32 ``scale``
+    ``(N,)``: a quarter of the float32 weight's bytes.
+
+    Shape:
+        ``(*, K) -> (*, N)``.
+    """
+
+    qweight: Tensor
+    scale: Tensor
+    bias: nn.Parameter | None
+
+    def __init__(self, qweight: Tensor, scale: Tensor, bias: Tensor | None) -> None:
+        super().__init__()
+        self.out_features, self.in_features = qweight.shape
+        self.register_buffer("qweight", qweight)
+        self.register_buffer("scale", scale)
+        self.bias = nn.Parameter(bias.detach(), requires_grad=False) if bias is not None else None
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, *, release: bool = False) -> Int8Linear:
+        return cls(*int8_rows(linear.weight, release=release), linear.bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        rows = x.reshape(-1, self.in_features)  # (B*T, K)
+        if x.is_cpu:
+            y = torch._weight_int8pack_mm(rows.contiguous(), self.qweight, self.scale.to(x.dtype))
+        else:  # dequantize on the fly
+            y = F.linear(rows, self.qweight.to(x.dtype)) * self.scale.to(x.dtype)
+        if self.bias is not None:
+            y = y + self.bias.to(x.dtype)
+        return y.view(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8"
+
+
+def dynamic_int8(
+    linear: nn.Linear, *, release: bool = False, rows: tuple[Tensor, Tensor] | None = None
+) -> nn.Module:
+    """``linear`` as PyTorch's dynamic int8 linear (int8 weights per output row, activations
+    quantized per call): :class:`torch.ao.nn.quantized.dynamic.Linear`. ``rows`` are the
+    weight's :func:`int8_rows` when already computed."""
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+
+    q, scale = rows if rows is not None else int8_rows(linear.weight, release=release)
+    zero = torch.zeros(q.shape[0], dtype=torch.long)
+    with warnings.catch_warnings():  # torch 2.13 marks quantized tensors as to be replaced by
+        warnings.simplefilter("ignore", UserWarning)  # torchao, whose CPU int8 needs compile
+        weight = torch._make_per_channel_quantized_tensor(q, scale.double(), zero, 0)
+    layer = DynamicLinear(linear.in_features, linear.out_features, dtype=torch.qint8)
+    bias = linear.bias.detach().float() if linear.bias is not None else None
+    layer.set_weight_bias(weight, bias)  # packed for the CPU kernel
+    return layer
+
+
+class Int8Embedding(nn.Module):
+    """Token embedding over int8 rows with a scale each (those of a tied :class:`Int8Linear`
+    head, shared): ``(B, T) -> (B, T, d)`` in ``dtype``."""
+
+    qweight: Tensor
+    scale: Tensor
+
+    def __init__(self, qweight: Tensor, scale: Tensor, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.register_buffer("qweight", qweight)
+        self.register_buffer("scale", scale)
+        self.dtype = dtype
+
+    def forward(self, ids: Tensor) -> Tensor:
+        rows = F.embedding(ids, self.qweight)  # (B, T, d) int8
+        return rows.to(self.dtype) * F.embedding(ids, self.scale[:, None]).to(self.dtype)
+
+
+class Int4Linear(nn.Module):
+    """Grouped asymmetric int4 (``INT4_GROUP`` input features per scale and zero point),
+    packed for PyTorch's int4 kernels: an eighth of the float32 weight's bytes.
+
+    Shape:
+        ``(*, K) -> (*, N)``, for the shapes :func:`supports_int4` accepts.
+    """
+
+    packed: Tensor
+    scales_and_zeros: Tensor
+    bias: nn.Parameter | None
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        w = linear.weight.detach().float()
+        self.out_features, self.in_features = w.shape
+        groups = w.view(self.out_features, -1, INT4_GROUP)  # (N, K / G, G)
+        low, high = groups.amin(dim=-1), groups.amax(dim=-1)
+        scale = ((high - low) / 15).clamp(min=1e-6)  # (N, K / G)
+        zero = low + scale * 8  # the kernels dequantize (q - 8) * scale + zero
+        q = torch.round((groups - low[..., None]) / scale[..., None]).clamp(0, 15).to(torch.int32)
+        q = q.view(self.out_features, self.in_features)
+        cuda = w.is_cuda
+        if cuda:
+            pairs = (q[:, ::2] << 4 | q[:, 1::2]).to(torch.uint8)  # (N, K / 2)
+            packed = torch._convert_weight_to_int4pack(pairs, _INNER_K_TILES)
+        else:
+            packed = torch._convert_weight_to_int4pack_for_cpu(q, _INNER_K_TILES)
+        self.register_buffer("packed", packed)
+        dtype = torch.bfloat16 if cuda else torch.float32
+        zeros = torch.stack((scale, zero), dim=-1).transpose(0, 1).contiguous()  # (K/G, N, 2)
+        self.register_buffer("scales_and_zeros", zeros.to(dtype))
+        bias = linear.bias
+        self.bias = nn.Parameter(bias.detach(), requires_grad=False) if bias is not None else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        rows = x.reshape(-1, self.in_features)  # (B*T, K)
+        zeros = self.scales_and_zeros
+        mm = torch._weight_int4pack_mm_for_cpu if x.is_cpu else torch._weight_int4pack_mm
+        y = mm(rows.to(zeros.dtype), self.packed, INT4_GROUP, zeros)
+        y = y.to(x.dtype)
+        if self.bias is not None:
+            y = y + self.bias.to(x.dtype)
+        return y.view(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int4"
+
+
+def supports_int4(linear: nn.Linear) -> bool:
+    """Whether the int4 kernels take this layer's shape."""
+    n, k = linear.weight.shape
+    return k % (INT4_GROUP * 2) == 0 and n % 8 == 0
+
+
+def quantize_(model: nn.Module, mode: str, *, release: bool = False) -> nn.Module:
+    """Replace, in place, every :class:`~zoo.nn.Linear` of ``model`` by its ``mode``
+    (:data:`QUANTIZE_MODES`; int4 where the kernels take the shape, int8 elsewhere) version,
+    and a token embedding tied to the head by an :class:`Int8Embedding` over int8 rows (shared
+    with a weight-only head). Weights are quantized one at a time; with ``release`` (weights
+    memory-mapped from a file, as :func:`zoo.load` gives them) their float pages are given
+    back as it goes, so the float model is never resident. For inference only.
+
+    Raises:
+        ValueError: an unknown mode.
+    """
+    if mode not in QUANTIZE_MODES:
+        raise ValueError(f"quantize must be one of {', '.join(QUANTIZE_MODES)}, got {mode!r}")
+    tied = _tied_embedding(model)
+    for owner in list(model.modules()):
+        for name, child in list(owner.named_children()):
+            if not isinstance(child, Linear):
+                continue
+            new: nn.Module
+            dynamic = mode == "int8" and child.weight.is_cpu and child.weight.dtype == torch.float32
+            if tied is not None and child.weight is tied[1].weight:
+                rows = int8_rows(child.weight, release=release)  # read once, for both uses
+                weight_only = Int8Linear(*rows, child.bias)
+                dtype = child.weight.dtype
+                setattr(tied[0], tied[2], Int8Embedding(*rows, dtype))  # the same int8 rows
+                new = dynamic_int8(child, rows=rows) if dynamic else weight_only
+            elif dynamic:
+                new = dynamic_int8(child, release=release)
+            elif mode == "int4" and supports_int4(child):
+                new = Int4Linear(child)
+                if release:
+                    release_pages(child.weight)
+            else:
+                new = Int8Linear.from_linear(child, release=release)
+            setattr(owner, name, new)
+    model.quantized = mode  # type: ignore[assignment]
+    return model
+
+
+def _tied_embedding(model: nn.Module) -> tuple[nn.Module, nn.Embedding, str] | None:
+    """``(owner, embedding, attribute)`` of an embedding whose weight a Linear shares."""
+    linears = {id(m.weight) for m in model.modules() if isinstance(m, Linear)}
+    for owner in model.modules():
+        for name, child in owner.named_children():
+            if isinstance(child, nn.Embedding) and id(child.weight) in linears:
+                return owner, child, name
+    return None
