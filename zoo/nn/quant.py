@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .linear import Linear
+from .linear import linear as float_linear
 
 __all__ = [
     "INT4_GROUP",
@@ -45,6 +46,7 @@ _INNER_K_TILES = 8  # int4 packing layout (the kernels support 2, 4, 8)
 
 
 _CHUNK = 2048  # rows quantized at a time: temporaries stay small
+_FEW_ROWS = 16  # up to this many input rows, the int8 kernel beats dequantizing the weight
 
 
 def release_pages(tensor: Tensor) -> None:
@@ -114,10 +116,11 @@ class Int8Linear(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         rows = x.reshape(-1, self.in_features)  # (B*T, K)
-        if x.is_cpu:
-            y = torch._weight_int8pack_mm(rows.contiguous(), self.qweight, self.scale.to(x.dtype))
-        else:  # dequantize on the fly
-            y = F.linear(rows, self.qweight.to(x.dtype)) * self.scale.to(x.dtype)
+        scale = self.scale.to(x.dtype)
+        if x.is_cpu and rows.shape[0] <= _FEW_ROWS:  # decoding: the int8 kernel
+            y = torch._weight_int8pack_mm(rows.contiguous(), self.qweight, scale)
+        else:  # prefill (or not the CPU): dequantize once, one float matrix product
+            y = float_linear(rows, self.qweight.to(x.dtype) * scale[:, None])
         if self.bias is not None:
             y = y + self.bias.to(x.dtype)
         return y.view(*x.shape[:-1], self.out_features)
@@ -213,9 +216,10 @@ class Int4Linear(nn.Module):
 
 
 def supports_int4(linear: nn.Linear) -> bool:
-    """Whether the int4 kernels take this layer's shape."""
+    """Whether the int4 kernels take this layer's shape (the CUDA one packs the input
+    features in tiles of ``_INNER_K_TILES * 16``); others are quantized to int8."""
     n, k = linear.weight.shape
-    return k % (INT4_GROUP * 2) == 0 and n % 8 == 0
+    return k % (_INNER_K_TILES * 16) == 0 and k % INT4_GROUP == 0 and n % 8 == 0
 
 
 def quantize_(model: nn.Module, mode: str, *, release: bool = False) -> nn.Module:
