@@ -14,6 +14,7 @@ parameter bytes).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -21,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -64,11 +65,11 @@ def read_bandwidth(device: torch.device, sync: Callable[[], None]) -> float:
     return n * 4 / seconds
 
 
-def make_models(device: torch.device, dtype: torch.dtype, workdir: Path):
+def make_models(device: torch.device, dtype: torch.dtype, workdir: Path, **overrides: int):
     import transformers
 
     torch.manual_seed(0)
-    model = zoo.build("gpt2-124m").eval()
+    model = zoo.build("gpt2-124m", **overrides).eval()
     zoo.save(model, workdir / "zoo")
     zoo.export(model, workdir / "hf", layout="hf-gpt2")
     hf = transformers.GPT2LMHeadModel.from_pretrained(workdir / "hf", dtype=dtype).eval()
@@ -107,6 +108,64 @@ def cold_start(workdir: Path, repeats: int) -> tuple[float, float]:
     run(zoo_cmd), run(hf_cmd)  # warm the page cache for both
     pairs = [(run(zoo_cmd), run(hf_cmd)) for _ in range(repeats)]
     return statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
+
+
+@contextlib.contextmanager
+def eager_steps() -> Iterator[None]:
+    """Decode without recording CUDA graphs (``ZOO_CUDA_GRAPHS=0``) inside the block."""
+    before = os.environ.get("ZOO_CUDA_GRAPHS")
+    os.environ["ZOO_CUDA_GRAPHS"] = "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["ZOO_CUDA_GRAPHS"]
+        else:
+            os.environ["ZOO_CUDA_GRAPHS"] = before
+
+
+def step_overhead(
+    device: torch.device,
+    dtype: torch.dtype,
+    workdir: Path,
+    n_new: int,
+    repeats: int,
+    sync: Callable[[], None],
+) -> tuple[str, str, str, str, str]:
+    """Milliseconds per decoded token of gpt2-124m's 12 layers at width 64, where the matrix
+    products cost next to nothing: each engine's fixed cost per step (batch 1)."""
+    model, hf = make_models(device, dtype, workdir / "tiny", d_model=64, n_heads=4, d_ff=256)
+    ids = torch.randint(0, 50257, (1, PROMPT_LEN), generator=torch.Generator().manual_seed(2))
+    ids = ids.to(device)
+
+    def run_zoo() -> object:
+        return zoo.generate(model, ids, max_new_tokens=n_new, temperature=0)
+
+    def run_hf() -> object:
+        with torch.inference_mode():
+            return hf.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=n_new,
+                min_new_tokens=n_new,
+                do_sample=False,
+                eos_token_id=None,
+                pad_token_id=0,
+            )
+
+    t_zoo, t_hf = median_times(run_zoo, run_hf, repeats, sync)
+    note = "12 layers of width 64: the fixed cost per token"
+    if device.type == "cuda":
+        with eager_steps():
+            eager = median_time(run_zoo, repeats, sync)
+        note += f"; zoo without CUDA graphs: {eager / n_new * 1e3:.2f} ms"
+    return (
+        "per-step overhead, batch 1 (ms/token)",
+        f"{t_zoo / n_new * 1e3:.2f}",
+        f"{t_hf / n_new * 1e3:.2f}",
+        f"{t_hf / t_zoo:.2f}x",
+        note,
+    )
 
 
 def main() -> None:
@@ -160,6 +219,10 @@ def main() -> None:
             note = "identical tokens" if same else "tokens differ"
             if batch == 1:
                 note += f"; {zoo_tps / roofline:.0%} of roofline ({roofline:.1f} tok/s)"
+            if device.type == "cuda":
+                with eager_steps():
+                    t_eager = median_time(run_zoo, args.repeats, sync)
+                note += f"; zoo without CUDA graphs: {batch * n_new / t_eager:.1f} tok/s"
             rows.append(
                 (
                     f"greedy decode, batch {batch}, {PROMPT_LEN}+{n_new} tokens (tok/s)",
@@ -169,6 +232,8 @@ def main() -> None:
                     note,
                 )
             )
+
+        rows.append(step_overhead(device, dtype, workdir, n_new, args.repeats, sync))
 
         for batch, length in ((1, 128), (8, 512)):
             ids = torch.randint(0, 50257, (batch, length), generator=gen).to(device)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import Tensor
 
-__all__ = ["KVCache", "LayerCache"]
+__all__ = ["KVCache", "LayerCache", "StaticLayerCache"]
 
 
 class LayerCache:
@@ -31,6 +33,27 @@ class LayerCache:
         self.k.narrow(2, start, t).copy_(k)
         self.v.narrow(2, start, t).copy_(v)
         return self.k.narrow(2, 0, end), self.v.narrow(2, 0, end)
+
+
+class StaticLayerCache(LayerCache):
+    """A layer cache read whole, for a decoding step recorded once and replayed (a CUDA graph).
+
+    The new keys and values go to the position held in the device tensor ``index`` (shared by
+    every layer and advanced by the caller), not to a Python ``start``, and every one of the
+    ``max_len`` positions is returned: the step's kernels and shapes are the same at every
+    position. The attention mask must hide the positions not yet written.
+    """
+
+    def __init__(self, k: Tensor, v: Tensor, index: Tensor) -> None:
+        super().__init__(k, v)
+        self.index = index
+
+    def write(self, start: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store ``k``, ``v`` ``(B, H, T, hd)`` at positions ``index`` (``T`` of them; ``start``
+        is ignored) and return the whole cache, ``(B, H, max_len, hd)``."""
+        self.k.index_copy_(2, self.index, k)
+        self.v.index_copy_(2, self.index, v)
+        return self.k, self.v
 
 
 class KVCache:
@@ -64,3 +87,15 @@ class KVCache:
         self.max_len = max_len
         #: Number of positions filled so far (the same for every row; padding is masked).
         self.length = 0
+
+    def read_whole(self, index: Tensor) -> KVCache:
+        """The same buffers as :class:`StaticLayerCache` s that write at ``index`` ``(T,)`` and
+        read every position. Unwritten positions are zeroed first: masked out, they still meet
+        the attention weights (``0 * nan`` would be ``nan``)."""
+        view = copy.copy(self)
+        view.layers = []
+        for layer in self.layers:
+            layer.k.narrow(2, self.length, self.max_len - self.length).zero_()
+            layer.v.narrow(2, self.length, self.max_len - self.length).zero_()
+            view.layers.append(StaticLayerCache(layer.k, layer.v, index))
+        return view

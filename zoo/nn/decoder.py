@@ -9,6 +9,7 @@ placement, final norm, head tying and biases.
 from __future__ import annotations
 
 import math
+import os
 from typing import cast
 
 import torch
@@ -33,7 +34,7 @@ from .linear import Linear
 from .masks import self_attention_mask
 from .positions import make_positions
 
-__all__ = ["DecoderLM", "DecoderSession", "positions_from_mask"]
+__all__ = ["DecoderLM", "DecoderSession", "StaticDecoderSession", "positions_from_mask"]
 
 
 class DecoderLM(ZooModel):
@@ -120,6 +121,7 @@ class DecoderLM(ZooModel):
         *,
         cache: KVCache | None = None,
         last_only: bool = False,
+        mask: Tensor | None = None,
     ) -> Tensor:
         """The forward pass on validated inputs.
 
@@ -129,8 +131,12 @@ class DecoderLM(ZooModel):
             position_ids: ``(B, T)`` positions of the new tokens.
             cache: keys/values of earlier positions; the new ones are appended to it.
             last_only: compute logits for the last position only, ``(B, 1, vocab)``.
+            mask: a ready boolean self-attention mask ``(B, 1, T, S)`` over every key the
+                cache returns, used instead of one built from ``keep`` (for a cache read
+                whole, :meth:`KVCache.read_whole`; the position scheme must add no score bias).
         """
-        return self.head(self.states(ids, keep, position_ids, cache=cache, last_only=last_only))
+        x = self.states(ids, keep, position_ids, cache=cache, last_only=last_only, mask=mask)
+        return self.head(x)
 
     def hidden(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
         """The final hidden states ``(B, T, d_model)`` (what the LM head reads), for heads of
@@ -148,22 +154,25 @@ class DecoderLM(ZooModel):
         *,
         cache: KVCache | None = None,
         last_only: bool = False,
+        mask: Tensor | None = None,
     ) -> Tensor:
         """:meth:`logits` without the head: final hidden states ``(B, T, d_model)``."""
         start = cache.length if cache is not None else 0
         t = ids.shape[1]
         x = self.embed(ids, position_ids)  # (B, T, d_model)
         rotation = self.pos_emb.rotation(position_ids)  # once for every layer
-        bias = self.pos_emb.score_bias(t, start + t, ids.device)  # (H, T, S) or None
-        mask, causal = self_attention_mask(
-            keep,
-            q_len=t,
-            start=start,
-            window=self.config.sliding_window,
-            bias=bias,
-            device=ids.device,
-            dtype=x.dtype,
-        )
+        causal = False
+        if mask is None:
+            bias = self.pos_emb.score_bias(t, start + t, ids.device)  # (H, T, S) or None
+            mask, causal = self_attention_mask(
+                keep,
+                q_len=t,
+                start=start,
+                window=self.config.sliding_window,
+                bias=bias,
+                device=ids.device,
+                dtype=x.dtype,
+            )
         for i, block in enumerate(self.blocks):
             layer_cache = cache.layers[i] if cache is not None else None
             x = block(
@@ -186,8 +195,13 @@ class DecoderLM(ZooModel):
         start_id: int | None = None,
     ) -> DecoderSession:
         """A decoding session over validated prompt ids ``(B, T)`` with padding mask ``keep``
-        (``start_id`` is for encoder-decoders and ignored here)."""
-        return DecoderSession(self, input_ids, keep, input_ids.shape[1] + max_new_tokens)
+        (``start_id`` is for encoder-decoders and ignored here). On CUDA it replays a recorded
+        graph per token (:class:`StaticDecoderSession`) unless ``ZOO_CUDA_GRAPHS=0`` or the
+        position scheme adds score biases."""
+        max_len = input_ids.shape[1] + max_new_tokens
+        if StaticDecoderSession.records(self, input_ids.device):
+            return StaticDecoderSession(self, input_ids, keep, max_len)
+        return DecoderSession(self, input_ids, keep, max_len)
 
 
 class DecoderSession:
@@ -242,6 +256,101 @@ class DecoderSession:
         )
         self.next_position = self.next_position + 1
         return logits[:, -1]
+
+
+class StaticDecoderSession(DecoderSession):
+    """A :class:`DecoderSession` whose steps are one fixed sequence of kernels on fixed
+    buffers, recorded once as a CUDA graph and replayed for every later token: one launch per
+    token instead of a few hundred, which is what limits a small model's decoding on a GPU.
+
+    The new tokens, their positions and their cache index live in device tensors that the step
+    reads and advances; attention reads the whole preallocated cache
+    (:meth:`KVCache.read_whole`) under a mask that admits one more position per step. The
+    prompt is prefilled as usual; the first step runs eagerly (it warms up the kernels), the
+    second records the graph. Off CUDA (or with ``record=False``) every step runs eagerly,
+    which is how the CPU tests check the static step against :class:`DecoderSession`.
+    Position schemes with score biases (ALiBi) are not supported: their bias depends on the
+    position in a way a recorded step would freeze.
+    """
+
+    def __init__(
+        self,
+        model: DecoderLM,
+        ids: Tensor,
+        keep: Tensor | None,
+        max_len: int,
+        *,
+        record: bool = True,
+    ) -> None:
+        super().__init__(model, ids, keep, max_len)
+        device = ids.device
+        b, p = ids.shape
+        if _adds_score_bias(model):
+            raise ValueError(
+                f"{type(model.pos_emb).__name__} adds attention score biases, which a recorded "
+                "decoding step cannot follow; use DecoderSession"
+            )
+        self._length = p  # positions filled once the prompt is in (host copy)
+        self._index = torch.tensor([p], device=device)  # (1,) cache position of the new token
+        self._tokens = torch.zeros(b, 1, dtype=torch.long, device=device)  # (B, 1)
+        self._positions = self.next_position.clone()  # (B, 1)
+        self._keys = torch.arange(max_len, device=device)  # (S,)
+        allowed = (self._keys < p).expand(b, max_len)  # (B, S)
+        if self.keep is not None:
+            allowed = allowed & self.keep
+        self._allowed = allowed[:, None, None, :].clone()  # (B, 1, 1, S)
+        self._window = model.config.sliding_window
+        self._record = record and device.type == "cuda"
+        self._graph: torch.cuda.CUDAGraph | None = None
+        self._out: Tensor | None = None
+        self._static: KVCache | None = None
+
+    @staticmethod
+    def records(model: DecoderLM, device: torch.device) -> bool:
+        """Whether decoding ``model`` on ``device`` records CUDA graphs: on CUDA, unless the
+        environment sets ``ZOO_CUDA_GRAPHS=0`` or the position scheme adds score biases."""
+        return (
+            device.type == "cuda"
+            and os.environ.get("ZOO_CUDA_GRAPHS", "1") != "0"
+            and not _adds_score_bias(model)
+        )
+
+    def _step(self) -> Tensor:
+        """The recorded step: attend, advance the position and the index; logits ``(B, V)``."""
+        if self._static is None:
+            self._static = self.cache.read_whole(self._index)
+        self._allowed.index_fill_(-1, self._index, True)  # the new token sees itself
+        mask = self._allowed
+        if self._window is not None:  # each query sees its `window` most recent keys
+            mask = mask & (self._keys > self._index - self._window)
+        logits = self.model.logits(
+            self._tokens, None, self._positions, cache=self._static, last_only=True, mask=mask
+        )
+        self._positions += 1
+        self._index += 1
+        return logits[:, -1]
+
+    def step(self, tokens: Tensor) -> Tensor:
+        """Append ``tokens`` ``(B,)``; return the next logits ``(B, vocab)``."""
+        if self._length >= self.cache.max_len:
+            raise ValueError(
+                f"the cache holds {self.cache.max_len} positions; another token overflows it"
+            )
+        self._length += 1
+        self._tokens.copy_(tokens[:, None])
+        if self._graph is None and self._record and self._static is not None:
+            self._graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self._graph):
+                self._out = self._step()
+        if self._graph is not None and self._out is not None:
+            self._graph.replay()
+            return self._out.clone()
+        return self._step()
+
+
+def _adds_score_bias(model: DecoderLM) -> bool:
+    """Whether the model's position scheme adds attention score biases (asked on ``meta``)."""
+    return model.pos_emb.score_bias(1, 1, torch.device("meta")) is not None
 
 
 def positions_from_mask(ids: Tensor, keep: Tensor | None) -> Tensor:

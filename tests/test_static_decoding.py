@@ -1,0 +1,92 @@
+"""The static decoding step (the one CUDA graphs record and replay) against the dynamic cache:
+same logits at every step, with left padding, grouped-query attention, rotary positions and a
+sliding window; on CUDA, a graph is really recorded and replayed."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import zoo
+from zoo.nn.decoder import DecoderSession, StaticDecoderSession
+from zoo.testing import available_devices, small_overrides
+
+CASES = {
+    "learned positions": ("gpt2-124m", {}),
+    "rotary, grouped-query": ("llama-tiny", {}),
+    "sliding window": ("gpt2-124m", {"sliding_window": 5}),
+}
+
+
+def lively(name: str, device: str, **overrides) -> torch.nn.Module:
+    """A small model with large weights, so greedy tokens vary (a broken step shows)."""
+    torch.manual_seed(0)
+    model = zoo.build(name, **{**small_overrides(name), **overrides}).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim >= 2:
+                p.normal_(0, 1.0)
+    return model.to(device)
+
+
+def left_padded(vocab: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Three prompts of 7, 4 and 2 tokens, left-padded: ``(3, 7)`` ids and mask."""
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, vocab, (3, 7), generator=g)
+    keep = torch.ones(3, 7, dtype=torch.bool)
+    keep[1, :3] = False
+    keep[2, :5] = False
+    return ids.to(device), keep.to(device)
+
+
+@pytest.mark.parametrize("device", available_devices())
+@pytest.mark.parametrize("case", CASES)
+def test_the_static_step_gives_the_logits_of_the_dynamic_cache(case, device):
+    name, overrides = CASES[case]
+    model = lively(name, device, **overrides)
+    ids, keep = left_padded(model.config.vocab_size, device)
+    steps = 12
+    with torch.inference_mode():
+        dynamic = DecoderSession(model, ids, keep, ids.shape[1] + steps)
+        static = StaticDecoderSession(model, ids, keep, ids.shape[1] + steps)
+        expected, actual = dynamic.prefill(), static.prefill()
+        tokens = []
+        for i in range(steps):
+            torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-4, msg=f"step {i}")
+            token = expected.argmax(-1)
+            tokens.append(token)
+            expected, actual = dynamic.step(token), static.step(token)
+    assert len({int(t[0]) for t in tokens}) > 2, "degenerate model: the test would prove little"
+    assert (static._graph is not None) == (device == "cuda")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_generate_on_cuda_replays_a_graph_and_matches_eager_decoding(monkeypatch):
+    model = lively("gpt2-124m", "cuda")
+    ids, keep = left_padded(model.config.vocab_size, "cuda")
+    rows = [row[k].tolist() for row, k in zip(ids, keep, strict=True)]
+    assert StaticDecoderSession.records(model, torch.device("cuda"))
+    graphed = zoo.generate(model, rows, max_new_tokens=20, temperature=0)
+    monkeypatch.setenv("ZOO_CUDA_GRAPHS", "0")
+    assert not StaticDecoderSession.records(model, torch.device("cuda"))
+    assert zoo.generate(model, rows, max_new_tokens=20, temperature=0) == graphed
+
+
+def test_a_score_bias_scheme_is_decoded_eagerly():
+    """ALiBi's bias depends on the query position: no recorded step, a clear error if asked."""
+    model = zoo.build("toy-alibi").eval()
+    assert not StaticDecoderSession.records(model, torch.device("cuda"))
+    ids = torch.randint(0, 257, (1, 4))
+    with pytest.raises(ValueError, match="score biases"):
+        StaticDecoderSession(model, ids, None, 8)
+
+
+def test_stepping_past_the_cache_is_a_clear_error():
+    model = lively("gpt2-124m", "cpu")
+    ids = torch.randint(0, 100, (1, 3))
+    with torch.inference_mode():
+        session = StaticDecoderSession(model, ids, None, 4)
+        session.prefill()
+        session.step(torch.tensor([1]))
+        with pytest.raises(ValueError, match="holds 4 positions"):
+            session.step(torch.tensor([1]))
