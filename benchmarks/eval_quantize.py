@@ -23,7 +23,8 @@ import zoo
 VARIANTS = {
     "float32": {},
     "bfloat16": {"dtype": torch.bfloat16},
-    "int8 (weight-only)": {"quantize": "int8"},
+    "int8 (int8 weights, activations quantized per call)": {"quantize": "int8"},
+    "int8-weight (weight-only)": {"quantize": "int8-weight"},
     "int4 (weight-only, groups of 32)": {"quantize": "int4"},
 }
 

@@ -4,6 +4,10 @@ sliding window; on CUDA, a graph is really recorded and replayed."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+
 import pytest
 import torch
 
@@ -70,6 +74,27 @@ def test_generate_on_cuda_replays_a_graph_and_matches_eager_decoding(monkeypatch
     monkeypatch.setenv("ZOO_CUDA_GRAPHS", "0")
     assert not StaticDecoderSession.records(model, torch.device("cuda"))
     assert zoo.generate(model, rows, max_new_tokens=20, temperature=0) == graphed
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_component_that_waits_for_the_host_gets_a_clear_error():
+    """A sync inside the step cannot be recorded: the error says why and how to opt out (run
+    in its own process, a failed capture may leave CUDA unusable)."""
+    code = textwrap.dedent(
+        """
+        import torch, zoo
+        model = zoo.build("gpt2-124m", n_layers=2, d_model=64, n_heads=4, d_ff=128).cuda()
+        norm = model.final_norm
+        forward = norm.forward
+        norm.forward = lambda x: forward(x) * (x.sum().item() != 0)  # waits for the GPU
+        try:
+            zoo.generate(model, [[1, 2, 3]], max_new_tokens=4, temperature=0)
+        except RuntimeError as exc:
+            print(exc)
+        """
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert "ZOO_CUDA_GRAPHS=0" in run.stdout and "wait for the host" in run.stdout, run.stderr
 
 
 def test_a_score_bias_scheme_is_decoded_eagerly():

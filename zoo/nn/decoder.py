@@ -339,9 +339,17 @@ class StaticDecoderSession(DecoderSession):
         self._length += 1
         self._tokens.copy_(tokens[:, None])
         if self._graph is None and self._record and self._static is not None:
-            self._graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self._graph):
-                self._out = self._step()
+            graph = torch.cuda.CUDAGraph()
+            try:
+                with torch.cuda.graph(graph):
+                    self._out = self._step()
+            except RuntimeError as exc:
+                raise RuntimeError(
+                    "recording the decoding step as a CUDA graph failed (does a component wait "
+                    "for the host, e.g. with .item() or .tolist()?); set ZOO_CUDA_GRAPHS=0 to "
+                    f"decode eagerly: {exc}"
+                ) from exc
+            self._graph = graph
         if self._graph is not None and self._out is not None:
             self._graph.replay()
             return self._out.clone()
