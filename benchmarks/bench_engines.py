@@ -42,16 +42,22 @@ ENGINES = [
 ]
 TINY = {"d_model": 64, "n_heads": 4, "d_ff": 256}  # 12 layers, the matrices cost ~nothing
 
-CHILD = textwrap.dedent(
+PEAK_MIB = textwrap.dedent(
     """
-    import json, resource, statistics, sys, time
-    import torch
+    import resource
 
     def peak_mib():  # this process's own high-water mark (ru_maxrss counts the parent's too)
         for line in open("/proc/self/status"):
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """
+)
+CHILD = PEAK_MIB + textwrap.dedent(
+    """
+    import json, statistics, sys, time
+    import torch
+
     spec = json.loads(sys.argv[1])
     engine, precision = spec["engine"].split()  # "zoo int8-weight", "ct2 int8_float32"...
     inner, new, vocab = spec["inner"], spec["new_tokens"], spec["vocab"]
@@ -108,9 +114,7 @@ CHILD = textwrap.dedent(
     """
 )
 
-IMPORT_TORCH = (
-    "import resource, torch; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)"
-)
+IMPORT_TORCH = PEAK_MIB + "import torch\nprint(peak_mib())\n"
 
 
 def prepare(folder: Path, sizes: dict[str, int]) -> dict[str, str]:
@@ -209,8 +213,9 @@ def main() -> None:
     report = "\n".join(lines) + (
         f"\n\ngpt2-124m, random weights identical in every engine; 16-token prompts, "
         f"{args.new_tokens} new tokens, greedy; medians of {args.repeats} rounds x "
-        f"{args.inner} timings, engines in rotating order, each in its own process. A bare "
-        f"`import torch` process peaks at {torch_mb:.0f} MiB. Machine: "
+        f"{args.inner} timings, engines in rotating order, each in its own process (every one "
+        f"imports torch, CTranslate2's too, to make the prompts). A bare `import torch` process "
+        f"peaks at {torch_mb:.0f} MiB. Machine: "
         f"{machine_facts('torch', 'transformers')}; load {os.getloadavg()[0]:.2f}."
     )
     publish(

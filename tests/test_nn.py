@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -36,6 +38,25 @@ def test_fast_linear_other_dtypes_use_the_default_kernel(dtype):
     x, w = torch.randn(2, 8, dtype=dtype), torch.randn(4, 8, dtype=dtype)
     with torch.no_grad():
         assert torch.equal(linear(x, w), F.linear(x, w))
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_bfloat16_products_of_many_rows_widen_where_the_cpu_lacks_bfloat16(monkeypatch, native):
+    """Without native bfloat16 matrix units, 16+ rows multiply in float32 and round back."""
+    monkeypatch.setattr(sys.modules["zoo.nn.linear"], "_NATIVE_BF16", native)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 8, 768, generator=g).bfloat16()
+    w, b = torch.randn(1024, 768, generator=g).bfloat16(), torch.randn(1024, generator=g).bfloat16()
+    with torch.no_grad():
+        got = linear(x, w, b)
+        widened = linear(x.float(), w.float(), b.float()).bfloat16()
+        assert got.dtype is torch.bfloat16
+        assert torch.equal(got, F.linear(x, w, b) if native else widened)
+        few = x[:1, :15]  # under 16 rows: always the bfloat16 kernel
+        assert torch.equal(linear(few, w, b), F.linear(few, w, b))
+    x.requires_grad_(True)
+    linear(x, w, b).float().sum().backward()
+    assert x.grad is not None and x.grad.dtype is torch.bfloat16
 
 
 def test_linear_state_dict_is_nn_linear():
