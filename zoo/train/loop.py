@@ -33,6 +33,7 @@ from ..nn.classifier import SequenceClassifier
 from ..tokenizers.base import check_fits
 from .config import TrainConfig
 from .data import IGNORE, DataError, LabelData, PairData, TokenData, text_files
+from .loss import cross_entropy
 from .report import Progress, plot_losses, write_metrics
 
 __all__ = ["TrainResult", "train"]
@@ -434,7 +435,7 @@ def _loss(
 ) -> Tensor:
     """Mean cross-entropy of ``model``'s logits against ``targets`` (padding ignored)."""
     logits = model(**{k: v.to(device) for k, v in inputs.items()})  # (B, T, V) or (B, V)
-    return nn.functional.cross_entropy(
+    return cross_entropy(
         logits.reshape(-1, logits.shape[-1]).float(),
         targets.to(device).reshape(-1),
         ignore_index=IGNORE,
