@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 __all__ = ["cross_entropy"]
 
@@ -34,6 +35,7 @@ class _CrossEntropy(torch.autograd.Function):
         return ((lse - picked) * valid).sum() / count  # nan when nothing counts, as F's
 
     @staticmethod
+    @once_differentiable  # the in-place gradient has no graph of its own
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
         logits, lse, safe, valid, count = ctx.saved_tensors
         scale = (grad * valid / count)[:, None]  # (N, 1)
