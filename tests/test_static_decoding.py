@@ -1,6 +1,7 @@
-"""The static decoding step (the one CUDA graphs record and replay) against the dynamic cache:
-same logits at every step, with left padding, grouped-query attention, rotary positions and a
-sliding window; on CUDA, a graph is really recorded and replayed."""
+"""The static decoding step (the one CUDA graphs record and replay, and ``compile=True``
+compiles on CPU) against the dynamic cache: same logits at every step, with left padding,
+grouped-query attention, rotary positions and a sliding window; on CUDA, a graph is really
+recorded and replayed; compiled, one graph serves every session of a cache size."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import pytest
 import torch
 
 import zoo
-from zoo.nn.decoder import DecoderSession, StaticDecoderSession
+from zoo.cli import main
+from zoo.nn.decoder import DecoderSession, StaticDecoderSession, check_compilable
 from zoo.testing import available_devices, small_overrides
 
 CASES = {
@@ -115,3 +117,72 @@ def test_stepping_past_the_cache_is_a_clear_error():
         session.step(torch.tensor([1]))
         with pytest.raises(ValueError, match="holds 4 positions"):
             session.step(torch.tensor([1]))
+
+
+# -- compile=True (CPU) ------------------------------------------------------------------------
+@pytest.mark.parametrize("case", ["rotary, grouped-query", "sliding window"])
+def test_the_compiled_step_gives_the_logits_of_the_dynamic_cache(case):
+    name, overrides = CASES[case]
+    model = lively(name, "cpu", **overrides)
+    ids, keep = left_padded(model.config.vocab_size, "cpu")
+    steps = 12
+    with torch.inference_mode():
+        dynamic = DecoderSession(model, ids, keep, ids.shape[1] + steps)
+        compiled = StaticDecoderSession(model, ids, keep, ids.shape[1] + steps, compile=True)
+        expected, actual = dynamic.prefill(), compiled.prefill()
+        tokens = []
+        for i in range(steps):
+            # fused kernels round differently: compare at the scale of the logits
+            scale = float(expected.abs().max())
+            torch.testing.assert_close(actual, expected, rtol=0, atol=1e-4 * scale, msg=f"step {i}")
+            token = expected.argmax(-1)
+            tokens.append(token)
+            expected, actual = dynamic.step(token), compiled.step(token)
+    assert len({int(t[0]) for t in tokens}) > 2, "degenerate model: the test would prove little"
+    assert compiled._logits is not model.logits  # the step really went through torch.compile
+
+
+def test_generate_with_compile_gives_the_eager_tokens_and_compiles_once_per_cache_size():
+    from torch._dynamo.utils import counters
+
+    model = lively("gpt2-124m", "cpu")
+    ids, keep = left_padded(model.config.vocab_size, "cpu")
+    rows = [row[k].tolist() for row, k in zip(ids, keep, strict=True)]
+    eager = zoo.generate(model, rows, max_new_tokens=20, temperature=0)
+    assert zoo.generate(model, rows, max_new_tokens=20, temperature=0, compile=True) == eager
+    graphs = counters["stats"]["unique_graphs"]
+    # another length in the same cache bucket (7 + 30 <= 64), another session: no new graph
+    longer = zoo.generate(model, rows, max_new_tokens=30, temperature=0, compile=True)
+    assert counters["stats"]["unique_graphs"] == graphs
+    assert [row[: len(r)] for row, r in zip(longer, eager, strict=True)] == eager
+
+
+def test_compile_without_a_cpp_compiler_is_a_clear_error():
+    import torch._inductor.config as inductor
+
+    model = lively("gpt2-124m", "cpu")
+    with (
+        inductor.patch({"cpp.cxx": (None, "/nonexistent/g++")}),
+        pytest.raises(RuntimeError, match=r"needs a C\+\+ compiler.*apt install g\+\+"),
+    ):
+        zoo.generate(model, [[1, 2, 3]], max_new_tokens=2, temperature=0, compile=True)
+
+
+def test_what_compile_cannot_serve_is_a_clear_error():
+    model = lively("gpt2-124m", "cpu")
+    with pytest.raises(ValueError, match="on cuda decode without it"):
+        check_compilable(model, torch.device("cuda"))
+    with pytest.raises(ValueError, match=r"score biases.*without compile=True"):
+        zoo.generate(zoo.build("toy-alibi"), [[1, 2]], max_new_tokens=2, compile=True)
+    encdec = zoo.build("transformer-encdec-tiny")
+    with pytest.raises(ValueError, match="cannot compile its decoding step"):
+        zoo.generate(encdec, [[1, 2]], max_new_tokens=2, start_id=1, compile=True)
+
+
+def test_zoo_generate_compile_prints_the_eager_text(capsys):
+    argv = ["generate", "shakespeare-byte", "ROMEO:", "--temperature", "0", "--max-new-tokens"]
+    outputs = []
+    for extra in ([], ["--compile"]):
+        assert main([*argv, "12", *extra]) == 0
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1] and len(outputs[0]) > len("ROMEO:") + 6

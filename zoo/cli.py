@@ -273,6 +273,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         seed=args.seed,
         stop=args.stop or None,
         stream=True,
+        compile=args.compile,
     )
     print(args.prompt, end="", flush=True)
     try:
@@ -407,6 +408,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("int8", "int4"),
         default=None,
         help="weight-only quantization of the linear layers (default: none)",
+    )
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="compile the decoding step with torch.compile (CPU; needs a C++ compiler; the "
+        "first run compiles for a while, later ones reuse torch's cache)",
     )
     p.add_argument(
         "--random",

@@ -9,6 +9,7 @@ preallocated KV cache (:class:`zoo.nn.decoder.DecoderSession`, the encoder-decod
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -212,10 +213,12 @@ def _decode_loop(
     eos_id: int | None,
     start_id: int | None,
     sample_below: int | None,
+    options: dict[str, Any],
 ) -> Iterator[Tensor]:
     """Yield the next token of every row, ``(B,)``, until every row has ended or
     ``max_new_tokens`` are out. A row that has ended repeats ``eos_id``. Ids at or above
-    ``sample_below`` (model vocabulary slots the tokenizer has no token for) are never picked."""
+    ``sample_below`` (model vocabulary slots the tokenizer has no token for) are never picked.
+    ``options`` go to ``model.start_decoding``."""
     config: Any = model.config
     device = next(model.parameters()).device
     ids, keep = _ids_and_mask(rows, device)
@@ -232,7 +235,7 @@ def _decode_loop(
         # inference mode is entered per call, never across a yield: the caller's code between
         # two tokens (streaming) runs in its own mode
         with torch.inference_mode():
-            session = model.start_decoding(ids, keep, max_new_tokens, start_id=start_id)
+            session = model.start_decoding(ids, keep, max_new_tokens, start_id=start_id, **options)
             logits = session.prefill()
         done = torch.zeros(ids.shape[0], dtype=torch.bool, device=device)
         for i in range(max_new_tokens):
@@ -255,6 +258,19 @@ def _decode_loop(
         model.train(was_training)
 
 
+def _session_options(model: ZooModel, compile: bool) -> dict[str, Any]:
+    """What :func:`generate` passes to ``model.start_decoding`` beyond the prompt: ``compile``
+    only when asked for, and only to a model whose sessions take it."""
+    if not compile:
+        return {}
+    if "compile" not in inspect.signature(model.start_decoding).parameters:
+        raise ValueError(
+            f"{type(model).__name__} cannot compile its decoding step (its start_decoding "
+            "takes no `compile`; the built-in decoders can); generate without compile=True"
+        )
+    return {"compile": True}
+
+
 def _cut(text: str, stops: list[str]) -> tuple[str, bool]:
     """``text`` up to the first stop string, and whether one was found."""
     cuts = [i for i in (text.find(s) for s in stops) if i >= 0]
@@ -274,6 +290,7 @@ def generate(
     stop: str | Sequence[str] | None = None,
     stream: bool = False,
     start_id: int | None = None,
+    compile: bool = False,
 ) -> Any:
     """Generate from a prompt, through the model's decoding session (a KV cache for the
     built-in models).
@@ -299,6 +316,10 @@ def generate(
         stop: stop strings; the text ends before the first one.
         stream: return an iterator of text pieces instead (a single text prompt).
         start_id: first target token of an encoder-decoder (default: the tokenizer's bos).
+        compile: run each decoding step through ``torch.compile`` (CPU, decoders only). The
+            first call compiles for a while (tens of seconds for gpt2-124m; torch caches the
+            result on disk for later processes); later steps cost less Python and dispatch,
+            which matters most for small models. Needs a C++ compiler; eager is the default.
 
     A decoder's continuation is decoded together with its prompt and returned as the text
     that follows the prompt's, so word boundaries (the space WordPiece puts between words)
@@ -335,6 +356,7 @@ def generate(
         eos_id=eos_id,
         start_id=start_id,
         sample_below=tok.vocab_size if tok is not None else None,
+        options=_session_options(model, compile),
     )
     # a decoder's text is decoded after its prompt (an encoder-decoder's target stands alone)
     contexts = [[] if encoder_decoder else r for r in rows]

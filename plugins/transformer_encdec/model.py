@@ -153,7 +153,7 @@ class EncoderDecoder(ZooModel):
                 start=start,
             )
         if cache is not None:
-            cache.length = start + t
+            cache.advance(t)
         if last_only:
             x = x[:, -1:]  # (B, 1, d_model)
         if self.decoder_norm is not None:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import copy
-
 import torch
 from torch import Tensor
 
-__all__ = ["KVCache", "LayerCache", "StaticLayerCache"]
+__all__ = ["KVCache", "LayerCache", "StaticKVCache", "StaticLayerCache"]
 
 
 class LayerCache:
@@ -88,14 +86,30 @@ class KVCache:
         #: Number of positions filled so far (the same for every row; padding is masked).
         self.length = 0
 
-    def read_whole(self, index: Tensor) -> KVCache:
+    def advance(self, t: int) -> None:
+        """Count ``t`` more filled positions (after a forward pass wrote them)."""
+        self.length += t
+
+    def read_whole(self, index: Tensor) -> StaticKVCache:
         """The same buffers as :class:`StaticLayerCache` s that write at ``index`` ``(T,)`` and
         read every position. Unwritten positions are zeroed first: masked out, they still meet
         the attention weights (``0 * nan`` would be ``nan``)."""
-        view = copy.copy(self)
-        view.layers = []
         for layer in self.layers:
             layer.k.narrow(2, self.length, self.max_len - self.length).zero_()
             layer.v.narrow(2, self.length, self.max_len - self.length).zero_()
-            view.layers.append(StaticLayerCache(layer.k, layer.v, index))
-        return view
+        return StaticKVCache(self, index)
+
+
+class StaticKVCache(KVCache):
+    """A :class:`KVCache` read whole (:meth:`KVCache.read_whole`): its layers write at a device
+    index that the caller advances, so ``length`` stays what it was when the view was made and
+    a forward pass sees the same Python values at every step (what a recorded or compiled step
+    needs)."""
+
+    def __init__(self, cache: KVCache, index: Tensor) -> None:  # shares `cache`'s buffers
+        self.layers = [StaticLayerCache(layer.k, layer.v, index) for layer in cache.layers]
+        self.max_len = cache.max_len
+        self.length = cache.length
+
+    def advance(self, t: int) -> None:
+        """Nothing: the caller advances the device index."""

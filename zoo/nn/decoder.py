@@ -34,7 +34,13 @@ from .linear import Linear
 from .masks import self_attention_mask
 from .positions import make_positions
 
-__all__ = ["DecoderLM", "DecoderSession", "StaticDecoderSession", "positions_from_mask"]
+__all__ = [
+    "DecoderLM",
+    "DecoderSession",
+    "StaticDecoderSession",
+    "check_compilable",
+    "positions_from_mask",
+]
 
 
 class DecoderLM(ZooModel):
@@ -179,7 +185,7 @@ class DecoderLM(ZooModel):
                 x, mask=mask, causal=causal, cache=layer_cache, start=start, rotation=rotation
             )
         if cache is not None:
-            cache.length = start + ids.shape[1]
+            cache.advance(t)
         if last_only:
             x = x[:, -1:]  # (B, 1, d_model)
         if self.final_norm is not None:
@@ -193,12 +199,19 @@ class DecoderLM(ZooModel):
         max_new_tokens: int,
         *,
         start_id: int | None = None,
+        compile: bool = False,
     ) -> DecoderSession:
         """A decoding session over validated prompt ids ``(B, T)`` with padding mask ``keep``
         (``start_id`` is for encoder-decoders and ignored here). On CUDA it replays a recorded
         graph per token (:class:`StaticDecoderSession`) unless ``ZOO_CUDA_GRAPHS=0`` or the
-        position scheme adds score biases."""
+        position scheme adds score biases. ``compile=True`` (CPU) runs each step through
+        ``torch.compile`` instead: see :class:`StaticDecoderSession`."""
         max_len = input_ids.shape[1] + max_new_tokens
+        if compile:
+            check_compilable(self, input_ids.device)
+            # one compiled step per cache size: round it up to a power of two (>= 64)
+            bucket = min(self.config.context_length, max(64, 1 << (max_len - 1).bit_length()))
+            return StaticDecoderSession(self, input_ids, keep, max(max_len, bucket), compile=True)
         if StaticDecoderSession.records(self, input_ids.device):
             return StaticDecoderSession(self, input_ids, keep, max_len)
         return DecoderSession(self, input_ids, keep, max_len)
@@ -271,6 +284,11 @@ class StaticDecoderSession(DecoderSession):
     which is how the CPU tests check the static step against :class:`DecoderSession`.
     Position schemes with score biases (ALiBi) are not supported: their bias depends on the
     position in a way a recorded step would freeze.
+
+    With ``compile=True`` (CPU) the step's forward pass goes through ``torch.compile`` instead
+    of being recorded: the same fixed shapes make it one compiled graph per model, batch size
+    and ``max_len`` (compiled at the first step, then reused by later sessions: the Python
+    and dispatch of a few hundred small ops per token become a few fused kernels).
     """
 
     def __init__(
@@ -281,6 +299,7 @@ class StaticDecoderSession(DecoderSession):
         max_len: int,
         *,
         record: bool = True,
+        compile: bool = False,
     ) -> None:
         super().__init__(model, ids, keep, max_len)
         device = ids.device
@@ -300,7 +319,12 @@ class StaticDecoderSession(DecoderSession):
             allowed = allowed & self.keep
         self._allowed = allowed[:, None, None, :].clone()  # (B, 1, 1, S)
         self._window = model.config.sliding_window
-        self._record = record and device.type == "cuda"
+        self._record = record and device.type == "cuda" and not compile
+        self._logits = model.logits
+        if compile:  # dynamo's guards check input shapes already: no asserts in the wrapper
+            self._logits = torch.compile(
+                self._logits, dynamic=False, options={"size_asserts": False}
+            )
         self._graph: torch.cuda.CUDAGraph | None = None
         self._out: Tensor | None = None
         self._static: KVCache | None = None
@@ -323,7 +347,7 @@ class StaticDecoderSession(DecoderSession):
         mask = self._allowed
         if self._window is not None:  # each query sees its `window` most recent keys
             mask = mask & (self._keys > self._index - self._window)
-        logits = self.model.logits(
+        logits = self._logits(
             self._tokens, None, self._positions, cache=self._static, last_only=True, mask=mask
         )
         self._positions += 1
@@ -354,6 +378,32 @@ class StaticDecoderSession(DecoderSession):
             self._graph.replay()
             return self._out.clone()
         return self._step()
+
+
+def check_compilable(model: DecoderLM, device: torch.device) -> None:
+    """Raise a clear error where ``compile=True`` decoding cannot work: off CPU (CUDA replays
+    a recorded graph already), with score-bias positions, or without a C++ compiler for
+    ``torch.compile``'s CPU kernels."""
+    if device.type != "cpu":
+        raise ValueError(
+            f"compile=True compiles the CPU decoding step; on {device.type} decode without it "
+            "(on CUDA every step already replays a recorded CUDA graph)"
+        )
+    if _adds_score_bias(model):
+        raise ValueError(
+            f"{type(model.pos_emb).__name__} adds attention score biases, which a compiled "
+            "decoding step cannot follow; decode without compile=True"
+        )
+    from torch._inductor import cpp_builder  # the compiler lookup torch.compile makes
+
+    try:
+        cpp_builder.get_cpp_compiler()
+    except RuntimeError as exc:
+        raise RuntimeError(
+            "compile=True builds the decoding step with torch.compile, which needs a C++ "
+            "compiler on CPU and found none: install one (e.g. `apt install g++`, or set CXX "
+            f"to its path) or decode without compile=True ({exc})"
+        ) from exc
 
 
 def _adds_score_bias(model: DecoderLM) -> bool:

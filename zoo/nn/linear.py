@@ -5,7 +5,9 @@ keeps one core busy and reads weights at a fraction of the memory bandwidth. one
 kernel (the one ``torch.compile`` uses on CPU) spreads the same product over every core: about
 1.5x faster decoding on a 2-core machine, and faster prefill too. It is used only for float32
 inference on CPU (no gradient needed) with weights of at least 1 MiB; everything else goes
-through ``F.linear``. Parameters and state dicts are exactly those of ``nn.Linear``.
+through ``F.linear``. Parameters and state dicts are exactly those of ``nn.Linear``. Under
+``torch.compile`` the oneDNN kernel is called through the custom op ``zoo::onednn_linear``,
+which the compiler calls as an opaque kernel (it cannot trace the bare oneDNN call).
 
 bfloat16 on a CPU without native bfloat16 matrix units (no AVX512-BF16 or AMX, e.g. an AVX2
 machine): PyTorch's bfloat16 matrix product there is a generic fallback, 4x slower at 128 rows
@@ -36,6 +38,20 @@ def _onednn_linear() -> Callable[..., Any] | None:
 
 
 _ONEDNN = _onednn_linear()
+
+
+@torch.library.custom_op("zoo::onednn_linear", mutates_args=())
+def _onednn_linear_op(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """oneDNN's linear kernel as an op ``torch.compile`` can call (eager calls it directly)."""
+    assert _ONEDNN is not None  # only reached where `linear` chose oneDNN
+    return _ONEDNN(x, weight, bias, "none", [], "")
+
+
+@_onednn_linear_op.register_fake
+def _(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
 #: Whether this CPU multiplies bfloat16 matrices natively (oneDNN's own check).
 _NATIVE_BF16 = torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
 #: From this many rows on, widening the weights and multiplying in float32 beats the bfloat16
@@ -68,6 +84,8 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         and weight.numel() >= _MIN_ONEDNN
         and not (torch.is_grad_enabled() and (weight.requires_grad or x.requires_grad))
     ):
+        if torch.compiler.is_compiling():
+            return _onednn_linear_op(x, weight, bias)
         return _ONEDNN(x, weight, bias, "none", [], "")
     return F.linear(x, weight, bias)
 
