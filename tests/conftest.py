@@ -30,9 +30,10 @@ TESTS = Path(__file__).parent
 
 #: The only reasons a test may skip for. Any other skip (a missing file, a missing test
 #: dependency) fails the run: a skip must never hide something the suite should have.
-ALLOWED_SKIPS = ("needs CUDA", "needs /proc/self/maps")
+ALLOWED_SKIPS = ("needs CUDA", "needs /proc/self/maps", "needs a C++ compiler")
 
 _site: Path | None = None
+_compile_cache: Path | None = None
 
 
 def install_distribution(site: Path, package: Path, *, name: str, entry_points: str) -> None:
@@ -56,8 +57,11 @@ def _loopback_only(host, *args, **kwargs):  # type: ignore[no-untyped-def]
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    global _site
+    global _site, _compile_cache
     socket.getaddrinfo = _loopback_only
+    # torch.compile's on-disk cache: a fresh one, never what an earlier run left in /tmp
+    _compile_cache = Path(tempfile.mkdtemp(prefix="zoo-test-inductor-"))
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(_compile_cache)
     _site = Path(tempfile.mkdtemp(prefix="zoo-test-site-"))
     install_distribution(
         _site,
@@ -72,8 +76,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    if _site is not None:
-        shutil.rmtree(_site, ignore_errors=True)
+    for folder in (_site, _compile_cache):
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 _unexpected_skips: list[str] = []

@@ -15,6 +15,7 @@ import torch
 import zoo
 from zoo.cli import main
 from zoo.nn.decoder import DecoderSession, StaticDecoderSession, check_compilable
+from zoo.nn.quant import quantize_
 from zoo.testing import available_devices, small_overrides
 
 CASES = {
@@ -120,10 +121,31 @@ def test_stepping_past_the_cache_is_a_clear_error():
 
 
 # -- compile=True (CPU) ------------------------------------------------------------------------
-@pytest.mark.parametrize("case", ["rotary, grouped-query", "sliding window"])
-def test_the_compiled_step_gives_the_logits_of_the_dynamic_cache(case):
+def _has_cpp_compiler() -> bool:
+    from torch._inductor import cpp_builder
+
+    try:
+        cpp_builder.get_cpp_compiler()
+    except RuntimeError:
+        return False
+    return True
+
+
+needs_cpp_compiler = pytest.mark.skipif(
+    not _has_cpp_compiler(), reason="needs a C++ compiler (for torch.compile on CPU)"
+)
+
+
+@needs_cpp_compiler
+@pytest.mark.parametrize(
+    ("case", "quantize"),
+    [("rotary, grouped-query", None), ("sliding window", None), ("learned positions", "int8")],
+)
+def test_the_compiled_step_gives_the_logits_of_the_dynamic_cache(case, quantize):
     name, overrides = CASES[case]
     model = lively(name, "cpu", **overrides)
+    if quantize is not None:
+        quantize_(model, quantize)
     ids, keep = left_padded(model.config.vocab_size, "cpu")
     steps = 12
     with torch.inference_mode():
@@ -142,6 +164,7 @@ def test_the_compiled_step_gives_the_logits_of_the_dynamic_cache(case):
     assert compiled._logits is not model.logits  # the step really went through torch.compile
 
 
+@needs_cpp_compiler
 def test_generate_with_compile_gives_the_eager_tokens_and_compiles_once_per_cache_size():
     from torch._dynamo.utils import counters
 
@@ -179,6 +202,7 @@ def test_what_compile_cannot_serve_is_a_clear_error():
         zoo.generate(encdec, [[1, 2]], max_new_tokens=2, start_id=1, compile=True)
 
 
+@needs_cpp_compiler
 def test_zoo_generate_compile_prints_the_eager_text(capsys):
     argv = ["generate", "shakespeare-byte", "ROMEO:", "--temperature", "0", "--max-new-tokens"]
     outputs = []

@@ -5,6 +5,8 @@ returning a :class:`zoo.nn.DecodingSession` with ``prefix`` (what new ids are ap
 ``prefill()`` and ``step(tokens)`` (both return next-token logits ``(B, vocab)``). By default
 it recomputes the whole sequence for each token; the built-in models return sessions with a
 preallocated KV cache (:class:`zoo.nn.decoder.DecoderSession`, the encoder-decoder's).
+``generate(..., compile=True)`` passes ``compile=True`` on to a ``start_decoding`` that takes
+it (the built-in decoders: a compiled CPU step) and refuses a model whose does not.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from typing import cast
 
 import torch
@@ -320,7 +321,7 @@ class StaticDecoderSession(DecoderSession):
         self._allowed = allowed[:, None, None, :].clone()  # (B, 1, 1, S)
         self._window = model.config.sliding_window
         self._record = record and device.type == "cuda" and not compile
-        self._logits = model.logits
+        self._logits: Callable[..., Tensor] = model.logits
         if compile:  # dynamo's guards check input shapes already: no asserts in the wrapper
             self._logits = torch.compile(
                 self._logits, dynamic=False, options={"size_asserts": False}
