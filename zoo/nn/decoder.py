@@ -289,7 +289,9 @@ class StaticDecoderSession(DecoderSession):
     With ``compile=True`` (CPU) the step's forward pass goes through ``torch.compile`` instead
     of being recorded: the same fixed shapes make it one compiled graph per model, batch size
     and ``max_len`` (compiled at the first step, then reused by later sessions: the Python
-    and dispatch of a few hundred small ops per token become a few fused kernels).
+    and dispatch of a few hundred small ops per token become a few fused kernels). Past
+    torch's recompile limit (``torch._dynamo.config.recompile_limit`` shapes) torch warns and
+    runs the step eagerly.
     """
 
     def __init__(
