@@ -180,15 +180,20 @@ def test_generate_with_compile_gives_the_eager_tokens_and_compiles_once_per_cach
     assert [row[: len(r)] for row, r in zip(longer, eager, strict=True)] == eager
 
 
-def test_compile_without_a_cpp_compiler_is_a_clear_error():
+def test_compile_without_a_cpp_compiler_is_a_clear_error(capsys):
     import torch._inductor.config as inductor
 
     model = lively("gpt2-124m", "cpu")
-    with (
-        inductor.patch({"cpp.cxx": (None, "/nonexistent/g++")}),
-        pytest.raises(RuntimeError, match=r"needs a C\+\+ compiler.*apt install g\+\+"),
-    ):
-        zoo.generate(model, [[1, 2, 3]], max_new_tokens=2, temperature=0, compile=True)
+    message = r"needs a C\+\+ compiler.*apt install g\+\+"
+    with inductor.patch({"cpp.cxx": (None, "/nonexistent/g++")}):
+        with pytest.raises(zoo.CompileUnavailableError, match=message):
+            zoo.generate(model, [[1, 2, 3]], max_new_tokens=2, temperature=0, compile=True)
+        with pytest.raises(zoo.CompileUnavailableError, match=message):
+            model.start_decoding(torch.tensor([[1, 2, 3]]), None, 2, compile=True)
+        code = main(["generate", "shakespeare-byte", "ROMEO:", "--compile"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and err.startswith("zoo: error: compile=True builds")
+    assert err.count("\n") == 1  # one line, no traceback, and no prompt echoed before it
 
 
 def test_what_compile_cannot_serve_is_a_clear_error():

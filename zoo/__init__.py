@@ -16,6 +16,7 @@ from .config import DecoderConfig, ModelConfig, TransformerConfig
 from .errors import (
     CheckpointError,
     ChecksumMismatchError,
+    CompileUnavailableError,
     ConfigError,
     CorruptCheckpointError,
     HubAuthError,
@@ -60,6 +61,7 @@ __all__ = [
     "ArchitectureSpec",
     "CheckpointError",
     "ChecksumMismatchError",
+    "CompileUnavailableError",
     "ComponentSpec",
     "ConfigError",
     "CorruptCheckpointError",

@@ -5,6 +5,7 @@ from __future__ import annotations
 __all__ = [
     "CheckpointError",
     "ChecksumMismatchError",
+    "CompileUnavailableError",
     "ConfigError",
     "CorruptCheckpointError",
     "HubAuthError",
@@ -25,6 +26,10 @@ __all__ = [
 
 class ZooError(Exception):
     """Base class of every error zoo raises on purpose."""
+
+
+class CompileUnavailableError(ZooError, RuntimeError):
+    """``torch.compile`` cannot build CPU kernels here (no C++ compiler)."""
 
 
 class ConfigError(ZooError, ValueError):

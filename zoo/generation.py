@@ -270,6 +270,9 @@ def _session_options(model: ZooModel, compile: bool) -> dict[str, Any]:
             f"{type(model).__name__} cannot compile its decoding step (its start_decoding "
             "takes no `compile`; the built-in decoders can); generate without compile=True"
         )
+    from .nn.decoder import check_cpp_compiler
+
+    check_cpp_compiler()  # now, before any text is streamed (the session checks the rest)
     return {"compile": True}
 
 

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from ..config import DecoderConfig
+from ..errors import CompileUnavailableError
 from .base import (
     ZooModel,
     activation_dtype,
@@ -40,6 +41,7 @@ __all__ = [
     "DecoderSession",
     "StaticDecoderSession",
     "check_compilable",
+    "check_cpp_compiler",
     "positions_from_mask",
 ]
 
@@ -397,12 +399,18 @@ def check_compilable(model: DecoderLM, device: torch.device) -> None:
             f"{type(model.pos_emb).__name__} adds attention score biases, which a compiled "
             "decoding step cannot follow; decode without compile=True"
         )
+    check_cpp_compiler()
+
+
+def check_cpp_compiler() -> None:
+    """Raise :class:`~zoo.errors.CompileUnavailableError` where ``torch.compile`` finds no C++
+    compiler to build its CPU kernels with."""
     from torch._inductor import cpp_builder  # the compiler lookup torch.compile makes
 
     try:
         cpp_builder.get_cpp_compiler()
     except RuntimeError as exc:
-        raise RuntimeError(
+        raise CompileUnavailableError(
             "compile=True builds the decoding step with torch.compile, which needs a C++ "
             "compiler on CPU and found none: install one (e.g. `apt install g++`, or set CXX "
             f"to its path) or decode without compile=True ({exc})"
