@@ -326,9 +326,9 @@ class StaticDecoderSession(DecoderSession):
         self._window = model.config.sliding_window
         self._record = record and device.type == "cuda" and not compile
         self._logits: Callable[..., Tensor] = model.logits
-        if compile:  # dynamo's guards check input shapes already: no asserts in the wrapper
+        if compile:  # the code around the kernels in C++ too; dynamo's guards check shapes
             self._logits = torch.compile(
-                self._logits, dynamic=False, options={"size_asserts": False}
+                self._logits, dynamic=False, options={"cpp_wrapper": True, "size_asserts": False}
             )
         self._graph: torch.cuda.CUDAGraph | None = None
         self._out: Tensor | None = None
