@@ -14,7 +14,12 @@ import torch
 
 import zoo
 from zoo.cli import main
-from zoo.nn.decoder import DecoderSession, StaticDecoderSession, check_compilable
+from zoo.nn.decoder import (
+    DecoderSession,
+    StaticDecoderSession,
+    check_compilable,
+    check_cpp_compiler,
+)
 from zoo.nn.quant import quantize_
 from zoo.testing import available_devices, small_overrides
 
@@ -122,11 +127,9 @@ def test_stepping_past_the_cache_is_a_clear_error():
 
 # -- compile=True (CPU) ------------------------------------------------------------------------
 def _has_cpp_compiler() -> bool:
-    from torch._inductor import cpp_builder
-
     try:
-        cpp_builder.get_cpp_compiler()
-    except RuntimeError:
+        check_cpp_compiler()
+    except zoo.CompileUnavailableError:
         return False
     return True
 
