@@ -85,7 +85,9 @@ def test_quantized_shakespeare_agrees_with_float32(validation, mode, agreement, 
     assert abs(q_loss - loss) <= loss_change, (loss, q_loss)
 
 
-@pytest.mark.parametrize(("mode", "bound"), [("int8", 0.85), ("int8-weight", 0.5)])
+# int8-weight grows by 0.37-0.40x here and once 0.57x in CI (file pages the kernel read ahead
+# count until they are released): 0.65 leaves that room and still fails at the float model's 1x
+@pytest.mark.parametrize(("mode", "bound"), [("int8", 0.85), ("int8-weight", 0.65)])
 def test_a_quantized_load_never_holds_the_float_weights(tmp_path, mode, bound):
     """The float32 checkpoint is memory-mapped and each weight's pages are given back once it
     is quantized: the process's peak memory grows by about the int8 model (PyTorch's dynamic
