@@ -30,7 +30,7 @@ from .base import (
     right_padding,
 )
 from .blocks import TransformerBlock
-from .cache import KVCache
+from .cache import KVCache, StaticKVCache
 from .components import build_component
 from .linear import Linear
 from .masks import self_attention_mask
@@ -332,7 +332,7 @@ class StaticDecoderSession(DecoderSession):
             )
         self._graph: torch.cuda.CUDAGraph | None = None
         self._out: Tensor | None = None
-        self._static: KVCache | None = None
+        self._static: StaticKVCache | None = None
 
     @staticmethod
     def records(model: DecoderLM, device: torch.device) -> bool:
