@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from zoo.convert import KeyMap, KeyRule, openai_block_rules, openai_represents
+from zoo.hf_config import HFConfigReader
 
 # transformers' OpenAI GPT maps afn "gelu" to the tanh approximation (as the original GPT-1
 # code did), so zoo's gpt1 uses gelu_tanh.
@@ -13,23 +14,28 @@ _ACTIVATIONS = {"gelu": "gelu_tanh", "relu": "relu"}
 
 
 def config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
-    """``transformers.OpenAIGPTConfig`` dict -> zoo ``gpt1`` config values."""
-    act = hf.get("afn", "gelu")
-    if act not in _ACTIVATIONS:
-        raise ValueError(f"GPT-1 checkpoint uses activation {act!r}, which zoo does not support")
-    d_model = hf.get("n_embd", 768)
-    return {
-        "vocab_size": hf.get("vocab_size", 40478),
-        "context_length": hf.get("n_positions", 512),
-        "d_model": d_model,
-        "n_heads": hf.get("n_head", 12),
-        "n_layers": hf.get("n_layer", 12),
-        "d_ff": 4 * d_model,
-        "dropout": hf.get("resid_pdrop", 0.1),
-        "activation": _ACTIVATIONS[act],
-        "layer_norm_eps": hf.get("layer_norm_epsilon", 1e-5),
-        "tie_embeddings": hf.get("tie_word_embeddings", True),
-    }
+    """``transformers.OpenAIGPTConfig`` dict -> zoo ``gpt1`` config values (refusing what
+    zoo's gpt1 does not compute)."""
+    r = HFConfigReader(hf, family="GPT-1", inert=frozenset({"predict_special_tokens"}))
+    act = r.get("afn", "gelu")
+    r.expect("afn", *_ACTIVATIONS)
+    r.expect("n_special", 0)  # old files: extra embedding rows the vocabulary leaves out
+    r.expect("is_encoder_decoder", False)
+    d_model = r.integer("n_embd", 768)
+    return r.finish(
+        {
+            "vocab_size": r.integer("vocab_size", 40478),
+            "context_length": r.integer("n_positions", 512),
+            "d_model": d_model,
+            "n_heads": r.integer("n_head", 12),
+            "n_layers": r.integer("n_layer", 12),
+            "d_ff": 4 * d_model,
+            "dropout": r.number("resid_pdrop", 0.1),
+            "activation": _ACTIVATIONS[act],
+            "layer_norm_eps": r.number("layer_norm_epsilon", 1e-5),
+            "tie_embeddings": r.flag("tie_word_embeddings", True),
+        }
+    )
 
 
 def config_to_hf(config: Any) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from zoo.convert import KeyMap, KeyRule, linear_rules, openai_block_rules, openai_represents
+from zoo.hf_config import HFConfigReader
 
 _ACTIVATIONS = {
     "gelu_new": "gelu_tanh",
@@ -15,33 +16,31 @@ _ACTIVATIONS = {
 }
 
 
-# transformers GPT-2 options that change the computation; zoo refuses rather than ignores them.
-_UNSUPPORTED = ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn", "add_cross_attention")
-
-
 def config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
-    """``transformers.GPT2Config`` dict -> zoo ``gpt2`` config values."""
-    unsupported = [k for k in _UNSUPPORTED if hf.get(k)]
-    if unsupported:
-        raise ValueError(
-            f"GPT-2 checkpoint uses {', '.join(unsupported)}, which zoo's gpt2 does not implement"
-        )
-    d_model = hf.get("n_embd", 768)
-    act = hf.get("activation_function", "gelu_new")
-    if act not in _ACTIVATIONS:
-        raise ValueError(f"GPT-2 checkpoint uses activation {act!r}, which zoo does not support")
-    return {
-        "vocab_size": hf.get("vocab_size", 50257),
-        "context_length": hf.get("n_positions", 1024),
-        "d_model": d_model,
-        "n_heads": hf.get("n_head", 12),
-        "n_layers": hf.get("n_layer", 12),
-        "d_ff": hf.get("n_inner") or 4 * d_model,
-        "dropout": hf.get("resid_pdrop", 0.1),
-        "activation": _ACTIVATIONS[act],
-        "layer_norm_eps": hf.get("layer_norm_epsilon", 1e-5),
-        "tie_embeddings": hf.get("tie_word_embeddings", True),
-    }
+    """``transformers.GPT2Config`` dict -> zoo ``gpt2`` config values (refusing what zoo's
+    gpt2 does not compute)."""
+    r = HFConfigReader(hf, family="GPT-2")
+    for option in ("scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn",
+                   "add_cross_attention", "is_encoder_decoder"):  # fmt: skip
+        r.expect(option, False)
+    r.expect("scale_attn_weights", True)
+    act = r.get("activation_function", "gelu_new")
+    r.expect("activation_function", *_ACTIVATIONS)
+    d_model = r.integer("n_embd", 768)
+    return r.finish(
+        {
+            "vocab_size": r.integer("vocab_size", 50257),
+            "context_length": r.integer("n_positions", 1024),
+            "d_model": d_model,
+            "n_heads": r.integer("n_head", 12),
+            "n_layers": r.integer("n_layer", 12),
+            "d_ff": r.integer("n_inner", 4 * d_model),
+            "dropout": r.number("resid_pdrop", 0.1),
+            "activation": _ACTIVATIONS[act],
+            "layer_norm_eps": r.number("layer_norm_epsilon", 1e-5),
+            "tie_embeddings": r.flag("tie_word_embeddings", True),
+        }
+    )
 
 
 def config_to_hf(config: Any) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from zoo.convert import KeyMap, KeyRule
+from zoo.hf_config import HFConfigReader
 
 _ATTN, _MLP = "model.layers.{i}.self_attn", "model.layers.{i}.mlp"
 _FUSED = {"self_attn.qkv": ("q_proj", "k_proj", "v_proj"), "mlp.gate_up": ("gate_proj", "up_proj")}
@@ -48,27 +49,29 @@ def split(state: dict[str, Tensor], config: Any) -> dict[str, Tensor]:
 
 
 def config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
-    """A ``LlamaConfig`` of transformers as zoo config values (refusing what zoo lacks)."""
-    unsupported = (("hidden_act", "silu"), ("rope_scaling", None), ("attention_bias", False),
-                   ("mlp_bias", False))  # fmt: skip
-    for key, plain in unsupported:
-        if hf.get(key, plain) != plain:
-            raise ValueError(f"{key} = {hf[key]!r} is not supported (zoo's llama has {plain!r})")
-    head_dim = hf["hidden_size"] // hf["num_attention_heads"]
-    if hf.get("head_dim", head_dim) != head_dim:
-        raise ValueError(f"head_dim = {hf['head_dim']} is not hidden_size / num_attention_heads")
-    return {
-        "vocab_size": hf["vocab_size"],
-        "context_length": hf["max_position_embeddings"],
-        "d_model": hf["hidden_size"],
-        "n_heads": hf["num_attention_heads"],
-        "n_kv_heads": hf.get("num_key_value_heads") or hf["num_attention_heads"],
-        "n_layers": hf["num_hidden_layers"],
-        "d_ff": hf["intermediate_size"],
-        "layer_norm_eps": hf.get("rms_norm_eps", 1e-6),
-        "rope_theta": float(hf.get("rope_theta", 10000.0)),
-        "tie_embeddings": bool(hf.get("tie_word_embeddings", False)),
-    }
+    """A ``LlamaConfig`` of transformers 4 or 5 as zoo config values (refusing what zoo lacks)."""
+    r = HFConfigReader(hf, family="Llama")
+    r.expect("hidden_act", "silu")
+    r.expect("attention_bias", False)
+    r.expect("mlp_bias", False)
+    r.expect("is_encoder_decoder", False)
+    d_model, n_heads = r.integer("hidden_size"), r.integer("num_attention_heads")
+    if n_heads > 0 and d_model % n_heads == 0:
+        r.expect("head_dim", d_model // n_heads)  # zoo's heads are d_model / n_heads wide
+    return r.finish(
+        {
+            "vocab_size": r.integer("vocab_size"),
+            "context_length": r.integer("max_position_embeddings"),
+            "d_model": d_model,
+            "n_heads": n_heads,
+            "n_kv_heads": r.integer("num_key_value_heads", n_heads),
+            "n_layers": r.integer("num_hidden_layers"),
+            "d_ff": r.integer("intermediate_size"),
+            "layer_norm_eps": r.number("rms_norm_eps", 1e-6),
+            "rope_theta": r.rope_theta(),
+            "tie_embeddings": r.flag("tie_word_embeddings", False),
+        }
+    )
 
 
 def config_to_hf(config: Any) -> dict[str, Any]:

@@ -82,8 +82,8 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
         )
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise VocabularyFileError(f"cannot read {path}: {exc}") from exc
+    except (OSError, ValueError, RecursionError) as exc:  # incl. a 5,000-digit integer
+        raise VocabularyFileError(f"cannot read {path}: {exc}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
         found = manifest.get("format") if isinstance(manifest, dict) else type(manifest).__name__
         raise VocabularyFileError(

@@ -1,0 +1,155 @@
+"""Hugging Face configs are read exactly or refused: every key that changes the arithmetic is
+taken from wherever transformers 4 or 5 writes it, and a key zoo cannot honour is an error
+naming it, never ignored."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+
+import zoo
+from zoo.errors import CheckpointError
+
+TINY_LLAMA = dict(
+    vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+    rms_norm_eps=1e-5, tie_word_embeddings=False,
+)  # fmt: skip
+
+
+def _llama(folder: Path, rope_theta: float) -> transformers.LlamaForCausalLM:
+    torch.manual_seed(0)
+    ref = transformers.LlamaForCausalLM(
+        transformers.LlamaConfig(**TINY_LLAMA, rope_theta=rope_theta)
+    ).eval()
+    ref.save_pretrained(folder)
+    return ref
+
+
+def _assert_same_logits(ref: torch.nn.Module, folder: Path) -> None:
+    ids = torch.randint(
+        0, TINY_LLAMA["vocab_size"], (2, 40), generator=torch.Generator().manual_seed(1)
+    )
+    with torch.no_grad():
+        want = ref(ids).logits
+        got = zoo.load(folder)(ids)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _edit(folder: Path, change) -> None:  # type: ignore[no-untyped-def]
+    path = folder / "config.json"
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+def test_transformers5_rope_parameters_are_read(tmp_path):
+    """transformers 5 writes rope_parameters: {rope_theta, rope_type}; a far-from-default
+    theta must reach the model (positions 40 apart differ visibly between 1e4 and 5e5)."""
+    ref = _llama(tmp_path, rope_theta=500000.0)
+    written = json.loads((tmp_path / "config.json").read_text())
+    assert "rope_parameters" in written and "rope_theta" not in written  # really the 5.x spelling
+    assert zoo.load(tmp_path).config.rope_theta == 500000.0
+    _assert_same_logits(ref, tmp_path)
+
+
+def test_transformers4_spelling_is_read(tmp_path):
+    """The same model with a 4.x-style config.json (top-level rope_theta, rope_scaling null,
+    no head_dim) loads to the same logits."""
+    ref = _llama(tmp_path, rope_theta=500000.0)
+
+    def as_v4(data: dict) -> None:
+        data["rope_theta"] = data.pop("rope_parameters")["rope_theta"]
+        data["rope_scaling"] = None
+        data.pop("head_dim")
+        data["torch_dtype"] = data.pop("dtype", "float32")
+        data["transformers_version"] = "4.44.0"
+
+    _edit(tmp_path, as_v4)
+    _assert_same_logits(ref, tmp_path)
+
+
+LLAMA_REFUSED = [
+    ("rope_type", lambda d: d["rope_parameters"].update(rope_type="linear", factor=2.0)),
+    ("rope_scaling", lambda d: d.update(rope_scaling={"type": "dynamic", "factor": 2.0})),
+    ("partial_rotary_factor", lambda d: d["rope_parameters"].update(partial_rotary_factor=0.5)),
+    ("disagree", lambda d: d.update(rope_theta=10000.0)),
+    ("head_dim", lambda d: d.update(head_dim=16)),
+    ("attention_bias", lambda d: d.update(attention_bias=True)),
+    ("mlp_bias", lambda d: d.update(mlp_bias=True)),
+    ("hidden_act", lambda d: d.update(hidden_act="gelu")),
+    ("quantization_config", lambda d: d.update(quantization_config={"quant_method": "gptq"})),
+    ("sliding_window", lambda d: d.update(sliding_window=16)),
+    ("some_new_key", lambda d: d.update(some_new_key=3)),
+    ("rms_norm_eps", lambda d: d.update(rms_norm_eps="1e-5")),
+]
+
+
+@pytest.mark.parametrize(("key", "change"), LLAMA_REFUSED, ids=[k for k, _ in LLAMA_REFUSED])
+def test_llama_keys_zoo_cannot_honour_are_refused(tmp_path, key, change):
+    _llama(tmp_path, rope_theta=500000.0)
+    _edit(tmp_path, change)
+    with pytest.raises(CheckpointError, match=key):
+        zoo.load(tmp_path)
+
+
+def _gpt2(folder: Path) -> None:
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=64, n_embd=32, n_layer=1, n_head=4, n_positions=32)
+    transformers.GPT2LMHeadModel(config).save_pretrained(folder)
+
+
+def _gpt1(folder: Path) -> None:
+    torch.manual_seed(0)
+    config = transformers.OpenAIGPTConfig(
+        vocab_size=64, n_embd=32, n_layer=1, n_head=4, n_positions=32
+    )
+    transformers.OpenAIGPTLMHeadModel(config).save_pretrained(folder)
+
+
+OTHER_REFUSED = [
+    (_gpt2, "scale_attn_weights", False),
+    (_gpt2, "scale_attn_by_inverse_layer_idx", True),
+    (_gpt2, "activation_function", "swish"),
+    (_gpt2, "n_embd", "32"),
+    (_gpt2, "some_new_key", 1),
+    (_gpt1, "afn", "silu"),
+    (_gpt1, "n_special", 3),
+    (_gpt1, "some_new_key", 1),
+]
+
+
+@pytest.mark.parametrize(("make", "key", "value"), OTHER_REFUSED)
+def test_gpt_keys_zoo_cannot_honour_are_refused(tmp_path, make, key, value):
+    make(tmp_path)
+    zoo.load(tmp_path)  # as written by transformers, it loads
+    _edit(tmp_path, lambda d: d.update({key: value}))
+    with pytest.raises(CheckpointError, match=rf"{key} = {value!r}".replace("(", r"\(")):
+        zoo.load(tmp_path)
+
+
+def test_hub_era_configs_load(tmp_path):
+    """The keys of the official openai-community config.json files (n_ctx, n_special 0,
+    predict_special_tokens, task_specific_params) are known and harmless."""
+    _gpt1(tmp_path)
+    _edit(tmp_path, lambda d: d.update(n_ctx=32, n_special=0, predict_special_tokens=True))
+    zoo.load(tmp_path)
+    gpt2 = tmp_path / "gpt2"
+    _gpt2(gpt2)
+    _edit(gpt2, lambda d: d.update(n_ctx=32, task_specific_params={"text-generation": {}}))
+    zoo.load(gpt2)
+
+
+def test_huge_integer_in_config_is_a_clear_error(tmp_path):
+    """A 5,000-digit integer (beyond Python's int-from-string limit) names the file."""
+    _gpt2(tmp_path)
+    text = (
+        (tmp_path / "config.json").read_text().replace('"n_layer": 1', '"n_layer": ' + "9" * 5000)
+    )
+    (tmp_path / "config.json").write_text(text)
+    with pytest.raises(CheckpointError, match=r"config\.json"):
+        zoo.load(tmp_path)

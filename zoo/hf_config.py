@@ -1,0 +1,197 @@
+"""Reading a Hugging Face ``config.json`` without guessing.
+
+A layout's ``config_from_foreign`` turns a transformers config into zoo config values. Every
+key of that file either changes the arithmetic (and is then honoured or refused) or does not
+(dropouts, token ids, bookkeeping). :class:`HFConfigReader` makes that explicit: a layout
+reads each key it honours, states the value each key it cannot honour must have, and
+:meth:`HFConfigReader.finish` refuses every key nobody read that is not known to leave the
+math alone, so a key a newer transformers adds is an error naming it, never silently dropped.
+
+Both transformers generations are read: 4.x writes ``rope_theta`` and ``rope_scaling`` at the
+top level, 5.x writes ``rope_parameters: {"rope_theta": ..., "rope_type": ...}``.
+
+Example (a layout's ``config_from_foreign``)::
+
+    def config_from_hf(hf):
+        r = HFConfigReader(hf, family="Llama")
+        r.expect("hidden_act", "silu")
+        d_model = r.integer("hidden_size")
+        values = {"d_model": d_model, "rope_theta": r.rope_theta()}
+        return r.finish(values)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["INERT_KEYS", "HFConfigError", "HFConfigReader"]
+
+#: Keys of transformers' ``PretrainedConfig`` and of the families zoo reads that never change
+#: a forward pass: bookkeeping, token ids, generation defaults, dropouts (zoo reads the one
+#: it uses), initialisation, output switches, classification labels, and pure re-orderings
+#: of the same arithmetic (``chunk_size_feed_forward``, ``pretraining_tp``).
+INERT_KEYS = frozenset(
+    {
+        "_name_or_path", "architectures", "model_type", "transformers_version", "dtype",
+        "torch_dtype", "use_bfloat16", "_attn_implementation", "_commit_hash",
+        "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id",
+        "decoder_start_token_id", "forced_bos_token_id", "forced_eos_token_id",
+        "use_cache", "return_dict", "output_attentions", "output_hidden_states",
+        "torchscript", "tf_legacy_loss", "pruned_heads", "chunk_size_feed_forward",
+        "id2label", "label2id", "num_labels", "problem_type", "finetuning_task",
+        "tokenizer_class", "prefix", "task_specific_params", "initializer_range",
+        "max_length", "min_length", "do_sample", "early_stopping", "num_beams",
+        "num_beam_groups", "diversity_penalty", "temperature", "top_k", "top_p",
+        "typical_p", "repetition_penalty", "length_penalty", "no_repeat_ngram_size",
+        "encoder_no_repeat_ngram_size", "bad_words_ids", "num_return_sequences",
+        "output_scores", "return_dict_in_generate", "remove_invalid_values",
+        "exponential_decay_length_penalty", "suppress_tokens", "begin_suppress_tokens",
+        "attn_pdrop", "embd_pdrop", "resid_pdrop", "attention_dropout", "hidden_dropout",
+        "summary_activation", "summary_first_dropout", "summary_proj_to_labels",
+        "summary_type", "summary_use_proj", "pretraining_tp", "n_ctx", "gradient_checkpointing",
+    }
+)  # fmt: skip
+
+_MISSING = object()
+
+
+class HFConfigError(ValueError):
+    """A Hugging Face config holds a key zoo cannot honour, or a value of the wrong type."""
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+class HFConfigReader:
+    """Reads a transformers ``config.json`` for one family, recording every key it reads.
+
+    Args:
+        data: the parsed ``config.json``.
+        family: the family's name, for error messages (``"Llama"``).
+        inert: keys of this family known to leave the arithmetic alone, beyond
+            :data:`INERT_KEYS`.
+    """
+
+    def __init__(
+        self, data: Mapping[str, Any], *, family: str, inert: frozenset[str] = frozenset()
+    ):
+        self.data = data
+        self.family = family
+        self.inert = INERT_KEYS | inert
+        self.read: set[str] = set()
+
+    def _error(self, message: str) -> HFConfigError:
+        return HFConfigError(f"{self.family} config: {message}")
+
+    def get(self, key: str, default: Any = _MISSING) -> Any:
+        """The value of ``key`` (``default`` when absent or null; an error when required)."""
+        self.read.add(key)
+        value = self.data.get(key)
+        if value is None:
+            if default is _MISSING:
+                raise self._error(f"{key!r} is missing")
+            return default
+        return value
+
+    def integer(self, key: str, default: Any = _MISSING) -> int:
+        """``key`` as an int (not a bool, a float or a string)."""
+        value = self.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self._error(f"{key} = {_show(value)} must be an integer")
+        return value
+
+    def number(self, key: str, default: Any = _MISSING) -> float:
+        """``key`` as a finite float."""
+        value = self.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self._error(f"{key} = {_show(value)} must be a number")
+        if not math.isfinite(value):
+            raise self._error(f"{key} = {_show(value)} must be finite")
+        return float(value)
+
+    def flag(self, key: str, default: Any = _MISSING) -> bool:
+        """``key`` as a JSON boolean."""
+        value = self.get(key, default)
+        if not isinstance(value, bool):
+            raise self._error(f"{key} = {_show(value)} must be true or false")
+        return value
+
+    def expect(self, key: str, *allowed: Any) -> None:
+        """Refuse ``key`` unless it is absent, null, or one of ``allowed`` (the values zoo's
+        model computes with)."""
+        value = self.get(key, None)
+        if value is not None and not any(value == a and type(value) is type(a) for a in allowed):
+            wants = " or ".join(_show(a) for a in allowed)
+            raise self._error(
+                f"{key} = {_show(value)} changes the model's arithmetic in a way zoo's "
+                f"{self.family} layout does not implement (it computes with {wants})"
+            )
+
+    def rope_theta(self, default: float = 10000.0) -> float:
+        """The rotary base, from ``rope_parameters`` (transformers 5) or the top-level
+        ``rope_theta`` (4.x); any scaling (``rope_type`` other than ``"default"``,
+        ``rope_scaling``, extra rotary parameters) is refused, as is a file whose two
+        spellings disagree."""
+        params = self.get("rope_parameters", {})
+        scaling = self.get("rope_scaling", None)
+        if not isinstance(params, Mapping):
+            raise self._error(f"rope_parameters = {_show(params)} must be an object")
+        rope_type = params.get("rope_type", params.get("type", "default"))
+        if rope_type != "default":
+            raise self._error(
+                f"rope_parameters.rope_type = {_show(rope_type)}: zoo implements only the "
+                "default rotary embedding (no scaled or extended variants)"
+            )
+        extra = sorted(set(params) - {"rope_theta", "rope_type", "type"})
+        if extra:
+            raise self._error(
+                f"rope_parameters has {', '.join(f'{k} = {_show(params[k])}' for k in extra)}, "
+                "which zoo's rotary embedding does not implement"
+            )
+        if scaling is not None:
+            kind = (
+                scaling.get("rope_type", scaling.get("type"))
+                if isinstance(scaling, Mapping)
+                else scaling
+            )
+            if kind != "default" or set(scaling) - {"rope_type", "type"}:
+                raise self._error(
+                    f"rope_scaling = {_show(scaling)}: zoo implements only the default rotary "
+                    "embedding (no scaled or extended variants)"
+                )
+        top = self.get("rope_theta", None)
+        nested = params.get("rope_theta")
+        if top is not None and nested is not None and top != nested:
+            raise self._error(
+                f"rope_theta = {_show(top)} and rope_parameters.rope_theta = {_show(nested)} "
+                "disagree; fix the file so that one value remains"
+            )
+        theta = nested if nested is not None else top
+        if theta is None:
+            return default
+        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
+            raise self._error(f"rope_theta = {_show(theta)} must be a positive number")
+        if not math.isfinite(theta):
+            raise self._error(f"rope_theta = {_show(theta)} must be finite")
+        return float(theta)
+
+    def finish(self, values: dict[str, Any]) -> dict[str, Any]:
+        """``values``, once every key of the file was read or is known to be inert.
+
+        Raises:
+            HFConfigError: naming each key (and value) nothing read; zoo refuses rather
+                than ignores a key that may change the arithmetic.
+        """
+        unknown = sorted(k for k in self.data if k not in self.read and k not in self.inert)
+        if unknown:
+            shown = ", ".join(f"{k} = {_show(self.data[k])}" for k in unknown)
+            raise self._error(
+                f"zoo does not know what {shown} means for this model and refuses rather than "
+                "ignores it (it may change the arithmetic). If it does not, remove it from "
+                "config.json; otherwise this checkpoint needs a layout that implements it."
+            )
+        return values
