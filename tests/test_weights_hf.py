@@ -192,11 +192,41 @@ def test_unsupported_model_type(tmp_path: Path) -> None:
         zoo.load(tmp_path)
 
 
-def test_gpt2_tokenizer_is_inferred_for_a_full_vocabulary(tmp_path: Path) -> None:
+def test_no_tokenizer_is_borrowed_because_the_vocabulary_size_matches(tmp_path: Path) -> None:
+    """A Hugging Face GPT-2 folder without tokenizer files gets no tokenizer, though
+    gpt2-124m's has the same 50,257 ids: it may be any vocabulary of that size. Generation
+    on text then says how to give one; ids still work; an explicit tokenizer is used."""
     ref = reference("gpt2", vocab_size=50257, n_layer=1)
     ref.save_pretrained(tmp_path)
     model = zoo.load(tmp_path)
-    assert model.tokenizer.encode("Every effort moves you") == [6109, 3626, 6100, 345]
+    assert model.tokenizer is None
+    assert "never guesses" in model.tokenizer_error
+    with pytest.raises(ValueError, match=r"needs a tokenizer.*--tokenizer NAME"):
+        zoo.generate(model, "Hello", max_new_tokens=2)
+    ids = torch.tensor([[15496, 995]])
+    assert zoo.generate(model, ids, max_new_tokens=2, temperature=0).shape == (1, 4)
+    text = zoo.generate(model, "Hello", max_new_tokens=2, tokenizer=zoo.tokenizer("gpt2-124m"))
+    assert isinstance(text, str)
+
+
+def test_gpt1_folder_brings_its_own_vocabulary_files(tmp_path: Path) -> None:
+    """An openai-gpt folder holding vocab.json + merges.txt is read with those very files;
+    without them the same weights get no tokenizer."""
+    ref = reference("openai-gpt", vocab_size=40478, n_layer=1)
+    ref.save_pretrained(tmp_path)
+    assert zoo.load(tmp_path).tokenizer is None
+    for name, vendored in (
+        ("vocab.json", "encoder_bpe_40000.json"),
+        ("merges.txt", "vocab_40000.bpe"),
+    ):
+        (tmp_path / name).write_bytes(
+            (Path(__file__).parent / "data" / "gpt1" / vendored).read_bytes()
+        )
+    tok = zoo.load(tmp_path).tokenizer
+    want = transformers.OpenAIGPTTokenizer(
+        str(tmp_path / "vocab.json"), str(tmp_path / "merges.txt")
+    )
+    assert tok is not None and tok.encode("Hello world!") == want.encode("Hello world!")
 
 
 # -- full size (one each) -------------------------------------------------------------------
@@ -219,3 +249,15 @@ def test_full_size_parity_and_export(kind: str, tmp_path: Path) -> None:
     back = cls.from_pretrained(tmp_path / "out").eval()
     with torch.no_grad():
         assert torch.equal(back(ids).logits, ref(ids).logits)
+
+
+def test_cli_generate_says_how_to_give_a_tokenizer(tmp_path: Path, capsys) -> None:
+    from zoo.cli import main
+
+    reference("gpt2", vocab_size=50257, n_layer=1).save_pretrained(tmp_path)
+    assert main(["generate", str(tmp_path), "Hello", "--max-new-tokens", "2"]) == 2
+    out, err = capsys.readouterr()
+    assert "--tokenizer NAME" in err and "Hello" not in out  # refused before echoing
+    argv = ["generate", str(tmp_path), "Hello", "--max-new-tokens", "2", "--tokenizer", "gpt2-124m"]
+    assert main(argv) == 0
+    assert capsys.readouterr().out.startswith("Hello")

@@ -263,9 +263,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
     for stop in args.stop or ():
         _check_utf8(stop, "a --stop string")
     model = _load_for_generation(args)
+    tokenizer = api.tokenizer(args.tokenizer) if args.tokenizer else None
     pieces = generate(  # arguments and tokenizer are checked here, before anything is printed
         model,
         args.prompt,
+        tokenizer=tokenizer,
         max_new_tokens=args.max_new_tokens,
         temperature=args.temperature,
         top_k=args.top_k,
@@ -401,6 +403,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-p", type=float, default=None)
     p.add_argument("--seed", type=int, default=None, help="makes sampling reproducible")
     p.add_argument("--stop", action="append", help="stop string (repeatable)")
+    p.add_argument(
+        "--tokenizer",
+        metavar="NAME",
+        default=None,
+        help="the tokenizer to use: a named model's or a registered tokenizer's name "
+        "(default: the one saved with the checkpoint or declared by its named model)",
+    )
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cpu)")
     p.add_argument("--dtype", choices=_DTYPES, default=None, help="default: as stored")
     p.add_argument(

@@ -245,17 +245,35 @@ class TokenizerSpec:
         reads_checkpoint: the factory reads its files from ``directory=`` (a checkpoint
             directory) when given one, as ``gpt1``'s (``vocab.json`` + ``merges.txt`` of a
             Hugging Face directory) and ``transformer-encdec``'s (a trained tokenizer) do.
+        checkpoint_files: the files of this tokenizer in a Hugging Face checkpoint directory
+            (``("vocab.json", "merges.txt")``). A checkpoint that names no model gets a
+            tokenizer only from its own files: this one when its architecture's named model
+            declares it and every file is in the directory (never downloaded, never chosen
+            because a vocabulary size happens to match).
     """
 
     name: str
     factory: TokenizerFactory | str
     description: str = ""
     reads_checkpoint: bool = False
+    checkpoint_files: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _check_name("tokenizer", self.name)
         if not isinstance(self.reads_checkpoint, bool):
             raise ValueError(f"tokenizer {self.name!r}: reads_checkpoint must be True or False")
+        files = self.checkpoint_files
+        if not isinstance(files, tuple) or not all(
+            isinstance(f, str) and f and "/" not in f and "\\" not in f and f not in (".", "..")
+            for f in files
+        ):
+            raise ValueError(
+                f"tokenizer {self.name!r}: checkpoint_files must be a tuple of plain file names"
+            )
+        if files and not self.reads_checkpoint:
+            raise ValueError(
+                f"tokenizer {self.name!r}: checkpoint_files needs reads_checkpoint=True"
+            )
 
     def load(self, **kwargs: Any) -> Tokenizer:
         """Create the tokenizer (imports its implementation on first use).

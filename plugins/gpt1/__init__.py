@@ -32,6 +32,7 @@ def zoo_tokenizers() -> list[TokenizerSpec]:
             name="gpt1-bpe",
             factory="zoo_plugins.gpt1.tokenizer:load",
             reads_checkpoint=True,
+            checkpoint_files=("vocab.json", "merges.txt"),
             description="OpenAI GPT BPE, 40478 ids, lowercased, </w> word ends; vocab.json + "
             "merges.txt from the Hub repo openai-community/openai-gpt (cached)",
         )

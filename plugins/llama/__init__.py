@@ -55,5 +55,6 @@ def zoo_tokenizers() -> list[TokenizerSpec]:
             factory="zoo_plugins.llama.tokenizer:load",
             description=f"Llama SentencePiece BPE, 32000 ids: tokenizer.json of {TINYLLAMA}",
             reads_checkpoint=True,
+            checkpoint_files=("tokenizer.json",),
         )
     ]

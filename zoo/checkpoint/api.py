@@ -18,6 +18,7 @@ from ..errors import (
     UnknownArchitectureError,
     UnknownModelError,
     UnsafeCheckpointError,
+    ZooError,
 )
 from ..registry import get_registry
 from ..specs import ArchitectureSpec
@@ -356,10 +357,17 @@ def _warn_non_finite(model: ZooModel, what: str) -> None:
         )
 
 
-def _registry_tokenizer(arch: ArchitectureSpec, config: Any, model_name: str | None) -> str | None:
-    """The registered tokenizer of the named model these weights are (``model_name``, or for
-    an imported checkpoint the named model of its architecture), when the vocabulary sizes
-    agree (a shrunken test model keeps its name but not the tokenizer)."""
+def _registry_tokenizer(
+    arch: ArchitectureSpec, config: Any, model_name: str | None, directory: Path
+) -> str | None:
+    """The registered tokenizer these weights come with, never a guess.
+
+    With ``model_name``: the tokenizer that named model declares, when the vocabulary sizes
+    agree (a shrunken test model keeps its name but not the tokenizer). Without one (an
+    imported checkpoint): a tokenizer of the architecture's named models that reads its own
+    files from the checkpoint (``TokenizerSpec.checkpoint_files``), when all of them are in
+    ``directory``; a matching vocabulary size alone attaches nothing.
+    """
     from ..api import resolve_config
 
     registry = get_registry()
@@ -371,6 +379,13 @@ def _registry_tokenizer(arch: ArchitectureSpec, config: Any, model_name: str | N
             return None
         if spec.architecture != arch.name or spec.tokenizer is None:
             continue
+        if model_name is None:
+            try:
+                files = registry.tokenizer(spec.tokenizer).checkpoint_files
+            except ZooError:
+                continue
+            if not files or not all((directory / f).is_file() for f in files):
+                continue
         named_vocab = getattr(resolve_config(name)[2], "vocab_size", None)  # defaults included
         if named_vocab == getattr(config, "vocab_size", None):
             return spec.tokenizer
@@ -411,11 +426,14 @@ def _load_tokenizer(
         if spec is not None:
             tokenizer = load_tokenizer(dict(spec), directory)
         else:
-            name = _registry_tokenizer(arch, config, model_name)
+            name = _registry_tokenizer(arch, config, model_name, directory)
             if name is None:
                 return None, (
-                    "the checkpoint names no tokenizer and no named model of architecture "
-                    f"{arch.name!r} with vocab_size {vocab_size} declares one"
+                    f"{directory} holds no tokenizer zoo can read and names no model whose "
+                    f"tokenizer fits its {vocab_size}-id vocabulary (zoo never guesses one); "
+                    "give one with tokenizer=zoo.tokenizer(NAME) or `zoo generate "
+                    "--tokenizer NAME`, save it with the weights (zoo.save(model, DIR, "
+                    "tokenizer=...)), or pass token ids"
                 )
             factory = get_registry().tokenizer(name)
             tokenizer = (
