@@ -18,7 +18,9 @@ one weight at a time; a head tied to the token embedding shares its int8 rows wi
 
 from __future__ import annotations
 
+import functools
 import warnings
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -49,11 +51,30 @@ _CHUNK = 2048  # rows quantized at a time: temporaries stay small
 _FEW_ROWS = 16  # up to this many input rows, the int8 kernel beats dequantizing the weight
 
 
+def _in_file_mapping(start: int, end: int) -> bool:
+    """Whether the bytes ``[start, end)`` lie inside one private mapping of a file, per
+    ``/proc/self/maps`` (a memory-mapped safetensors file; not the heap, not anonymous
+    memory)."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8") as maps:
+            for line in maps:
+                fields = line.split(maxsplit=5)  # range perms offset dev inode [path]
+                low, high = (int(x, 16) for x in fields[0].split("-"))
+                if low <= start and end <= high:
+                    path = fields[5].strip() if len(fields) > 5 else ""
+                    return fields[1].endswith("p") and fields[4] != "0" and path.startswith("/")
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
 def release_pages(tensor: Tensor) -> None:
     """Give the pages under ``tensor`` back to the OS (``madvise(MADV_DONTNEED)``), for a
     tensor memory-mapped copy-on-write from a weights file that nothing will read again: on
     Linux the process's resident memory then does not keep the float weights after
-    quantization. A no-op elsewhere."""
+    quantization. Only whole pages inside the tensor, and only when they belong to a file
+    mapping: on the heap (a tensor a layout concatenated, a converted copy) ``MADV_DONTNEED``
+    would zero memory the allocator still uses. A no-op elsewhere."""
     import ctypes
     import mmap
     import sys
@@ -61,8 +82,12 @@ def release_pages(tensor: Tensor) -> None:
     if not sys.platform.startswith("linux") or not tensor.is_cpu or tensor.numel() == 0:
         return
     page = mmap.PAGESIZE
-    start = tensor.data_ptr() // page * page
-    end = tensor.data_ptr() + tensor.numel() * tensor.element_size()
+    first = tensor.data_ptr()
+    last = first + tensor.numel() * tensor.element_size()
+    start = -(-first // page) * page  # whole pages only: a neighbour's bytes stay untouched
+    end = last // page * page
+    if end <= start or not _in_file_mapping(first, last):
+        return
     libc = ctypes.CDLL(None, use_errno=True)
     libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), 4)  # MADV_DONTNEED
 
@@ -77,13 +102,6 @@ def int8_rows(weight: Tensor, *, release: bool = False) -> tuple[Tensor, Tensor]
         rows = weight.detach()[start : start + _CHUNK]
         w = rows.float()
         s = w.abs().amax(dim=1).clamp(min=1e-12) / 127.0  # (rows,)
-        if not bool(torch.isfinite(s).all()):
-            warnings.warn(
-                f"a {tuple(weight.shape)} weight holds NaN or infinite values; the quantized "
-                "model's outputs will not be finite",
-                RuntimeWarning,
-                stacklevel=2,
-            )
         q[start : start + _CHUNK] = torch.round(w / s[:, None]).clamp(-127, 127)
         scale[start : start + _CHUNK] = s
         if release:
@@ -129,13 +147,34 @@ class Int8Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, int8"
 
 
+@functools.cache
+def _dynamic_linear() -> Any:  # a subclass of torch.ao's dynamic Linear
+    """torch's dynamic int8 linear, answering NaN activations with NaN (as a float layer
+    does) where FBGEMM raises ``RuntimeError: In ChooseQuantizationParams, min should be less
+    than or equal to max`` (an earlier layer overflowed, e.g. weights of 3e38)."""
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+
+    class DynamicInt8Linear(DynamicLinear):
+        def forward(self, x: Tensor) -> Tensor:
+            try:
+                return super().forward(x)
+            except RuntimeError as exc:
+                if "ChooseQuantizationParams" not in str(exc):
+                    raise
+                nan = float("nan")
+                return x.new_full((*x.shape[:-1], self.out_features), nan)  # (*, N)
+
+    return DynamicInt8Linear
+
+
 def dynamic_int8(
     linear: nn.Linear, *, release: bool = False, rows: tuple[Tensor, Tensor] | None = None
 ) -> nn.Module:
     """``linear`` as PyTorch's dynamic int8 linear (int8 weights per output row, activations
     quantized per call): :class:`torch.ao.nn.quantized.dynamic.Linear`. ``rows`` are the
-    weight's :func:`int8_rows` when already computed."""
-    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+    weight's :func:`int8_rows` when already computed. NaN activations give NaN outputs, as
+    in the float layer."""
+    DynamicLinear = _dynamic_linear()
 
     q, scale = rows if rows is not None else int8_rows(linear.weight, release=release)
     zero = torch.zeros(q.shape[0], dtype=torch.long)
@@ -236,27 +275,37 @@ def quantize_(model: nn.Module, mode: str, *, release: bool = False) -> nn.Modul
     if mode not in QUANTIZE_MODES:
         raise ValueError(f"quantize must be one of {', '.join(QUANTIZE_MODES)}, got {mode!r}")
     tied = _tied_embedding(model)
+    tied_weight = tied[1].weight if tied is not None else None
+    names = {id(m): n for n, m in model.named_modules()}
+    bad: list[str] = []
     for owner in list(model.modules()):
         for name, child in list(owner.named_children()):
             if not isinstance(child, Linear):
                 continue
             new: nn.Module
             dynamic = mode == "int8" and child.weight.is_cpu and child.weight.dtype == torch.float32
-            if tied is not None and child.weight is tied[1].weight:
-                rows = int8_rows(child.weight, release=release)  # read once, for both uses
-                weight_only = Int8Linear(*rows, child.bias)
-                dtype = child.weight.dtype
-                setattr(tied[0], tied[2], Int8Embedding(*rows, dtype))  # the same int8 rows
-                new = dynamic_int8(child, rows=rows) if dynamic else weight_only
-            elif dynamic:
-                new = dynamic_int8(child, release=release)
-            elif mode == "int4" and supports_int4(child):
+            if mode == "int4" and supports_int4(child) and child.weight is not tied_weight:
                 new = Int4Linear(child)
                 if release:
                     release_pages(child.weight)
+                scales = new.scales_and_zeros  # NaN or inf where a group held one
             else:
-                new = Int8Linear.from_linear(child, release=release)
+                rows = int8_rows(child.weight, release=release)  # read once, chunk by chunk
+                scales = rows[1]  # a row's scale is NaN or inf where the row holds one
+                new = dynamic_int8(child, rows=rows) if dynamic else Int8Linear(*rows, child.bias)
+                if tied is not None and child.weight is tied[1].weight:  # shares the int8 rows
+                    setattr(tied[0], tied[2], Int8Embedding(*rows, child.weight.dtype))
+            if not bool(torch.isfinite(scales).all()):
+                bad.append(f"{names[id(child)]}.weight")
             setattr(owner, name, new)
+    if bad:
+        warnings.warn(
+            f"{len(bad)} weight(s) hold NaN or infinite values ({', '.join(bad[:5])}"
+            f"{', ...' if len(bad) > 5 else ''}); the {mode} model's outputs will not be "
+            "finite",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     model.quantized = mode  # type: ignore[assignment]
     return model
 

@@ -1,0 +1,171 @@
+"""A quantized load through every checkpoint layout, in every mode, in a child process: a
+layout whose transform concatenates tensors (q/k/v fused from three) hands the quantizer heap
+memory, not the memory-mapped file, and giving those pages back to the OS corrupted the
+allocator (``malloc(): unaligned tcache chunk``, segfaults). A crash is a failed case here."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import zoo
+from zoo.nn.quant import QUANTIZE_MODES
+
+#: A small model of each architecture that declares a layout (width 128: int4's kernels take it).
+SMALL = {
+    "gpt2": ("gpt2-124m", {"n_layers": 2, "d_model": 128, "n_heads": 4, "d_ff": 256}),
+    "gpt1": ("gpt1", {"n_layers": 2, "d_model": 128, "n_heads": 4, "d_ff": 512}),
+    "llama": ("llama-tiny", {"d_model": 128, "d_ff": 256}),
+}
+
+CHILD = textwrap.dedent(
+    """
+    import json, sys, torch, zoo
+    folder, modes = sys.argv[1], sys.argv[2:]
+    ids = torch.tensor([[1, 5, 9, 3, 7, 2]])
+    with torch.no_grad():
+        want = zoo.load(folder, tokenizer=False)(ids)
+        for mode in modes:
+            print("case", mode, flush=True)
+            got = zoo.load(folder, tokenizer=False, quantize=mode)(ids)
+            error = float((got - want).norm() / want.norm())
+            print(json.dumps({"mode": mode, "error": error}), flush=True)
+    """
+)
+
+
+def _layouts() -> list[tuple[str, str]]:
+    """(architecture, layout) for every layout of every installed architecture, plus zoo's."""
+    registry = zoo.get_registry()
+    return [
+        (arch, layout)
+        for arch in sorted(SMALL)
+        for layout in ["zoo", *sorted(registry.architecture(arch).checkpoint_layouts)]
+    ]
+
+
+def test_every_declared_layout_is_covered():
+    """A new architecture with a layout must join SMALL (so its layout is tested here)."""
+    registry = zoo.get_registry()
+    declaring = {a for a in registry.architectures() if registry.architecture(a).checkpoint_layouts}
+    assert declaring <= set(SMALL), declaring - set(SMALL)
+
+
+@pytest.mark.parametrize(("arch", "layout"), _layouts())
+def test_quantized_load_through_a_layout(arch, layout, tmp_path):
+    name, sizes = SMALL[arch]
+    torch.manual_seed(0)
+    model = zoo.build(name, **sizes).eval()
+    folder = tmp_path / "ckpt"
+    if layout == "zoo":
+        zoo.save(model, folder)
+    else:
+        zoo.export(model, folder, layout=layout)
+    run = subprocess.run(
+        [sys.executable, "-c", CHILD, str(folder), *QUANTIZE_MODES],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    lines = run.stdout.splitlines()
+    started = [line.split()[1] for line in lines if line.startswith("case ")]
+    assert run.returncode == 0, (
+        f"{layout} crashed or failed (exit {run.returncode}) in quantize={started[-1:]}:\n"
+        f"{run.stderr[-2000:]}"
+    )
+    results = [json.loads(line) for line in lines if line.startswith("{")]
+    assert [r["mode"] for r in results] == list(QUANTIZE_MODES)
+    for r in results:  # close to the float model (int4: groups of 32 with 4 bits)
+        assert r["error"] < (0.2 if r["mode"] == "int4" else 0.05), (layout, r)
+
+
+def test_release_pages_leaves_heap_memory_alone():
+    """Heap memory (what a layout's torch.cat gives) is never handed to madvise: its values
+    survive, and so does the allocator."""
+    from zoo.nn.quant import release_pages
+
+    tensor = torch.arange(1 << 20, dtype=torch.float32)
+    release_pages(tensor)
+    assert torch.equal(tensor, torch.arange(1 << 20, dtype=torch.float32))
+
+
+def test_release_pages_gives_back_a_file_mapping(tmp_path: Path):
+    """A tensor memory-mapped from a weights file (as zoo reads them) is recognised as a file
+    mapping and its pages are given back (its values, read again from the file, unchanged);
+    the same bytes copied to the heap are not."""
+    from safetensors.torch import save_file
+
+    from zoo.checkpoint.files import read_safetensors
+    from zoo.nn.quant import _in_file_mapping, release_pages
+
+    want = torch.arange(1 << 20, dtype=torch.float32)
+    save_file({"w": want}, tmp_path / "w.safetensors")
+    tensor = read_safetensors(tmp_path / "w.safetensors")[0]["w"]
+    size = tensor.numel() * tensor.element_size()
+    assert _in_file_mapping(tensor.data_ptr(), tensor.data_ptr() + size)
+    copy = tensor.clone()
+    assert not _in_file_mapping(copy.data_ptr(), copy.data_ptr() + size)
+    release_pages(tensor)
+    assert torch.equal(tensor, want)
+
+
+EXTREME = textwrap.dedent(
+    """
+    import sys, warnings, torch, zoo
+    folder = sys.argv[1]
+    ids = torch.tensor([[1, 5, 9, 3, 7, 2]])
+    with torch.no_grad():
+        want = zoo.load(folder, tokenizer=False)(ids)
+        for mode in sys.argv[2:]:
+            got = zoo.load(folder, tokenizer=False, quantize=mode)(ids)
+            # where the float model's outputs are not finite, neither are the quantized ones
+            assert got.shape == want.shape, mode
+            assert bool(torch.isfinite(got).all()) <= bool(torch.isfinite(want).all()), mode
+            print("ok", mode, flush=True)
+    """
+)
+
+
+def test_weights_of_3e38_quantize_and_run_in_every_mode(tmp_path):
+    """Weights at float32's edge overflow the float model to NaN; the quantized model gives
+    NaN too rather than FBGEMM's raw ``RuntimeError: In ChooseQuantizationParams``."""
+    torch.manual_seed(0)
+    model = zoo.build("gpt2-124m", n_layers=2, d_model=128, n_heads=4, d_ff=256)
+    with torch.no_grad():
+        model.blocks[0].ffn.fc.weight.fill_(3e38)
+        model.blocks[0].ffn.fc.weight[::2] = -3e38
+    zoo.save(model, tmp_path)
+    run = subprocess.run(
+        [sys.executable, "-c", EXTREME, str(tmp_path), *QUANTIZE_MODES],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == [w for m in QUANTIZE_MODES for w in ("ok", m)]
+
+
+def test_nan_activations_give_nan_from_the_dynamic_int8_layer():
+    from zoo.nn import Linear
+    from zoo.nn.quant import dynamic_int8
+
+    layer = dynamic_int8(Linear(64, 32))
+    out = layer(torch.full((2, 64), float("nan")))
+    assert out.shape == (2, 32) and bool(out.isnan().all())
+
+
+@pytest.mark.parametrize("mode", QUANTIZE_MODES)
+def test_non_finite_weights_are_named_in_every_mode(mode):
+    from zoo.nn.quant import quantize_
+
+    model = zoo.build("gpt2-124m", n_layers=1, d_model=128, n_heads=4, d_ff=256).eval()
+    with torch.no_grad():
+        model.blocks[0].ffn.proj.weight[0, 0] = float("nan")
+    with pytest.warns(RuntimeWarning, match=r"blocks\.0\.ffn\.proj\.weight"):
+        quantize_(model, mode)
