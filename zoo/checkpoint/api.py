@@ -22,7 +22,7 @@ from ..errors import (
 )
 from ..registry import get_registry
 from ..specs import ArchitectureSpec
-from .commit import atomic_directory, clean_stale
+from .commit import atomic_directory, clean_stale, current_version
 from .files import (
     PICKLE_SUFFIXES,
     WEIGHTS_FILE,
@@ -255,10 +255,7 @@ def load_local(
         filename: the weights file in a directory.
         device, dtype, strict, verify, tokenizer, quantize: as for :func:`zoo.load`.
     """
-    import torch
-
     from ..nn.quant import QUANTIZE_MODES
-    from .state import assemble
 
     check_dtype(dtype)
     if quantize is not None and quantize not in QUANTIZE_MODES:
@@ -267,12 +264,62 @@ def load_local(
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"checkpoint {path} does not exist")
+    folder = path.parent if path.is_file() else path
+    clean_stale(folder)  # versions a killed zoo.save left behind (never one in progress)
+    for _ in range(_VERSION_RETRIES):
+        # A save may switch versions while this load reads: every file is read through the
+        # folder's names, and the load counts only if the current version was the same before
+        # and after it (version names are never reused), so config.json of one save never
+        # pairs with the weights of another, and a version removed mid-read is read again.
+        before = current_version(folder)
+        try:
+            model = _load_files(
+                path,
+                layout=layout, sha256=sha256, model_name=model_name, filename=filename,
+                target=target, dtype=dtype, strict=strict, verify=verify,
+                tokenizer=tokenizer, quantize=quantize,
+            )  # fmt: skip
+        except (OSError, ZooError):
+            if current_version(folder) == before:
+                raise
+            continue
+        if current_version(folder) == before:
+            return model
+    raise CheckpointError(
+        f"{folder} was saved again {_VERSION_RETRIES} times while it was being loaded; load "
+        "it when the writer pauses (or from a copy)"
+    )
+
+
+#: Loads of a folder that a concurrent save switched to a new version while it was read,
+#: before giving up (each try reads the newest version).
+_VERSION_RETRIES = 8
+
+
+def _load_files(
+    path: Path,
+    *,
+    layout: str,
+    sha256: str | None,
+    model_name: str | None,
+    filename: str,
+    target: torch.device,
+    dtype: torch.dtype | None,
+    strict: bool,
+    verify: bool | None,
+    tokenizer: bool,
+    quantize: str | None,
+) -> ZooModel:
+    """:func:`load_local`'s reading and assembling, once."""
+    import torch
+
+    from .state import assemble
+
     if path.is_file():
         check_not_pickle(path)
         directory, weights = path.parent, path
     else:
         directory, weights = path, path / filename
-    clean_stale(directory)  # versions a killed zoo.save left behind (never one in progress)
     request = Request(
         directory, weights, read_config_json(directory), layout, model_name, path.is_file()
     )

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from ..errors import CheckpointError
 
-__all__ = ["CURRENT", "atomic_directory", "clean_stale"]
+__all__ = ["CURRENT", "atomic_directory", "clean_stale", "current_version"]
 
 #: The link naming the current version folder.
 CURRENT = ".zoo-current"
@@ -53,6 +53,14 @@ def _current(target: Path) -> Path | None:
     return (target / os.readlink(link)) if link.is_symlink() else None
 
 
+def current_version(target: Path) -> Path:
+    """The folder holding the files of ``target``'s current version, resolved once: a reader
+    that takes every file from it sees one version whatever a concurrent save switches to
+    meanwhile. ``target`` itself when it is not versioned (an older zoo's, a foreign one)."""
+    current = _current(target)
+    return current if current is not None and current.is_dir() else target
+
+
 def clean_stale(target: Path) -> None:
     """Remove version folders other than the current one, and staging folders, left by a
     writer that was killed. Only while holding the lock, so a save in progress is never
@@ -60,11 +68,17 @@ def clean_stale(target: Path) -> None:
     if not target.is_dir() or not _stale(target):  # the common case: no lock file made
         return
     with contextlib.suppress(TimeoutError, OSError), _lock(target, blocking=False):
-        for entry in _stale(target):
-            if entry.is_symlink() or not entry.is_dir():
-                entry.unlink(missing_ok=True)
-            else:
-                shutil.rmtree(entry, ignore_errors=True)
+        _remove_stale(target)
+
+
+def _remove_stale(target: Path) -> None:
+    """:func:`clean_stale`'s work, for a caller that holds the lock (a save: trying the lock
+    again from the same process would fail, and nothing would ever be cleaned)."""
+    for entry in _stale(target):
+        if entry.is_symlink() or not entry.is_dir():
+            entry.unlink(missing_ok=True)
+        else:
+            shutil.rmtree(entry, ignore_errors=True)
 
 
 def _stale(target: Path) -> list[Path]:
@@ -163,7 +177,7 @@ def atomic_directory(directory: str | os.PathLike[str]) -> Iterator[Path]:
 def _write(target: Path) -> Iterator[Path]:
     """Write a version folder (yielded to the caller to fill) and switch to it; called with
     the lock held."""
-    clean_stale(target)
+    _remove_stale(target)
     version = target / f"{_VERSION}{uuid.uuid4().hex}"
     version.mkdir()
     try:
