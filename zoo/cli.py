@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import api
 from .errors import ZooError
+from .options import GENERATION_DEFAULTS, QUANTIZE_MODE_HELP, QUANTIZE_MODES
 from .registry import get_registry
 
 if TYPE_CHECKING:
@@ -257,11 +258,12 @@ def _check_utf8(text: str, what: str) -> None:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     """Generate text from a prompt, streaming it to the terminal."""
-    from .generation import generate
+    from .generation import check_seed, generate
 
     _check_utf8(args.prompt, "the prompt")
     for stop in args.stop or ():
         _check_utf8(stop, "a --stop string")
+    check_seed(args.seed)  # before --random seeds torch with it
     model = _load_for_generation(args)
     tokenizer = api.tokenizer(args.tokenizer) if args.tokenizer else None
     pieces = generate(  # arguments and tokenizer are checked here, before anything is printed
@@ -283,6 +285,42 @@ def cmd_generate(args: argparse.Namespace) -> int:
             print(piece, end="", flush=True)
     finally:
         print(flush=True)  # end the line, so that an error is printed on a line of its own
+    return 0
+
+
+def cmd_classify(args: argparse.Namespace) -> int:
+    """Label texts with a sequence classifier (a checkpoint saved by `zoo train --task
+    classify`): prints each text's label, its probability and the text, tab-separated."""
+    import torch
+
+    from . import loading
+
+    for i, text in enumerate(args.texts):
+        _check_utf8(text, f"text {i + 1}")
+    model = loading.load(args.checkpoint, device=args.device)
+    labels = getattr(model.config, "labels", None)
+    if not isinstance(labels, list):
+        raise ValueError(
+            f"{args.checkpoint} is a {type(model).__name__} ({type(model.config).architecture}), "
+            "not a sequence classifier: it has no labels. Continue text with `zoo generate`; "
+            "train a classifier with `zoo train --task classify`"
+        )
+    tokenizer = api.tokenizer(args.tokenizer) if args.tokenizer else model.tokenizer
+    if tokenizer is None:
+        raise ValueError(
+            f"{args.checkpoint} was loaded without a tokenizer "
+            f"({model.tokenizer_error or 'none was saved with it'}); pass --tokenizer NAME"
+        )
+    device = next(model.parameters()).device
+    for i, text in enumerate(args.texts):
+        ids = tokenizer.encode(text)
+        if not ids:
+            raise ValueError(f"text {i + 1} is empty: give some text to classify")
+        with torch.inference_mode():
+            logits = model(torch.tensor([ids], device=device))  # (1, n_labels)
+        probs = logits.float().softmax(dim=-1)[0]
+        best = int(probs.argmax())
+        print(f"{labels[best]}\t{float(probs[best]):.4f}\t{text}", flush=True)
     return 0
 
 
@@ -370,11 +408,56 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def _did_you_mean(given: str, known: Sequence[str]) -> str:
+    """`` (did you mean X?)`` for the closest of ``known`` to ``given``, or ``""``."""
+    import difflib
+
+    close = difflib.get_close_matches(given, known, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser that suggests the closest valid spelling: of a command or a choice
+    (``zoo generat``, ``--quantize int9``) and of an option the command does not have
+    (``zoo generate ... --max-tokens 10``), which it reports with that command's usage, not
+    the top level's. (Python 3.14's ``suggest_on_error`` covers choices only.)"""
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        choices = action.choices
+        if choices is not None and isinstance(value, str) and value not in choices:
+            names = [str(c) for c in choices]
+            hint = _did_you_mean(value, names)
+            if hint:
+                raise argparse.ArgumentError(
+                    action,
+                    f"invalid choice: {value!r}{hint}; choose from {', '.join(names)}",
+                )
+        super()._check_value(action, value)
+
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            parser = self._command_parser(getattr(parsed, "command", None)) or self
+            options = [o for a in parser._actions for o in a.option_strings]
+            hints = "".join(
+                _did_you_mean(x.partition("=")[0], options) for x in extras if x.startswith("-")
+            )
+            parser.error(f"unrecognized arguments: {' '.join(extras)}{hints}")
+        return parsed
+
+    def _command_parser(self, command: str | None) -> argparse.ArgumentParser | None:
+        """The subcommand's own parser (its usage is the one to show)."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+                return action.choices[command]
+        return None
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``zoo`` command."""
-    parser = argparse.ArgumentParser(
-        prog="zoo", description="A plugin-based model zoo for PyTorch."
-    )
+    parser = _Parser(prog="zoo", description="A plugin-based model zoo for PyTorch.")
     parser.add_argument("--version", action="version", version=f"zoo {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -397,11 +480,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="named model (official weights), hf:org/name[@rev], or a directory",
     )
     p.add_argument("prompt", help="the text to continue")
-    p.add_argument("--max-new-tokens", type=int, default=50, help="default: 50")
-    p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (default: 0.8)")
-    p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--top-p", type=float, default=None)
-    p.add_argument("--seed", type=int, default=None, help="makes sampling reproducible")
+    defaults = GENERATION_DEFAULTS  # zoo.generate's own: the same text for the same seed
+    p.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=defaults.max_new_tokens,
+        help=f"default: {defaults.max_new_tokens}",
+    )
+    p.add_argument(
+        "--temperature",
+        type=float,
+        default=defaults.temperature,
+        help=f"0 = greedy (default: {defaults.temperature})",
+    )
+    p.add_argument("--top-k", type=int, default=defaults.top_k, help="default: no filter")
+    p.add_argument("--top-p", type=float, default=defaults.top_p, help="default: no filter")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="makes sampling reproducible: an integer from 0 to 2**64 - 1 (as zoo.generate's "
+        "seed=)",
+    )
     p.add_argument("--stop", action="append", help="stop string (repeatable)")
     p.add_argument(
         "--tokenizer",
@@ -414,9 +514,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=_DTYPES, default=None, help="default: as stored")
     p.add_argument(
         "--quantize",
-        choices=("int8", "int4"),
+        choices=QUANTIZE_MODES,
         default=None,
-        help="weight-only quantization of the linear layers (default: none)",
+        help="quantize the linear layers while loading (default: none): "
+        + "; ".join(f"{mode}: {what}" for mode, what in QUANTIZE_MODE_HELP.items()),
     )
     p.add_argument(
         "--compile",
@@ -429,6 +530,20 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="use a randomly initialised named model (no weights, works offline)",
     )
+    p = add("classify", cmd_classify)
+    p.add_argument(
+        "checkpoint",
+        metavar="CHECKPOINT",
+        help="a classifier: a directory written by zoo train --task classify, or hf:org/name",
+    )
+    p.add_argument("texts", nargs="+", metavar="TEXT", help="the texts to label")
+    p.add_argument(
+        "--tokenizer",
+        metavar="NAME",
+        default=None,
+        help="a named model's or a registered tokenizer's name (default: the checkpoint's)",
+    )
+    p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cpu)")
     p = add("train", cmd_train)
     p.add_argument(
         "model",

@@ -20,13 +20,27 @@ import torch
 from torch import Tensor
 
 from .nn.base import check_padding_mask, check_token_ids
+from .options import GENERATION_DEFAULTS, SEED_RANGE, GenerationDefaults
 from .tokenizers.base import check_fits
 
 if TYPE_CHECKING:
     from .nn.base import ZooModel
     from .tokenizers import Tokenizer
 
-__all__ = ["check_text", "filter_logits", "generate", "next_tokens"]
+__all__ = [
+    "DEFAULTS",
+    "SEED_RANGE",
+    "GenerationDefaults",
+    "check_seed",
+    "check_text",
+    "filter_logits",
+    "generate",
+    "next_tokens",
+]
+
+
+#: The defaults :func:`generate` and ``zoo generate`` use (:mod:`zoo.options`).
+DEFAULTS = GENERATION_DEFAULTS
 
 
 # -- sampling ------------------------------------------------------------------------------
@@ -85,6 +99,26 @@ def check_text(text: str, what: str = "the prompt") -> None:
         ) from None
 
 
+def check_seed(seed: Any) -> None:
+    """Raise ``ValueError`` unless ``seed`` is ``None`` or an integer a ``torch.Generator``
+    takes (:data:`SEED_RANGE`)."""
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ValueError(f"seed must be an integer or None, got {seed!r}")
+    if seed is not None and not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
+        raise ValueError(
+            f"seed must be an integer from 0 to 2**64 - 1 ({SEED_RANGE[1]}) (negative ones "
+            f"down to -2**63 wrap around modulo 2**64), got {_short(seed)}"
+        )
+
+
+def _short(number: int) -> str:
+    """``number`` in decimal, or its size when the decimal would be long (or beyond the
+    digits Python's ``str`` converts)."""
+    return (
+        str(number) if number.bit_length() <= 256 else f"an integer of {number.bit_length()} bits"
+    )
+
+
 def _check_arguments(
     max_new_tokens: Any,
     temperature: Any,
@@ -115,8 +149,7 @@ def _check_arguments(
         isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1
     ):
         raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise ValueError(f"seed must be an integer or None, got {seed!r}")
+    check_seed(seed)
     if start_id is not None and (isinstance(start_id, bool) or not isinstance(start_id, int)):
         raise ValueError(f"start_id must be an integer token id or None, got {start_id!r}")
     stops = [stop] if isinstance(stop, str) else list(stop or [])
@@ -203,9 +236,53 @@ def _prompt_rows(
 
 
 # -- generation ------------------------------------------------------------------------------
-def _decode_loop(
+def _check_runs(model: ZooModel) -> torch.device:
+    """The device of ``model``'s parameters, or a ``ValueError`` when they hold no numbers
+    (the meta device: shapes only) and so cannot pick a token."""
+    device = next(model.parameters()).device
+    if device.type == "meta" or any(p.is_meta for p in model.parameters()):
+        raise ValueError(
+            "the model is on the meta device (its parameters have shapes but no values), so "
+            "it cannot generate; build or load it on 'cpu' or 'cuda' (zoo generate --device "
+            "cpu)"
+        )
+    return device
+
+
+def _start(
     model: ZooModel,
     rows: list[list[int]],
+    *,
+    max_new_tokens: int,
+    start_id: int | None,
+    options: dict[str, Any],
+) -> tuple[Any, Tensor]:
+    """Validate the prompt ids, open the model's decoding session and run its prefill: the
+    session and the first next-token logits ``(B, vocab)``. Runs when :func:`generate` is
+    called (before a stream yields anything), so a model that cannot decode this prompt
+    fails before any text is shown."""
+    config: Any = model.config
+    device = _check_runs(model)
+    ids, keep = _ids_and_mask(rows, device)
+    ids = check_token_ids(
+        ids, vocab_size=config.vocab_size, context_length=config.context_length, name="prompt ids"
+    )
+    check_padding_mask(keep, ids.shape)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            session = model.start_decoding(ids, keep, max_new_tokens, start_id=start_id, **options)
+            logits = session.prefill()
+    finally:
+        model.train(was_training)
+    return session, logits
+
+
+def _decode_loop(
+    model: ZooModel,
+    session: Any,
+    logits: Tensor,
     *,
     max_new_tokens: int,
     temperature: float,
@@ -213,21 +290,13 @@ def _decode_loop(
     top_p: float | None,
     seed: int | None,
     eos_id: int | None,
-    start_id: int | None,
     sample_below: int | None,
-    options: dict[str, Any],
 ) -> Iterator[Tensor]:
-    """Yield the next token of every row, ``(B,)``, until every row has ended or
-    ``max_new_tokens`` are out. A row that has ended repeats ``eos_id``. Ids at or above
-    ``sample_below`` (model vocabulary slots the tokenizer has no token for) are never picked.
-    ``options`` go to ``model.start_decoding``."""
-    config: Any = model.config
-    device = next(model.parameters()).device
-    ids, keep = _ids_and_mask(rows, device)
-    ids = check_token_ids(
-        ids, vocab_size=config.vocab_size, context_length=config.context_length, name="prompt ids"
-    )
-    check_padding_mask(keep, ids.shape)
+    """Yield the next token of every row, ``(B,)``, from the prefill's ``logits`` on, until
+    every row has ended or ``max_new_tokens`` are out. A row that has ended repeats
+    ``eos_id``. Ids at or above ``sample_below`` (model vocabulary slots the tokenizer has no
+    token for) are never picked."""
+    device = logits.device
     generator = None
     if seed is not None and temperature > 0:
         generator = torch.Generator(device=device).manual_seed(seed)
@@ -236,10 +305,7 @@ def _decode_loop(
     try:
         # inference mode is entered per call, never across a yield: the caller's code between
         # two tokens (streaming) runs in its own mode
-        with torch.inference_mode():
-            session = model.start_decoding(ids, keep, max_new_tokens, start_id=start_id, **options)
-            logits = session.prefill()
-        done = torch.zeros(ids.shape[0], dtype=torch.bool, device=device)
+        done = torch.zeros(logits.shape[0], dtype=torch.bool, device=device)
         for i in range(max_new_tokens):
             with torch.inference_mode():
                 if sample_below is not None and sample_below < logits.shape[-1]:
@@ -287,10 +353,10 @@ def generate(
     prompt_or_ids: Any,
     *,
     tokenizer: Tokenizer | None = None,
-    max_new_tokens: int,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
+    max_new_tokens: int = DEFAULTS.max_new_tokens,
+    temperature: float = DEFAULTS.temperature,
+    top_k: int | None = DEFAULTS.top_k,
+    top_p: float | None = DEFAULTS.top_p,
     seed: int | None = None,
     stop: str | Sequence[str] | None = None,
     stream: bool = False,
@@ -312,12 +378,13 @@ def generate(
             text, ``stop`` and ``stream``, and supplies the end-of-text id. Its ids must fit
             the model's vocabulary; ids of a larger (padded) model vocabulary are never
             sampled.
-        max_new_tokens: tokens to generate at most; prompt + new tokens must fit the context.
+        max_new_tokens: tokens to generate at most (default 50, :data:`DEFAULTS`); prompt +
+            new tokens must fit the context.
         temperature: 0 for greedy; otherwise logits are divided by it before sampling (a
-            finite number; a tiny one approaches greedy).
+            finite number; a tiny one approaches greedy). Default 1.0.
         top_k, top_p: sample only from the ``top_k`` most likely tokens / the nucleus of
-            probability ``top_p``.
-        seed: makes sampling reproducible.
+            probability ``top_p`` (default: no filter).
+        seed: makes sampling reproducible (an integer from 0 to 2**64 - 1).
         stop: stop strings; the text ends before the first one.
         stream: return an iterator of text pieces instead (a single text prompt).
         start_id: first target token of an encoder-decoder (default: the tokenizer's bos).
@@ -350,24 +417,30 @@ def generate(
         start_id = tok.bos_id if tok is not None else None
         if start_id is None:
             raise ValueError("an encoder-decoder needs start_id (or a tokenizer with a bos id)")
-    loop = _decode_loop(
+    if stream and len(rows) != 1:
+        raise ValueError("stream=True takes a single prompt")
+    session, logits = _start(
         model,
         rows,
+        max_new_tokens=max_new_tokens,
+        start_id=start_id,
+        options=_session_options(model, compile),
+    )
+    loop = _decode_loop(
+        model,
+        session,
+        logits,
         max_new_tokens=max_new_tokens,
         temperature=float(temperature),
         top_k=top_k,
         top_p=top_p,
         seed=seed,
         eos_id=eos_id,
-        start_id=start_id,
         sample_below=tok.vocab_size if tok is not None else None,
-        options=_session_options(model, compile),
     )
     # a decoder's text is decoded after its prompt (an encoder-decoder's target stands alone)
     contexts = [[] if encoder_decoder else r for r in rows]
     if stream:
-        if len(rows) != 1:
-            raise ValueError("stream=True takes a single prompt")
         assert tok is not None  # needs_text
         return _stream(loop, tok, stops, eos_id, contexts[0])
     new = torch.stack(list(loop), dim=1).tolist()  # (B, N)

@@ -95,6 +95,16 @@ class SequenceClassifier(ZooModel):
                 model.tokenizer = named_tokenizer(body.name)
         return model
 
+    def start_decoding(self, *args: Any, **kwargs: Any) -> Any:
+        """A classifier does not generate: it gives one label per text. Refused with what
+        to use instead (``zoo classify``, or ``model(ids).softmax(-1)``)."""
+        raise ValueError(
+            f"this model is a sequence classifier (labels: {', '.join(self.config.labels)}; "
+            f"body {self.config.body}): it gives one label per text and does not generate "
+            "text. Classify with `zoo classify CHECKPOINT TEXT...`, or in Python "
+            "model(ids).softmax(-1) -> (batch, labels)"
+        )
+
     def example_inputs(
         self, batch_size: int = 2, seq_len: int = 8, *, generator: torch.Generator | None = None
     ) -> dict[str, Tensor]:

@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..options import QUANTIZE_MODES
 from .linear import Linear
 from .linear import linear as float_linear
 
@@ -42,7 +43,6 @@ __all__ = [
     "supports_int4",
 ]
 
-QUANTIZE_MODES = ("int8", "int8-weight", "int4")
 INT4_GROUP = 32
 _INNER_K_TILES = 8  # int4 packing layout (the kernels support 2, 4, 8)
 

@@ -1,0 +1,137 @@
+"""First contact with the command line: errors before output, suggestions for misspellings,
+one set of generation defaults, `zoo classify`, `zoo info` on any source, a light `zoo tour`."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import zoo
+from zoo.cli import main
+from zoo.options import GENERATION_DEFAULTS, QUANTIZE_MODES
+
+TINY = {"n_layers": 1, "d_model": 32, "n_heads": 2, "d_ff": 64, "context_length": 32}
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def parse_error(capsys, *argv: str) -> str:
+    with pytest.raises(SystemExit) as exc:
+        main(list(argv))
+    assert exc.value.code == 2
+    return capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def classifier_dir(tmp_path_factory):
+    """A tiny two-label classifier saved as `zoo train --task classify` saves one."""
+    from zoo.train import classifier
+
+    torch.manual_seed(0)
+    body = zoo.build("gpt2-124m", **TINY, vocab_size=257)
+    model = classifier(body, ["neg", "pos"])
+    model.tokenizer = zoo.tokenizer("byte")
+    return zoo.save(model, tmp_path_factory.mktemp("clf") / "model")
+
+
+# -- 1. refuse before echoing -------------------------------------------------------------------
+def test_generate_on_the_meta_device_is_refused_before_the_prompt_is_echoed(capsys):
+    code, out, err = run(
+        capsys, "generate", "shakespeare-byte", "ROMEO:", "--random", "--device", "meta"
+    )
+    assert code == 2 and out == ""
+    assert "meta device" in err and "'cpu'" in err and "Traceback" not in err
+
+
+def test_zoo_generate_refuses_a_model_on_meta_in_python():
+    model = zoo.build("gpt2-124m", **TINY, vocab_size=257, device="meta")
+    with pytest.raises(ValueError, match="meta device"):
+        zoo.generate(model, [1, 2, 3], max_new_tokens=2)
+
+
+@pytest.mark.parametrize("seed", [str(2**70), str(2**64), str(-(2**63) - 1)])
+def test_a_seed_out_of_range_names_the_range(capsys, seed):
+    code, out, err = run(
+        capsys, "generate", "shakespeare-byte", "ROMEO:", "--random", "--seed", seed
+    )
+    assert code == 2 and out == ""
+    assert "0 to 2**64 - 1 (18446744073709551615)" in err and seed in err
+
+
+def test_seeds_at_the_ends_of_the_range_are_taken():
+    model = zoo.build("gpt2-124m", **TINY, vocab_size=257)
+    for seed in (0, 2**64 - 1, -1, -(2**63)):
+        zoo.generate(model, [1, 2], max_new_tokens=2, seed=seed)
+    with pytest.raises(ValueError, match=r"an integer of 5001 bits"):
+        zoo.generate(model, [1, 2], max_new_tokens=2, seed=2**5000)
+
+
+# -- 2. a classifier does not generate ------------------------------------------------------------
+def test_generate_with_a_classifier_says_what_it_is_and_what_to_use(capsys, classifier_dir):
+    code, out, err = run(capsys, "generate", str(classifier_dir), "a quick fox")
+    assert code == 2 and out == ""
+    assert "sequence classifier" in err and "neg, pos" in err and "zoo classify" in err
+    model = zoo.load(classifier_dir)
+    with pytest.raises(ValueError, match="sequence classifier"):
+        zoo.generate(model, "a quick fox", stream=True)  # refused when called, not when read
+
+
+# -- 3. zoo classify -------------------------------------------------------------------------------
+def test_zoo_classify_prints_label_and_probability_per_text(capsys, classifier_dir):
+    texts = ["a quick fox", "a lazy dog", "é"]
+    code, out, err = run(capsys, "classify", str(classifier_dir), *texts)
+    assert code == 0, err
+    model = zoo.load(classifier_dir)
+    lines = out.splitlines()
+    assert len(lines) == 3
+    for line, text in zip(lines, texts, strict=True):
+        label, prob, shown = line.split("\t")
+        with torch.no_grad():
+            probs = model(torch.tensor([model.tokenizer.encode(text)])).softmax(-1)[0]
+        assert shown == text and label == model.config.labels[int(probs.argmax())]
+        assert float(prob) == pytest.approx(float(probs.max()), abs=1e-4)
+
+
+def test_zoo_classify_refuses_a_language_model(capsys):
+    code, out, err = run(capsys, "classify", "shakespeare-byte", "ROMEO:")
+    assert code == 2 and out == ""
+    assert "not a sequence classifier" in err and "zoo generate" in err
+
+
+# -- 5. misspellings ------------------------------------------------------------------------------
+def test_an_unknown_option_gets_the_commands_usage_and_a_suggestion(capsys):
+    err = parse_error(capsys, "generate", "shakespeare-byte", "hi", "--max-tokens", "10")
+    assert "usage: zoo generate" in err
+    assert "unrecognized arguments: --max-tokens 10 (did you mean --max-new-tokens?)" in err
+
+
+def test_a_misspelled_command_gets_a_suggestion(capsys):
+    err = parse_error(capsys, "generat", "shakespeare-byte", "hi")
+    assert "invalid choice: 'generat' (did you mean generate?)" in err
+
+
+# -- 6. quantization modes ------------------------------------------------------------------------
+def test_quantize_offers_every_mode_zoo_load_accepts(capsys):
+    from zoo.nn.quant import QUANTIZE_MODES as used_by_load
+
+    assert used_by_load is QUANTIZE_MODES == ("int8", "int8-weight", "int4")
+    with pytest.raises(SystemExit):
+        main(["generate", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "{int8,int8-weight,int4}" in help_text
+    assert "int8-weight: weight-only int8" in help_text and "int8 activations" in help_text
+    err = parse_error(capsys, "generate", "x", "y", "--quantize", "int9")
+    assert "did you mean int8?" in err
+
+
+# -- 8. one set of defaults -----------------------------------------------------------------------
+def test_the_cli_and_zoo_generate_share_their_defaults(capsys):
+    code, out, err = run(capsys, "generate", "shakespeare-byte", "ROMEO:", "--seed", "0")
+    assert code == 0, err
+    model = zoo.load("shakespeare-byte")
+    assert out == "ROMEO:" + zoo.generate(model, "ROMEO:", seed=0) + "\n"
+    assert GENERATION_DEFAULTS.max_new_tokens == 50 and GENERATION_DEFAULTS.temperature == 1.0
