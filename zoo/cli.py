@@ -22,7 +22,34 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 
+#: Unicode categories never printed raw: controls (terminal escape sequences start with ESC),
+#: format characters (bidirectional overrides), surrogates, private-use and unassigned code
+#: points, line and paragraph separators.
+_UNPRINTABLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+
+
+def _printable(text: object) -> str:
+    """``text`` as one line a terminal shows as written: every control or format character
+    (``ESC`` of a terminal escape code, a newline, a bidirectional override) is spelled as an
+    escape (``\\x1b``). Everything a plugin or registry file supplies is printed through this."""
+    import unicodedata
+
+    return "".join(
+        (
+            f"\\x{ord(c):02x}"
+            if ord(c) < 0x100
+            else f"\\u{ord(c):04x}"
+            if ord(c) < 0x10000
+            else f"\\U{ord(c):08x}"
+        )
+        if unicodedata.category(c) in _UNPRINTABLE
+        else c
+        for c in str(text)
+    )
+
+
 def _table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> str:
+    rows = [[_printable(c) for c in row] for row in rows]
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     lines = [
         "  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
@@ -39,7 +66,7 @@ def _conflict_notes() -> list[tuple[str, str]]:
     conflicts = registry.unresolved()
     rows = []
     for (kind, name), sources in conflicts.items():
-        print(f"zoo: {registry.conflict_message(kind, name)}", file=sys.stderr)
+        print(f"zoo: {_printable(registry.conflict_message(kind, name))}", file=sys.stderr)
         if kind == "model":
             rows.append((name, f"conflict: {' vs '.join(sources)}"))
     architectures = {n: s for (k, n), s in conflicts.items() if k == "architecture"}
@@ -68,7 +95,17 @@ def cmd_list(args: argparse.Namespace) -> int:
         )
     rows += [(name, "-", "", "", note) for name, note in _conflict_notes()]
     print(_table(sorted(rows), ("model", "architecture", "aliases", "weights", "description")))
+    _problem_notes()
     return 0
+
+
+def _problem_notes() -> None:
+    """Name each registry file that was skipped, and why, on stderr (its models are missing
+    from the listing; everything else is there)."""
+    for path, reason in get_registry().problems:
+        print(
+            f"zoo: skipped registry file {_printable(path)}: {_printable(reason)}", file=sys.stderr
+        )
 
 
 def _tokenizer_line(info: api.ModelInfo) -> str:
@@ -82,7 +119,7 @@ def _tokenizer_line(info: api.ModelInfo) -> str:
 def cmd_info(args: argparse.Namespace) -> int:
     """Describe one named model."""
     info = api.info(args.name)
-    print(f"{info.name}: {info.description}")
+    print(f"{info.name}: {_printable(info.description)}")
     fields = [
         ("aliases", ", ".join(info.aliases) or "-"),
         ("architecture", f"{info.architecture} ({info.architecture_description})"),
@@ -96,7 +133,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     ]
     width = max(len(k) for k, _ in fields)
     for key, value in fields:
-        print(f"  {key.ljust(width)}  {value}")
+        print(f"  {key.ljust(width)}  {_printable(value)}")
     print("  config:")
     for key, value in info.config.items():
         print(f"    {key} = {value!r}")
@@ -115,8 +152,10 @@ _PLURALS = {
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
-    """Print every plugin, its status and what it supplies."""
+    """Print every plugin, its status and what it supplies (importing each architecture, so
+    that one whose module fails to import shows as failed)."""
     registry = get_registry()
+    registry.verify_architectures()
     rows = []
     for plugin in registry.plugins:
         source = f"plugin {plugin.name}"
@@ -137,10 +176,10 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         rows.append((path, "failed", "registry file", reason))
     print(_table(rows, ("plugin", "status", "distribution", "supplies / reason")))
     for kind, name in registry.unresolved():
-        print(f"conflict: {registry.conflict_message(kind, name)}")
+        print(f"conflict: {_printable(registry.conflict_message(kind, name))}")
     for what, (chosen, sources) in registry.preferred.items():
         others = " and ".join(s for s in sources if s != chosen)
-        print(f"preferred: {what} from {chosen} (ZOO_PREFER), over {others}")
+        print(_printable(f"preferred: {what} from {chosen} (ZOO_PREFER), over {others}"))
     return 0
 
 
@@ -162,40 +201,55 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_tour(args: argparse.Namespace) -> int:
     """Build every named model at full size, run a forward pass, and print what it is made of
-    (one model at a time, as each finishes)."""
+    (one model at a time, as each finishes; a model that fails is reported and the tour goes
+    on; the exit code is 1 when any failed)."""
+    _conflict_notes()  # a model hidden by a conflict is named on stderr, not skipped silently
+    failed = []
+    for name in api.list_models():
+        try:
+            _tour_one(name, args.device)
+        except KeyboardInterrupt:
+            raise
+        except Exception as exc:  # one broken model (or plugin) does not end the tour
+            failed.append(name)
+            print(f"{name}: FAILED: {_printable(exc)}", flush=True)
+            print(flush=True)
+    if failed:
+        print(f"zoo: {len(failed)} model(s) failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _tour_one(name: str, device: str) -> None:
+    """Build ``name``, run one forward pass, and print what it is made of."""
     import time
 
     import torch
 
-    _conflict_notes()  # a model hidden by a conflict is named on stderr, not skipped silently
-    for name in api.list_models():
-        info = api.info(name)
-        torch.manual_seed(0)
+    info = api.info(name)
+    torch.manual_seed(0)
+    start = time.perf_counter()
+    model = api.build(name, device=device).eval()
+    built = time.perf_counter() - start
+    inputs = model.example_inputs(batch_size=1, seq_len=16)
+    with torch.no_grad():
         start = time.perf_counter()
-        model = api.build(name, device=args.device).eval()
-        built = time.perf_counter() - start
-        inputs = model.example_inputs(batch_size=1, seq_len=16)
-        with torch.no_grad():
-            start = time.perf_counter()
-            logits = model(**inputs)
-            forward = time.perf_counter() - start
-        if not torch.isfinite(logits).all():
-            raise ZooError(f"{name}: forward produced non-finite logits")
-        print(f"{name}: {info.description}")
-        fields = [
-            ("architecture", f"{info.architecture} ({info.plugin})"),
-            ("blocks", "; ".join(info.blocks) or "-"),
-            ("components", ", ".join(f"{kind} {name}" for kind, name, _ in info.components)),
-            ("tokenizer", _tokenizer_line(info)),
-            ("parameters", f"{info.parameters:,}"),
-            ("forward", f"logits {'x'.join(map(str, logits.shape))}"),
-            ("time", f"build {built:.1f}s, forward {forward * 1000:.0f}ms"),
-        ]
-        for key, value in fields:
-            print(f"  {key.ljust(12)}  {value}")
-        print(flush=True)
-        del model
-    return 0
+        logits = model(**inputs)
+        forward = time.perf_counter() - start
+    if not torch.isfinite(logits).all():
+        raise ZooError(f"{name}: forward produced non-finite logits")
+    print(f"{name}: {_printable(info.description)}")
+    fields = [
+        ("architecture", f"{info.architecture} ({info.plugin})"),
+        ("blocks", "; ".join(info.blocks) or "-"),
+        ("components", ", ".join(f"{kind} {name}" for kind, name, _ in info.components)),
+        ("tokenizer", _tokenizer_line(info)),
+        ("parameters", f"{info.parameters:,}"),
+        ("forward", f"logits {'x'.join(map(str, logits.shape))}"),
+        ("time", f"build {built:.1f}s, forward {forward * 1000:.0f}ms"),
+    ]
+    for key, value in fields:
+        print(f"  {key.ljust(12)}  {_printable(value)}")
+    print(flush=True)
 
 
 def cmd_push(args: argparse.Namespace) -> int:

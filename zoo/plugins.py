@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import traceback
 from collections.abc import Iterable, Sequence
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Literal
@@ -21,7 +20,13 @@ import pluggy
 
 from . import hookspecs
 from .errors import PluginError
-from .specs import ArchitectureSpec, ComponentSpec, ModelSpec, TokenizerSpec
+from .specs import (
+    ArchitectureSpec,
+    ComponentSpec,
+    ModelSpec,
+    TokenizerSpec,
+    describe_exception,
+)
 
 __all__ = ["ENTRY_POINT_GROUP", "Contribution", "PluginHost", "PluginInfo", "strict_from_env"]
 
@@ -60,10 +65,7 @@ class Contribution:
     spec: ArchitectureSpec | ModelSpec | TokenizerSpec
 
 
-def _reason(exc: BaseException) -> str:
-    last = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
-    where = f" (at {last[0].filename}:{last[0].lineno})" if last else ""
-    return f"{type(exc).__name__}: {exc}{where}"
+_reason = describe_exception
 
 
 class PluginHost:

@@ -21,6 +21,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from .errors import (
     ConfigError,
+    PluginError,
     RegistryConflictError,
     UnknownArchitectureError,
     UnknownModelError,
@@ -116,6 +117,46 @@ class Registry:
         self._claims["model"].setdefault(spec.name, []).append(Entry(spec, source))
         for alias in dict.fromkeys(spec.aliases):  # an alias listed twice is one claim
             self._alias_claims.setdefault(alias, []).append((spec.name, source))
+
+    def verify_architectures(self) -> None:
+        """Import every architecture's config and model class now (they are imported lazily,
+        on first use). A plugin whose architecture cannot be imported (its module raises, the
+        class is missing or breaks the contract) is marked failed with the reason and its
+        specs are withdrawn, as when one of its hooks raises; in strict mode that raises a
+        :class:`~zoo.errors.PluginError`. ``zoo plugins`` and ``zoo tour`` call this."""
+        for entries in list(self._claims["architecture"].values()):
+            for entry in list(entries):
+                try:
+                    entry.spec.config_class  # noqa: B018 - imported for the check
+                    entry.spec.model_class  # noqa: B018
+                except PluginError as exc:
+                    self._withdraw(entry.source, str(exc))
+
+    def _withdraw(self, source: str, reason: str) -> None:
+        """Mark the plugin behind ``source`` failed and forget everything it supplied."""
+        name = source.removeprefix("plugin ")
+        self.plugins = [
+            dataclasses.replace(p, status="failed", error=reason) if p.name == name else p
+            for p in self.plugins
+        ]
+        if self.strict:
+            raise PluginError(
+                f"plugin {name!r} failed: {reason}. "
+                "Unset ZOO_STRICT_PLUGINS to load the other plugins anyway."
+            )
+        for table in self._claims.values():
+            for claimed, entries in list(table.items()):
+                kept = [e for e in entries if e.source != source]
+                if kept:
+                    table[claimed] = kept
+                else:
+                    del table[claimed]
+        for alias, claims in list(self._alias_claims.items()):
+            kept_aliases = [c for c in claims if c[1] != source]
+            if kept_aliases:
+                self._alias_claims[alias] = kept_aliases
+            else:
+                del self._alias_claims[alias]
 
     # -- resolution -------------------------------------------------------------------------
     def _claimants(self, kind: Kind, name: str) -> list[str]:
@@ -311,13 +352,30 @@ class Registry:
 
 # -- loading --------------------------------------------------------------------------------
 def read_registry_file(path: str | Path, *, text: str | None = None) -> list[ModelSpec]:
-    """Parse a registry TOML file (``[models.NAME]`` tables) into model specs."""
+    """Parse a registry TOML file (``[models.NAME]`` tables) into model specs.
+
+    Every way a file can be bad (unreadable, not UTF-8, not TOML, nested too deeply to parse,
+    an invalid entry) is a :class:`~zoo.errors.ZooError` naming the file.
+    """
     try:
-        data: Mapping[str, Any] = tomllib.loads(
-            text if text is not None else Path(path).read_text()
-        )
+        if text is None:
+            raw = Path(path).read_bytes()
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                line = raw.count(b"\n", 0, exc.start) + 1
+                raise ZooError(
+                    f"cannot read registry file {path}: it is not UTF-8 text (byte "
+                    f"0x{raw[exc.start]:02x} on line {line}); save it as UTF-8"
+                ) from None
+        data: Mapping[str, Any] = tomllib.loads(text)
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ZooError(f"cannot read registry file {path}: {exc}") from exc
+    except RecursionError:  # tomllib parses nested arrays and tables recursively
+        raise ZooError(
+            f"cannot read registry file {path}: its arrays or tables are nested too deeply "
+            "to parse; a registry entry needs a few levels at most"
+        ) from None
     unknown = sorted(set(data) - {"models"})
     if unknown:
         raise ZooError(
@@ -327,7 +385,7 @@ def read_registry_file(path: str | Path, *, text: str | None = None) -> list[Mod
     for name, table in data.get("models", {}).items():
         try:
             specs.append(ModelSpec.from_toml(name, table))
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:
             raise ZooError(f"registry file {path}: {exc}") from exc
     return specs
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import re
+import traceback
 import types
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._lazy import resolve
-from .errors import PluginContractError
+from .errors import PluginContractError, PluginError
 
 if TYPE_CHECKING:
     from .tokenizers import Tokenizer
@@ -46,6 +47,14 @@ TokenizerFactory = Callable[..., "Tokenizer"]
 _TOKENIZER_ATTRIBUTES = ("name", "vocab_size", "eos_id", "bos_id", "encode", "decode")
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
+_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``"Type: message (at file:line)"``, where ``file:line`` is where it was raised."""
+    last = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
+    where = f" (at {last[0].filename}:{last[0].lineno})" if last else ""
+    return f"{type(exc).__name__}: {exc}{where}"
 
 
 def _check_name(kind: str, name: str) -> None:
@@ -92,7 +101,7 @@ class ArchitectureSpec:
         :class:`zoo.config.ModelConfig`."""
         from .config import ModelConfig
 
-        cls = resolve(self.config)
+        cls = self._resolve("config", self.config)
         if not (isinstance(cls, type) and issubclass(cls, ModelConfig)):
             raise PluginContractError(
                 f"architecture {self.name!r}: its config {cls!r} is not a subclass of "
@@ -108,7 +117,7 @@ class ArchitectureSpec:
 
         from .nn.base import ZooModel
 
-        cls = resolve(self.model)
+        cls = self._resolve("model", self.model)
         if not (isinstance(cls, type) and issubclass(cls, ZooModel)):
             raise PluginContractError(
                 f"architecture {self.name!r}: its model {cls!r} is not a subclass of "
@@ -126,6 +135,21 @@ class ArchitectureSpec:
                 f"{', '.join(missing)}, which every zoo model provides. {_CONTRACT}"
             )
         return cls
+
+    def _resolve(self, what: str, ref: Any) -> Any:
+        """Import the lazy reference ``ref``; whatever its module raises (an ImportError, a
+        bug at import time, ``SystemExit``) becomes a :class:`~zoo.errors.PluginError` naming
+        this architecture, so one broken plugin is one clear error, never a traceback."""
+        try:
+            return resolve(ref)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:
+            raise PluginError(
+                f"architecture {self.name!r}: importing its {what} class {ref!r} failed: "
+                f"{describe_exception(exc)}. Fix or uninstall the plugin that supplies it; "
+                "`zoo plugins` lists every plugin that failed"
+            ) from exc
 
     def checkpoint_layout(self, layout: str) -> Any:
         """The key map for ``layout``, or a ``KeyError`` listing the layouts supported."""
@@ -159,6 +183,15 @@ class WeightsSource:
     layout: str = "zoo"
     sha256: str | None = None
     path: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.sha256 is not None and not (
+            isinstance(self.sha256, str) and _SHA256.fullmatch(self.sha256)
+        ):
+            raise ValueError(
+                f"weights.sha256 = {self.sha256!r} is not a sha256: it must be 64 hexadecimal "
+                "digits (`sha256sum FILE` prints it), or left out"
+            )
 
     def __str__(self) -> str:
         where = f"hf:{self.repo}@{self.revision}" if self.repo else f"local {self.path}"
