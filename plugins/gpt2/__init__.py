@@ -33,6 +33,8 @@ def zoo_tokenizers() -> list[TokenizerSpec]:
         TokenizerSpec(
             name="gpt2-bpe",
             factory="zoo_plugins.gpt2.tokenizer:load",
+            reads_checkpoint=True,
+            checkpoint_files=("vocab.json", "merges.txt"),  # checked to be GPT-2's own
             description="GPT-2 byte-level BPE via tiktoken, 50257 ids, ranks shipped with zoo "
             "(sha256-checked)",
         )

@@ -510,7 +510,11 @@ def export(model: nn.Module, directory: str | os.PathLike[str], layout: str | No
     Args:
         model: a zoo model whose architecture declares the layout (gpt2 -> ``"hf-gpt2"``,
             gpt1 -> ``"hf-openai-gpt"``).
-        directory: receives ``config.json`` and ``model.safetensors`` (atomically).
+        directory: receives ``config.json`` and ``model.safetensors`` (atomically), and
+            when the model has a tokenizer, ``tokenizer.json`` + ``tokenizer_config.json``
+            (and ``vocab.json`` + ``merges.txt`` for a byte-level BPE), which
+            ``transformers.AutoTokenizer`` loads as the same tokenizer (a tokenizer that
+            cannot be written so is a warning; the weights are still written).
         layout: the layout; optional when the architecture declares only one.
 
     Conv1D weights are transposed back and written contiguous; a tied LM head is omitted
@@ -562,8 +566,36 @@ def export(model: nn.Module, directory: str | os.PathLike[str], layout: str | No
     dtype = _dtype_name(tensors)
     if dtype and dtype != "mixed":
         foreign_config["dtype"] = dtype
+    tokenizer_files = _hf_tokenizer_files(model, config, directory)
     with atomic_directory(directory) as staging:
         write_safetensors(tensors, staging / WEIGHTS_FILE, {"format": "pt"})
         text = json.dumps(foreign_config, indent=2) + "\n"
         (staging / CONFIG_FILE).write_text(text, encoding="utf-8")
+        for name, data in tokenizer_files.items():
+            (staging / name).write_bytes(data)
     return Path(directory)
+
+
+def _hf_tokenizer_files(
+    model: nn.Module, config: Any, directory: str | os.PathLike[str]
+) -> dict[str, bytes]:
+    """The Hugging Face tokenizer files of ``model.tokenizer`` (none when it has none); a
+    tokenizer that cannot be written is a warning saying so, and the weights are still
+    exported."""
+    from .hf_tokenizer import TokenizerExportError, hf_tokenizer_files
+
+    tokenizer = getattr(model, "tokenizer", None)
+    if tokenizer is None:
+        return {}
+    try:
+        return hf_tokenizer_files(
+            tokenizer, model_max_length=getattr(config, "context_length", None)
+        )
+    except TokenizerExportError as exc:
+        warnings.warn(
+            f"{directory}: no tokenizer files written, so transformers' AutoTokenizer will "
+            f"not load one from it: {exc}. Give the tokenizer separately.",
+            UserWarning,
+            stacklevel=3,
+        )
+        return {}

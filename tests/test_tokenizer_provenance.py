@@ -1,0 +1,152 @@
+"""A checkpoint's tokenizer is its own: exported with the weights in Hugging Face's format
+(``transformers.AutoTokenizer`` loads it as the same tokenizer), read back from a Hugging
+Face GPT-2 folder only when its files are GPT-2's vocabulary, never borrowed."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+import tokenizers
+import torch
+import transformers
+
+import zoo
+from zoo.checkpoint.hf_tokenizer import TokenizerExportError, hf_tokenizer_files
+from zoo.tokenizers.hf_backend import HFTokenizer
+
+TEXTS = [
+    "Hello world",
+    "Every effort moves you",
+    "  several   spaces\n\n\ttabs and\r\nnewlines  ",
+    "I'm sure they'll've DON'T 'S: 你好, ünïcödé, 🙂 👩‍👩‍👧, 1234567 + 3.14159 = x;",
+    "def f(x):\n    return x ** 2  # comment\n",
+]
+
+
+def _tiny_gpt2(folder: Path, vocab_size: int = 50257) -> None:
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(
+        vocab_size=vocab_size, n_embd=32, n_layer=1, n_head=4, n_positions=64
+    )
+    transformers.GPT2LMHeadModel(config).save_pretrained(folder)
+
+
+def test_convert_to_hf_gpt2_writes_a_tokenizer_transformers_loads(tmp_path):
+    """``zoo convert SRC DST --to hf-gpt2`` of a checkpoint with GPT-2's tokenizer: the
+    export loads in transformers as model and tokenizer, and the tokenizer is zoo's."""
+    from zoo.cli import main
+
+    _tiny_gpt2(tmp_path / "hf")
+    tok = zoo.tokenizer("gpt2-124m")
+    zoo.save(zoo.load(tmp_path / "hf"), tmp_path / "zoo", tokenizer=tok)
+    assert main(["convert", str(tmp_path / "zoo"), str(tmp_path / "out"), "--to", "hf-gpt2"]) == 0
+    out = tmp_path / "out"
+
+    auto = transformers.AutoTokenizer.from_pretrained(out)
+    assert auto("Hello world")["input_ids"] == [15496, 995]
+    assert auto.eos_token == "<|endoftext|>" and auto.eos_token_id == 50256
+    assert auto.model_max_length == 64
+    for text in TEXTS:
+        ids = tok.encode(text)
+        assert auto.encode(text) == ids, text
+        assert auto.decode(ids) == text
+    assert auto.encode("a<|endoftext|>") == tok.encode("a<|endoftext|>", allowed_special="all")
+    # GPT-2's two classic files as well (what the slow tokenizer and other tools read)
+    slow = transformers.GPT2Tokenizer(str(out / "vocab.json"), str(out / "merges.txt"))
+    assert [slow.encode(t) for t in TEXTS] == [tok.encode(t) for t in TEXTS]
+    transformers.GPT2LMHeadModel.from_pretrained(out)  # the model as well
+    # and zoo reads the export back with GPT-2's tokenizer (its files are checked, not guessed)
+    back = zoo.load(out)
+    assert back.tokenizer is not None and back.tokenizer.name == "gpt2-bpe"
+
+
+def test_hf_gpt2_folder_with_other_vocabulary_files_gets_no_tokenizer(tmp_path):
+    """A GPT-2 folder whose vocab.json / merges.txt are not GPT-2's (here two ids swapped, or
+    merges out of order) gets no tokenizer, with the reason; GPT-2's own files give GPT-2's."""
+    _tiny_gpt2(tmp_path)
+    files = hf_tokenizer_files(zoo.tokenizer("gpt2-124m"), model_max_length=64)
+    for name in ("vocab.json", "merges.txt"):
+        (tmp_path / name).write_bytes(files[name])
+    assert zoo.load(tmp_path).tokenizer.encode("Hello world") == [15496, 995]
+
+    vocab = json.loads(files["vocab.json"])
+    vocab["Hello"], vocab["Ġworld"] = vocab["Ġworld"], vocab["Hello"]
+    (tmp_path / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    model = zoo.load(tmp_path)
+    assert model.tokenizer is None and "not GPT-2's vocabulary" in model.tokenizer_error
+
+    (tmp_path / "vocab.json").write_bytes(files["vocab.json"])
+    lines = files["merges.txt"].decode().splitlines()
+    lines[1], lines[-1] = lines[-1], lines[1]
+    (tmp_path / "merges.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    model = zoo.load(tmp_path)
+    assert model.tokenizer is None and "not a merge of GPT-2's BPE" in model.tokenizer_error
+
+
+def test_export_gpt1_tokenizer(tmp_path):
+    """A tokenizers-library tokenizer (GPT-1's BPE from the vendored files) exports as the
+    same tokenizer."""
+    from zoo_plugins.gpt1.tokenizer import from_files
+
+    data = Path(__file__).parent / "data" / "gpt1"
+    tok = from_files(data / "encoder_bpe_40000.json", data / "vocab_40000.bpe")
+    torch.manual_seed(0)
+    config = transformers.OpenAIGPTConfig(
+        vocab_size=40478, n_embd=32, n_layer=1, n_head=4, n_positions=32
+    )
+    transformers.OpenAIGPTLMHeadModel(config).save_pretrained(tmp_path / "hf")
+    model = zoo.load(tmp_path / "hf")
+    model.tokenizer = tok
+    zoo.export(model, tmp_path / "out")
+    auto = transformers.AutoTokenizer.from_pretrained(tmp_path / "out")
+    for text in TEXTS:
+        assert auto.encode(text) == tok.encode(text, add_special_tokens=True), text
+
+
+def test_export_byte_tokenizer(tmp_path):
+    """The shipped shakespeare-byte model (byte tokenizer) exports with a tokenizer
+    transformers reads as the same bytes."""
+    model = zoo.load("shakespeare-byte")
+    zoo.export(model, tmp_path)
+    auto = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    for text in TEXTS:
+        assert auto.encode(text) == model.tokenizer.encode(text), text
+        assert auto.decode(auto.encode(text)) == text
+
+
+def test_sequence_tokens_are_exported_as_zoo_adds_them():
+    """zoo's add_special_tokens=True (Llama's <s> first, BERT-like wrapping) is what the
+    exported tokenizer adds by default, as transformers' tokenizers do."""
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, "a": 3, "b": 4, "ab": 5}
+    library = tokenizers.Tokenizer(
+        tokenizers.models.BPE(vocab=vocab, merges=[("a", "b")], unk_token="<unk>")
+    )
+    library.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    for wrap in (("bos", None), ("bos", "eos"), (None, None)):
+        tok = HFTokenizer(
+            library, name="t", roles={"bos": "<s>", "eos": "</s>", "unk": "<unk>"}, wrap=wrap
+        )
+        files = hf_tokenizer_files(tok, model_max_length=None)
+        exported = tokenizers.Tokenizer.from_str(files["tokenizer.json"].decode())
+        assert exported.encode("ab ba").ids == tok.encode("ab ba", add_special_tokens=True)
+        config = json.loads(files["tokenizer_config.json"])
+        assert config["bos_token"] == "<s>" and config["unk_token"] == "<unk>"
+
+
+def test_a_tokenizer_that_cannot_be_exported_is_a_warning_naming_why(tmp_path):
+    _tiny_gpt2(tmp_path / "hf", vocab_size=64)
+    model = zoo.load(tmp_path / "hf")
+    model.tokenizer = object()
+    with pytest.raises(TokenizerExportError, match="object"):
+        hf_tokenizer_files(model.tokenizer, model_max_length=None)
+    with pytest.warns(UserWarning, match="no tokenizer files written.*object"):
+        zoo.export(model, tmp_path / "out")
+    assert (tmp_path / "out" / "model.safetensors").exists()
+    assert not (tmp_path / "out" / "tokenizer.json").exists()
+    model.tokenizer = None  # none at all: nothing to say
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        zoo.export(model, tmp_path / "out2")
