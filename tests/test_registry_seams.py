@@ -4,6 +4,7 @@ file's or that plugin's problem, reported by name, and everything else keeps wor
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 import pytest
@@ -62,7 +63,7 @@ def test_a_hostile_registry_file_is_that_files_problem(capsys, monkeypatch, tmp_
     ((where, reason),) = registry.problems
     assert where == str(bad)
     assert str(bad) in reason
-    assert __import__("re").search(message, reason), reason
+    assert re.search(message, reason), reason
     code, out, err = run(capsys, "list")
     assert code == 0
     assert "gpt2-124m" in out and "mine" in out  # the built-ins and the good file still load
@@ -143,7 +144,7 @@ def test_plugins_shows_a_broken_architecture_as_failed(capsys, broken_architectu
 
 def test_strict_mode_turns_a_broken_architecture_into_an_error(broken_architecture):
     registry = load_registry(strict=True, plugins={"boom": BrokenArchitecture()})
-    with pytest.raises(PluginError, match="plugin 'boom' failed.*ZOO_STRICT_PLUGINS"):
+    with pytest.raises(PluginError, match=r"plugin 'boom' failed.*ZOO_STRICT_PLUGINS"):
         registry.verify_architectures()
 
 

@@ -146,14 +146,21 @@ def build(
     arch, spec, config = resolve_config(name_or_config, **overrides)
     check_dtype(dtype)
     target = check_device(device)
-    if target.type == "meta":
-        from .checkpoint.state import build_on_meta
+    from .checkpoint.state import build_on_meta
 
         model: ZooModel = build_on_meta(arch.model_class, config)  # no initialisation on meta
     else:
         with target:
+    if target.type == "meta":
             model = arch.model_class(config)
     if dtype is not None:
+        from .memory import check_build_fits
+
+        what = spec.name if spec is not None else f"a {arch.name} model"
+        # sizes each within bounds can multiply to terabytes: count on meta, refuse early
+        check_build_fits(
+            build_on_meta(arch.model_class, config), device=target, dtype=dtype, what=what
+        )
         model = model.to(dtype)
     if spec is not None and hasattr(model, "name"):
         model.name = spec.name

@@ -13,6 +13,7 @@ __all__ = [
     "HubNotFoundError",
     "HubOfflineError",
     "HubUnavailableError",
+    "InsufficientMemoryError",
     "PluginContractError",
     "PluginError",
     "RegistryConflictError",
@@ -48,6 +49,11 @@ class UnknownArchitectureError(ZooError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+class InsufficientMemoryError(ZooError):
+    """A build or a training run would need more memory than the device has; the message gives
+    both figures and what would fit (``ZOO_ALLOW_LARGE=1`` skips the check)."""
 
 
 class RegistryConflictError(ZooError):
