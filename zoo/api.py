@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ModelInfo",
     "build",
+    "inert_fields",
     "info",
     "list_models",
     "plugins",
@@ -59,6 +60,8 @@ class ModelInfo:
     tokenizer_description: str | None = None
     #: ``(kind, name, source)`` of each component the model is composed of.
     components: tuple[tuple[str, str, str], ...] = ()
+    #: The weights file, when described from a checkpoint rather than a named model.
+    checkpoint: str | None = None
 
 
 def resolve_config(
@@ -167,13 +170,55 @@ def build(
     return model
 
 
-def info(name: str) -> ModelInfo:
-    """Describe a named model: architecture, plugin, components, config, parameter count."""
+def inert_fields(config: ModelConfig) -> frozenset[str]:
+    """The fields of ``config`` that take no effect given its components: a field that some
+    component of a kind reads (:attr:`ComponentSpec.reads`) while the component of that kind
+    this config names declares that it does not (``activation`` beside ``ffn = "swiglu"``).
+    A component that declares nothing (``reads=None``) leaves every field in effect."""
     registry = get_registry()
-    arch, spec, config = resolve_config(name)
+    inert: set[str] = set()
+    kept: set[str] = set()
+    for kind in COMPONENT_KINDS:
+        chosen = getattr(config, kind, None)
+        if not isinstance(chosen, str):
+            continue
+        reads = registry.component(kind, chosen).reads
+        owned = {
+            field
+            for name in registry.components(kind)
+            for field in registry.component(kind, name).reads or ()
+        }
+        if reads is None:
+            kept |= owned
+        else:
+            inert |= owned - set(reads)
+            kept |= set(reads)
+    return frozenset(inert - kept)
+
+
+def info(source: str) -> ModelInfo:
+    """Describe a model: its architecture, plugin, components, the config fields that take
+    effect, and its parameter count. Nothing is initialised and no weights are read.
+
+    Args:
+        source: a named model or alias, or anything :func:`zoo.load` accepts: a checkpoint
+            directory (or its weights file) or ``"hf:org/name[@revision]"`` (fetched into the
+            Hugging Face cache first). A checkpoint's config is read from its ``config.json``
+            (or its weights file's header).
+    """
+    from .loading import _looks_like_path
+
+    if source.startswith("hf:") or _looks_like_path(source):
+        return _checkpoint_info(source)
+    registry = get_registry()
+    try:
+        arch, spec, config = resolve_config(source)
+    except UnknownModelError as exc:
+        raise UnknownModelError(
+            f"{exc} (zoo info also takes a checkpoint directory or hf:org/name; {source!r} "
+            "is neither)"
+        ) from None
     assert spec is not None
-    model = build(name, device="meta")
-    params = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
     return ModelInfo(
         name=spec.name,
         aliases=spec.aliases,
@@ -185,15 +230,95 @@ def info(name: str) -> ModelInfo:
         blocks=arch.blocks,
         positions=getattr(config, "positions", "n/a"),
         tokenizer=spec.tokenizer,
-        config=config.to_dict(),
-        parameters=params,
+        config=_effective(config),
+        parameters=_parameters(config),
         weights=spec.weights,
         tokenizer_description=_tokenizer_description(spec.tokenizer),
-        components=tuple(
-            (kind, getattr(config, kind), registry.source(kind, getattr(config, kind)))  # type: ignore[arg-type]
-            for kind in COMPONENT_KINDS
-            if isinstance(getattr(config, kind, None), str)
-        ),
+        components=_components(config),
+    )
+
+
+def _effective(config: ModelConfig) -> dict[str, Any]:
+    """``config`` as a dict without its inert fields (:func:`inert_fields`)."""
+    inert = inert_fields(config)
+    return {k: v for k, v in config.to_dict().items() if k not in inert}
+
+
+def _parameters(config: ModelConfig) -> int:
+    """Distinct parameters of a model of ``config``, counted on the meta device."""
+    model = build(config, device="meta")
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
+
+def _components(config: ModelConfig) -> tuple[tuple[str, str, str], ...]:
+    registry = get_registry()
+    return tuple(
+        (kind, getattr(config, kind), registry.source(kind, getattr(config, kind)))  # type: ignore[arg-type]
+        for kind in COMPONENT_KINDS
+        if isinstance(getattr(config, kind, None), str)
+    )
+
+
+def _checkpoint_info(source: str) -> ModelInfo:
+    """:func:`info` for a checkpoint: recognised as :func:`zoo.load` recognises it, from its
+    config, without reading the weights."""
+    import os
+    from pathlib import Path
+
+    from .checkpoint.files import WEIGHTS_FILE
+    from .checkpoint.manifest import read_config_json
+    from .checkpoint.readers import Request, recognise
+    from .errors import CheckpointError
+
+    layout, model_name = "auto", None
+    if source.startswith("hf:"):
+        from .hub.download import fetch
+        from .hub.source import parse_hf_source
+
+        hub_source = parse_hf_source(source)
+        snapshot = fetch(hub_source, verify=False)
+        directory, weights, file_given = snapshot.directory, snapshot.weights, False
+        layout, model_name = hub_source.layout, hub_source.model_name
+    else:
+        path = Path(os.path.expanduser(source))
+        if not path.exists():
+            raise CheckpointError(f"checkpoint {path} does not exist")
+        file_given = path.is_file()
+        directory, weights = (path.parent, path) if file_given else (path, path / WEIGHTS_FILE)
+    request = Request(
+        directory, weights, read_config_json(directory), layout, model_name, file_given
+    )
+    found = recognise(request)
+    registry = get_registry()
+    arch, config = found.architecture, found.config
+    name = found.model_name
+    tokenizer = None
+    if found.tokenizer is not None:
+        tokenizer = str(found.tokenizer.get("name") or found.tokenizer.get("kind") or "saved")
+    elif name is not None:
+        tokenizer = registry.model(name).tokenizer if name in registry else None
+    fmt = "a zoo checkpoint" if found.format == "zoo" else f"a {found.format} checkpoint"
+    labels = getattr(config, "labels", None)
+    what = f"{fmt} of {arch.name}" + (f" ({name})" if name else "")
+    if isinstance(labels, list):
+        what += f", a classifier over labels {', '.join(map(str, labels))}"
+    return ModelInfo(
+        name=source,
+        aliases=(),
+        description=what,
+        architecture=arch.name,
+        architecture_description=arch.description,
+        plugin=registry.source("architecture", arch.name),
+        model_source=str(directory),
+        blocks=arch.blocks,
+        positions=getattr(config, "positions", "n/a"),
+        tokenizer=tokenizer,
+        config=_effective(config),
+        parameters=_parameters(config),
+        weights=None,
+        tokenizer_description=None,
+        components=_components(config),
+        checkpoint=str(found.weights),
     )
 
 
