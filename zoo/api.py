@@ -151,12 +151,9 @@ def build(
     target = check_device(device)
     from .checkpoint.state import build_on_meta
 
+    if target.type == "meta":
         model: ZooModel = build_on_meta(arch.model_class, config)  # no initialisation on meta
     else:
-        with target:
-    if target.type == "meta":
-            model = arch.model_class(config)
-    if dtype is not None:
         from .memory import check_build_fits
 
         what = spec.name if spec is not None else f"a {arch.name} model"
@@ -164,6 +161,9 @@ def build(
         check_build_fits(
             build_on_meta(arch.model_class, config), device=target, dtype=dtype, what=what
         )
+        with target:
+            model = arch.model_class(config)
+    if dtype is not None:
         model = model.to(dtype)
     if spec is not None and hasattr(model, "name"):
         model.name = spec.name
