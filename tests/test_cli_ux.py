@@ -135,3 +135,58 @@ def test_the_cli_and_zoo_generate_share_their_defaults(capsys):
     model = zoo.load("shakespeare-byte")
     assert out == "ROMEO:" + zoo.generate(model, "ROMEO:", seed=0) + "\n"
     assert GENERATION_DEFAULTS.max_new_tokens == 50 and GENERATION_DEFAULTS.temperature == 1.0
+
+
+# -- 4. zoo info on any source zoo.load accepts ----------------------------------------------
+def test_info_describes_a_checkpoint_folder_from_its_config_alone(capsys, classifier_dir, tmp_path):
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / "config.json").write_bytes((classifier_dir / "config.json").read_bytes())
+    (folder / "model.safetensors").write_bytes(b"not weights")  # info never reads them
+    code, out, err = run(capsys, "info", str(folder))
+    assert code == 0, err
+    assert "sequence-classifier" in out and "labels = ['neg', 'pos']" in out
+    assert f"{folder / 'model.safetensors'}" in out and "tokenizer     byte" in out
+    assert f"{zoo.load(classifier_dir).num_parameters():,}" in out
+
+
+def test_info_describes_a_hugging_face_folder_and_refuses_a_missing_one(capsys, tmp_path):
+    torch.manual_seed(0)
+    model = zoo.build("gpt2-124m", **TINY, vocab_size=257)
+    folder = zoo.export(model, tmp_path / "hf", "hf-gpt2")
+    code, out, err = run(capsys, "info", str(folder))
+    assert code == 0, err
+    assert "hf-gpt2 checkpoint of gpt2" in out and f"{model.num_parameters():,}" in out
+    code, out, err = run(capsys, "info", str(tmp_path / "absent"))
+    assert code == 2 and "does not exist" in err
+
+
+# -- 7. only the fields that take effect ---------------------------------------------------------
+def test_info_shows_only_the_config_fields_that_take_effect(capsys):
+    code, out, _ = run(capsys, "info", "tinyllama-1.1b")
+    assert code == 0 and "ffn = 'swiglu'" in out and "activation" not in out
+    assert "rope_theta" in out
+    code, out, _ = run(capsys, "info", "gpt2-124m")
+    assert code == 0 and "activation = 'gelu_tanh'" in out
+    assert "rope_theta" not in out and "rotary_fraction" not in out
+
+
+def test_inert_fields_follow_what_components_declare(monkeypatch):
+    from tests.test_components import _identity, _Supplies, _use
+    from zoo.api import inert_fields, resolve_config
+    from zoo.specs import ComponentSpec
+
+    def config(**overrides):
+        return resolve_config("gpt2-124m", n_layers=1, **overrides)[2]
+
+    assert inert_fields(config(ffn="geglu")) == {"rope_theta", "rotary_fraction"}
+    assert "activation" in inert_fields(config(ffn="swiglu"))
+    supplies = _Supplies(
+        ComponentSpec("ffn", "undeclared", _identity),  # reads=None: may read anything
+        ComponentSpec("ffn", "own-act", _identity, reads=("act_scale",)),
+    )
+    _use(monkeypatch, plugins={"supplies": supplies})
+    assert "activation" not in inert_fields(config(ffn="undeclared"))
+    assert "activation" in inert_fields(config(ffn="own-act"))
+    with pytest.raises(ValueError, match="reads must be a tuple"):
+        ComponentSpec("ffn", "bad", _identity, reads=["activation"])  # type: ignore[arg-type]

@@ -117,7 +117,8 @@ def _tokenizer_line(info: api.ModelInfo) -> str:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    """Describe one named model."""
+    """Describe a model: a named model, a checkpoint directory or hf:org/name (reads its
+    config, not its weights)."""
     info = api.info(args.name)
     print(f"{info.name}: {_printable(info.description)}")
     fields = [
@@ -129,7 +130,10 @@ def cmd_info(args: argparse.Namespace) -> int:
         *((kind, f"{name} (from {source})") for kind, name, source in info.components),
         ("tokenizer", _tokenizer_line(info)),
         ("parameters", f"{info.parameters:,}"),
-        ("weights", str(info.weights) if info.weights else "none (random init only)"),
+        (
+            "weights",
+            info.checkpoint or (str(info.weights) if info.weights else "none (random init only)"),
+        ),
     ]
     width = max(len(k) for k, _ in fields)
     for key, value in fields:
@@ -523,7 +527,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("list", cmd_list)
     p.add_argument("--all", action="store_true", help="include models whose plugin is missing")
-    add("info", cmd_info).add_argument("name", help="named model or alias")
+    add("info", cmd_info).add_argument(
+        "name",
+        metavar="NAME_OR_SOURCE",
+        help="named model or alias, a checkpoint directory, or hf:org/name[@rev]",
+    )
     add("plugins", cmd_plugins)
     p = add("tour", cmd_tour)
     p.add_argument("--device", default="cpu", help="device to build on (default: cpu)")

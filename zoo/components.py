@@ -18,28 +18,60 @@ def zoo_components() -> list[ComponentSpec]:
     nn = "zoo.nn"
     return [
         ComponentSpec(
-            "positions", "learned", f"{nn}.positions:learned", "one trained vector per position"
+            "positions",
+            "learned",
+            f"{nn}.positions:learned",
+            "one trained vector per position",
+            reads=(),
         ),
         ComponentSpec(
-            "positions", "sinusoidal", f"{nn}.positions:sinusoidal", "fixed sin/cos vectors"
+            "positions",
+            "sinusoidal",
+            f"{nn}.positions:sinusoidal",
+            "fixed sin/cos vectors",
+            reads=(),
         ),
         ComponentSpec(
             "positions",
             "rotary",
             f"{nn}.positions:rotary",
             "RoPE on queries and keys (rotate-half, rope_theta, rotary_fraction)",
+            reads=("rope_theta", "rotary_fraction"),
         ),
-        ComponentSpec("positions", "none", f"{nn}.positions:none", "no position information"),
-        ComponentSpec("norm", "layernorm", f"{nn}.norms:layernorm", "LayerNorm (layer_norm_eps)"),
-        ComponentSpec("norm", "rmsnorm", f"{nn}.norms:rmsnorm", "RMSNorm (layer_norm_eps)"),
+        ComponentSpec(
+            "positions", "none", f"{nn}.positions:none", "no position information", reads=()
+        ),
+        ComponentSpec(
+            "norm",
+            "layernorm",
+            f"{nn}.norms:layernorm",
+            "LayerNorm (layer_norm_eps)",
+            reads=("layer_norm_eps",),
+        ),
+        ComponentSpec(
+            "norm",
+            "rmsnorm",
+            f"{nn}.norms:rmsnorm",
+            "RMSNorm (layer_norm_eps)",
+            reads=("layer_norm_eps",),
+        ),
         ComponentSpec(
             "ffn",
             "mlp",
             f"{nn}.feedforward:mlp",
             "proj(act(fc(x))), act = activation (gelu, gelu_tanh, relu, silu)",
+            reads=("activation",),
         ),
-        ComponentSpec("ffn", "swiglu", f"{nn}.feedforward:swiglu", "proj(silu(gate) * up)"),
-        ComponentSpec("ffn", "geglu", f"{nn}.feedforward:geglu", "proj(gelu(gate) * up)"),
+        ComponentSpec(
+            "ffn", "swiglu", f"{nn}.feedforward:swiglu", "proj(silu(gate) * up)", reads=()
+        ),
+        ComponentSpec(
+            "ffn",
+            "geglu",
+            f"{nn}.feedforward:geglu",
+            "proj(gelu(gate) * up)",
+            reads=("activation",),
+        ),
         ComponentSpec(
             "attention",
             "mha",

@@ -390,17 +390,30 @@ class ComponentSpec:
         name: registry name within its kind, e.g. ``"rotary"``.
         factory: the factory, or a lazy ``"module:function"`` reference to it.
         description: one line for ``zoo info`` and ``zoo plugins``.
+        reads: the config fields that are this component's options (read by components of
+            its kind, not by the model itself): ``("activation",)`` for ``mlp``, ``()`` for
+            ``swiglu``. A field some component of a kind reads is inert in a config whose
+            component of that kind declares it does not, and ``zoo info`` hides it. ``None``
+            (the default): not declared, so every field may take effect.
     """
 
     kind: str
     name: str
     factory: Callable[[Any], Any] | str
     description: str = ""
+    reads: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in COMPONENT_KINDS:
             raise ValueError(
                 f"component kind {self.kind!r} is not one of {', '.join(COMPONENT_KINDS)}"
+            )
+        if self.reads is not None and not (
+            isinstance(self.reads, tuple) and all(isinstance(f, str) for f in self.reads)
+        ):
+            raise ValueError(
+                f"{self.kind} component {self.name!r}: reads must be a tuple of config field "
+                f"names or None, got {self.reads!r}"
             )
         _check_name(f"{self.kind} component", self.name)
 
