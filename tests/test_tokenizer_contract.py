@@ -140,4 +140,6 @@ def test_the_built_in_directory_readers_declare_it():
     registry = zoo.registry.load_registry()
     assert registry.tokenizer("gpt1-bpe").reads_checkpoint
     assert registry.tokenizer("subword-bpe").reads_checkpoint
-    assert not registry.tokenizer("gpt2-bpe").reads_checkpoint
+    # gpt2-bpe reads a Hugging Face folder's vocab.json + merges.txt only to check they are
+    # GPT-2's (its ranks are shipped)
+    assert registry.tokenizer("gpt2-bpe").checkpoint_files == ("vocab.json", "merges.txt")
