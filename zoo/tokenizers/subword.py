@@ -20,13 +20,18 @@ from tokenizers import decoders, models, pre_tokenizers, trainers
 from .errors import TokenizerError, TokenizerInputError
 from .hf_backend import HFTokenizer
 
-__all__ = ["SPECIAL_TOKENS", "SubwordBPE"]
+__all__ = ["MAX_VOCAB", "SPECIAL_TOKENS", "SubwordBPE"]
 
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
 #: The special tokens, in id order (``<pad>`` = 0, ``<unk>`` = 1, ``<s>`` = 2, ``</s>`` = 3).
 SPECIAL_TOKENS: tuple[str, ...] = (PAD, UNK, BOS, EOS)
 _ROLES = {"pad": PAD, "unk": UNK, "bos": BOS, "eos": EOS}
 _MIN_VOCAB = 256 + len(SPECIAL_TOKENS)
+#: The most ids :meth:`SubwordBPE.train` accepts (2**24 = 16,777,216). The ``tokenizers``
+#: trainer reserves memory for every id asked for before it reads any text (2**28 ids take
+#: 0.5 GB, 2**31 abort the process in its allocator), and an embedding of 2**24 rows is
+#: already 50 GB at width 768; the largest vocabularies in use are about 2**18.
+MAX_VOCAB = 1 << 24
 
 
 class SubwordBPE(HFTokenizer):
@@ -60,14 +65,15 @@ class SubwordBPE(HFTokenizer):
 
         Args:
             texts: training text (source and target sentences alike), any iterable of str.
-            vocab_size: ids wanted, special tokens and the 256 byte tokens included. A small
-                corpus may give fewer: size the model with the trained tokenizer's
-                :attr:`vocab_size`.
+            vocab_size: ids wanted, special tokens and the 256 byte tokens included, at most
+                :data:`MAX_VOCAB`. A small corpus may give fewer: size the model with the
+                trained tokenizer's :attr:`vocab_size`.
             min_frequency: pairs seen fewer times are not merged.
             name: registry name stored with the tokenizer.
 
         Raises:
-            TokenizerError: ``vocab_size`` too small, or no text to learn from.
+            TokenizerError: ``vocab_size`` too small or above :data:`MAX_VOCAB`, or no text
+                to learn from.
             TokenizerInputError: an item of ``texts`` that is not a str.
         """
         if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
@@ -76,6 +82,13 @@ class SubwordBPE(HFTokenizer):
             raise TokenizerError(
                 f"vocab_size={vocab_size} is too small: a byte-level BPE needs at least "
                 f"{_MIN_VOCAB} ids (256 bytes + {len(SPECIAL_TOKENS)} special tokens)"
+            )
+        if vocab_size > MAX_VOCAB:
+            raise TokenizerError(
+                f"vocab_size={vocab_size} is too large: at most {MAX_VOCAB:,} (2**24) ids. The "
+                "tokenizers trainer reserves memory for every id before reading any text (2**31 "
+                "abort the process), and a model's embedding of that many rows would not fit; "
+                "real vocabularies have 30,000-260,000 ids"
             )
         if isinstance(texts, str):
             raise TokenizerInputError("train takes an iterable of texts, not one str; wrap it")
