@@ -10,8 +10,10 @@ every tokenizer in the zoo behaves the same way. Nothing here imports torch unti
 from __future__ import annotations
 
 import abc
+import hashlib
+import json
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -142,6 +144,21 @@ class Tokenizer(abc.ABC):
     @abc.abstractmethod
     def _encode_batch(self, texts: list[str], allowed: frozenset[str]) -> list[list[int]]: ...
 
+    def _encode_iter(self, text: str, allowed: frozenset[str]) -> Iterator[list[int]]:
+        """The ids of ``text`` in consecutive lists (see :meth:`iter_encode`); a backend that
+        can cut long text without changing its ids overrides this."""
+        yield self._encode(text, allowed)
+
+    def _content(self) -> Iterator[bytes]:
+        """The serialised state that decides the ids (vocabulary, merges or ranks, rules),
+        for :meth:`fingerprint`. This default lists every id's token; backends yield their
+        exact serialisation."""
+        for token_id in range(self.vocab_size):
+            try:
+                yield self.id_to_token(token_id).encode("utf-8", "surrogatepass")
+            except TokenizerError:
+                yield b"\x00(no token)"
+
     @abc.abstractmethod
     def _decode(self, ids: list[int], skip_special_tokens: bool) -> str: ...
 
@@ -236,6 +253,37 @@ class Tokenizer(abc.ABC):
         if add_special_tokens and (self._prefix or self._suffix):
             ids = [*self._prefix, *ids, *self._suffix]
         return ids
+
+    def iter_encode(
+        self, text: str, *, allowed_special: AllowedSpecial = False
+    ) -> Iterator[list[int]]:
+        """The ids of ``text`` as :meth:`encode` gives them (no sequence tokens), in
+        consecutive lists whose concatenation is exactly ``encode(text)``: a long text is cut
+        where no token can cross, so memory stays bounded by the piece, not the text.
+        """
+        if not isinstance(text, str):
+            raise _text_error(text, "iter_encode")
+        _check_unicode(text, "iter_encode")
+        yield from self._encode_iter(text, self._allowed(allowed_special))
+
+    def fingerprint(self) -> str:
+        """sha256 (hex) of everything that decides this tokenizer's ids: its class, special
+        tokens and roles, and its full serialised state (vocabulary, merges or ranks,
+        normalisation and splitting rules). Equal fingerprints encode every text alike;
+        caches of token ids are keyed by it (the name and size are not enough)."""
+        digest = hashlib.sha256()
+        head = {
+            "class": f"{type(self).__module__}.{type(self).__qualname__}",
+            "vocab_size": self.vocab_size,
+            "special_tokens": sorted(self.special_tokens.items()),
+            "roles": sorted(self._roles.items()),
+            "wrap": list(self._wrap),
+        }
+        digest.update(json.dumps(head, sort_keys=True).encode())
+        for part in self._content():
+            digest.update(len(part).to_bytes(8, "little"))
+            digest.update(part)
+        return digest.hexdigest()
 
     def encode_batch(
         self,

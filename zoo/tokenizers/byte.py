@@ -7,16 +7,19 @@ trained on character-level data, such as the shipped ``shakespeare-byte``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from .base import Tokenizer
+from .chunking import CUT_ANYWHERE, pieces
 from .errors import TokenizerError, TokenizerInputError
 
 __all__ = ["ENDOFTEXT", "ByteTokenizer"]
 
 ENDOFTEXT = "<|endoftext|>"
+#: :meth:`ByteTokenizer.iter_encode` yields the ids of this many characters at a time.
+CHUNK_CHARS = 1 << 16
 
 
 class ByteTokenizer(Tokenizer):
@@ -67,6 +70,10 @@ class ByteTokenizer(Tokenizer):
 
     def _encode_batch(self, texts: list[str], allowed: frozenset[str]) -> list[list[int]]:
         return [self._encode(text, allowed) for text in texts]
+
+    def _encode_iter(self, text: str, allowed: frozenset[str]) -> Iterator[list[int]]:
+        for piece in pieces(text, CHUNK_CHARS, CUT_ANYWHERE, allowed):  # never inside a special
+            yield self._encode(piece, allowed)
 
     def _decode(self, ids: list[int], skip_special_tokens: bool) -> str:
         pieces: list[str] = []

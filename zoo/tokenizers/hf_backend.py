@@ -4,7 +4,7 @@ BPE...): the algorithm, normalisation and pre-tokenisation all run in that libra
 from __future__ import annotations
 
 import functools
-import re
+import json
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import tokenizers
 
 from .base import Tokenizer
+from .chunking import CUT_WORDS, pieces
 from .errors import TokenizerError, VocabularyFileError
 from .files import MANIFEST, sha256_bytes, write_manifest
 
@@ -24,23 +25,43 @@ __all__ = ["CHUNK_CHARS", "TOKENIZER_FILE", "HFTokenizer"]
 CHUNK_CHARS = 1 << 16
 CHUNKS_AT_ONCE = 16
 
-#: Where a text may be cut: between a non-space character and a single space followed by a
-#: non-space character ("word| next"). No pre-tokenizer zoo uses joins characters across such
-#: a boundary (whitespace splits words; byte-level BPE starts a token at " next").
-_CUT = re.compile(r"(?<=\S)(?= \S)")
+#: Normalizers that map each character on its own (no context, nothing added at the start),
+#: and pre-tokenizers after which :mod:`~zoo.tokenizers.chunking`'s cuts are word boundaries.
+_CHAR_NORMALIZERS = frozenset(
+    {"BertNormalizer", "Lowercase", "NFC", "NFD", "NFKC", "NFKD", "StripAccents"}
+)
 
 
-def _pieces(text: str, size: int) -> Iterator[str]:
-    """``text`` cut into pieces of about ``size`` characters at :data:`_CUT` boundaries (a
-    piece grows past ``size`` when no boundary comes sooner)."""
-    start = 0
-    while len(text) - start > size:
-        match = _CUT.search(text, start + size)
-        if match is None:
-            break
-        yield text[start : match.start()]
-        start = match.start()
-    yield text[start:]
+def _cut_rule(config: Mapping[str, Any]) -> str | None:
+    """Where a text may be cut for the library tokenizer serialised as ``config`` (its
+    ``tokenizer.json``): :data:`~zoo.tokenizers.chunking.CUT_WORDS` when its normalizer and
+    pre-tokenizer are known to keep word boundaries, else ``None`` (never cut)."""
+    normalizer = config.get("normalizer")
+    parts = [] if normalizer is None else [normalizer]
+    while parts:
+        part = parts.pop()
+        if part.get("type") == "Sequence":
+            parts.extend(part.get("normalizers") or [])
+        elif part.get("type") not in _CHAR_NORMALIZERS:
+            return None  # e.g. Llama's Prepend("▁") would start every piece with "▁"
+    pre = config.get("pre_tokenizer") or {}
+    bert = pre.get("type") == "BertPreTokenizer"
+    gpt2 = (
+        pre.get("type") == "ByteLevel"
+        and pre.get("use_regex", True)
+        and not pre.get("add_prefix_space", False)
+    )
+    if not (bert or gpt2):
+        return None
+    for added in config.get("added_tokens") or []:
+        context = added.get("single_word") or added.get("lstrip") or added.get("rstrip")
+        if context or (added.get("normalized") and normalizer is not None):
+            return None  # its match depends on its neighbours or on the normalized text
+    return CUT_WORDS
+
+
+#: The pieces a text is encoded in (:func:`zoo.tokenizers.chunking.pieces`; a seam for tests).
+_pieces = pieces
 
 
 def _library(call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -78,6 +99,13 @@ class HFTokenizer(Tokenizer):
 
     def __init__(self, tokenizer: tokenizers.Tokenizer, **kwargs: Any) -> None:
         self.tokenizer = tokenizer
+        config = json.loads(tokenizer.to_str())
+        #: Where texts may be cut (a :mod:`~zoo.tokenizers.chunking` rule, or ``None``) and
+        #: the strings no cut may split (every added token).
+        self._cut: tuple[str | None, tuple[str, ...]] = (
+            _cut_rule(config),
+            tuple(str(a.get("content", "")) for a in config.get("added_tokens") or []),
+        )
         self._vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
         self._specials = {
             added.content: token_id
@@ -123,28 +151,45 @@ class HFTokenizer(Tokenizer):
         copy.encode_special_tokens = True
         return copy
 
+    def _content(self) -> Iterator[bytes]:
+        yield self.tokenizer.to_str().encode("utf-8")  # model, normalizer, splitting, added
+
     def _encode(self, text: str, allowed: frozenset[str]) -> list[int]:
         return self._encode_batch([text], allowed)[0]
 
     def _encode_batch(self, texts: list[str], allowed: frozenset[str]) -> list[list[int]]:
+        return [[i for ids in self._encode_iter(text, allowed) for i in ids] for text in texts]
+
+    def _encode_iter(self, text: str, allowed: frozenset[str]) -> Iterator[list[int]]:
         if allowed and allowed != frozenset(self._specials):  # only some: split at them
-            as_text = functools.partial(self._encode_pieces, self._as_text)
-            return [self._encode_with_specials(text, allowed, as_text) for text in texts]
+
+            def as_text(part: str) -> list[int]:
+                return [i for ids in self._encode_pieces(self._as_text, part) for i in ids]
+
+            yield self._encode_with_specials(text, allowed, as_text)
+            return
         library = self.tokenizer if allowed else self._as_text
-        return [self._encode_pieces(library, text) for text in texts]
+        yield from self._encode_pieces(library, text)
+
+    def _encode_pieces(self, library: tokenizers.Tokenizer, text: str) -> Iterator[list[int]]:
+        """Long texts are cut into pieces of about :data:`CHUNK_CHARS` at boundaries no token
+        crosses (:mod:`~zoo.tokenizers.chunking`) and encoded a few pieces at a time: the
+        library builds a full ``Encoding`` (offsets, strings) per token, about 600 bytes
+        each, so one 50 MB text took 6.5 GB. Yields the ids of each few pieces."""
+        rule, protected = self._cut
+        batch: list[str] = []
+        for piece in _pieces(text, CHUNK_CHARS, rule, protected):
+            batch.append(piece)
+            if len(batch) == CHUNKS_AT_ONCE:
+                yield self._encode_library(library, batch)
+                batch = []
+        if batch:
+            yield self._encode_library(library, batch)
 
     @staticmethod
-    def _encode_pieces(library: tokenizers.Tokenizer, text: str) -> list[int]:
-        """Long texts are cut into pieces of about :data:`CHUNK_CHARS` at boundaries no token
-        crosses and encoded a few pieces at a time: the library builds a full ``Encoding``
-        (offsets, strings) per token, about 600 bytes each, so one 50 MB text took 6.5 GB."""
-        pieces = list(_pieces(text, CHUNK_CHARS))
-        ids: list[int] = []
-        for start in range(0, len(pieces), CHUNKS_AT_ONCE):
-            batch = pieces[start : start + CHUNKS_AT_ONCE]
-            for encoding in _library(library.encode_batch_fast, batch, add_special_tokens=False):
-                ids.extend(encoding.ids)
-        return ids
+    def _encode_library(library: tokenizers.Tokenizer, batch: list[str]) -> list[int]:
+        encodings = _library(library.encode_batch_fast, batch, add_special_tokens=False)
+        return [i for encoding in encodings for i in encoding.ids]
 
     def _decode(self, ids: list[int], skip_special_tokens: bool) -> str:
         return _library(self.tokenizer.decode, ids, skip_special_tokens=skip_special_tokens)

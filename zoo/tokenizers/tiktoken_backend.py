@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import tiktoken
 
 from .base import Tokenizer
+from .chunking import CUT_WORDS, pieces
 from .errors import TokenizerError, VocabularyFileError
 from .files import MANIFEST, read_verified, sha256_bytes, write_manifest
 
@@ -18,6 +19,20 @@ __all__ = ["RANKS_FILE", "TiktokenTokenizer", "parse_tiktoken_ranks"]
 
 #: Name of the ranks file in a saved tokenizer directory.
 RANKS_FILE = "tokenizer.tiktoken"
+
+#: Long texts are encoded in pieces of about this many characters (when the split pattern is
+#: one :mod:`~zoo.tokenizers.chunking` knows to keep word boundaries).
+CHUNK_CHARS = 1 << 16
+
+#: GPT-2's split patterns (tiktoken's r50k/p50k and the GPT-2 release's): their words end at
+#: the cuts of :data:`~zoo.tokenizers.chunking.CUT_WORDS`. Others (cl100k's ``\p{N}{1,3}``,
+#: its punctuation that takes the newlines after it) are not cut.
+_GPT2_PATTERNS = frozenset(
+    {
+        r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s""",
+        r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""",
+    }
+)
 
 
 def parse_tiktoken_ranks(data: bytes, *, source: str, expected_size: int | None = None) -> dict:
@@ -118,6 +133,16 @@ class TiktokenTokenizer(Tokenizer):
         return self.encoding.encode_batch(
             texts, allowed_special=set(allowed), disallowed_special=()
         )
+
+    def _encode_iter(self, text: str, allowed: frozenset[str]) -> Iterator[list[int]]:
+        rule = CUT_WORDS if self.encoding._pat_str in _GPT2_PATTERNS else None
+        for piece in pieces(text, CHUNK_CHARS, rule, tuple(self._specials)):
+            yield self._encode(piece, allowed)
+
+    def _content(self) -> Iterator[bytes]:
+        yield self.encoding._pat_str.encode("utf-8")
+        ranks = sorted(self.encoding._mergeable_ranks.items(), key=lambda item: item[1])
+        yield b"".join(base64.b64encode(token) + b" %d\n" % rank for token, rank in ranks)
 
     def _decode(self, ids: list[int], skip_special_tokens: bool) -> str:
         if skip_special_tokens:
