@@ -7,6 +7,8 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +81,123 @@ def _read_text(path: Path) -> str:
     return text
 
 
+#: Bytes read at a time when hashing or checking files.
+_BLOCK = 1 << 20
+#: Temporary token files: ``tokens-<key>.<host>.<pid>.tmp`` in the cache folder.
+_TEMPORARY = re.compile(r"^tokens-[0-9a-f]+(-meta)?\.(?P<host>[^.]+)\.(?P<pid>\d+)\.tmp$")
+
+
+def _cache_key(sources: list[Path], tokenizer: Any) -> str:
+    """sha256 (hex) of the tokenizer's content and each source's name, length and sha256, in
+    order (so text moved from one file to the next changes it)."""
+    digest = hashlib.sha256()
+    digest.update(json.dumps(["zoo-tokens-v2", tokenizer.fingerprint()]).encode())
+    for source in sources:
+        content = hashlib.sha256()
+        with open(source, "rb") as file:
+            while block := file.read(_BLOCK):
+                content.update(block)
+        entry = [source.name, source.stat().st_size, content.hexdigest()]
+        digest.update(json.dumps(entry).encode())
+    return digest.hexdigest()
+
+
+def _meta_path(path: Path) -> Path:
+    return path.with_suffix(".json")
+
+
+def _scan(path: Path, dtype: np.dtype) -> tuple[int, str, int]:
+    """Number of ids, sha256 and largest id of a token file, read a block at a time."""
+    digest, count, largest = hashlib.sha256(), 0, -1
+    step = _BLOCK // dtype.itemsize
+    with open(path, "rb") as file:
+        while True:
+            ids = np.fromfile(file, dtype=dtype, count=step)
+            if not len(ids):
+                break
+            digest.update(ids.tobytes())
+            count += len(ids)
+            largest = max(largest, int(ids.max()))
+    return count, digest.hexdigest(), largest
+
+
+def _valid(path: Path, key: str, dtype: np.dtype, vocab_size: int) -> bool:
+    """Whether ``path`` is the complete token file its record describes, every id in the
+    vocabulary."""
+    try:
+        meta = json.loads(_meta_path(path).read_text())
+        if meta.get("key") != key or meta.get("dtype") != dtype.name:
+            return False
+        if path.stat().st_size != int(meta["tokens"]) * dtype.itemsize:
+            return False
+        count, sha256, largest = _scan(path, dtype)
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return count == meta["tokens"] and sha256 == meta["sha256"] and largest < vocab_size
+
+
+def _tokenize(
+    sources: list[Path], tokenizer: Any, path: Path, key: str, dtype: np.dtype, vocab_size: int
+) -> None:
+    """Stream the ids of ``sources`` into ``path`` (written under a temporary name first,
+    then its record beside it)."""
+    staging = path.with_name(f"{path.stem}.{_host()}.{os.getpid()}.tmp")
+    record = path.with_name(f"{path.stem}-meta.{_host()}.{os.getpid()}.tmp")
+    digest, count = hashlib.sha256(), 0
+    try:
+        with open(staging, "wb") as file:
+            for source in sources:
+                text = _read_text(source)
+                for ids in tokenizer.iter_encode(text):
+                    if not ids:
+                        continue
+                    array = np.asarray(ids, dtype=np.int64)
+                    if int(array.min()) < 0 or int(array.max()) >= vocab_size:
+                        raise DataError(
+                            f"tokenizer {tokenizer.name!r} gave an id outside its vocabulary "
+                            f"(0 .. {vocab_size - 1}) for {source}; the tokenizer is broken"
+                        )
+                    data = array.astype(dtype).tobytes()
+                    digest.update(data)
+                    file.write(data)
+                    count += len(array)
+                del text
+            file.flush()
+            os.fsync(file.fileno())
+        meta = {"key": key, "dtype": dtype.name, "tokens": count, "sha256": digest.hexdigest()}
+        _meta_path(path).unlink(missing_ok=True)
+        os.replace(staging, path)  # never a half-written token file under the real name
+        record.write_text(json.dumps(meta))
+        os.replace(record, _meta_path(path))
+    finally:
+        staging.unlink(missing_ok=True)
+        record.unlink(missing_ok=True)
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "-", socket.gethostname()) or "host"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def _remove_stale_temporaries(cache: Path) -> None:
+    """Remove the temporary token files of writers on this host that are no longer running
+    (a run killed while tokenizing)."""
+    host = _host()
+    for entry in cache.glob("tokens-*.tmp"):
+        match = _TEMPORARY.match(entry.name)
+        if match and match["host"] == host and not _alive(int(match["pid"])):
+            entry.unlink(missing_ok=True)
+
+
 @dataclasses.dataclass(frozen=True)
 class TokenData:
     """A token file made from text files with one tokenizer, split into train and val.
@@ -98,22 +217,24 @@ class TokenData:
     def build(
         cls, sources: list[Path], tokenizer: Any, cache: Path, val_fraction: float
     ) -> TokenData:
-        """Tokenize ``sources`` with ``tokenizer`` into ``cache`` (reused while the sources'
-        bytes and the tokenizer are the same: the name is a hash of both)."""
-        digest = hashlib.sha256()
-        digest.update(json.dumps([tokenizer.name, tokenizer.vocab_size]).encode())
-        for source in sources:
-            digest.update(source.read_bytes())
-        dtype = np.uint16 if tokenizer.vocab_size <= 1 << 16 else np.uint32
-        path = cache / f"tokens-{digest.hexdigest()[:16]}.bin"
-        if not path.exists():
-            ids: list[int] = []
-            for source in sources:
-                ids.extend(tokenizer.encode(_read_text(source)))
-            cache.mkdir(parents=True, exist_ok=True)
-            staging = path.with_suffix(f".{os.getpid()}.tmp")
-            np.asarray(ids, dtype=dtype).tofile(staging)
-            os.replace(staging, path)  # never a half-written token file under the real name
+        """Tokenize ``sources`` with ``tokenizer`` into ``cache``, or reuse the token file
+        made there before from the same sources and tokenizer.
+
+        The file's name is a digest of the tokenizer's full content
+        (:meth:`~zoo.tokenizers.Tokenizer.fingerprint`) and of each source's name, length and
+        sha256 in order; a ``.json`` beside it records its length and sha256. A file that
+        does not match them, or holds an id outside the vocabulary, is made again. Ids are
+        streamed to a temporary file in ``cache`` (renamed when complete), so memory stays
+        near the size of one source's text; temporaries left by a killed run are removed.
+        """
+        vocab_size = int(tokenizer.vocab_size)
+        dtype = np.dtype(np.uint16 if vocab_size <= 1 << 16 else np.uint32)
+        key = _cache_key(sources, tokenizer)
+        path = cache / f"tokens-{key[:32]}.bin"
+        cache.mkdir(parents=True, exist_ok=True)
+        _remove_stale_temporaries(cache)
+        if not _valid(path, key, dtype, vocab_size):
+            _tokenize(sources, tokenizer, path, key, dtype, vocab_size)
         tokens = np.memmap(path, dtype=dtype, mode="r")
         split = int(len(tokens) * (1 - val_fraction))
         return cls(path, tokens, split)
