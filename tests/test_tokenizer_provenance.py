@@ -150,3 +150,23 @@ def test_a_tokenizer_that_cannot_be_exported_is_a_warning_naming_why(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         zoo.export(model, tmp_path / "out2")
+
+
+def test_hf_repo_keeps_the_tokenizer_it_ships(local_hub, tmp_path):
+    """``zoo.load("hf:org/name")`` of a GPT-2 repo shipping GPT-2's vocab.json + merges.txt
+    has GPT-2's tokenizer; the same weights in a repo without them have none (not borrowed
+    because the vocabulary has 50,257 ids)."""
+    _tiny_gpt2(tmp_path / "hf")
+    model = zoo.load(tmp_path / "hf")
+    files = {p.name: p for p in (tmp_path / "hf").iterdir() if p.is_file()}
+    local_hub.add_files("org/bare", files)
+    model.tokenizer = zoo.tokenizer("gpt2-124m")
+    zoo.export(model, tmp_path / "out")
+    exported = tmp_path / "out"
+    shipped = {n: exported / n for n in ("config.json", "model.safetensors", "vocab.json")}
+    local_hub.add_files("org/with-tokenizer", {**shipped, "merges.txt": exported / "merges.txt"})
+
+    loaded = zoo.load("hf:org/with-tokenizer")
+    assert loaded.tokenizer is not None and loaded.tokenizer.encode("Hello world") == [15496, 995]
+    bare = zoo.load("hf:org/bare")
+    assert bare.tokenizer is None and "never guesses" in bare.tokenizer_error
