@@ -153,3 +153,62 @@ def test_huge_integer_in_config_is_a_clear_error(tmp_path):
     (tmp_path / "config.json").write_text(text)
     with pytest.raises(CheckpointError, match=r"config\.json"):
         zoo.load(tmp_path)
+
+
+GPT_NON_DEFAULT = [
+    (
+        transformers.GPT2Config,
+        transformers.GPT2LMHeadModel,
+        dict(n_inner=48, activation_function="relu", layer_norm_epsilon=1e-2),
+    ),
+    (
+        transformers.GPT2Config,
+        transformers.GPT2LMHeadModel,
+        dict(activation_function="gelu", tie_word_embeddings=False),
+    ),
+    (
+        transformers.OpenAIGPTConfig,
+        transformers.OpenAIGPTLMHeadModel,
+        dict(afn="relu", layer_norm_epsilon=1e-2),
+    ),
+]
+
+
+@pytest.mark.parametrize(("config_cls", "model_cls", "values"), GPT_NON_DEFAULT)
+def test_gpt_non_default_configs_written_by_transformers_match(
+    tmp_path, config_cls, model_cls, values
+):
+    """Non-default GPT-2 / GPT-1 values as the installed transformers writes them reach the
+    model: logits equal transformers' to 1e-5."""
+    torch.manual_seed(0)
+    config = config_cls(vocab_size=64, n_embd=32, n_layer=2, n_head=4, n_positions=32, **values)
+    ref = model_cls(config).eval()
+    with torch.no_grad():  # LayerNorm weights away from 1/0, so eps and bias matter
+        for p in ref.parameters():
+            p.add_(torch.randn_like(p) * 0.2)
+    ref.save_pretrained(tmp_path)
+    ids = torch.randint(0, 64, (2, 24), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(zoo.load(tmp_path)(ids), ref(ids).logits, rtol=1e-5, atol=1e-5)
+
+
+MISSPELLED = [
+    (_gpt2, "layer_norm_eps", 1e-3),  # GPT-2 spells it layer_norm_epsilon
+    (_gpt1, "layer_norm_eps", 1e-3),
+    (_gpt2, "n_embed", 64),
+]
+
+
+@pytest.mark.parametrize(("make", "key", "value"), MISSPELLED)
+def test_misspelled_math_keys_are_refused(tmp_path, make, key, value):
+    make(tmp_path)
+    _edit(tmp_path, lambda d: d.update({key: value}))
+    with pytest.raises(CheckpointError, match=rf"{key} = {value!r}"):
+        zoo.load(tmp_path)
+
+
+def test_llama_eps_spelled_as_layer_norm_is_refused(tmp_path):
+    _llama(tmp_path, rope_theta=10000.0)
+    _edit(tmp_path, lambda d: d.update(layer_norm_eps=1e-3))
+    with pytest.raises(CheckpointError, match=r"layer_norm_eps = 0\.001"):
+        zoo.load(tmp_path)
