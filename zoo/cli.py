@@ -397,7 +397,8 @@ def _override(text: str) -> tuple[str, Any]:
 
 def cmd_train(args: argparse.Namespace) -> int:
     """Train a model (new, or fine-tune weights with --from) on text, pairs or labelled text;
-    works under torchrun."""
+    works under torchrun. Exit status: 0 when done, 2 on an error (a diverged run included),
+    130/143 after SIGINT/SIGTERM (checkpoint saved: the same command resumes)."""
     import torch
 
     from . import loading
@@ -408,6 +409,21 @@ def cmd_train(args: argparse.Namespace) -> int:
             "name the model once: NAME for a new model with random weights, or --from SOURCE "
             "(a checkpoint directory, hf:org/name, or a named model with weights) to fine-tune"
         )
+    api.check_device(args.device)  # before anything is loaded; the check zoo generate makes
+    config = TrainConfig(  # its errors too, before a model is built or a tokenizer trained
+        steps=args.steps,
+        batch_size=args.batch_size,
+        grad_accum=args.grad_accum,
+        lr=args.lr,
+        min_lr=args.min_lr if args.min_lr is not None else args.lr / 10,
+        warmup=args.warmup,
+        eval_every=args.eval_every,
+        checkpoint_every=args.checkpoint_every,
+        seed=args.seed,
+        time_budget=args.time_budget,
+        loss_target=args.loss_target,
+        bf16=args.bf16,
+    )
     overrides = dict(_override(item) for item in args.set or ())
     tok = None
     if args.tokenizer is not None:
@@ -428,20 +444,6 @@ def cmd_train(args: argparse.Namespace) -> int:
         model = loading.load(args.source)
     if args.task == "classify":  # a linear head over the labels the data uses
         model = classifier(model, labels_in(args.data))
-    config = TrainConfig(
-        steps=args.steps,
-        batch_size=args.batch_size,
-        grad_accum=args.grad_accum,
-        lr=args.lr,
-        min_lr=args.min_lr if args.min_lr is not None else args.lr / 10,
-        warmup=args.warmup,
-        eval_every=args.eval_every,
-        checkpoint_every=args.checkpoint_every,
-        seed=args.seed,
-        time_budget=args.time_budget,
-        loss_target=args.loss_target,
-        bf16=args.bf16,
-    )
     result = train(
         model,
         args.data,
@@ -454,7 +456,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if result.val_loss is not None:
         print(f"val loss {result.val_loss:.4f} after {result.steps} steps")
     print(f"model: {result.checkpoint}")
-    return 0
+    return 128 + result.signal if result.signal else 0  # 130 (SIGINT), 143 (SIGTERM)
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
@@ -618,7 +620,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="source",
         metavar="SOURCE",
         help="weights to fine-tune instead: a checkpoint directory, hf:org/name[@rev], or a "
-        "named model with weights (gpt2-124m)",
+        "named model with weights (gpt2-124m) (default: none, NAME from random weights)",
     )
     p.add_argument(
         "--data",
@@ -630,10 +632,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--task",
         choices=("lm", "classify"),
         default="lm",
-        help="lm (default): the model's own task; classify: fine-tune it as a sequence "
-        "classifier (a linear head on the last token, saved with the checkpoint)",
+        help="lm: the model's own task; classify: fine-tune it as a sequence classifier (a "
+        "linear head on the last token, saved with the checkpoint) (default: lm)",
     )
-    p.add_argument("--out", required=True, help="the run's folder (running again resumes)")
+    p.add_argument(
+        "--out",
+        required=True,
+        help="the run's folder (running again resumes; one run at a time)",
+    )
     tokens = p.add_mutually_exclusive_group()
     tokens.add_argument(
         "--tokenizer",
@@ -645,27 +651,74 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         metavar="VOCAB_SIZE",
         help="first train a byte-level BPE of this many ids on --data (both columns of a "
-        "TSV) and size the new model's vocabulary to it; saved with the checkpoint",
+        "TSV) and size the new model's vocabulary to it; saved with the checkpoint "
+        "(default: none)",
     )
-    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override")
-    p.add_argument("--steps", type=int, default=1000)
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--grad-accum", type=int, default=1)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--min-lr", type=float, default=None, help="default: lr / 10")
-    p.add_argument("--warmup", type=int, default=100)
-    p.add_argument("--eval-every", type=int, default=200)
-    p.add_argument("--checkpoint-every", type=int, default=0)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--time-budget", type=float, default=0.0, help="seconds (0: none)")
-    p.add_argument("--loss-target", type=float, default=0.0, help="stop at this val loss")
-    p.add_argument("--device", default=None, help="cpu (default) or cuda")
-    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast (weights stay fp32)")
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="change the new model's config, e.g. --set context_length=256 (repeatable; "
+        "default: the named model's config)",
+    )
+    # the defaults are TrainConfig's (tests/test_train_seams.py checks they agree)
+    p.add_argument("--steps", type=int, default=1000, help="optimizer steps (default: 1000)")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=16,
+        help="sequences per step, over all processes, each of the model's context_length "
+        "tokens (set with --set context_length=N) (default: 16)",
+    )
+    p.add_argument("--grad-accum", type=int, default=1, help="micro-batches per step (default: 1)")
+    p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (default: 1e-3)")
+    p.add_argument(
+        "--min-lr",
+        type=float,
+        default=None,
+        help="where the cosine decay ends (default: lr / 10)",
+    )
+    p.add_argument("--warmup", type=int, default=100, help="steps of linear warm-up (default: 100)")
+    p.add_argument(
+        "--eval-every",
+        type=int,
+        default=200,
+        help="steps between held-out evaluations, 0: only at the end (default: 200)",
+    )
+    p.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=None,
+        help="steps between resumable checkpoints, 0: only at the end and on a signal "
+        "(default: at every evaluation, i.e. --eval-every)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="makes the run repeatable (default: 0)")
+    p.add_argument(
+        "--time-budget",
+        type=float,
+        default=0.0,
+        help="seconds of training, data preparation included; no step is started that "
+        "would end past it, with the final evaluation and checkpoint "
+        "(default: 0, no budget)",
+    )
+    p.add_argument(
+        "--loss-target",
+        type=float,
+        default=0.0,
+        help="stop once the held-out loss is at most this (default: 0, no target)",
+    )
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cpu)")
+    p.add_argument(
+        "--bf16",
+        action="store_true",
+        help="bfloat16 autocast, weights stay float32 (default: off)",
+    )
     p.add_argument(
         "--strategy",
         choices=("ddp", "fsdp"),
         default="ddp",
-        help="under torchrun: ddp (whole model per process) or fsdp (FSDP2 sharding)",
+        help="under torchrun: ddp (whole model per process) or fsdp (FSDP2 sharding) "
+        "(default: ddp)",
     )
     p = add("convert", cmd_convert)
     p.add_argument("source", help="a zoo checkpoint directory or a Hugging Face one")

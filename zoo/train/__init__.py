@@ -14,10 +14,14 @@ from ..nn.base import ZooModel
 from ..nn.classifier import SequenceClassifier
 from .config import TrainConfig
 from .data import DataError, TokenData, labels_in, train_tokenizer
+from .errors import DivergedError, ResumeError, RunLockedError
 from .loop import TrainResult, train
 
 __all__ = [
     "DataError",
+    "DivergedError",
+    "ResumeError",
+    "RunLockedError",
     "TokenData",
     "TrainConfig",
     "TrainResult",

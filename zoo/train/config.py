@@ -4,10 +4,20 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 from ..errors import ConfigError
 
 __all__ = ["TrainConfig"]
+
+_ZERO = {
+    "warmup": "no warm-up",
+    "eval_every": "evaluate only at the end",
+    "checkpoint_every": "checkpoint only at the end and on a signal",
+}
+_MAY_CHANGE_ON_RESUME = frozenset(
+    {"eval_every", "eval_batches", "checkpoint_every", "time_budget", "loss_target"}
+)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -26,10 +36,13 @@ class TrainConfig:
         clip: gradient-norm clipping (0: none).
         eval_every: steps between evaluations on the held-out split (0: only at the end).
         eval_batches: batches per evaluation.
-        checkpoint_every: steps between resumable checkpoints (0: only at the end).
+        checkpoint_every: steps between resumable checkpoints (0: only at the end and on a
+            signal); ``None`` (the default): at every evaluation, every ``eval_every`` steps.
         seed: makes the run repeatable (initialisation, data order, dropout).
         val_fraction: the last part of the data held out for evaluation.
-        time_budget: stop after this many seconds (0: no budget).
+        time_budget: seconds of wall time for one call (data preparation included; 0: no
+            budget): a step that would end past it, with the final evaluation and
+            checkpoint, is not started.
         loss_target: stop once the evaluated loss is at most this (0: no target).
         bf16: run forward and loss under bfloat16 autocast (weights and optimizer state stay
             float32); CUDA and recent CPUs support it.
@@ -46,7 +59,7 @@ class TrainConfig:
     clip: float = 1.0
     eval_every: int = 200
     eval_batches: int = 20
-    checkpoint_every: int = 0
+    checkpoint_every: int | None = None
     seed: int = 0
     val_fraction: float = 0.1
     time_budget: float = 0.0
@@ -66,6 +79,8 @@ class TrainConfig:
         )
         for name in ints:
             value = getattr(self, name)
+            if name == "checkpoint_every" and value is None:
+                continue
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigError(f"TrainConfig.{name} must be an int, got {value!r}")
         floats = (
@@ -89,6 +104,12 @@ class TrainConfig:
                 raise ConfigError(
                     f"TrainConfig.{name} must be at least 1, got {getattr(self, name)}"
                 )
+        for name in ("warmup", "eval_every", "checkpoint_every"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ConfigError(
+                    f"TrainConfig.{name} must be >= 0 (0: {_ZERO[name]}), got {value}"
+                )
         if not self.lr > 0 or self.min_lr > self.lr:
             raise ConfigError(f"need 0 < min_lr <= lr, got lr={self.lr}, min_lr={self.min_lr}")
         if not 0 < self.val_fraction < 1:
@@ -99,6 +120,21 @@ class TrainConfig:
             raise ConfigError(f"TrainConfig.bf16 must be True or False, got {self.bf16!r}")
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
             raise ConfigError(f"TrainConfig.betas must be two numbers in [0, 1), got {self.betas}")
+
+    @property
+    def checkpoint_interval(self) -> int:
+        """Steps between periodic checkpoints (0: none): ``checkpoint_every``, or
+        ``eval_every`` when it is ``None``."""
+        return self.eval_every if self.checkpoint_every is None else self.checkpoint_every
+
+    def trajectory(self) -> dict[str, Any]:
+        """The fields that decide which steps a run takes (JSON-ready): a run resumes only
+        with the same ones. The others (evaluation, checkpoints, when to stop) may change."""
+        return {
+            f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v
+            for f in dataclasses.fields(self)
+            if f.name not in _MAY_CHANGE_ON_RESUME
+        }
 
     def lr_at(self, step: int) -> float:
         """Linear warm-up to ``lr``, then cosine decay to ``min_lr`` at ``steps``."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
-import json
+import math
 import os
 import signal
 import time
@@ -25,16 +25,17 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from ..api import check_device
 from ..checkpoint import save
-from ..checkpoint.commit import atomic_directory
-from ..loading import load
 from ..nn.base import ZooModel
 from ..nn.classifier import SequenceClassifier
 from ..tokenizers.base import check_fits
 from .config import TrainConfig
 from .data import IGNORE, DataError, LabelData, PairData, TokenData, text_files
+from .errors import DivergedError, RunLockedError
 from .loss import cross_entropy
-from .report import Progress, plot_losses, write_metrics
+from .report import MetricsLog, Progress, can_plot, plot_losses
+from .state import has_state, load_state, plain_model, save_state
 
 __all__ = ["TrainResult", "train"]
 
@@ -51,6 +52,10 @@ class TrainResult:
         steps: the optimizer steps done in all (resumed ones included).
         seconds: wall time of this call's training steps (evaluations and checkpoints
             included; data preparation and start-up not).
+        stopped: why the run ended: ``"steps"`` (all ``config.steps`` done),
+            ``"loss_target"``, ``"time_budget"`` or ``"signal"``.
+        signal: the signal that stopped it (``signal.SIGINT``, ``signal.SIGTERM``), else
+            ``None``.
     """
 
     model: ZooModel
@@ -59,6 +64,13 @@ class TrainResult:
     val_loss: float | None
     steps: int
     seconds: float
+    stopped: str = "steps"
+    signal: int | None = None
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether a signal stopped the run (its checkpoint resumes it)."""
+        return self.signal is not None
 
 
 # -- processes ------------------------------------------------------------------------------
@@ -76,14 +88,15 @@ class _World:
 def _world(device: str | None) -> _World:
     """Join the process group ``torchrun`` describes (``RANK``/``WORLD_SIZE`` set), or run
     alone. A rank that dies makes the others fail at the next collective within the timeout
-    instead of hanging."""
+    instead of hanging. A device this machine lacks is a ConfigError (zoo's one check)."""
+    target = check_device(device)
     if "RANK" not in os.environ or dist.is_initialized():
         if dist.is_initialized():
             rank, size = dist.get_rank(), dist.get_world_size()
         else:
             rank, size = 0, 1
-        return _World(rank, size, torch.device(device or "cpu"))
-    cuda = (device or "cpu").startswith("cuda")
+        return _World(rank, size, target)
+    cuda = target.type == "cuda"
     local = int(os.environ.get("LOCAL_RANK", "0"))
     target = torch.device(f"cuda:{local}") if cuda else torch.device("cpu")
     if cuda:
@@ -103,11 +116,16 @@ def _mean(value: float, world: _World) -> float:
 
 def _any(flag: bool, world: _World) -> bool:
     """Whether ``flag`` is set on any rank."""
+    return bool(_max(int(flag), world))
+
+
+def _max(value: int, world: _World) -> int:
+    """The largest ``value`` over the ranks."""
     if world.size == 1:
-        return flag
-    tensor = torch.tensor([int(flag)], device=world.device)
+        return value
+    tensor = torch.tensor([value], device=world.device)
     dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-    return bool(tensor.item())
+    return int(tensor.item())
 
 
 # -- optimizer ------------------------------------------------------------------------------
@@ -132,112 +150,10 @@ def _optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
         return torch.optim.AdamW(groups, lr=config.lr, betas=config.betas)
 
 
-# -- resumable state (safetensors + JSON, never pickle) -------------------------------------
-_STATE = "trainer.json"
-_TENSORS = "state.safetensors"
-
-
-def _full() -> Any:
-    from torch.distributed.checkpoint.state_dict import StateDictOptions
-
-    return StateDictOptions(full_state_dict=True)
-
-
-def _plain_model(model: ZooModel) -> ZooModel:
-    """``model`` with whole tensors on the CPU, as zoo.save takes it: the model itself, or a
-    copy assembled from the full state dict when FSDP shards it (a collective call: every
-    rank must make it)."""
-    from torch.distributed.checkpoint.state_dict import get_model_state_dict
-    from torch.distributed.tensor import DTensor
-
-    if not any(isinstance(p, DTensor) for p in model.parameters()):
-        return model
-    from ..api import build
-
-    state: dict[str, Any] = get_model_state_dict(model, options=_full())
-    plain = build(model.config, device="cpu")
-    plain.load_state_dict({k: v.cpu() for k, v in state.items()})
-    plain.name = model.name
-    return plain
-
-
-def _save_state(
-    out: Path,
-    model: ZooModel,
-    optimizer: torch.optim.Optimizer,
-    step: int,
-    generator: torch.Generator,
-    history: list[dict[str, Any]],
-    world: _World,
-) -> None:
-    """The resumable state, keyed by parameter names (so it loads on another world size):
-    the model as a zoo checkpoint, the optimizer's tensors and the RNG states in safetensors,
-    the rest in JSON. Collective under FSDP; only rank 0 writes."""
-    import safetensors.torch
-    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
-
-    plain = _plain_model(model)
-    state: Any = get_optimizer_state_dict(model, optimizer, options=_full())
-    if not world.main:
-        return
-    tensors: dict[str, Tensor] = {
-        "rng.torch": torch.get_rng_state(),
-        "rng.data": generator.get_state(),
-    }
-    scalars: dict[str, Any] = {}
-    for name, values in state["state"].items():
-        for key, value in values.items():
-            if isinstance(value, Tensor):
-                tensors[f"optimizer/{name}/{key}"] = value.detach().cpu().contiguous()
-            else:
-                scalars[f"{name}/{key}"] = value
-    meta = {
-        "step": step,
-        "param_groups": state["param_groups"],
-        "scalars": scalars,
-        "history": history,
-    }
-    with atomic_directory(out / "checkpoint") as staging:
-        save(plain, staging / "model")
-        safetensors.torch.save_file(tensors, str(staging / _TENSORS))
-        (staging / _STATE).write_text(json.dumps(meta, indent=1), encoding="utf-8")
-
-
-def _load_state(
-    out: Path, model: ZooModel, optimizer: torch.optim.Optimizer, generator: torch.Generator
-) -> tuple[int, list[dict[str, Any]]]:
-    import safetensors.torch
-    from torch.distributed.checkpoint.state_dict import (
-        set_model_state_dict,
-        set_optimizer_state_dict,
-    )
-
-    folder = out / "checkpoint"
-    meta = json.loads((folder / _STATE).read_text(encoding="utf-8"))
-    tensors = safetensors.torch.load_file(str(folder / _TENSORS))
-    saved = load(folder / "model", tokenizer=False)
-    set_model_state_dict(model, saved.state_dict(), options=_full())
-    state: dict[str, dict[str, Any]] = {}
-    for key, value in tensors.items():
-        if key.startswith("optimizer/"):
-            _, name, field = key.split("/", 2)
-            state.setdefault(name, {})[field] = value
-    for key, value in meta["scalars"].items():
-        name, field = key.split("/", 1)
-        state.setdefault(name, {})[field] = value
-    groups = meta["param_groups"]
-    for group in groups:
-        group["betas"] = tuple(group["betas"])
-    full: Any = {"state": state, "param_groups": groups}
-    set_optimizer_state_dict(model, optimizer, full, options=_full())
-    torch.set_rng_state(tensors["rng.torch"])
-    generator.set_state(tensors["rng.data"])
-    return int(meta["step"]), list(meta["history"])
-
-
 @contextlib.contextmanager
-def _stop_requests() -> Iterator[Callable[[], bool]]:
-    """SIGINT/SIGTERM ask the loop to checkpoint and stop at the end of the step."""
+def _stop_requests() -> Iterator[Callable[[], int]]:
+    """SIGINT/SIGTERM ask the loop to checkpoint and stop at the end of the step; the
+    callable returns the first signal's number (0: none)."""
     asked: list[int] = []
 
     def handler(signum: int, frame: Any) -> None:
@@ -248,7 +164,7 @@ def _stop_requests() -> Iterator[Callable[[], bool]]:
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, handler)
     try:
-        yield lambda: bool(asked)
+        yield lambda: asked[0] if asked else 0
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
@@ -269,13 +185,20 @@ def train(
     """Train a zoo model: a decoder LM on text (random windows of ``context_length + 1``
     tokens), or an encoder-decoder on source/target pairs (teacher forcing).
 
+    SIGINT and SIGTERM end the step under way, evaluate, save a resumable checkpoint and
+    *return* (no exception): ``result.interrupted`` is then true and ``result.signal`` names
+    the signal (``zoo train`` exits with 128 + its number: 130, 143). Running again on the
+    same ``out`` continues the run.
+
     Args:
         model: a zoo model, built (random init) or loaded (fine-tuning).
         data: for a decoder, a text file or a folder of ``.txt`` files, tokenized once with
             the model's tokenizer into ``<out>/data/`` (reused while text and tokenizer are the
             same); for an encoder-decoder, a ``source<TAB>target`` file.
         out: the run's folder: ``model/`` (the final zoo checkpoint), ``checkpoint/`` (to
-            resume: running again on the same folder continues the run), ``metrics.jsonl``.
+            resume: running again on the same folder continues the run), ``metrics.jsonl``
+            (a line per step, written as it happens) and ``loss.png`` (redrawn at each
+            evaluation). One run at a time: the folder is locked while it trains.
         config: the hyper-parameters.
         tokenizer: defaults to the model's own (``model.tokenizer``, else its named model's).
         device: where to train (default CPU; under ``torchrun`` with ``cuda``, each rank's GPU).
@@ -285,14 +208,63 @@ def train(
 
     Raises:
         zoo.train.DataError: the data is missing, empty, not UTF-8 or shorter than a window.
+        zoo.train.DivergedError: a loss or the weights became NaN or infinite; the last good
+            checkpoint is kept (nothing non-finite is ever saved).
+        zoo.train.ResumeError: ``<out>/checkpoint/`` is damaged, or was written for another
+            model or with other settings.
+        zoo.train.RunLockedError: another run is training into ``out``.
+        zoo.errors.ConfigError: ``device`` is not one this machine has.
     """
-    from ..api import tokenizer as named_tokenizer
-
+    clock = time.monotonic()  # the time budget counts from here
     if strategy not in ("ddp", "fsdp"):
         raise ValueError(f"strategy must be 'ddp' or 'fsdp', got {strategy!r}")
     config = config or TrainConfig()
     out = Path(out)
     world = _world(device)
+    with contextlib.ExitStack() as stack:
+        lock = _lock(out) if world.main else None
+        if lock is not None:
+            stack.callback(lock.release)
+        if _any(world.main and lock is None, world):
+            raise RunLockedError(
+                f"{out} is being trained into by another run (it holds {out / _LOCK}); wait "
+                "for it to finish or stop it, or train into another --out"
+            )
+        return _train(model, data, out, config, tokenizer, world, strategy, log, clock, stack)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+_LOCK = ".zoo-train-lock"
+
+
+def _lock(out: Path) -> Any:
+    """The run's lock on ``out`` (an OS file lock: a process killed with -9 loses it), or
+    ``None`` when another process holds it."""
+    from filelock import FileLock, Timeout
+
+    out.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(out / _LOCK), blocking=False)
+    try:
+        lock.acquire()
+    except Timeout:
+        return None
+    return lock
+
+
+def _train(
+    model: ZooModel,
+    data: str | os.PathLike[str],
+    out: Path,
+    config: TrainConfig,
+    tokenizer: Any,
+    world: _World,
+    strategy: str,
+    log: Callable[[str], None] | None,
+    clock: float,
+    stack: contextlib.ExitStack,
+) -> TrainResult:
+    from ..api import tokenizer as named_tokenizer
+
     say = log if (log is not None and world.main) else (lambda _line: None)
     if config.batch_size % (config.grad_accum * world.size):
         raise ValueError(
@@ -316,24 +288,34 @@ def train(
     generator = torch.Generator().manual_seed(config.seed)
     torch.manual_seed(config.seed + world.rank)
     start, history = 0, list[dict[str, Any]]()
-    if (out / "checkpoint" / _STATE).exists():
-        start, history = _load_state(out, model, optimizer, generator)
+    if has_state(out):
+        start, history = load_state(out, model, optimizer, generator, config)
         say(f"resumed {out / 'checkpoint'} at step {start}")
+    saved_at: int | None = start if start else None  # the step of the last good checkpoint
 
     micro = config.batch_size // config.grad_accum  # sequences per micro-step, all ranks
     mine = slice(world.rank * micro // world.size, (world.rank + 1) * micro // world.size)
     losses: list[float] = []
     val_loss = next((h["val_loss"] for h in reversed(history) if "val_loss" in h), None)
+    title = f"{model.name or 'model'} on {data}"
+    metrics = stack.enter_context(MetricsLog(out / "metrics.jsonl", history, enabled=world.main))
+    plotting = world.main and can_plot()  # the import is paid here, not in a timed step
+    plotted = -1  # the length of the history last drawn
     began = time.monotonic()
+    budget = _Budget(config, world, clock)
     step = start
+    stopped, signum = "steps", None
     progress = Progress(total=config.steps, initial=start, enabled=world.main and log is not None)
+    stack.callback(progress.close)
     if progress.bar is not None and log is print:  # lines above the bar, not through it
         say = progress.write
     tokens_per_step = config.batch_size * context
     with _stop_requests() as stop_asked:
         while step < config.steps:
+            lr = config.lr_at(step)
             for group in optimizer.param_groups:
-                group["lr"] = config.lr_at(step)
+                group["lr"] = lr
+            step_began = time.monotonic()
             total = 0.0
             for k in range(config.grad_accum):
                 inputs, targets = source.batch("train", micro, generator)  # global micro-batch
@@ -345,52 +327,188 @@ def train(
                         loss = _loss(wrapped, mine_in, targets[mine], world.device)
                     (loss / config.grad_accum).backward()
                 total += float(loss.detach()) / config.grad_accum
+            loss_value = _mean(total, world)  # the same on every rank: all stop together
+            if not math.isfinite(loss_value):
+                metrics.append({"step": step + 1, "loss": None, "lr": lr, "diverged": True})
+                raise _diverged(f"the training loss is {loss_value}", step + 1, lr, out, saved_at)
             if config.clip:
                 nn.utils.clip_grad_norm_(model.parameters(), config.clip)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             step += 1
-            loss_value = _mean(total, world)
+            budget.stepped(time.monotonic() - step_began)
             losses.append(loss_value)
             elapsed = time.monotonic() - began
             progress.update(
                 loss=loss_value,
-                lr=config.lr_at(step - 1),
+                lr=lr,
                 tokens_per_second=tokens_per_step * (step - start) / max(elapsed, 1e-9),
             )
-            record: dict[str, Any] = {"step": step, "loss": loss_value}
-            record["lr"] = config.lr_at(step - 1)
+            record: dict[str, Any] = {"step": step, "loss": loss_value, "lr": lr}
             last = step == config.steps
-            out_of_time = config.time_budget and time.monotonic() - began > config.time_budget
+            periodic_eval = bool(config.eval_every and step % config.eval_every == 0)
+            periodic_save = bool(config.checkpoint_interval)
+            periodic_save = periodic_save and step % config.checkpoint_interval == 0
+            out_of_time = not last and budget.exhausted(
+                now_eval=periodic_eval, now_save=periodic_save
+            )
             # every rank must agree to stop at the same step (a signal may reach one only)
-            interrupted = _any(bool(stop_asked() or out_of_time), world)
-            periodic_eval = config.eval_every and step % config.eval_every == 0
+            signum = _max(stop_asked(), world) or None
+            interrupted = bool(signum) or _any(out_of_time, world)
             if periodic_eval or last or interrupted:  # the result's val_loss is the model's
+                eval_began = time.monotonic()
                 val_loss = _evaluate(model, source, config, world)
+                if not math.isfinite(val_loss):
+                    raise _diverged(f"the held-out loss is {val_loss}", step, lr, out, saved_at)
                 record["val_loss"] = val_loss
                 say(f"step {step}: loss {loss_value:.4f}, val {val_loss:.4f}")
-            history.append(record)
-            reached = config.loss_target and val_loss is not None and val_loss <= config.loss_target
-            stopping = bool(interrupted or reached)
-            periodic = config.checkpoint_every and step % config.checkpoint_every == 0
-            if stopping or last or periodic:  # a collective under FSDP: every rank takes part
-                _save_state(out, model, optimizer, step, generator, history, world)
+                history.append(record)
+                metrics.append(record)
+                if plotting:
+                    plot_losses(out / "loss.png", history, title=title)
+                    plotted = len(history)
+                budget.evaluated(time.monotonic() - eval_began)
+            else:
+                history.append(record)
+                metrics.append(record)
+            reached = bool(config.loss_target and val_loss is not None)
+            reached = reached and val_loss <= config.loss_target  # type: ignore[operator]
+            if signum:
+                stopped = "signal"
+            elif out_of_time:
+                stopped = "time_budget"
+            elif reached:
+                stopped = "loss_target"
+            stopping = stopped != "steps"
+            if stopping or last or periodic_save:  # a collective under FSDP: every rank
+                save_began = time.monotonic()
+                if not _finite(model, world):
+                    raise _diverged("a weight is NaN or infinite", step, lr, out, saved_at)
+                save_state(out, model, optimizer, step, generator, history, config, main=world.main)
+                saved_at = step
+                budget.saved(time.monotonic() - save_began)
             if stopping:
-                say(f"stopped at step {step} ({'signal' if stop_asked() else 'budget'})")
+                reason = _reason(stopped, signum, val_loss, config, budget)
+                say(f"stopped at step {step}: {reason}")
                 break
     seconds = time.monotonic() - began
     progress.close()
     checkpoint = out / "model"
-    plain = _plain_model(model)
+    if not _finite(model, world):
+        raise _diverged("a weight is NaN or infinite", step, config.lr_at(step), out, saved_at)
+    plain = plain_model(model)
     if world.main:
         plain.tokenizer = tok
         save(plain, checkpoint, tokenizer=tok)
-        write_metrics(out / "metrics.jsonl", history)
-        if not plot_losses(out / "loss.png", history, title=f"{model.name or 'model'} on {data}"):
+        if not plotting:
             say("matplotlib is not installed: no loss.png (pip install 'torch-zoo[train]')")
+        elif plotted != len(history):
+            plot_losses(out / "loss.png", history, title=title)
     if world.size > 1:
         dist.barrier()
-    return TrainResult(model, checkpoint, losses, val_loss, step, seconds)
+    return TrainResult(model, checkpoint, losses, val_loss, step, seconds, stopped, signum)
+
+
+class _Budget:
+    """Predicts whether another step, then the final evaluation and checkpoint, ends within
+    ``config.time_budget`` seconds of ``clock`` (measured durations; the longest of the
+    last steps, as step times vary)."""
+
+    def __init__(self, config: TrainConfig, world: _World, clock: float) -> None:
+        self.config, self.world, self.clock = config, world, clock
+        self.steps: list[float] = []
+        self.eval: float | None = None
+        self.save = 0.0
+        self.needed = 0.0
+        self.first_step_over = False  # the first step alone ended past the budget
+        self.at_first_step = 0.0
+
+    def stepped(self, seconds: float) -> None:
+        self.steps.append(seconds)
+
+    def evaluated(self, seconds: float) -> None:
+        self.eval = seconds
+
+    def saved(self, seconds: float) -> None:
+        self.save = seconds
+
+    def used(self) -> float:
+        return time.monotonic() - self.clock
+
+    def step_estimate(self) -> float:
+        return max(self.steps[-10:]) if self.steps else 0.0
+
+    def finish_estimate(self) -> float:
+        """The final evaluation and two saves (the checkpoint, then the model). Before an
+        evaluation is measured, each of its ``eval_batches`` forward passes (of a whole
+        micro-batch, on every process) is taken to last as long as a training micro-step:
+        an over-estimate (about 3 times) that errs on the side of the budget."""
+        config = self.config
+        prior = config.eval_batches * self.step_estimate() * self.world.size / config.grad_accum
+        return (self.eval if self.eval is not None else prior) + 2 * self.save
+
+    def exhausted(self, *, now_eval: bool, now_save: bool) -> bool:
+        if not self.config.time_budget:
+            return False
+        finish = self.finish_estimate()
+        now = (finish - 2 * self.save if now_eval else 0.0) + (self.save if now_save else 0.0)
+        self.needed = now + self.step_estimate() + finish
+        used = self.used()
+        if len(self.steps) == 1 and used > self.config.time_budget:
+            self.first_step_over, self.at_first_step = True, used
+        return used + self.needed > self.config.time_budget
+
+
+def _reason(
+    stopped: str,
+    signum: int | None,
+    val_loss: float | None,
+    config: TrainConfig,
+    budget: _Budget,
+) -> str:
+    """Why the run stopped, in words."""
+    if stopped == "signal" and signum:
+        name = signal.Signals(signum).name
+        return f"{name} (checkpoint saved: run the same command again to resume)"
+    if stopped == "loss_target":
+        return f"loss target reached (val {val_loss:.4f} <= {config.loss_target:g})"
+    limit = config.time_budget
+    if budget.first_step_over:
+        return (
+            f"time budget ({limit:g} s): the first step alone ended past it, "
+            f"{budget.at_first_step:.1f} s after the start (data preparation included)"
+        )
+    return (
+        f"time budget ({limit:g} s): {budget.used():.1f} s used; another step with the final "
+        f"evaluation and checkpoint (~{budget.needed:.1f} s) would end past it"
+    )
+
+
+def _diverged(what: str, step: int, lr: float, out: Path, saved_at: int | None) -> DivergedError:
+    kept = (
+        f"{out / 'checkpoint'} still holds step {saved_at} (nothing was saved over it)"
+        if saved_at
+        else "no checkpoint was saved"
+    )
+    return DivergedError(
+        f"step {step}: {what} (learning rate {lr:.3g}): the run diverged; {kept}. Lower --lr, "
+        f"lengthen --warmup or keep --clip on, and start again (another --out, or delete "
+        f"{out / 'checkpoint'}: a resumed run must keep its settings)"
+    )
+
+
+def _finite(model: ZooModel, world: _World) -> bool:
+    """Whether every weight is finite, on every rank (each checks its own shards)."""
+    from torch.distributed.tensor import DTensor
+
+    bad = False
+    with torch.no_grad():
+        for p in model.parameters():
+            local = p.to_local() if isinstance(p, DTensor) else p
+            if not bool(torch.isfinite(local).all()):
+                bad = True
+                break
+    return not _any(bad, world)
 
 
 def _shard(model: ZooModel, world: _World) -> None:
