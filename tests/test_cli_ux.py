@@ -3,6 +3,9 @@ one set of generation defaults, `zoo classify`, `zoo info` on any source, a ligh
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -190,3 +193,26 @@ def test_inert_fields_follow_what_components_declare(monkeypatch):
     assert "activation" in inert_fields(config(ffn="own-act"))
     with pytest.raises(ValueError, match="reads must be a tuple"):
         ComponentSpec("ffn", "bad", _identity, reads=["activation"])  # type: ignore[arg-type]
+
+
+# -- 9. a light tour ------------------------------------------------------------------------------
+TOUR_PEAK = """
+import resource, subprocess, sys
+out = subprocess.run([sys.executable, "-m", "zoo.cli", "tour"], capture_output=True, text=True)
+peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # KiB on Linux
+print(out.returncode, peak)
+sys.stdout.write(out.stdout)
+sys.stderr.write(out.stderr)
+"""
+
+
+@pytest.mark.slow
+def test_the_tour_fits_in_one_gigabyte_and_shows_large_models_on_meta():
+    proc = subprocess.run([sys.executable, "-c", TOUR_PEAK], capture_output=True, text=True)
+    code, peak_kib = map(int, proc.stdout.splitlines()[0].split())
+    assert code == 0, proc.stderr
+    assert peak_kib < 1024 * 1024, f"zoo tour peaked at {peak_kib / 1024:.0f} MiB"
+    tour = proc.stdout
+    assert "tinyllama-1.1b" in tour and "logits 1x16x32000 (shapes only)" in tour
+    assert "parameters    1,100,048,384" in tour and "--max-mib 4197" in tour
+    assert "gpt2-124m" in tour and "logits 1x16x50257\n" in tour  # built for real

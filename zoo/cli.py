@@ -203,15 +203,21 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+#: The largest float32 model ``zoo tour`` builds with real weights (MiB); a larger one is
+#: built on the meta device (shapes, no memory) so the tour fits in about 1 GB.
+TOUR_MAX_MIB = 512
+
+
 def cmd_tour(args: argparse.Namespace) -> int:
-    """Build every named model at full size, run a forward pass, and print what it is made of
-    (one model at a time, as each finishes; a model that fails is reported and the tour goes
-    on; the exit code is 1 when any failed)."""
+    """Build every named model, run a forward pass, and print what it is made of (one model at
+    a time, as each finishes; a model that fails is reported and the tour goes on; the exit
+    code is 1 when any failed). Models over --max-mib of float32 weights are built on the
+    meta device: their parameter count and output shape, no numbers."""
     _conflict_notes()  # a model hidden by a conflict is named on stderr, not skipped silently
     failed = []
     for name in api.list_models():
         try:
-            _tour_one(name, args.device)
+            _tour_one(name, args.device, args.max_mib)
         except KeyboardInterrupt:
             raise
         except Exception as exc:  # one broken model (or plugin) does not end the tour
@@ -223,13 +229,17 @@ def cmd_tour(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _tour_one(name: str, device: str) -> None:
-    """Build ``name``, run one forward pass, and print what it is made of."""
+def _tour_one(name: str, device: str, max_mib: float) -> None:
+    """Build ``name``, run one forward pass, and print what it is made of; on the meta device
+    when its float32 weights exceed ``max_mib``."""
     import time
 
     import torch
 
     info = api.info(name)
+    mib = info.parameters * 4 / 2**20
+    if mib > max_mib:
+        device = "meta"
     torch.manual_seed(0)
     start = time.perf_counter()
     model = api.build(name, device=device).eval()
@@ -239,7 +249,7 @@ def _tour_one(name: str, device: str) -> None:
         start = time.perf_counter()
         logits = model(**inputs)
         forward = time.perf_counter() - start
-    if not torch.isfinite(logits).all():
+    if not logits.is_meta and not torch.isfinite(logits).all():
         raise ZooError(f"{name}: forward produced non-finite logits")
     print(f"{name}: {_printable(info.description)}")
     fields = [
@@ -251,6 +261,15 @@ def _tour_one(name: str, device: str) -> None:
         ("forward", f"logits {'x'.join(map(str, logits.shape))}"),
         ("time", f"build {built:.1f}s, forward {forward * 1000:.0f}ms"),
     ]
+    if logits.is_meta:
+        fields[-2:] = [
+            ("forward", f"logits {'x'.join(map(str, logits.shape))} (shapes only)"),
+            (
+                "device",
+                f"meta: {mib:,.0f} MiB of float32 weights is over --max-mib {max_mib:g}; "
+                f"zoo tour --max-mib {int(mib) + 1} builds it",
+            ),
+        ]
     for key, value in fields:
         print(f"  {key.ljust(12)}  {_printable(value)}")
     print(flush=True)
@@ -537,6 +556,14 @@ def build_parser() -> argparse.ArgumentParser:
     add("plugins", cmd_plugins)
     p = add("tour", cmd_tour)
     p.add_argument("--device", default="cpu", help="device to build on (default: cpu)")
+    p.add_argument(
+        "--max-mib",
+        type=float,
+        default=TOUR_MAX_MIB,
+        metavar="MIB",
+        help="build larger models (float32 weights, MiB) on the meta device: shapes, no "
+        f"memory (default: {TOUR_MAX_MIB})",
+    )
     p = add("generate", cmd_generate)
     p.add_argument(
         "source",
