@@ -76,7 +76,7 @@ def _read_text(path: Path) -> str:
             f"{path}, line {line}: not UTF-8 (byte {data[exc.start]:#04x} at offset "
             f"{exc.start}); convert the file to UTF-8"
         ) from None
-    if not text.strip():
+    if not text or text.isspace():  # (strip() would copy the whole text)
         raise DataError(f"{path} is empty; training needs text")
     return text
 
