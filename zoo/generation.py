@@ -378,10 +378,11 @@ def generate(
             text, ``stop`` and ``stream``, and supplies the end-of-text id. Its ids must fit
             the model's vocabulary; ids of a larger (padded) model vocabulary are never
             sampled.
-        max_new_tokens: tokens to generate at most (default 50, :data:`DEFAULTS`); prompt +
-            new tokens must fit the context.
+        max_new_tokens: tokens to generate at most; prompt + new tokens must fit the
+            context. The defaults of this and the sampling arguments are
+            :data:`zoo.options.GENERATION_DEFAULTS`, which ``zoo generate`` uses too.
         temperature: 0 for greedy; otherwise logits are divided by it before sampling (a
-            finite number; a tiny one approaches greedy). Default 1.0.
+            finite number; a tiny one approaches greedy).
         top_k, top_p: sample only from the ``top_k`` most likely tokens / the nucleus of
             probability ``top_p`` (default: no filter).
         seed: makes sampling reproducible (an integer from 0 to 2**64 - 1).

@@ -75,9 +75,10 @@ def load(
             ``$ZOO_CACHE_DIR/verified-sha256.json``); ``True`` always hashes; ``False``
             never does.
         tokenizer: also load the tokenizer into ``model.tokenizer``.
-        quantize: ``"int8"`` or ``"int4"``: weight-only quantization of every linear layer
-            (:func:`zoo.nn.quant.quantize_`, on PyTorch's int8/int4 kernels; activations stay
-            floating point). Each weight is quantized from the memory-mapped file and its
+        quantize: one of :data:`zoo.options.QUANTIZE_MODES`: ``"int8"`` (int8 weights and,
+            on the CPU, int8 activations quantized per call), ``"int8-weight"`` (weight-only
+            int8) or ``"int4"`` (weight-only int4), through :func:`zoo.nn.quant.quantize_` on
+            PyTorch's kernels. Each weight is quantized from the memory-mapped file and its
             float pages given back, so the float model is never resident.
 
     Returns:
