@@ -164,6 +164,14 @@ def test_info_describes_a_hugging_face_folder_and_refuses_a_missing_one(capsys, 
     assert code == 2 and "does not exist" in err
 
 
+def test_info_describes_a_hub_repo(capsys, classifier_dir, local_hub):
+    zoo.push(zoo.load(classifier_dir), "org/clf")
+    code, out, err = run(capsys, "info", "hf:org/clf")
+    assert code == 0, err
+    assert out.startswith("hf:org/clf: a zoo checkpoint of sequence-classifier")
+    assert "labels = ['neg', 'pos']" in out
+
+
 # -- 7. only the fields that take effect ---------------------------------------------------------
 def test_info_shows_only_the_config_fields_that_take_effect(capsys):
     code, out, _ = run(capsys, "info", "tinyllama-1.1b")
