@@ -32,6 +32,30 @@ _CHAR_NORMALIZERS = frozenset(
 )
 
 
+def _cut_config(tokenizer: tokenizers.Tokenizer) -> dict[str, Any]:
+    """The parts of ``tokenizer.json`` :func:`_cut_rule` reads, without serialising the
+    vocabulary."""
+
+    def state(part: Any) -> Any:
+        return None if part is None else json.loads(part.__getstate__())
+
+    added = [
+        {
+            "content": token.content,
+            "single_word": token.single_word,
+            "lstrip": token.lstrip,
+            "rstrip": token.rstrip,
+            "normalized": token.normalized,
+        }
+        for token in tokenizer.get_added_tokens_decoder().values()
+    ]
+    return {
+        "normalizer": state(tokenizer.normalizer),
+        "pre_tokenizer": state(tokenizer.pre_tokenizer),
+        "added_tokens": added,
+    }
+
+
 def _cut_rule(config: Mapping[str, Any]) -> str | None:
     """Where a text may be cut for the library tokenizer serialised as ``config`` (its
     ``tokenizer.json``): :data:`~zoo.tokenizers.chunking.CUT_WORDS` when its normalizer and
@@ -99,12 +123,12 @@ class HFTokenizer(Tokenizer):
 
     def __init__(self, tokenizer: tokenizers.Tokenizer, **kwargs: Any) -> None:
         self.tokenizer = tokenizer
-        config = json.loads(tokenizer.to_str())
+        config = _cut_config(tokenizer)
         #: Where texts may be cut (a :mod:`~zoo.tokenizers.chunking` rule, or ``None``) and
         #: the strings no cut may split (every added token).
         self._cut: tuple[str | None, tuple[str, ...]] = (
             _cut_rule(config),
-            tuple(str(a.get("content", "")) for a in config.get("added_tokens") or []),
+            tuple(str(a.get("content", "")) for a in config["added_tokens"]),
         )
         self._vocab_size = tokenizer.get_vocab_size(with_added_tokens=True)
         self._specials = {

@@ -227,6 +227,11 @@ class TokenData:
         streamed to a temporary file in ``cache`` (renamed when complete), so memory stays
         near the size of one source's text; temporaries left by a killed run are removed.
         """
+        if not (hasattr(tokenizer, "fingerprint") and hasattr(tokenizer, "iter_encode")):
+            raise DataError(
+                f"training data needs a zoo tokenizer (zoo.tokenizers.Tokenizer), got "
+                f"{type(tokenizer).__name__}: its fingerprint keys the token cache"
+            )
         vocab_size = int(tokenizer.vocab_size)
         dtype = np.dtype(np.uint16 if vocab_size <= 1 << 16 else np.uint32)
         key = _cache_key(sources, tokenizer)
