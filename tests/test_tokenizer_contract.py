@@ -140,6 +140,9 @@ def test_the_built_in_directory_readers_declare_it():
     registry = zoo.registry.load_registry()
     assert registry.tokenizer("gpt1-bpe").reads_checkpoint
     assert registry.tokenizer("subword-bpe").reads_checkpoint
-    # gpt2-bpe reads a Hugging Face folder's vocab.json + merges.txt only to check they are
-    # GPT-2's (its ranks are shipped)
-    assert registry.tokenizer("gpt2-bpe").checkpoint_files == ("vocab.json", "merges.txt")
+    # gpt2-bpe reads a Hugging Face folder's vocab.json + merges.txt or tokenizer.json only
+    # to check they are GPT-2's (its ranks are shipped)
+    assert registry.tokenizer("gpt2-bpe").checkpoint_file_sets == (
+        ("vocab.json", "merges.txt"),
+        ("tokenizer.json",),
+    )

@@ -26,6 +26,12 @@ TEXTS = [
 ]
 
 
+@pytest.fixture(scope="module")
+def gpt2_files() -> dict[str, bytes]:
+    """GPT-2's tokenizer as the Hugging Face files zoo.export writes (built once)."""
+    return hf_tokenizer_files(zoo.tokenizer("gpt2-124m"), model_max_length=64)
+
+
 def _tiny_gpt2(folder: Path, vocab_size: int = 50257) -> None:
     torch.manual_seed(0)
     config = transformers.GPT2Config(
@@ -63,11 +69,11 @@ def test_convert_to_hf_gpt2_writes_a_tokenizer_transformers_loads(tmp_path):
     assert back.tokenizer is not None and back.tokenizer.name == "gpt2-bpe"
 
 
-def test_hf_gpt2_folder_with_other_vocabulary_files_gets_no_tokenizer(tmp_path):
+def test_hf_gpt2_folder_with_other_vocabulary_files_gets_no_tokenizer(tmp_path, gpt2_files):
     """A GPT-2 folder whose vocab.json / merges.txt are not GPT-2's (here two ids swapped, or
     merges out of order) gets no tokenizer, with the reason; GPT-2's own files give GPT-2's."""
     _tiny_gpt2(tmp_path)
-    files = hf_tokenizer_files(zoo.tokenizer("gpt2-124m"), model_max_length=64)
+    files = gpt2_files
     for name in ("vocab.json", "merges.txt"):
         (tmp_path / name).write_bytes(files[name])
     assert zoo.load(tmp_path).tokenizer.encode("Hello world") == [15496, 995]
@@ -170,3 +176,57 @@ def test_hf_repo_keeps_the_tokenizer_it_ships(local_hub, tmp_path):
     assert loaded.tokenizer is not None and loaded.tokenizer.encode("Hello world") == [15496, 995]
     bare = zoo.load("hf:org/bare")
     assert bare.tokenizer is None and "never guesses" in bare.tokenizer_error
+
+
+def test_gpt2_folder_saved_by_transformers5_keeps_its_tokenizer(tmp_path, gpt2_files):
+    """transformers 5 saves GPT-2's tokenizer as tokenizer.json alone: checked to be GPT-2's,
+    it gives gpt2-bpe; the same file with another pre-tokenizer or vocabulary gives none."""
+    _tiny_gpt2(tmp_path / "model")
+    src = tmp_path / "src"
+    src.mkdir()
+    for name, data in gpt2_files.items():
+        (src / name).write_bytes(data)
+    transformers.GPT2Tokenizer(str(src / "vocab.json"), str(src / "merges.txt")).save_pretrained(
+        tmp_path / "model"
+    )
+    folder = tmp_path / "model"
+    assert not (folder / "vocab.json").exists() and (folder / "tokenizer.json").exists()
+    assert zoo.load(folder).tokenizer.encode("Hello world") == [15496, 995]
+
+    original = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    changes = {
+        "pre_tokenizer": lambda d: d["pre_tokenizer"].update(add_prefix_space=True),
+        "normalizer": lambda d: d.update(normalizer={"type": "Lowercase"}),
+        "added_tokens": lambda d: d["added_tokens"].append({"id": 50257, "content": "<pad>"}),
+        "not GPT-2's vocabulary": lambda d: d["model"]["vocab"].pop("Hello"),
+        "not a merge": lambda d: d["model"].update(merges=d["model"]["merges"][::-1]),
+    }
+    from zoo_plugins.gpt2.tokenizer import load as gpt2_tokenizer
+
+    from zoo.tokenizers import VocabularyFileError
+
+    for reason, change in changes.items():
+        data = json.loads(json.dumps(original))
+        change(data)
+        (folder / "tokenizer.json").write_text(json.dumps(data), encoding="utf-8")
+        with pytest.raises(VocabularyFileError, match=reason):
+            gpt2_tokenizer(directory=folder)
+    model = zoo.load(folder)  # the last: what zoo.load makes of it
+    assert model.tokenizer is None and "not a merge" in model.tokenizer_error
+
+
+def test_checkpoint_files_may_list_alternative_sets():
+    from zoo.specs import TokenizerSpec
+
+    def spec(files):  # type: ignore[no-untyped-def]
+        return TokenizerSpec("t", "m:f", reads_checkpoint=True, checkpoint_files=files)
+
+    assert spec(("a.json", "b.txt")).checkpoint_file_sets == (("a.json", "b.txt"),)
+    assert spec((("a.json", "b.txt"), ("c.json",))).checkpoint_file_sets == (
+        ("a.json", "b.txt"),
+        ("c.json",),
+    )
+    assert spec(()).checkpoint_file_sets == ()
+    for bad in ((("a.json",), "b.txt"), (("../a.json",),), ((),), "a.json"):
+        with pytest.raises(ValueError, match="checkpoint_files"):
+            spec(bad)

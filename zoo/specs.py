@@ -279,34 +279,58 @@ class TokenizerSpec:
             directory) when given one, as ``gpt1``'s (``vocab.json`` + ``merges.txt`` of a
             Hugging Face directory) and ``transformer-encdec``'s (a trained tokenizer) do.
         checkpoint_files: the files of this tokenizer in a Hugging Face checkpoint directory
-            (``("vocab.json", "merges.txt")``). A checkpoint that names no model gets a
-            tokenizer only from its own files: this one when its architecture's named model
-            declares it and every file is in the directory (never downloaded, never chosen
-            because a vocabulary size happens to match).
+            (``("vocab.json", "merges.txt")``), or several such sets, any of which will do
+            (``(("vocab.json", "merges.txt"), ("tokenizer.json",))``). A checkpoint that
+            names no model gets a tokenizer only from its own files: this one when its
+            architecture's named model declares it and every file of a set is in the
+            directory (never downloaded, never chosen because a vocabulary size happens to
+            match); the factory then checks the files it is given.
     """
 
     name: str
     factory: TokenizerFactory | str
     description: str = ""
     reads_checkpoint: bool = False
-    checkpoint_files: tuple[str, ...] = ()
+    checkpoint_files: tuple[str, ...] | tuple[tuple[str, ...], ...] = ()
 
     def __post_init__(self) -> None:
         _check_name("tokenizer", self.name)
         if not isinstance(self.reads_checkpoint, bool):
             raise ValueError(f"tokenizer {self.name!r}: reads_checkpoint must be True or False")
         files = self.checkpoint_files
+        sets = (
+            files
+            if isinstance(files, tuple) and files and isinstance(files[0], tuple)
+            else (files,)
+        )
         if not isinstance(files, tuple) or not all(
-            isinstance(f, str) and f and "/" not in f and "\\" not in f and f not in (".", "..")
-            for f in files
+            isinstance(group, tuple)
+            and (group or not files)
+            and all(
+                isinstance(f, str) and f and "/" not in f and "\\" not in f and f not in (".", "..")
+                for f in group
+            )
+            for group in sets
         ):
             raise ValueError(
-                f"tokenizer {self.name!r}: checkpoint_files must be a tuple of plain file names"
+                f"tokenizer {self.name!r}: checkpoint_files must be a tuple of plain file names "
+                "(or a tuple of such tuples: alternative sets)"
             )
         if files and not self.reads_checkpoint:
             raise ValueError(
                 f"tokenizer {self.name!r}: checkpoint_files needs reads_checkpoint=True"
             )
+
+    @property
+    def checkpoint_file_sets(self) -> tuple[tuple[str, ...], ...]:
+        """The sets of :attr:`checkpoint_files`, any of which is this tokenizer's files in a
+        checkpoint directory (none when it declares none)."""
+        files = self.checkpoint_files
+        if not files:
+            return ()
+        if isinstance(files[0], tuple):
+            return tuple(group for group in files if isinstance(group, tuple))
+        return (tuple(f for f in files if isinstance(f, str)),)
 
     def load(self, **kwargs: Any) -> Tokenizer:
         """Create the tokenizer (imports its implementation on first use).

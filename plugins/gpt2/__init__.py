@@ -34,7 +34,8 @@ def zoo_tokenizers() -> list[TokenizerSpec]:
             name="gpt2-bpe",
             factory="zoo_plugins.gpt2.tokenizer:load",
             reads_checkpoint=True,
-            checkpoint_files=("vocab.json", "merges.txt"),  # checked to be GPT-2's own
+            # a Hugging Face folder's files: checked to be GPT-2's own before it is attached
+            checkpoint_files=(("vocab.json", "merges.txt"), ("tokenizer.json",)),
             description="GPT-2 byte-level BPE via tiktoken, 50257 ids, ranks shipped with zoo "
             "(sha256-checked)",
         )

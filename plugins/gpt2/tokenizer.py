@@ -12,6 +12,7 @@ import functools
 import json
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from zoo.tokenizers.errors import VocabularyFileError
 from zoo.tokenizers.tiktoken_backend import TiktokenTokenizer
@@ -31,8 +32,8 @@ RANKS_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930
 ENDOFTEXT = "<|endoftext|>"
 #: tiktoken's split pattern for gpt2 / r50k_base (equivalent to the GPT-2 release's, faster).
 PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
-#: The files of this tokenizer in a Hugging Face GPT-2 folder.
-HF_FILES = ("vocab.json", "merges.txt")
+#: The files of this tokenizer in a Hugging Face GPT-2 folder (either set will do).
+HF_FILES = (("vocab.json", "merges.txt"), ("tokenizer.json",))
 DESCRIPTION = "GPT-2 byte-level BPE (tiktoken), 50257 ids, shipped with zoo"
 
 
@@ -66,16 +67,16 @@ def _shipped() -> TiktokenTokenizer:
 
 def load(directory: str | Path | None = None) -> TiktokenTokenizer:
     """The GPT-2 tokenizer; for a checkpoint ``directory`` holding ``vocab.json`` and
-    ``merges.txt`` (a Hugging Face GPT-2 folder), only once those files are checked to be
-    GPT-2's own vocabulary (see :func:`check_hf_files`).
+    ``merges.txt`` or ``tokenizer.json`` (a Hugging Face GPT-2 folder), only once those
+    files are checked to be GPT-2's own tokenizer (:func:`check_hf_files`).
 
     Raises:
         zoo.tokenizers.VocabularyFileError: the shipped ranks are damaged, or the
-            directory's files are another vocabulary (zoo will not tokenize with GPT-2's
+            directory's files are another tokenizer (zoo will not tokenize with GPT-2's
             in its place).
     """
     tokenizer = _shipped()
-    if directory is not None and all((Path(directory) / f).is_file() for f in HF_FILES):
+    if directory is not None:
         check_hf_files(Path(directory), tokenizer)
     return tokenizer
 
@@ -88,42 +89,121 @@ def _byte_to_unicode() -> dict[int, str]:
     return {b: chr(b) if b in printable else chr(next(extra)) for b in range(256)}
 
 
-def check_hf_files(directory: Path, tokenizer: TiktokenTokenizer) -> None:
-    """Check that ``vocab.json`` + ``merges.txt`` in ``directory`` are GPT-2's vocabulary:
-    every token with the id of the shipped ranks (``<|endoftext|>`` = 50256, nothing else),
-    and merges of two tokens into a token, in the order of its rank, reaching every token
-    longer than one byte (the Hub's files and those :func:`zoo.export` writes are such)."""
+@functools.lru_cache(maxsize=1)
+def _ranks(tokenizer: TiktokenTokenizer) -> dict[str, int]:
     table = _byte_to_unicode()
-    ranks = {"".join(table[b] for b in token): rank
-             for token, rank in tokenizer.encoding._mergeable_ranks.items()}  # fmt: skip
-    want = {**ranks, ENDOFTEXT: 50256}
-    where = f"{directory}: vocab.json + merges.txt"
+    return {"".join(table[b] for b in token): rank
+            for token, rank in tokenizer.encoding._mergeable_ranks.items()}  # fmt: skip
+
+
+def _read_json(path: Path, where: str) -> Any:
     try:
-        vocab = json.loads((directory / "vocab.json").read_text(encoding="utf-8"))
-        lines = (directory / "merges.txt").read_text(encoding="utf-8").splitlines()
+        return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError) as exc:
         raise VocabularyFileError(f"{where} cannot be read: {exc}") from None
-    if vocab != want:
+
+
+def _check_vocab(vocab: Any, ranks: dict[str, int], where: str) -> None:
+    if vocab != {**ranks, ENDOFTEXT: 50256} and vocab != ranks:
+        size = len(vocab) if isinstance(vocab, dict) else 0
         raise VocabularyFileError(
-            f"{where} are not GPT-2's vocabulary ({len(vocab) if isinstance(vocab, dict) else 0}"
-            " tokens, not GPT-2's 50257 with their ids); zoo does not tokenize them with "
-            "GPT-2's BPE. Load the model with tokenizer=zoo.tokenizer(NAME) for the right one."
+            f"{where}: not GPT-2's vocabulary ({size} tokens, not GPT-2's 50257 with their "
+            "ids); zoo does not tokenize it with GPT-2's BPE. Load the model with "
+            "tokenizer=zoo.tokenizer(NAME) for the right one."
         )
+
+
+def _check_merges(merges: list[Any], ranks: dict[str, int], where: str) -> None:
+    """Merges of two tokens into a token, in the order of its rank, reaching every token
+    longer than one byte (GPT-2's own merges file and those :func:`zoo.export` writes)."""
     last, reached = -1, set()
-    for number, line in enumerate(lines, start=1):
-        if not line or line.startswith("#version"):
-            continue
-        parts = line.split(" ")
-        rank = ranks.get("".join(parts)) if len(parts) == 2 else None
+    for number, merge in enumerate(merges, start=1):
+        parts = merge.split(" ") if isinstance(merge, str) else merge
+        ok = isinstance(parts, list) and len(parts) == 2 and all(isinstance(p, str) for p in parts)
+        rank = ranks.get("".join(parts)) if ok else None
         if rank is None or rank < last or parts[0] not in ranks or parts[1] not in ranks:
             raise VocabularyFileError(
-                f"{where}: merges.txt line {number} ({line[:60]!r}) is not a merge of GPT-2's "
+                f"{where}: merge {number} ({str(merge)[:60]!r}) is not a merge of GPT-2's "
                 "BPE (two tokens into a token, in rank order)"
             )
         last = rank
         reached.add(rank)
     if len(reached) != len(ranks) - 256:
         raise VocabularyFileError(
-            f"{where}: merges.txt reaches {len(reached)} of GPT-2's {len(ranks) - 256} merged "
-            "tokens; it is not GPT-2's merges file"
+            f"{where}: the merges reach {len(reached)} of GPT-2's {len(ranks) - 256} merged "
+            "tokens; they are not GPT-2's"
         )
+
+
+#: The pre-tokenizer's split of a ``tokenizer.json`` :func:`zoo.export` writes (tiktoken's).
+_SPLIT = {"type": "Split", "pattern": {"Regex": PATTERN}, "behavior": "Isolated", "invert": False}
+
+
+def _check_pipeline(data: dict[str, Any], where: str) -> None:
+    """The rest of a ``tokenizer.json``: GPT-2's byte-level pre-tokenizer and decoder, no
+    normalizer, a plain BPE model, ``<|endoftext|>`` = 50256 the only added token."""
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False}
+    pre = data.get("pre_tokenizer") or {}
+    model = data.get("model") or {}
+    added = data.get("added_tokens") or []
+    post = data.get("post_processor")
+    checks = {
+        "normalizer": data.get("normalizer") is None,
+        "pre_tokenizer": (byte_level.items() <= pre.items() and pre.get("use_regex") is True)
+        or (
+            pre.get("type") == "Sequence"
+            and len(pre.get("pretokenizers") or []) == 2
+            and pre["pretokenizers"][0] == _SPLIT
+            and byte_level.items() <= pre["pretokenizers"][1].items()
+        ),
+        "model": model.get("type") == "BPE"
+        and not model.get("dropout")
+        and not model.get("continuing_subword_prefix")
+        and not model.get("end_of_word_suffix")
+        and not model.get("byte_fallback"),
+        "added_tokens": all(
+            isinstance(t, dict) and t.get("content") == ENDOFTEXT and t.get("id") == 50256
+            for t in added
+        ),
+        "decoder": (data.get("decoder") or {}).get("type") == "ByteLevel",
+        "post_processor": post is None
+        or post.get("type") == "ByteLevel"
+        or (post.get("type") == "TemplateProcessing" and not post.get("special_tokens")),
+    }
+    wrong = [key for key, ok in checks.items() if not ok]
+    if wrong:
+        shown = ", ".join(f"{k} = {json.dumps(data.get(k))[:80]}" for k in wrong)
+        raise VocabularyFileError(
+            f"{where}: not GPT-2's tokenizer ({shown}); zoo does not tokenize it with GPT-2's "
+            "BPE. Load the model with tokenizer=zoo.tokenizer(NAME) for the right one."
+        )
+
+
+def check_hf_files(directory: Path, tokenizer: TiktokenTokenizer) -> None:
+    """Check that the Hugging Face tokenizer files in ``directory`` (``vocab.json`` +
+    ``merges.txt``, ``tokenizer.json``: each that is there) are GPT-2's tokenizer: every
+    token with the id of the shipped ranks (``<|endoftext|>`` = 50256), merges GPT-2's BPE
+    makes in the order it makes them, and (``tokenizer.json``) GPT-2's byte-level pipeline.
+
+    Raises:
+        zoo.tokenizers.VocabularyFileError: naming the file and what differs.
+    """
+    ranks = _ranks(tokenizer)
+    if (directory / "vocab.json").is_file() and (directory / "merges.txt").is_file():
+        where = f"{directory}: vocab.json + merges.txt"
+        _check_vocab(_read_json(directory / "vocab.json", where), ranks, where)
+        try:
+            lines = (directory / "merges.txt").read_text(encoding="utf-8").splitlines()
+        except (OSError, ValueError) as exc:
+            raise VocabularyFileError(f"{where} cannot be read: {exc}") from None
+        merges = [line for line in lines if line and not line.startswith("#version")]
+        _check_merges(merges, ranks, where)
+    if (directory / "tokenizer.json").is_file():
+        where = f"{directory / 'tokenizer.json'}"
+        data = _read_json(directory / "tokenizer.json", where)
+        if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
+            raise VocabularyFileError(f"{where} is not a tokenizers file")
+        _check_pipeline(data, where)
+        _check_vocab(data["model"].get("vocab"), ranks, where)
+        merges = data["model"].get("merges")
+        _check_merges(merges if isinstance(merges, list) else [None], ranks, where)

@@ -412,8 +412,8 @@ def _registry_tokenizer(
     With ``model_name``: the tokenizer that named model declares, when the vocabulary sizes
     agree (a shrunken test model keeps its name but not the tokenizer). Without one (an
     imported checkpoint): a tokenizer of the architecture's named models that reads its own
-    files from the checkpoint (``TokenizerSpec.checkpoint_files``), when all of them are in
-    ``directory``; a matching vocabulary size alone attaches nothing.
+    files from the checkpoint (``TokenizerSpec.checkpoint_files``), when all the files of one
+    of its sets are in ``directory``; a matching vocabulary size alone attaches nothing.
     """
     from ..api import resolve_config
 
@@ -428,10 +428,10 @@ def _registry_tokenizer(
             continue
         if model_name is None:
             try:
-                files = registry.tokenizer(spec.tokenizer).checkpoint_files
+                sets = registry.tokenizer(spec.tokenizer).checkpoint_file_sets
             except ZooError:
                 continue
-            if not files or not all((directory / f).is_file() for f in files):
+            if not any(all((directory / f).is_file() for f in files) for files in sets):
                 continue
         named_vocab = getattr(resolve_config(name)[2], "vocab_size", None)  # defaults included
         if named_vocab == getattr(config, "vocab_size", None):
