@@ -123,7 +123,7 @@ def test_export_byte_tokenizer(tmp_path):
         assert auto.decode(auto.encode(text)) == text
 
 
-def test_sequence_tokens_are_exported_as_zoo_adds_them():
+def test_sequence_tokens_are_exported_as_zoo_adds_them(tmp_path):
     """zoo's add_special_tokens=True (Llama's <s> first, BERT-like wrapping) is what the
     exported tokenizer adds by default, as transformers' tokenizers do."""
     vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, "a": 3, "b": 4, "ab": 5}
@@ -140,6 +140,13 @@ def test_sequence_tokens_are_exported_as_zoo_adds_them():
         assert exported.encode("ab ba").ids == tok.encode("ab ba", add_special_tokens=True)
         config = json.loads(files["tokenizer_config.json"])
         assert config["bos_token"] == "<s>" and config["unk_token"] == "<unk>"
+        folder = tmp_path / "-".join(map(str, wrap))
+        folder.mkdir()
+        for name, data in files.items():
+            (folder / name).write_bytes(data)
+        auto = transformers.AutoTokenizer.from_pretrained(folder)
+        assert auto.encode("ab ba") == tok.encode("ab ba", add_special_tokens=True)
+        assert auto.encode("ab", add_special_tokens=False) == tok.encode("ab")
 
 
 def test_a_tokenizer_that_cannot_be_exported_is_a_warning_naming_why(tmp_path):
