@@ -40,7 +40,7 @@ def _tiny_gpt2(folder: Path, vocab_size: int = 50257) -> None:
     transformers.GPT2LMHeadModel(config).save_pretrained(folder)
 
 
-def test_convert_to_hf_gpt2_writes_a_tokenizer_transformers_loads(tmp_path):
+def test_convert_to_hf_gpt2_writes_a_tokenizer_transformers_loads(tmp_path, capsys):
     """``zoo convert SRC DST --to hf-gpt2`` of a checkpoint with GPT-2's tokenizer: the
     export loads in transformers as model and tokenizer, and the tokenizer is zoo's."""
     from zoo.cli import main
@@ -49,6 +49,7 @@ def test_convert_to_hf_gpt2_writes_a_tokenizer_transformers_loads(tmp_path):
     tok = zoo.tokenizer("gpt2-124m")
     zoo.save(zoo.load(tmp_path / "hf"), tmp_path / "zoo", tokenizer=tok)
     assert main(["convert", str(tmp_path / "zoo"), str(tmp_path / "out"), "--to", "hf-gpt2"]) == 0
+    assert "with its tokenizer" in capsys.readouterr().out
     out = tmp_path / "out"
 
     auto = transformers.AutoTokenizer.from_pretrained(out)
@@ -67,6 +68,10 @@ def test_convert_to_hf_gpt2_writes_a_tokenizer_transformers_loads(tmp_path):
     # and zoo reads the export back with GPT-2's tokenizer (its files are checked, not guessed)
     back = zoo.load(out)
     assert back.tokenizer is not None and back.tokenizer.name == "gpt2-bpe"
+    # a checkpoint without a tokenizer converts, saying the export has none
+    assert main(["convert", str(tmp_path / "hf"), str(tmp_path / "bare"), "--to", "hf-gpt2"]) == 0
+    assert "without a tokenizer" in capsys.readouterr().err
+    assert not (tmp_path / "bare" / "tokenizer.json").exists()
 
 
 def test_hf_gpt2_folder_with_other_vocabulary_files_gets_no_tokenizer(tmp_path, gpt2_files):

@@ -484,6 +484,14 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
     path = convert_checkpoint(args.source, args.destination, to=args.to)
     print(f"wrote {path} ({args.to} layout)")
+    if args.to != "zoo" and (path / "tokenizer.json").is_file():
+        print("with its tokenizer (tokenizer.json: transformers.AutoTokenizer loads it)")
+    elif args.to != "zoo":
+        print(
+            f"without a tokenizer: {args.source} has none zoo could write (see any warning "
+            "above); give transformers the tokenizer separately",
+            file=sys.stderr,
+        )
     return 0
 
 
