@@ -34,6 +34,7 @@ from .config import TrainConfig
 from .data import IGNORE, DataError, LabelData, PairData, TokenData, text_files
 from .errors import DivergedError, RunLockedError
 from .loss import cross_entropy
+from .memory import check_training_memory
 from .report import MetricsLog, Progress, can_plot, plot_losses
 from .state import has_state, load_state, plain_model, save_state
 
@@ -275,6 +276,7 @@ def _train(
     if tok is None:
         raise DataError("training on text needs a tokenizer: pass tokenizer=...")
     check_fits(tok, model.config.vocab_size)  # type: ignore[attr-defined]
+    check_training_memory(model, config, world.device, world.size, strategy)  # before step 1
     context: int = model.config.context_length  # type: ignore[attr-defined]
     source = _data(model, data, tok, out, context, config, world)
 

@@ -1,0 +1,276 @@
+"""A training run's peak memory, estimated before the first step, and the refusal when the
+machine cannot hold it (issue 23: the README's quickstart grew to 19 GB and was OOM-killed).
+
+The estimate, per process, in bytes (``B`` sequences per micro-step on this process, ``T`` the
+context, ``L`` the layers, ``d`` ``d_model``, ``f`` ``d_ff``, ``H`` heads, ``V`` the vocabulary):
+
+- weights, gradients and AdamW's two moments: 4 copies of the float32 parameters (divided by
+  the processes under FSDP, which shards all four);
+- activations kept for the backward pass: ``L * B * T * (10 d + 2 f)`` floats;
+- attention scores, where ``scaled_dot_product_attention`` takes its math path (on the CPU
+  with attention dropout during training, or with a padding mask): ``L * B * H * T**2`` x 16
+  bytes (the scores, their softmax, the dropout mask and the dropped weights);
+- logits: ``B * T * V`` floats, 2 copies (the logits, turned into their own gradient by
+  :func:`zoo.train.loss.cross_entropy`, and the gradient flowing into the head), 8 bytes a
+  position whether or not bf16 autocast is on (bf16 logits plus their float32 copy);
+- 150 MB of allocator and runtime slack.
+
+Calibration (CPU, torch 2.13, ``ru_maxrss`` of a child process running two steps of
+``_loss`` + backward + clipping + AdamW, minus its RSS after ``import torch``; gpt2-124m with
+overrides): n_layers=4, batch 1/2/4 at context 1024: measured 2.41/3.66/5.83 GB, estimated
+2.68/4.12/7.00 GB; n_layers=8 batch 2: 5.93 vs 6.64 GB; n_layers=4 dropout=0 batch 2: 2.00 vs
+2.51 GB (no score matrices: the CPU flash kernel); d_model=256 n_heads=4 d_ff=1024
+context_length=256 n_layers=4 batch 8: 1.50 vs 1.52 GB, n_layers=1 vocab_size=1024: 0.24 vs
+0.26 GB. The estimate is 1.0-1.26 times the measured peak: on the safe side. The quickstart
+(``--set n_layers=4``, batch 16, context 1024) is estimated at 24.3 GB; the measured slope
+(1.1-1.25 GB a sequence) puts it at 19-21 GB.
+
+A run is refused when the estimate exceeds 90% of the memory available (a tenth is left for
+what the estimate does not see: the data's page cache, the tokenizer, other processes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import TYPE_CHECKING, Any
+
+from ..errors import InsufficientMemoryError
+from ..memory import ALLOW_LARGE_ENV, allow_large, available_memory, format_bytes
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from .config import TrainConfig
+
+__all__ = ["TrainingMemory", "check_training_memory", "estimate_training_memory"]
+
+#: Share of the available memory a run may plan to use.
+HEADROOM = 0.9
+_SLACK = 150 * 10**6  # allocator and runtime, measured
+_LAYER_FLOATS_D, _LAYER_FLOATS_F = 10, 2  # activations a token keeps per layer: 10 d + 2 f
+_SCORE_BYTES = 16  # scores + softmax + dropout mask + dropped weights, per score (math path)
+_LOGIT_BYTES = 8  # 2 float32 copies per logit
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingMemory:
+    """The estimated peak memory of one training process, by part, in bytes."""
+
+    weights: int
+    gradients: int
+    optimizer: int
+    activations: int
+    attention: int
+    logits: int
+    slack: int = _SLACK
+
+    @property
+    def total(self) -> int:
+        """The whole estimated peak."""
+        return sum(dataclasses.astuple(self))
+
+    def describe(self) -> str:
+        """``"24.3 GB (weights 0.3 GB, ...)"``: the total and its non-zero parts."""
+        parts = [
+            ("weights", self.weights),
+            ("gradients", self.gradients),
+            ("AdamW state", self.optimizer),
+            ("activations", self.activations),
+            ("attention scores", self.attention),
+            ("logits", self.logits),
+        ]
+        inner = ", ".join(f"{name} {format_bytes(n)}" for name, n in parts if n)
+        return f"{format_bytes(self.total)} ({inner})"
+
+
+def _dims(model: nn.Module) -> dict[str, int]:
+    """The sizes the estimate reads from ``model.config`` (0 where a config has none)."""
+    config = getattr(model, "config", None)
+
+    def get(name: str, default: int = 0) -> int:
+        value = getattr(config, name, default)
+        return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+    d = get("d_model")
+    layers = get("n_layers") or get("n_encoder_layers") + get("n_decoder_layers")
+    labels = getattr(config, "labels", None)
+    outputs = len(labels) if isinstance(labels, (list, tuple)) else get("vocab_size")
+    return {
+        "d": d,
+        "f": get("d_ff", 4 * d),
+        "heads": get("n_heads"),
+        "layers": layers,
+        "context": get("context_length"),
+        "outputs": outputs,
+        "per_sequence": int(isinstance(labels, (list, tuple))),  # a classifier: 1 output row
+    }
+
+
+def estimate_training_memory(
+    model: nn.Module,
+    *,
+    micro_batch: int,
+    device: torch.device,
+    context: int | None = None,
+    shards: int = 1,
+) -> TrainingMemory:
+    """Estimate the peak memory of a process training ``model`` on ``micro_batch`` sequences
+    of ``context`` tokens (default: the model's ``context_length``) per step.
+
+    Args:
+        model: the model (its parameters and ``config`` are read; works on ``meta``).
+        micro_batch: sequences this process runs through forward and backward at once.
+        device: where it trains (the CPU takes ``scaled_dot_product_attention``'s math path
+            with attention dropout, materialising the scores).
+        context: tokens per sequence.
+        shards: processes that FSDP shards weights, gradients and optimizer state over.
+    """
+    seen: set[int] = set()
+    weights = 0
+    for p in model.parameters():
+        if id(p) not in seen and p.requires_grad:
+            seen.add(id(p))
+            weights += p.numel() * 4  # float32 master weights (bf16 is autocast only)
+    weights //= shards
+    dims = _dims(model)
+    t = context or dims["context"]
+    tokens = micro_batch * t
+    activations = (
+        dims["layers"] * tokens * (_LAYER_FLOATS_D * dims["d"] + _LAYER_FLOATS_F * dims["f"])
+    )
+    config = getattr(model, "config", None)
+    dropout = getattr(config, "dropout", 0.0)
+    masked = bool(getattr(model, "is_encoder_decoder", False))  # padding masks: math path
+    math_path = masked or (device.type == "cpu" and isinstance(dropout, float) and dropout > 0)
+    attention = (
+        dims["layers"] * micro_batch * dims["heads"] * t * t * _SCORE_BYTES if math_path else 0
+    )
+    rows = micro_batch if dims["per_sequence"] else tokens
+    return TrainingMemory(
+        weights=weights,
+        gradients=weights,
+        optimizer=2 * weights,
+        activations=activations * 4,
+        attention=attention,
+        logits=rows * dims["outputs"] * _LOGIT_BYTES,
+    )
+
+
+def _held(model: nn.Module, device: torch.device) -> int:
+    """Bytes of ``model``'s parameters already on ``device`` (no longer in its free memory)."""
+    seen: set[int] = set()
+    held = 0
+    for p in model.parameters():
+        if id(p) not in seen and p.device.type == device.type:
+            seen.add(id(p))
+            held += p.numel() * p.element_size()
+    return held
+
+
+def check_training_memory(
+    model: nn.Module,
+    config: TrainConfig,
+    device: torch.device,
+    processes: int = 1,
+    strategy: str = "ddp",
+    *,
+    available: int | None = None,
+) -> TrainingMemory:
+    """Refuse, before the first step, a run whose estimated peak memory does not fit.
+
+    Every process checks its own share: ``config.batch_size // config.grad_accum //
+    processes`` sequences per micro-step, and its shard of the weights, gradients and optimizer
+    state under ``strategy="fsdp"``. On the CPU the processes of one machine
+    (``LOCAL_WORLD_SIZE``) share its memory.
+
+    Args:
+        available: bytes free on ``device`` (default: :func:`zoo.memory.available_memory`).
+
+    Returns:
+        The estimate, when it fits (or when ``ZOO_ALLOW_LARGE=1``, or the memory is unknown).
+
+    Raises:
+        zoo.errors.InsufficientMemoryError: with the estimate, the memory available and
+            settings that would fit (a smaller ``--batch-size``, ``--grad-accum``, a shorter
+            ``context_length``).
+    """
+    micro = max(1, config.batch_size // config.grad_accum // processes)
+    shards = processes if strategy == "fsdp" else 1
+    estimate = estimate_training_memory(model, micro_batch=micro, device=device, shards=shards)
+    free = available_memory(device) if available is None else available
+    if free is None or allow_large():
+        return estimate
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", processes)) if device.type == "cpu" else 1
+    held = _held(model, device) // shards
+    budget = HEADROOM * free
+
+    def fits(e: TrainingMemory) -> bool:
+        return local * (e.total - held) <= budget
+
+    if fits(estimate):
+        return estimate
+    name = getattr(model, "name", None) or type(model).__name__
+    sharing = f" for {local} processes" if local > 1 else ""
+    advice = _what_fits(model, config, device, processes, shards, fits)
+    raise InsufficientMemoryError(
+        f"training {name} with --batch-size {config.batch_size} (--grad-accum "
+        f"{config.grad_accum}, {micro} sequence(s) of {_dims(model)['context'] or '?'} tokens "
+        f"per step and process) needs about {estimate.describe()} per process at its peak, but "
+        f"{format_bytes(free)} is available on {device}{sharing} and a run may plan on "
+        f"{HEADROOM:.0%} of it. {advice} "
+        f"({ALLOW_LARGE_ENV}=1 skips this check.)"
+    )
+
+
+def _what_fits(
+    model: nn.Module,
+    config: TrainConfig,
+    device: torch.device,
+    processes: int,
+    shards: int,
+    fits: Any,
+) -> str:
+    """Settings that would fit, in words."""
+    micro = max(1, config.batch_size // config.grad_accum // processes)
+
+    def estimate(micro_batch: int, context: int | None = None) -> TrainingMemory:
+        return estimate_training_memory(
+            model, micro_batch=micro_batch, device=device, context=context, shards=shards
+        )
+
+    options = []
+    smaller = next((b for b in range(micro - 1, 0, -1) if fits(estimate(b))), None)
+    if smaller is not None:
+        batch = smaller * config.grad_accum * processes
+        options.append(f"--batch-size {batch}")
+        accum = next(
+            (
+                k
+                for k in range(config.grad_accum + 1, config.batch_size + 1)
+                if config.batch_size % (k * processes) == 0
+                and config.batch_size // k // processes <= smaller
+            ),
+            None,
+        )
+        if accum is not None:
+            options.append(
+                f"--batch-size {config.batch_size} --grad-accum {accum} (the same batch, "
+                f"{config.batch_size // accum // processes} sequence(s) at a time)"
+            )
+    context = _dims(model)["context"]
+    shorter = context // 2
+    while shorter >= 16 and not fits(estimate(micro, shorter)):
+        shorter //= 2
+    if shorter >= 16:
+        options.append(f"--set context_length={shorter} (a new model)")
+    if not options:
+        floor = estimate(1, 16)
+        return (
+            f"Even one sequence of 16 tokens needs about {format_bytes(floor.total)}: the model "
+            "is too large for this machine; make it smaller (--set n_layers=..., d_model=...)"
+            + (", or shard it with --strategy fsdp under torchrun" if shards == 1 else "")
+            + "."
+        )
+    return "Settings that fit: " + "; or ".join(options) + "."
