@@ -75,6 +75,13 @@ def pytest_configure(config: pytest.Config) -> None:
     zoo.reset_registry()
 
 
+def site_dir() -> Path:
+    """The folder holding the toy plugin this session installs (child processes that should
+    see it put it on ``PYTHONPATH``)."""
+    assert _site is not None, "pytest_configure has not run"
+    return _site
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     for folder in (_site, _compile_cache):
         if folder is not None:
