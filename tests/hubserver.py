@@ -364,12 +364,18 @@ class LocalHub:
         #: fields that replace those of every repo-info answer (``{"sha": "../../x"}``);
         #: ``info_status``: a status every repo-info call with ``blobs`` (file metadata) gets;
         #: ``trickle``: seconds to wait before each byte of a download; ``throttle``: how many
-        #: more downloads get ``429 Too Many Requests`` (with ``Retry-After: 0``).
+        #: more downloads get ``429 Too Many Requests`` (with ``Retry-After: <retry_after>``);
+        #: ``api_trickle``: seconds to wait before each byte of every JSON API answer (headers
+        #: first); ``unsized``: files sent with no ``Content-Length`` (nor ``X-Linked-Size``),
+        #: their end marked only by closing the connection.
         self.download_headers: dict[str, dict[str, str]] = {}
         self.info_override: dict[str, Any] = {}
         self.info_status: int | None = None
         self.trickle: float | None = None
         self.throttle = 0
+        self.retry_after = "0"
+        self.api_trickle: float | None = None
+        self.unsized: set[str] = set()
         #: The last requests received, oldest first.
         self.requests: deque[RequestRecord] = deque(maxlen=10_000)
         self._owns_root = root is None
@@ -588,6 +594,9 @@ class LocalHub:
         self.info_status = None
         self.trickle = None
         self.throttle = 0
+        self.retry_after = "0"
+        self.api_trickle = None
+        self.unsized.clear()
 
     def _add_fault(self, repo_type: str, repo_id: str, path: str, fault: _Fault) -> None:
         with self._lock:
@@ -842,6 +851,9 @@ class _Handler(BaseHTTPRequestHandler):
         content_type: str = "application/json",
     ) -> None:
         body = json.dumps(payload).encode()
+        if self.hub.api_trickle is not None:
+            self._drip(status, body, content_type, headers or {})
+            return
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -1039,7 +1051,7 @@ class _Handler(BaseHTTPRequestHandler):
         start, end = self._byte_range(entry.size) if partial else (0, entry.size)
         if method == "GET" and self.hub.throttle > 0:
             self.hub.throttle -= 1
-            raise HubError(429, "Too Many Requests", headers={"Retry-After": "0"})
+            raise HubError(429, "Too Many Requests", headers={"Retry-After": self.hub.retry_after})
         headers = {
             "Content-Type": "application/octet-stream",
             "Content-Length": str(end - start),
@@ -1053,6 +1065,9 @@ class _Handler(BaseHTTPRequestHandler):
         if partial:
             headers["Content-Range"] = f"bytes {start}-{end - 1}/{entry.size}"
         headers.update(self.hub.download_headers.get(filename, {}))
+        if filename in self.hub.unsized:
+            headers.pop("Content-Length", None)
+            headers.pop("X-Linked-Size", None)
         self.send_response(206 if partial else 200)
         for name, value in headers.items():
             self.send_header(name, value)
@@ -1063,6 +1078,23 @@ class _Handler(BaseHTTPRequestHandler):
                 self._trickle(self.hub._blobs.path(entry.sha256), start, end)
                 return
             self._stream(self.hub._blobs.path(entry.sha256), start, end, fault)
+
+    def _drip(
+        self, status: int, body: bytes, content_type: str, headers: Mapping[str, str]
+    ) -> None:
+        """Send a whole JSON answer, status line and headers included, one byte at a time,
+        ``hub.api_trickle`` seconds apart, until the client leaves."""
+        head = f"HTTP/1.0 {status} OK\r\nContent-Type: {content_type}\r\n"
+        head += f"Content-Length: {len(body)}\r\n"
+        head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
+        try:
+            for byte in head.encode() + body:
+                time.sleep(self.hub.api_trickle or 0)
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+        except OSError:
+            pass
+        self.close_connection = True
 
     def _trickle(self, source: Path, start: int, end: int) -> None:
         """Send one byte at a time, ``hub.trickle`` seconds apart, until the client leaves."""

@@ -214,3 +214,112 @@ def test_no_zoo_code_downloads_through_huggingface_hub():
         if calls.search(line)
     ]
     assert found == []
+
+
+# -- issue 19 item 14: bounds on small files, metadata calls and Retry-After --------------------
+def _padded_config(tmp_path: Path, size: int) -> dict[str, object]:
+    """The files of a zoo checkpoint whose config.json is padded with spaces to ``size`` bytes."""
+    ckpt = tmp_path / "ckpt"
+    zoo.save(small(), ckpt)
+    text = (ckpt / "config.json").read_text()
+    return {
+        "config.json": text + " " * (size - len(text)),
+        "model.safetensors": ckpt / "model.safetensors",
+    }
+
+
+def _no_blob_over(root: Path, cap: int) -> bool:
+    return all(
+        p.stat().st_size <= cap for p in root.rglob("*") if p.is_file() and not p.is_symlink()
+    )
+
+
+def test_an_oversized_config_json_is_refused_and_not_kept(
+    local_hub: LocalHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A 1 GiB config.json was downloaded whole and kept in the cache (cap scaled to 8 KB)."""
+    local_hub.add_files("org/big", _padded_config(tmp_path, 40_000))
+    monkeypatch.setenv("ZOO_HUB_MAX_FILE_BYTES", "8000")
+    with pytest.raises(zoo.UnsafeCheckpointError, match=r"config\.json.*40,000 bytes.*8,000"):
+        zoo.load("hf:org/big")
+    cache = repo_cache(tmp_path, "org/big")
+    assert _no_blob_over(cache, 8000) and not any("config.json" in f for f in files_under(cache))
+
+
+def test_a_config_json_without_a_length_is_stopped_at_the_cap(
+    local_hub: LocalHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The cap counts the bytes received: a server that sends no Content-Length (or a false
+    one) cannot stream past it."""
+    local_hub.add_files("org/big", _padded_config(tmp_path, 40_000))
+    local_hub.unsized.add("config.json")
+    monkeypatch.setenv("ZOO_HUB_MAX_FILE_BYTES", "8000")
+    with pytest.raises(zoo.UnsafeCheckpointError, match=r"config\.json.*received.*8,000"):
+        zoo.load("hf:org/big")
+    cache = repo_cache(tmp_path, "org/big")
+    assert _no_blob_over(cache, 8000) and not any("config.json" in f for f in files_under(cache))
+
+
+def test_an_oversized_tokenizer_file_is_refused(
+    local_hub: LocalHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Tokenizer files fetched from the Hub are capped like config.json (cap scaled down)."""
+    vocab = Path(__file__).parent / "data" / "gpt1"
+    local_hub.add_files(
+        "openai-community/openai-gpt",
+        {"vocab.json": vocab / "encoder_bpe_40000.json", "merges.txt": vocab / "vocab_40000.bpe"},
+    )
+    monkeypatch.setenv("ZOO_HUB_MAX_FILE_BYTES", "100000")
+    with pytest.raises(zoo.UnsafeCheckpointError, match=r"vocab\.json.*ZOO_HUB_MAX_FILE_BYTES"):
+        zoo.tokenizer("gpt1")
+    assert _no_blob_over(repo_cache(tmp_path, "openai-community/openai-gpt"), 100_000)
+
+
+def test_a_dripping_api_hits_the_deadline(
+    local_hub: LocalHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A 0.2 s/byte drip on the API made a 5 s ZOO_HUB_DEADLINE take 133 s (scaled down)."""
+    import time
+
+    zoo.push(small(), "org/m")
+    monkeypatch.setenv("ZOO_HUB_DEADLINE", "1")
+    local_hub.api_trickle = 0.05
+    began = time.monotonic()
+    with pytest.raises(zoo.HubUnavailableError, match="ZOO_HUB_DEADLINE"):
+        zoo.load("hf:org/m")
+    assert time.monotonic() - began < 2.5
+    local_hub.api_trickle = None
+
+
+def test_a_retry_after_past_the_deadline_fails_at_once(
+    local_hub: LocalHub, monkeypatch: pytest.MonkeyPatch
+):
+    """Retry-After: 30 was waited three times (90 s) whatever ZOO_HUB_DEADLINE said."""
+    import time
+
+    zoo.push(small(), "org/m")
+    monkeypatch.setenv("ZOO_HUB_DEADLINE", "5")
+    local_hub.throttle, local_hub.retry_after = 10, "30"
+    began = time.monotonic()
+    with pytest.raises(zoo.HubUnavailableError, match=r"Retry-After.*ZOO_HUB_DEADLINE"):
+        zoo.load("hf:org/m")
+    assert time.monotonic() - began < 2.5
+
+
+@pytest.mark.parametrize("header", ["nan", "-5", "1e999", "soon", "Wed, 21 Oct 2015 07:28:00 GMT"])
+def test_a_senseless_retry_after_is_treated_safely(local_hub: LocalHub, header: str):
+    """Retry-After: nan crashed in time.sleep (ValueError); garbage gets the usual back-off."""
+    model = small()
+    zoo.push(model, "org/m")
+    local_hub.throttle, local_hub.retry_after = 1, header
+    loaded = zoo.load("hf:org/m")
+    assert torch.equal(loaded.state_dict()["head.weight"], model.state_dict()["head.weight"])
+
+
+def test_retry_after_parsing():
+    from zoo.hub.transfer import retry_after
+
+    assert retry_after("3") == 3.0 and retry_after(" 0.5 ") == 0.5
+    assert retry_after("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0  # a past date: now
+    for bad in ("nan", "inf", "-1", "1e999", "", None, "soon", "Wed, 99 Foo 2015"):
+        assert retry_after(bad) is None

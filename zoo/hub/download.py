@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,7 @@ from ..errors import (
 from . import transfer
 from .failures import hub_errors, is_offline, transport_errors
 from .source import HubSource, resolve_source
-from .transfer import Limits, check_commit, check_filename, inside
+from .transfer import Limits, check_commit, check_filename, inside, within_deadline
 
 __all__ = ["HF_VOCAB_FILES", "Snapshot", "evict", "fetch", "pull"]
 
@@ -213,16 +214,37 @@ def fetch(source: HubSource, *, token: str | bool | None = None, verify: bool = 
 
     what = f"{source}"
     api = HfApi(token=token)
-    with hub_errors(what, pull=source.pull_argument):
-        resolved = api.resolve_revision(source.repo_id, revision=source.revision).resolved
-        commit = check_commit(resolved, what)  # a server's "sha" never becomes a path unchecked
-        entries = _files_metadata(api, source.repo_id, commit, token)
-    what = f"{source.repo_id}@{commit[:12]}" + (f" ({source.revision})" if source.revision else "")
     limits = Limits.from_env()
+    start = time.monotonic()  # one deadline for the whole pull: metadata, downloads, waits
+    with hub_errors(what, pull=source.pull_argument):
+        resolved = within_deadline(
+            lambda: api.resolve_revision(source.repo_id, revision=source.revision).resolved,
+            limits=limits,
+            start=start,
+            where=what,
+            doing="resolving the revision",
+        )
+        commit = check_commit(resolved, what)  # a server's "sha" never becomes a path unchecked
+        entries = within_deadline(
+            lambda: _files_metadata(api, source.repo_id, commit, token),
+            limits=limits,
+            start=start,
+            where=what,
+            doing="reading the repo's file metadata",
+        )
+    what = f"{source.repo_id}@{commit[:12]}" + (f" ({source.revision})" if source.revision else "")
 
-    def download(filename: str) -> Path:
+    def download(filename: str, *, large: bool = False) -> Path:
         with hub_errors(f"{what}: {filename}", pull=source.pull_argument):
-            return transfer.download(source.repo_id, filename, commit, token=token, limits=limits)
+            return transfer.download(
+                source.repo_id,
+                filename,
+                commit,
+                token=token,
+                limits=limits,
+                large=large,
+                start=start,
+            )
 
     if entries is not None and CONFIG_FILE not in entries:
         raise HubNotFoundError(
@@ -248,7 +270,7 @@ def fetch(source: HubSource, *, token: str | bool | None = None, verify: bool = 
     )
     for name in others:
         _verify_small(download(name), (entries or {}).get(name), what)
-    weights = download(weights_name)
+    weights = download(weights_name, large=True)
     verified = False
     if verify and expected is not None and not was_verified(weights, expected):
         actual = sha256_file(weights)

@@ -14,23 +14,33 @@ and an offline warm cache keep working) under rules that no server answer can be
   (a wrong byte is refused even when the Hub's metadata call failed); only then is the file
   renamed to ``blobs/<etag>``;
 - every path is checked to stay inside the repo's cache folder before it is written;
-- a download has an overall deadline and a stall timeout (``ZOO_HUB_DEADLINE``,
-  ``ZOO_HUB_STALL_TIMEOUT``); a cut connection resumes with a ``Range`` request a few times;
-  ``429 Too Many Requests`` and ``503`` are retried with back-off, honouring ``Retry-After``.
+- every file but the weights is capped (``ZOO_HUB_MAX_FILE_BYTES``, 64 MiB): a larger size
+  announced is refused before reading, and the bytes actually received are counted, so a server
+  that lies about (or omits) ``Content-Length`` is stopped at the cap; nothing is kept;
+- a pull has one overall deadline and a stall timeout (``ZOO_HUB_DEADLINE``,
+  ``ZOO_HUB_STALL_TIMEOUT``) covering the revision and metadata calls (:func:`within_deadline`),
+  the downloads and every back-off; a cut connection resumes with a ``Range`` request a few
+  times; ``429 Too Many Requests`` and ``503`` are retried, honouring a ``Retry-After`` that is
+  a sane number of seconds or an HTTP date (anything else gets the usual back-off), and a
+  ``Retry-After`` longer than what remains of the deadline fails at once.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import email.utils
 import hashlib
+import math
 import os
 import re
 import shutil
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import ChecksumMismatchError, HubUnavailableError, UnsafeCheckpointError
 
@@ -42,7 +52,11 @@ __all__ = [
     "download",
     "inside",
     "repo_cache",
+    "retry_after",
+    "within_deadline",
 ]
+
+_T = TypeVar("_T")
 
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 _ETAG = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
@@ -59,31 +73,71 @@ class Limits:
         stall: seconds the connection may stay silent (connecting or between two reads).
         attempts: tries in all: a cut connection resumes, a 429/503 answer waits and retries.
         max_wait: the longest back-off honoured from a ``Retry-After`` header, in seconds.
+        max_file_bytes: the most bytes any file but the weights may have (``config.json``,
+            tokenizer files, the model card...).
     """
 
     deadline: float = 3600.0
     stall: float = 60.0
     attempts: int = 4
     max_wait: float = 30.0
+    max_file_bytes: int = 64 << 20
 
     @classmethod
     def from_env(cls) -> Limits:
-        """Defaults, overridden by ``ZOO_HUB_DEADLINE`` and ``ZOO_HUB_STALL_TIMEOUT``."""
+        """Defaults, overridden by ``ZOO_HUB_DEADLINE``, ``ZOO_HUB_STALL_TIMEOUT`` (seconds)
+        and ``ZOO_HUB_MAX_FILE_BYTES`` (bytes)."""
         values: dict[str, float] = {}
-        names = (("deadline", "ZOO_HUB_DEADLINE"), ("stall", "ZOO_HUB_STALL_TIMEOUT"))
-        for field, variable in names:
+        names = (
+            ("deadline", "ZOO_HUB_DEADLINE", "a number of seconds"),
+            ("stall", "ZOO_HUB_STALL_TIMEOUT", "a number of seconds"),
+            ("max_file_bytes", "ZOO_HUB_MAX_FILE_BYTES", "a whole number of bytes"),
+        )
+        for field, variable, kind in names:
             text = os.environ.get(variable)
             if text:
                 try:
-                    value = float(text)
+                    value = int(text) if field == "max_file_bytes" else float(text)
                 except ValueError:
                     value = -1.0
-                if not value > 0:
-                    raise ValueError(f"{variable} must be a number of seconds > 0, got {text!r}")
+                if not (value > 0 and math.isfinite(value)):
+                    raise ValueError(f"{variable} must be {kind} > 0, got {text!r}")
                 values[field] = value
         return cls(
-            deadline=values.get("deadline", cls.deadline), stall=values.get("stall", cls.stall)
+            deadline=values.get("deadline", cls.deadline),
+            stall=values.get("stall", cls.stall),
+            max_file_bytes=int(values.get("max_file_bytes", cls.max_file_bytes)),
         )
+
+
+def within_deadline(
+    call: Callable[[], _T], *, limits: Limits, start: float, where: str, doing: str
+) -> _T:
+    """``call()``, or :class:`~zoo.errors.HubUnavailableError` once ``limits.deadline``
+    seconds have passed since ``start``, whatever the server does (a reply dripped one byte at
+    a time, headers included, never trips a per-read timeout). The call runs on a daemon
+    thread, left to finish on its own when the deadline passes; its result is then dropped."""
+    remaining = limits.deadline - (time.monotonic() - start)
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as exc:  # handed to the caller's thread below
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run, name=f"zoo-hub {where}", daemon=True)
+    worker.start()
+    worker.join(max(remaining, 0.0))
+    if worker.is_alive():
+        raise HubUnavailableError(
+            f"{where}: {doing} took more than {limits.deadline:g} s (ZOO_HUB_DEADLINE) and was "
+            "abandoned; nothing was downloaded. The Hub is too slow or not answering: try "
+            "again later, or raise ZOO_HUB_DEADLINE."
+        )
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 def check_commit(sha: Any, where: str) -> str:
@@ -169,13 +223,50 @@ class _Digest:
         return None if actual == etag else f"git blob id {actual}, not the Hub's"
 
 
-def _wait(response: Any, attempt: int, limits: Limits) -> float:
-    retry_after = response.headers.get("Retry-After", "")
+def retry_after(text: str | None) -> float | None:
+    """The seconds a ``Retry-After`` header asks for: a finite number >= 0, or an HTTP date
+    (seconds from now, 0 if past); ``None`` for anything else (missing, ``nan``, negative,
+    garbage), which gets the usual back-off instead."""
+    text = (text or "").strip()
+    if not text:
+        return None
     try:
-        seconds = float(retry_after)
+        seconds = float(text)
     except ValueError:
-        seconds = 2.0**attempt
-    return min(max(seconds, 0.0), limits.max_wait)
+        try:
+            when = email.utils.parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return None
+        if when.tzinfo is None:
+            return None
+        seconds = max(when.timestamp() - time.time(), 0.0)
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+def _wait(response: Any, attempt: int, limits: Limits, start: float, where: str) -> float:
+    """Seconds to wait before retrying a 429/503 answer; an error when the server asks for
+    more than what remains of the deadline."""
+    asked = retry_after(response.headers.get("Retry-After"))
+    seconds = min(2.0**attempt if asked is None else asked, limits.max_wait)
+    remaining = limits.deadline - (time.monotonic() - start)
+    if seconds > remaining:
+        raise HubUnavailableError(
+            f"{where}: the Hub answered {response.status_code} and asked to retry in "
+            f"{seconds:g} s (Retry-After: {str(response.headers.get('Retry-After'))[:40]!r}), "
+            f"but only {max(remaining, 0.0):.1f} s remain of the {limits.deadline:g} s "
+            "deadline (ZOO_HUB_DEADLINE); stopped without waiting, nothing was kept. Try "
+            "again later, or raise ZOO_HUB_DEADLINE."
+        )
+    return seconds
+
+
+def _too_large(where: str, size: str, cap: int) -> UnsafeCheckpointError:
+    return UnsafeCheckpointError(
+        f"{where}: the file is {size}, over the {cap:,}-byte limit for a checkpoint's files "
+        "other than the weights (ZOO_HUB_MAX_FILE_BYTES); it was refused and nothing was kept "
+        "in the cache. A config or tokenizer file this large is not a real one; if this one "
+        "is, raise ZOO_HUB_MAX_FILE_BYTES."
+    )
 
 
 def download(
@@ -186,12 +277,17 @@ def download(
     token: Any = None,
     limits: Limits | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
+    large: bool = False,
+    start: float | None = None,
 ) -> Path:
     """``<repo cache>/snapshots/<commit>/<filename>``, downloaded unless already cached;
-    ``cache_dir`` replaces ``HF_HUB_CACHE`` as the cache root.
+    ``cache_dir`` replaces ``HF_HUB_CACHE`` as the cache root. Only a ``large`` file (the
+    weights) may exceed ``limits.max_file_bytes``; ``start`` is when the deadline's clock
+    started (default: now).
 
     Raises:
-        zoo.UnsafeCheckpointError: the server's answer would place a file outside the cache.
+        zoo.UnsafeCheckpointError: the server's answer would place a file outside the cache,
+            or a file that is not ``large`` exceeds ``limits.max_file_bytes``.
         zoo.ChecksumMismatchError: the bytes do not hash to the ETag the server gave.
         zoo.HubUnavailableError: the deadline or the stall timeout ran out.
         huggingface_hub errors (HTTP, connection): mapped by :func:`~zoo.hub.failures.hub_errors`.
@@ -205,18 +301,21 @@ def download(
     check_filename(filename, where)
     storage = repo_cache(repo_id, cache_dir)
     pointer = storage / "snapshots" / commit / filename
+    limits = limits or Limits.from_env()
+    cap = None if large else limits.max_file_bytes
     if pointer.exists() and inside(pointer, storage):
+        if cap is not None and (size := pointer.stat().st_size) > cap:
+            raise _too_large(f"{where} (cached)", f"{size:,} bytes", cap)
         return pointer
     if constants.HF_HUB_OFFLINE:
         raise hf.OfflineModeIsEnabled(f"{where} is not cached and HF_HUB_OFFLINE is set")
-    limits = limits or Limits.from_env()
     url = hf_hub_url(repo_id, filename, revision=commit, endpoint=constants.ENDPOINT)
     blobs = storage / "blobs"
     blobs.mkdir(parents=True, exist_ok=True)
     staging = blobs / f".zoo-{uuid.uuid4().hex}.incomplete"  # a name no server chose
-    start = time.monotonic()
+    start = time.monotonic() if start is None else start
     try:
-        etag = _fetch(url, build_hf_headers(token=token), staging, where, limits, start)
+        etag = _fetch(url, build_hf_headers(token=token), staging, where, limits, start, cap)
         blob = blobs / etag
         if not (inside(blob, storage) and inside(pointer, storage)):  # cannot happen: checked
             raise UnsafeCheckpointError(f"{where}: a cache path leaves {storage}")
@@ -230,10 +329,17 @@ def download(
 
 
 def _fetch(
-    url: str, headers: dict[str, str], staging: Path, where: str, limits: Limits, start: float
+    url: str,
+    headers: dict[str, str],
+    staging: Path,
+    where: str,
+    limits: Limits,
+    start: float,
+    cap: int | None,
 ) -> str:
     """Stream ``url`` into ``staging`` through huggingface_hub's HTTP session (its proxies,
-    certificates and user agent); return the verified ETag."""
+    certificates and user agent); return the verified ETag. More than ``cap`` bytes (announced
+    or received) is refused."""
     from huggingface_hub.utils import get_session, hf_raise_for_status
 
     try:
@@ -258,7 +364,7 @@ def _fetch(
                 timeout=httpx.Timeout(limits.stall),
             ) as response:
                 if response.status_code in _RETRY_STATUS and attempt + 1 < limits.attempts:
-                    time.sleep(_wait(response, attempt, limits))
+                    time.sleep(_wait(response, attempt, limits, start, where))
                     continue
                 if response.status_code >= 400:
                     response.read()  # the error body, for the message
@@ -271,8 +377,12 @@ def _fetch(
                         "Content-Length"
                     )
                     digest = _Digest(int(size) if size and size.isdigit() else None)
+                    if cap is not None and size and size.isdigit() and int(size) > cap:
+                        raise _too_large(where, f"{int(size):,} bytes (announced)", cap)
                 with open(staging, "ab" if done else "wb") as out:
                     for chunk in response.iter_bytes():  # as it arrives, not buffered
+                        if cap is not None and done + len(chunk) > cap:  # bytes received
+                            raise _too_large(where, f"over {cap:,} bytes (received)", cap)
                         out.write(chunk)
                         digest.update(chunk)
                         done += len(chunk)
