@@ -414,6 +414,26 @@ def test_server_down(local_hub: LocalHub) -> None:
         zoo.pull("org/other")
 
 
+def test_a_failed_push_talks_about_pushing(local_hub: LocalHub) -> None:
+    """A failed push said "downloads resume where they stopped" (issue 23): it must say the
+    push failed, that no partial commit was made, and how to retry."""
+    model = small("gpt2-124m")
+    local_hub.stop()
+    try:
+        with pytest.raises(zoo.HubUnavailableError, match="during the push") as err:
+            zoo.push(model, "org/model")
+    finally:
+        local_hub.start()
+    local_hub.outage_status = 503
+    with pytest.raises(zoo.HubUnavailableError, match="503") as err_503:
+        zoo.push(model, "org/model")
+    local_hub.outage_status = None
+    for message in (str(err.value), str(err_503.value)):
+        assert "download" not in message and "cache" not in message
+        assert "no partial commit was made" in message and "push again" in message
+    assert zoo.push(model, "org/model").sha  # the retry works
+
+
 def test_dropped_connection_loads_nothing(local_hub: LocalHub, tmp_path: Path) -> None:
     model = small("gpt2-124m")
     zoo.push(model, "org/model")

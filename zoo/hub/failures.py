@@ -104,11 +104,21 @@ def unreachable(
     )
 
 
+#: What a failed push says about its state and how to retry (see :func:`hub_errors`).
+PUSH_RETRY = (
+    "The push is one commit, so no partial commit was made: the repo holds all of the new "
+    "files or none of them (the repo or branch may have been created, and files uploaded "
+    "before the failure are kept by the Hub outside any commit). Run the same push again to "
+    "retry: files the Hub already has are not sent again."
+)
+
+
 @contextlib.contextmanager
-def hub_errors(what: str, *, pull: str | None = None) -> Iterator[None]:
+def hub_errors(what: str, *, pull: str | None = None, push: bool = False) -> Iterator[None]:
     """Re-raise Hub failures inside the block as zoo errors; ``what`` names the operation and
     the repo (``"hf:openai-community/gpt2@main"``) at the start of every message, ``pull``
-    what ``zoo pull`` takes to fetch it (for the offline hint)."""
+    what ``zoo pull`` takes to fetch it (for the offline hint). ``push``: the block uploads,
+    and the messages say what that means for the repo and how to retry (not the cache)."""
     from huggingface_hub import errors as hf
 
     try:
@@ -116,6 +126,12 @@ def hub_errors(what: str, *, pull: str | None = None) -> Iterator[None]:
     except HubError:
         raise
     except (hf.OfflineModeIsEnabled, hf.LocalEntryNotFoundError, hf.RevisionResolutionError) as e:
+        if push:
+            raise HubUnavailableError(
+                f"{what}: the push could not reach the Hub at {endpoint()} ({_why(e)}). "
+                "Pushing needs the Hub: unset HF_HUB_OFFLINE and check the network and "
+                f"HF_ENDPOINT. {PUSH_RETRY}"
+            ) from e
         raise unreachable(what, e, pull=pull) from e
     except hf.GatedRepoError as exc:
         raise HubAuthError(
@@ -145,14 +161,27 @@ def hub_errors(what: str, *, pull: str | None = None) -> Iterator[None]:
                 "argument, or the login saved by `hf auth login`): it must be valid for this "
                 "Hub and, to push, have write access to the repo."
             ) from exc
+        if status is not None and status >= 500 and push:
+            raise HubUnavailableError(
+                f"{what}: the Hub at {endpoint()} answered {status} (server error) during the "
+                f"push: {_why(exc)}. {PUSH_RETRY} Try again later."
+            ) from exc
         if status is not None and status >= 500:
             raise HubUnavailableError(
                 f"{what}: the Hub at {endpoint()} answered {status} (server error): "
                 f"{_why(exc)}. Try again later; with a warm cache, HF_HUB_OFFLINE=1 works "
                 "without the Hub."
             ) from exc
-        raise HubError(f"{what}: the Hub at {endpoint()} answered {status}: {_why(exc)}") from exc
+        raise HubError(
+            f"{what}: the Hub at {endpoint()} answered {status}: {_why(exc)}"
+            + (f". {PUSH_RETRY}" if push else "")
+        ) from exc
     except transport_errors() as exc:
+        if push:
+            raise HubUnavailableError(
+                f"{what}: the connection to the Hub at {endpoint()} failed during the push "
+                f"({_why(exc)}). {PUSH_RETRY} Check the network and HF_ENDPOINT first."
+            ) from exc
         raise HubUnavailableError(
             f"{what}: the connection to the Hub at {endpoint()} failed ({_why(exc)}). Nothing "
             "incomplete was kept or loaded; try again (downloads resume where they stopped)."

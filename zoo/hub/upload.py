@@ -190,7 +190,7 @@ def _upload(
 
     api = HfApi(token=token)
     where = f"push to {repo_id}" + (f"@{revision}" if revision else "")
-    with hub_errors(where):
+    with hub_errors(where, push=True):
         repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
         operations = _operations(
             directory, files, model_card(manifest, repo_id, license=license), manifest
