@@ -261,8 +261,9 @@ def _wait(response: Any, attempt: int, limits: Limits, start: float, where: str)
 
 
 def _too_large(where: str, size: str, cap: int) -> UnsafeCheckpointError:
+    """``size``: what is known of the file's size (``"2,000 bytes"``...)."""
     return UnsafeCheckpointError(
-        f"{where}: the file is {size}, over the {cap:,}-byte limit for a checkpoint's files "
+        f"{where}: {size}, over the {cap:,}-byte limit for a checkpoint's files "
         "other than the weights (ZOO_HUB_MAX_FILE_BYTES); it was refused and nothing was kept "
         "in the cache. A config or tokenizer file this large is not a real one; if this one "
         "is, raise ZOO_HUB_MAX_FILE_BYTES."
@@ -305,7 +306,7 @@ def download(
     cap = None if large else limits.max_file_bytes
     if pointer.exists() and inside(pointer, storage):
         if cap is not None and (size := pointer.stat().st_size) > cap:
-            raise _too_large(f"{where} (cached)", f"{size:,} bytes", cap)
+            raise _too_large(f"{where} (cached)", f"the file is {size:,} bytes", cap)
         return pointer
     if constants.HF_HUB_OFFLINE:
         raise hf.OfflineModeIsEnabled(f"{where} is not cached and HF_HUB_OFFLINE is set")
@@ -376,13 +377,14 @@ def _fetch(
                     size = response.headers.get("X-Linked-Size") or response.headers.get(
                         "Content-Length"
                     )
-                    digest = _Digest(int(size) if size and size.isdigit() else None)
-                    if cap is not None and size and size.isdigit() and int(size) > cap:
-                        raise _too_large(where, f"{int(size):,} bytes (announced)", cap)
+                    announced = int(size) if size and size.isdigit() else None
+                    digest = _Digest(announced)
+                    if cap is not None and announced is not None and announced > cap:
+                        raise _too_large(where, f"the server announced {announced:,} bytes", cap)
                 with open(staging, "ab" if done else "wb") as out:
                     for chunk in response.iter_bytes():  # as it arrives, not buffered
                         if cap is not None and done + len(chunk) > cap:  # bytes received
-                            raise _too_large(where, f"over {cap:,} bytes (received)", cap)
+                            raise _arrived_too_much(where, cap, announced)
                         out.write(chunk)
                         digest.update(chunk)
                         done += len(chunk)
@@ -411,6 +413,11 @@ def _fetch(
             "Face cache and nothing was loaded. Try again."
         )
     return etag
+
+
+def _arrived_too_much(where: str, cap: int, announced: int | None) -> UnsafeCheckpointError:
+    said = f"{announced:,} bytes" if announced is not None else "no size"
+    return _too_large(where, f"more than {cap:,} bytes arrived (the server announced {said})", cap)
 
 
 def _link(blob: Path, pointer: Path) -> None:
