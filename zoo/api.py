@@ -267,7 +267,7 @@ def _checkpoint_info(source: str) -> ModelInfo:
 
     from .checkpoint.files import WEIGHTS_FILE
     from .checkpoint.manifest import read_config_json
-    from .checkpoint.readers import Request, recognise
+    from .checkpoint.readers import Request, model_folder, recognise
     from .errors import CheckpointError
 
     layout, model_name = "auto", None
@@ -280,7 +280,7 @@ def _checkpoint_info(source: str) -> ModelInfo:
         directory, weights, file_given = snapshot.directory, snapshot.weights, False
         layout, model_name = hub_source.layout, hub_source.model_name
     else:
-        path = Path(os.path.expanduser(source))
+        path = model_folder(Path(os.path.expanduser(source)))
         if not path.exists():
             raise CheckpointError(f"checkpoint {path} does not exist")
         file_given = path.is_file()

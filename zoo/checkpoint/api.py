@@ -40,7 +40,7 @@ from .manifest import (
     Manifest,
     read_config_json,
 )
-from .readers import METADATA_KEY, Request, architecture, recognise
+from .readers import METADATA_KEY, Request, architecture, model_folder, recognise
 
 if TYPE_CHECKING:
     import torch
@@ -261,7 +261,7 @@ def load_local(
     if quantize is not None and quantize not in QUANTIZE_MODES:
         raise ValueError(f"quantize must be one of {', '.join(QUANTIZE_MODES)}, got {quantize!r}")
     target = _target_device(device)
-    path = Path(path)
+    path = model_folder(Path(path))  # a training run's folder stands for its model
     if not path.exists():
         raise CheckpointError(f"checkpoint {path} does not exist")
     folder = path.parent if path.is_file() else path

@@ -127,6 +127,18 @@ def _check_layout(request: Request, found: str) -> None:
         )
 
 
+def model_folder(path: Path) -> Path:
+    """The checkpoint a folder stands for: itself when it holds a ``config.json``; for a
+    training run's ``--out`` folder its final ``model/``, else (a run stopped before the end)
+    its resumable ``checkpoint/model``; for a run's ``checkpoint/`` folder, its ``model``."""
+    if not path.is_dir() or (path / CONFIG_FILE).exists():
+        return path
+    for inner in (path / "model", path / "checkpoint" / "model"):
+        if (inner / CONFIG_FILE).is_file():
+            return inner
+    return path
+
+
 # -- the readers -----------------------------------------------------------------------------
 def read_zoo(request: Request) -> Recognised | None:
     """A zoo checkpoint: ``config.json`` is a :class:`Manifest`."""
