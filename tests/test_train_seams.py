@@ -439,3 +439,32 @@ def test_training_on_a_missing_cuda_device_is_a_clear_error(corpus, tmp_path, mo
     assert "sees no CUDA device" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="sees no CUDA device"):
         run(corpus, tmp_path / "api", device="cuda")
+
+
+# -- a run's folder loads its model -------------------------------------------------------------
+def logits_of(source: Path) -> torch.Tensor:
+    with torch.no_grad():
+        return zoo.load(source)(torch.tensor([[5, 6, 7, 8]]))
+
+
+def test_a_run_folder_and_its_checkpoint_folder_load_their_models(corpus, tmp_path, capsys):
+    """`zoo train --out OUT` leaves OUT/model and OUT/checkpoint/model: OUT loads the final
+    model, OUT/checkpoint the resumable one, as `zoo generate`/`zoo info` take them (both used
+    to say 'has no config.json ... Save with zoo.save()')."""
+    from zoo.cli import main
+
+    out = tmp_path / "run"
+    run(corpus, out)
+    assert torch.equal(logits_of(out), logits_of(out / "model"))
+    assert torch.equal(logits_of(out / "checkpoint"), logits_of(out / "checkpoint" / "model"))
+    for source in (out, out / "checkpoint"):
+        argv = ["generate", str(source), "ab", "--max-new-tokens", "3", "--temperature", "0"]
+        assert main(argv) == 0
+        assert main(["info", str(source)]) == 0
+    capsys.readouterr()
+
+
+def test_a_run_stopped_before_its_final_model_loads_from_its_checkpoint(halfway, tmp_path):
+    out = copy_of(halfway, tmp_path)
+    shutil.rmtree(out / "model", ignore_errors=True)  # stopped before the final model/
+    assert torch.equal(logits_of(out), logits_of(out / "checkpoint" / "model"))

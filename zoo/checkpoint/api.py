@@ -22,7 +22,7 @@ from ..errors import (
 )
 from ..registry import get_registry
 from ..specs import ArchitectureSpec
-from .commit import atomic_directory, clean_stale, current_version
+from .commit import atomic_directory, clean_stale, pinned_version
 from .files import (
     PICKLE_SUFFIXES,
     WEIGHTS_FILE,
@@ -266,39 +266,27 @@ def load_local(
         raise CheckpointError(f"checkpoint {path} does not exist")
     folder = path.parent if path.is_file() else path
     clean_stale(folder)  # versions a killed zoo.save left behind (never one in progress)
-    for _ in range(_VERSION_RETRIES):
-        # A save may switch versions while this load reads: every file is read through the
-        # folder's names, and the load counts only if the current version was the same before
-        # and after it (version names are never reused), so config.json of one save never
-        # pairs with the weights of another, and a version removed mid-read is read again.
-        before = current_version(folder)
-        try:
-            model = _load_files(
-                path,
-                layout=layout, sha256=sha256, model_name=model_name, filename=filename,
-                target=target, dtype=dtype, strict=strict, verify=verify,
-                tokenizer=tokenizer, quantize=quantize,
-            )  # fmt: skip
-        except (OSError, ZooError):
-            if current_version(folder) == before:
-                raise
-            continue
-        if current_version(folder) == before:
-            return model
-    raise CheckpointError(
-        f"{folder} was saved again {_VERSION_RETRIES} times while it was being loaded; load "
-        "it when the writer pauses (or from a copy)"
-    )
-
-
-#: Loads of a folder that a concurrent save switched to a new version while it was read,
-#: before giving up (each try reads the newest version).
-_VERSION_RETRIES = 8
+    with pinned_version(folder) as version:
+        # Every file comes from the one version resolved here, which a concurrent save may
+        # replace but never removes while it is pinned: config.json of one save never pairs
+        # with the weights of another.
+        if version != folder and path.is_dir():
+            path = version
+        elif version != folder and (version / path.name).is_file():
+            path = version / path.name  # (a file of the folder's own stays as it is)
+        return _load_files(
+            path,
+            shown=folder,
+            layout=layout, sha256=sha256, model_name=model_name, filename=filename,
+            target=target, dtype=dtype, strict=strict, verify=verify,
+            tokenizer=tokenizer, quantize=quantize,
+        )  # fmt: skip
 
 
 def _load_files(
     path: Path,
     *,
+    shown: Path,
     layout: str,
     sha256: str | None,
     model_name: str | None,
@@ -310,7 +298,8 @@ def _load_files(
     tokenizer: bool,
     quantize: str | None,
 ) -> ZooModel:
-    """:func:`load_local`'s reading and assembling, once."""
+    """:func:`load_local`'s reading and assembling; messages name ``shown``, the folder the
+    caller gave, rather than the version folder inside it that ``path`` may be."""
     import torch
 
     from .state import assemble
@@ -321,7 +310,13 @@ def _load_files(
     else:
         directory, weights = path, path / filename
     request = Request(
-        directory, weights, read_config_json(directory), layout, model_name, path.is_file()
+        directory,
+        weights,
+        read_config_json(directory),
+        layout,
+        model_name,
+        file_given=path.is_file(),
+        shown=shown,
     )
     found = recognise(request)
     weights, arch, config = found.weights, found.architecture, found.config
@@ -358,7 +353,7 @@ def _load_files(
                 dtype=dtype,
                 strict=strict,
                 unexpected=unexpected,
-                what=str(weights),
+                what=str(shown / weights.name),
             )
     finally:
         del tensors
@@ -367,7 +362,7 @@ def _load_files(
     if hasher is not None:  # the file was read in full just now: check the values too, once
         remember_verified(weights, expected)  # type: ignore[arg-type]
         if quantize is None:  # (quantization checks each weight as it reads it)
-            _warn_non_finite(model, str(weights))
+            _warn_non_finite(model, str(shown / weights.name))
     if model_name is not None and hasattr(model, "name"):
         model.name = model_name
     model.load_report = report
@@ -378,7 +373,7 @@ def _load_files(
             quantize_(model, quantize, release=target.type == "cpu" and dtype is None)
     if tokenizer:
         model.tokenizer, model.tokenizer_error = _load_tokenizer(
-            found.tokenizer, directory, arch, config, model_name
+            found.tokenizer, directory, arch, config, model_name, shown=shown
         )
     else:
         model.tokenizer_error = "loaded with tokenizer=False"
@@ -388,13 +383,12 @@ def _load_files(
 def _warn_non_finite(model: ZooModel, what: str) -> None:
     """Warn, naming the tensors, when weights hold NaN or infinity (a diverged training run,
     a corrupted conversion): such a model loads but every output is garbage."""
-    import torch
+    from itertools import chain
 
-    bad = [
-        name
-        for name, tensor in model.state_dict().items()
-        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())
-    ]
+    from .state import all_finite
+
+    tensors = chain(model.named_parameters(), model.named_buffers())  # tied ones once
+    bad = [name for name, tensor in tensors if not all_finite(tensor)]
     if bad:
         warnings.warn(
             f"{what}: {len(bad)} tensor(s) hold NaN or infinite values ({', '.join(bad[:5])}"
@@ -445,6 +439,8 @@ def _load_tokenizer(
     arch: ArchitectureSpec,
     config: Any,
     model_name: str | None,
+    *,
+    shown: Path,
 ) -> tuple[Any, str | None]:
     """The tokenizer for a loaded model, or ``None`` and the reason there is none.
 
@@ -463,10 +459,10 @@ def _load_tokenizer(
         try:
             tokenizer = load_tokenizer(dict(spec), directory)
             if vocab_size is not None:
-                check_fits(tokenizer, vocab_size, what=f"the model in {directory}")
+                check_fits(tokenizer, vocab_size, what=f"the model in {shown}")
         except Exception as exc:
             raise CheckpointError(
-                f"{directory}: the checkpoint's tokenizer {dict(spec)} cannot be loaded: {exc}"
+                f"{shown}: the checkpoint's tokenizer {dict(spec)} cannot be loaded: {exc}"
             ) from exc
         return tokenizer, None
     try:
@@ -476,7 +472,7 @@ def _load_tokenizer(
             name = _registry_tokenizer(arch, config, model_name, directory)
             if name is None:
                 return None, (
-                    f"{directory} holds no tokenizer zoo can read and names no model whose "
+                    f"{shown} holds no tokenizer zoo can read and names no model whose "
                     f"tokenizer fits its {vocab_size}-id vocabulary (zoo never guesses one); "
                     "give one with tokenizer=zoo.tokenizer(NAME) or `zoo generate "
                     "--tokenizer NAME`, save it with the weights (zoo.save(model, DIR, "

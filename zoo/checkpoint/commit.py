@@ -13,10 +13,13 @@ checkpoint folder and switches to it with one atomic rename of a link::
       .zoo-lock          held by the writer (filelock)
 
 Whatever instant a process dies at, every name resolves to files of one version, the old or
-the new: never a mix. Readers (zoo, transformers, any tool) see ordinary file names. Other
-files in the folder are left alone. A folder written by an older zoo (plain files) is adopted
-first, by hard links, without a moment where a name is missing or mixed. Versions left behind
-by a killed writer are removed by the next save, or by the next load that can take the lock.
+the new: never a mix. A load reads every file from one version folder, which it *pins* (a
+shared ``flock`` on the folder) so that no save removes it mid-read; a save removes only
+versions no load has pinned (the others go at a later save or load). Readers (zoo,
+transformers, any tool) see ordinary file names. Other files in the folder are left alone. A
+folder written by an older zoo (plain files) is adopted first, by hard links, without a
+moment where a name is missing or mixed. Versions left behind by a killed writer are removed
+by the next save, or by the next load that can take the lock.
 Where links are not allowed (some Windows set-ups), files are moved into place one by one,
 ``config.json`` last (its sha256 check then catches a mix).
 """
@@ -32,7 +35,12 @@ from pathlib import Path
 
 from ..errors import CheckpointError
 
-__all__ = ["CURRENT", "atomic_directory", "clean_stale", "current_version"]
+try:
+    import fcntl
+except ImportError:  # Windows: no pins; a replaced version is removed at once
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["CURRENT", "atomic_directory", "clean_stale", "current_version", "pinned_version"]
 
 #: The link naming the current version folder.
 CURRENT = ".zoo-current"
@@ -61,6 +69,88 @@ def current_version(target: Path) -> Path:
     return current if current is not None and current.is_dir() else target
 
 
+#: Tries to pin the current version when each one tried was replaced and removed meanwhile.
+_PIN_TRIES = 100
+
+
+@contextlib.contextmanager
+def pinned_version(target: Path) -> Iterator[Path]:
+    """The folder of ``target``'s current version, which no save removes while the block runs.
+
+    Read every file of one load from it: a concurrent save may switch ``target`` to a newer
+    version meanwhile, but never removes a pinned one, so config.json and weights always come
+    from the same save. ``target`` itself when it is not versioned, or when a name of the
+    version no longer links to it (a file replaced or removed by hand is read as it stands).
+    """
+    fd = None
+    for _ in range(_PIN_TRIES):
+        version = current_version(target)
+        if version == target or fcntl is None:
+            break
+        fd = _pin(version)
+        if fd is not None and not _as_written(target, version):
+            os.close(fd)  # edited by hand: read the names as they stand
+            fd, version = None, target
+        if fd is not None or version == target:
+            break
+    else:
+        raise CheckpointError(
+            f"{target} was saved again {_PIN_TRIES} times while a load tried to open it; load "
+            "it when the writer pauses"
+        )
+    try:
+        yield version
+    finally:
+        if fd is not None:
+            os.close(fd)  # releases the pin
+
+
+def _pin(version: Path) -> int | None:
+    """A descriptor holding a shared lock on ``version``, or ``None`` when a save removed
+    the folder before it could be pinned."""
+    try:
+        fd = os.open(version, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)  # waits while a save removes it (an exclusive lock)
+        if os.stat(version).st_ino == os.fstat(fd).st_ino:
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
+def _as_written(target: Path, version: Path) -> bool:
+    """Whether every file of ``version`` is still named in ``target`` by zoo's link to it."""
+    try:
+        names = [entry.name for entry in version.iterdir()]
+        return all(
+            (target / n).is_symlink() and os.readlink(target / n) == f"{CURRENT}/{n}" for n in names
+        )
+    except OSError:
+        return False
+
+
+def _remove_version(folder: Path) -> None:
+    """Remove a version folder unless a load has pinned it (a later save or load will)."""
+    if fcntl is None:
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        shutil.rmtree(folder, ignore_errors=True)
+    except OSError:  # pinned by a load
+        return
+    finally:
+        os.close(fd)
+
+
 def clean_stale(target: Path) -> None:
     """Remove version folders other than the current one, and staging folders, left by a
     writer that was killed. Only while holding the lock, so a save in progress is never
@@ -77,6 +167,8 @@ def _remove_stale(target: Path) -> None:
     for entry in _stale(target):
         if entry.is_symlink() or not entry.is_dir():
             entry.unlink(missing_ok=True)
+        elif entry.name.startswith(_VERSION):
+            _remove_version(entry)
         else:
             shutil.rmtree(entry, ignore_errors=True)
 
@@ -219,4 +311,4 @@ def _switch(target: Path, version: Path, names: set[str]) -> None:
         if ours and entry.name not in names:
             entry.unlink()
     if old is not None and old != version:
-        shutil.rmtree(old, ignore_errors=True)
+        _remove_version(old)

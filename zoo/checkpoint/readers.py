@@ -42,7 +42,8 @@ METADATA_KEY = "zoo"
 class Request:
     """What the caller knows: the directory, its weights file (``file_given`` when the caller
     named the file itself) and ``config.json`` (parsed, or ``None``), the layout asked for
-    (``"auto"`` to detect), and the named model the weights belong to, if any."""
+    (``"auto"`` to detect), and the named model the weights belong to, if any. ``shown`` is
+    the folder messages name when ``directory`` is a version folder inside it."""
 
     directory: Path
     weights: Path
@@ -50,10 +51,11 @@ class Request:
     layout: str = "auto"
     model_name: str | None = None
     file_given: bool = False
+    shown: Path | None = None  # the folder as the caller named it, for messages
 
     @property
     def where(self) -> str:
-        return str(self.directory / CONFIG_FILE)
+        return str((self.shown or self.directory) / CONFIG_FILE)
 
 
 @dataclasses.dataclass(frozen=True)

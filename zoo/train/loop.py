@@ -386,7 +386,10 @@ def _train(
                 save_began = time.monotonic()
                 if not _finite(model, world):
                     raise _diverged("a weight is NaN or infinite", step, lr, out, saved_at)
-                save_state(out, model, optimizer, step, generator, history, config, main=world.main)
+                save_state(
+                    out, model, optimizer, step, generator, history, config,
+                    main=world.main, tokenizer=tok,
+                )  # fmt: skip
                 saved_at = step
                 budget.saved(time.monotonic() - save_began)
             if stopping:

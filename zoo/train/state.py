@@ -19,6 +19,7 @@ from torch import Tensor
 
 from ..checkpoint import save
 from ..checkpoint.commit import atomic_directory
+from ..checkpoint.state import all_finite
 from ..errors import ZooError
 from ..loading import load
 from ..nn.base import ZooModel
@@ -72,8 +73,10 @@ def save_state(
     config: TrainConfig,
     *,
     main: bool,
+    tokenizer: Any = None,
 ) -> None:
-    """Write the resumable state atomically (collective under FSDP; only ``main`` writes)."""
+    """Write the resumable state atomically (collective under FSDP; only ``main`` writes);
+    ``checkpoint/model`` gets ``tokenizer`` with the weights, so it loads as a whole model."""
     import safetensors.torch
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
@@ -100,7 +103,7 @@ def save_state(
         "history": history,
     }
     with atomic_directory(out / "checkpoint") as staging:
-        save(plain, staging / "model")
+        save(plain, staging / "model", tokenizer=tokenizer)
         safetensors.torch.save_file(tensors, str(staging / _TENSORS))
         text = json.dumps(meta, indent=1, allow_nan=False)  # never bare NaN: valid JSON
         (staging / _STATE).write_text(text, encoding="utf-8")
@@ -223,7 +226,7 @@ def _check_tensor(
             f"{where} is {value.dtype} {tuple(value.shape)}, this model needs "
             f"{dtype} {tuple(shape)}; {_HOW}"
         )
-    if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+    if not all_finite(value):
         raise ResumeError(f"{where} holds NaN or infinite values; {_HOW}")
     return value
 
@@ -241,7 +244,7 @@ def _check_model(folder: Path, saved: ZooModel, model: ZooModel) -> None:
             f"same model and --set values, or {_HOW}"
         )
     for key, value in saved.state_dict().items():
-        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+        if not all_finite(value):
             raise ResumeError(f"{folder / 'model'}: {key} holds NaN or infinite values; {_HOW}")
 
 
