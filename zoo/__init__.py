@@ -10,6 +10,7 @@ Importing zoo does not import torch; :func:`build` does.
 
 from __future__ import annotations
 
+from ._version import DISTRIBUTION, __version__
 from .api import ModelInfo, build, info, list_models, plugins, resolve_config, tokenizer
 from .checkpoint import LoadReport, export, save
 from .config import DecoderConfig, ModelConfig, TransformerConfig
@@ -38,12 +39,6 @@ from .hub import pull, push
 from .loading import convert_checkpoint, load
 from .registry import add_plugin, get_registry, reset_registry
 from .specs import ArchitectureSpec, ComponentSpec, ModelSpec, TokenizerSpec, WeightsSource
-
-__version__ = "0.1.0"
-
-#: The distribution name on the package index (``pip install torch-zoo``); the import name
-#: and the command are ``zoo``.
-DISTRIBUTION = "torch-zoo"
 
 _LAZY = {"generate": "zoo.generation:generate"}  # import torch only when used
 

@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .config import ModelConfig
-from .errors import ConfigError, UnknownArchitectureError, UnknownModelError, ZooError
+from .devices import check_device, check_dtype
+from .errors import UnknownModelError, ZooError
 from .plugins import PluginInfo
 from .registry import get_registry
 from .specs import COMPONENT_KINDS, ArchitectureSpec, ModelSpec, WeightsSource
@@ -68,63 +69,7 @@ def resolve_config(
     name_or_config: str | ModelConfig, **overrides: Any
 ) -> tuple[ArchitectureSpec, ModelSpec | None, ModelConfig]:
     """Resolve a model name (or a config) plus overrides to its architecture, spec and config."""
-    registry = get_registry()
-    if isinstance(name_or_config, ModelConfig):
-        arch = registry.architecture(type(name_or_config).architecture)
-        return arch, None, name_or_config.replace(**overrides)
-    if not isinstance(name_or_config, str):
-        raise TypeError(
-            f"expected a model name or a ModelConfig, got {type(name_or_config).__name__}"
-        )
-    spec = registry.model(name_or_config)
-    try:
-        arch = registry.architecture(spec.architecture)
-    except UnknownArchitectureError as exc:
-        raise UnknownArchitectureError(
-            f"model {spec.name!r} needs architecture {spec.architecture!r}: {exc}"
-        ) from None
-    config_class = arch.config_class
-    try:
-        config = config_class.from_dict({**spec.config, **overrides})
-    except ConfigError as exc:
-        raise ConfigError(f"{spec.name}: {exc}") from None
-    return arch, spec, config
-
-
-def check_dtype(dtype: Any) -> None:
-    """Raise :class:`ConfigError` unless ``dtype`` is ``None`` or a floating torch dtype."""
-    import torch
-
-    if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
-        raise ConfigError(
-            f"dtype must be a floating torch.dtype such as torch.bfloat16, got {dtype!r}"
-        )
-
-
-def check_device(device: Any) -> torch.device:
-    """``device`` as a ``torch.device`` (``None`` is the CPU), or a :class:`ConfigError` that
-    says what is wrong: not a device name, or a device this machine does not have."""
-    import torch
-
-    try:
-        target = torch.device(device if device is not None else "cpu")
-    except (RuntimeError, TypeError, ValueError) as exc:
-        raise ConfigError(
-            f"device {device!r} is not a torch device ({exc}); use 'cpu', 'cuda', 'cuda:1', "
-            "'mps' or 'meta'"
-        ) from None
-    if target.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if count == 0:
-            raise ConfigError(
-                f"device {device!r}: this torch ({torch.__version__}) sees no CUDA device; use "
-                "device='cpu', or install a CUDA build of torch on a machine with a GPU"
-            )
-        if target.index is not None and target.index >= count:
-            raise ConfigError(f"device {device!r}: only {count} CUDA device(s), cuda:0..")
-    if target.type == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError(f"device {device!r}: MPS is not available here; use device='cpu'")
-    return target
+    return get_registry().resolve(name_or_config, **overrides)
 
 
 def build(
@@ -151,18 +96,17 @@ def build(
     target = check_device(device)
     from .checkpoint.state import build_on_meta
 
+    make = get_registry().model_factory(arch)  # the names in config resolved once
     if target.type == "meta":
-        model: ZooModel = build_on_meta(arch.model_class, config)  # no initialisation on meta
+        model: ZooModel = build_on_meta(make, config)  # no initialisation on meta
     else:
         from .memory import check_build_fits
 
         what = spec.name if spec is not None else f"a {arch.name} model"
         # sizes each within bounds can multiply to terabytes: count on meta, refuse early
-        check_build_fits(
-            build_on_meta(arch.model_class, config), device=target, dtype=dtype, what=what
-        )
+        check_build_fits(build_on_meta(make, config), device=target, dtype=dtype, what=what)
         with target:
-            model = arch.model_class(config)
+            model = make(config)
     if dtype is not None:
         model = model.to(dtype)
     if spec is not None and hasattr(model, "name"):

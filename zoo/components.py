@@ -78,4 +78,11 @@ def zoo_components() -> list[ComponentSpec]:
             f"{nn}.attention:mha",
             "scaled dot-product attention; grouped-query with n_kv_heads, optional biases",
         ),
+        ComponentSpec(
+            "cross_attention",
+            "mha",
+            f"{nn}.attention:cross_mha",
+            "attention over the encoder's output (n_kv_heads, biases)",
+            reads=(),
+        ),
     ]

@@ -161,7 +161,9 @@ class TransformerConfig(ModelConfig):
 
     A Transformer is a composition: ``positions``, ``norm``, ``ffn`` and ``attention`` name
     registered components (``zoo plugins`` lists them; a plugin adds new ones through the
-    ``zoo_components`` hook), and the other fields are their options.
+    ``zoo_components`` hook), and the other fields are their options. A config is data: the
+    names are resolved when a model is built (``zoo.build``: an unknown one is a
+    :class:`~zoo.errors.ConfigError` naming the field).
 
     Args:
         vocab_size: number of token ids.
@@ -242,19 +244,6 @@ class TransformerConfig(ModelConfig):
         self._require(0 < self.rotary_fraction <= 1, "rotary_fraction", "must be in (0, 1]")
         if self.sliding_window is not None:
             self._require(self.sliding_window > 0, "sliding_window", "must be positive")
-        self._check_components()
-
-    def _check_components(self) -> None:
-        """Each component field names a registered component of its kind."""
-        from .registry import get_registry  # plugins supply components: look them up lazily
-        from .specs import COMPONENT_KINDS
-
-        registry = get_registry()
-        for kind in COMPONENT_KINDS:
-            try:
-                registry.component(kind, getattr(self, kind))
-            except ConfigError as exc:
-                raise ConfigError(f"{type(self).__name__}.{kind}: {exc}") from None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

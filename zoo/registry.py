@@ -14,11 +14,12 @@ import dataclasses
 import difflib
 import os
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
+from .config import ModelConfig
 from .errors import (
     ConfigError,
     PluginError,
@@ -29,6 +30,9 @@ from .errors import (
 )
 from .plugins import PluginHost, PluginInfo, strict_from_env
 from .specs import COMPONENT_KINDS, ArchitectureSpec, ComponentSpec, ModelSpec, TokenizerSpec
+
+if TYPE_CHECKING:
+    from .nn.parts import Parts
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -271,6 +275,56 @@ class Registry:
         if kind not in COMPONENT_KINDS:
             raise ValueError(f"component kind {kind!r} is not one of {', '.join(COMPONENT_KINDS)}")
         return self._entry(kind, name).spec  # type: ignore[arg-type]
+
+    def resolve(
+        self, name_or_config: str | ModelConfig, **overrides: Any
+    ) -> tuple[ArchitectureSpec, ModelSpec | None, ModelConfig]:
+        """A model name (or a config) plus overrides -> its architecture, named model (``None``
+        for a config) and config."""
+        if isinstance(name_or_config, ModelConfig):
+            arch = self.architecture(type(name_or_config).architecture)
+            return arch, None, name_or_config.replace(**overrides)
+        if not isinstance(name_or_config, str):
+            raise TypeError(
+                f"expected a model name or a ModelConfig, got {type(name_or_config).__name__}"
+            )
+        spec = self.model(name_or_config)
+        try:
+            arch = self.architecture(spec.architecture)
+        except UnknownArchitectureError as exc:
+            raise UnknownArchitectureError(
+                f"model {spec.name!r} needs architecture {spec.architecture!r}: {exc}"
+            ) from None
+        try:
+            config = arch.config_class.from_dict({**spec.config, **overrides})
+        except ConfigError as exc:
+            raise ConfigError(f"{spec.name}: {exc}") from None
+        return arch, spec, config
+
+    def parts(self, config: Any) -> Parts:
+        """What the names in ``config`` stand for, resolved once: the component of each kind
+        it names (a :class:`~zoo.errors.ConfigError` naming the field for an unknown one),
+        and architectures by name (a classifier's body)."""
+        from .nn.parts import Parts
+
+        factories = {}
+        for kind in COMPONENT_KINDS:
+            name = getattr(config, kind, None)
+            if not isinstance(name, str):
+                continue
+            try:
+                factories[kind] = self.component(kind, name).build
+            except ConfigError as exc:
+                raise ConfigError(f"{type(config).__name__}.{kind}: {exc}") from None
+        return Parts(factories, architecture=self._architecture_part)
+
+    def _architecture_part(self, name: str) -> tuple[Any, Callable[[Any], Any]]:
+        arch = self.architecture(name)
+        return arch.config_class, self.model_factory(arch)
+
+    def model_factory(self, arch: ArchitectureSpec) -> Callable[[Any], Any]:
+        """``make(config)``: a model of ``arch`` built from ``config`` and the parts it names."""
+        return lambda config: arch.build(config, self.parts(config))
 
     def components(self, kind: str) -> list[str]:
         """Names of the usable components of ``kind``, sorted."""

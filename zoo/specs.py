@@ -76,7 +76,10 @@ class ArchitectureSpec:
         name: registry name, e.g. ``"gpt2"``.
         config: the config class (a :class:`zoo.config.ModelConfig` subclass) or a lazy
             ``"module:Class"`` reference to it.
-        model: the ``torch.nn.Module`` class, called as ``model(config)``, or a lazy reference.
+        model: the :class:`zoo.nn.ZooModel` class, or a lazy reference to it. It is called as
+            ``model(config, parts)`` when its constructor takes a ``parts`` parameter (the
+            :class:`zoo.nn.Parts` the registry resolved from the config: plugins'
+            components), else as ``model(config)``.
         description: one line for ``zoo info``.
         blocks: names of the blocks the model is made of, for ``zoo info``.
         checkpoint_layouts: foreign checkpoint layouts this architecture converts from and to,
@@ -135,6 +138,14 @@ class ArchitectureSpec:
                 f"{', '.join(missing)}, which every zoo model provides. {_CONTRACT}"
             )
         return cls
+
+    def build(self, config: Any, parts: Any) -> Any:
+        """``model_class(config, parts)``, or ``model_class(config)`` for a model class that
+        takes no parts."""
+        cls = self.model_class
+        if "parts" in inspect.signature(cls.__init__).parameters:
+            return cls(config, parts=parts)
+        return cls(config)
 
     def _resolve(self, what: str, ref: Any) -> Any:
         """Import the lazy reference ``ref``; whatever its module raises (an ImportError, a
@@ -388,10 +399,10 @@ class TokenizerSpec:
             ) from None
 
 
-#: The kinds of component a decoder is composed of; each is also the config field that names
-#: the component (``positions = "rotary"``, ``norm = "rmsnorm"``, ``ffn = "swiglu"``,
-#: ``attention = "mha"``).
-COMPONENT_KINDS = ("positions", "norm", "ffn", "attention")
+#: The kinds of component a Transformer is composed of; each is also the config field that
+#: names the component (``positions = "rotary"``, ``norm = "rmsnorm"``, ``ffn = "swiglu"``,
+#: ``attention = "mha"``, and ``cross_attention = "mha"`` in an encoder-decoder's config).
+COMPONENT_KINDS = ("positions", "norm", "ffn", "attention", "cross_attention")
 
 
 @dataclasses.dataclass(frozen=True)

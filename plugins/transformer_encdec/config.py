@@ -18,6 +18,8 @@ class EncoderDecoderConfig(TransformerConfig):
         The other fields are those of :class:`zoo.config.TransformerConfig`; ``final_norm``
         adds a LayerNorm after each stack as ``torch.nn.Transformer`` does, and
         ``tie_embeddings`` makes the LM head share the (source and target) embedding.
+        cross_attention: the decoder's cross-attention component (``mha``, or one a plugin
+            supplies).
     """
 
     architecture: ClassVar[str] = "transformer-encdec"
@@ -36,6 +38,7 @@ class EncoderDecoderConfig(TransformerConfig):
     positions: str = "sinusoidal"
     tie_embeddings: bool = True
     scale_embeddings: bool = True
+    cross_attention: str = "mha"
 
     def validate(self) -> None:
         super().validate()

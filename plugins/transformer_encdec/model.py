@@ -8,16 +8,17 @@ from torch import Tensor, nn
 from zoo.nn import (
     KVCache,
     Linear,
+    Parts,
     TransformerBlock,
     ZooModel,
     activation_dtype,
-    build_component,
     causal_self_mask,
     check_padding_mask,
     check_token_ids,
     embed_tokens,
     init_weights,
     make_positions,
+    parts_for,
     positions_from_mask,
     random_ids,
     right_padding,
@@ -45,18 +46,18 @@ class EncoderDecoder(ZooModel):
     config: EncoderDecoderConfig
     is_encoder_decoder = True
 
-    def __init__(self, config: EncoderDecoderConfig) -> None:
+    def __init__(self, config: EncoderDecoderConfig, parts: Parts | None = None) -> None:
         super().__init__(config)
         c = config
+        parts = parts_for(c, parts)
         self.tok_emb = nn.Embedding(c.vocab_size, c.d_model)
-        self.pos_emb = make_positions(c)
+        self.pos_emb = make_positions(c, parts)
         self.drop = nn.Dropout(c.dropout)
 
-        self.encoder = TransformerBlock.stack(c, c.n_encoder_layers)
-        self.decoder = TransformerBlock.stack(c, c.n_decoder_layers, cross_attention=True)
-        norm = (lambda: build_component("norm", c)) if c.final_norm else None
-        self.encoder_norm = norm() if norm else None
-        self.decoder_norm = norm() if norm else None
+        self.encoder = TransformerBlock.stack(c, c.n_encoder_layers, parts)
+        self.decoder = TransformerBlock.stack(c, c.n_decoder_layers, parts, cross_attention=True)
+        self.encoder_norm = parts.build("norm", c) if c.final_norm else None
+        self.decoder_norm = parts.build("norm", c) if c.final_norm else None
         self.head = Linear(c.d_model, c.vocab_size, bias=c.head_bias)
         self.apply(init_weights)
         if c.tie_embeddings:

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..api import check_device, check_dtype
 from ..config import ModelConfig
+from ..devices import check_device, check_dtype
 from ..errors import (
     CheckpointError,
     CorruptCheckpointError,
@@ -121,8 +121,7 @@ def save(model: nn.Module, directory: str | os.PathLike[str], *, tokenizer: Any 
     Returns:
         the directory.
     """
-    import zoo
-
+    from .._version import __version__
     from .state import unique_state
 
     config = _config_of(model)
@@ -155,7 +154,7 @@ def save(model: nn.Module, directory: str | os.PathLike[str], *, tokenizer: Any 
             dtype=_dtype_name(tensors),
             parameters=sum(t.numel() for k, t in tensors.items() if _is_parameter(model, k)),
             plugin=_plugin_of(arch_name),
-            zoo_version=zoo.__version__,
+            zoo_version=__version__,
         )
         text = json.dumps(manifest.to_json(), indent=2) + "\n"
         (staging / CONFIG_FILE).write_text(text, encoding="utf-8")
@@ -346,7 +345,7 @@ def _load_files(
     try:
         with torch.no_grad():
             model, report = assemble(
-                arch.model_class,
+                get_registry().model_factory(arch),
                 config,
                 tensors,
                 device=target,
@@ -409,8 +408,6 @@ def _registry_tokenizer(
     files from the checkpoint (``TokenizerSpec.checkpoint_files``), when all the files of one
     of its sets are in ``directory``; a matching vocabulary size alone attaches nothing.
     """
-    from ..api import resolve_config
-
     registry = get_registry()
     candidates = [model_name] if model_name is not None else registry.models()
     for name in candidates:
@@ -427,7 +424,7 @@ def _registry_tokenizer(
                 continue
             if not any(all((directory / f).is_file() for f in files) for files in sets):
                 continue
-        named_vocab = getattr(resolve_config(name)[2], "vocab_size", None)  # defaults included
+        named_vocab = getattr(registry.resolve(name)[2], "vocab_size", None)  # defaults too
         if named_vocab == getattr(config, "vocab_size", None):
             return spec.tokenizer
     return None

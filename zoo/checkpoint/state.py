@@ -37,7 +37,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -109,10 +109,11 @@ class _SkipFillOnMeta(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-def build_on_meta(model_class: Any, config: Any) -> Any:
-    """``model_class(config)`` with every tensor on ``meta`` and initialisation skipped."""
+def build_on_meta(make: Callable[[Any], Any], config: Any) -> Any:
+    """``make(config)`` (a model class, or a registry's model factory) with every tensor on
+    ``meta`` and initialisation skipped."""
     with torch.device("meta"), _SkipFillOnMeta():
-        return model_class(config)
+        return make(config)
 
 
 def tied_groups(model: nn.Module) -> list[list[str]]:
@@ -166,7 +167,7 @@ def _convert(tensor: Tensor, device: torch.device, dtype: torch.dtype | None) ->
 
 
 def assemble(
-    model_class: type[nn.Module] | Any,
+    make: Callable[[Any], Any],
     config: Any,
     state: Mapping[str, Tensor],
     *,
@@ -176,7 +177,7 @@ def assemble(
     unexpected: tuple[str, ...] = (),
     what: str = "checkpoint",
 ) -> tuple[Any, LoadReport]:
-    """Build ``model_class(config)`` on ``meta`` and assign ``state`` (zoo keys) to it.
+    """Build ``make(config)`` on ``meta`` and assign ``state`` (zoo keys) to it.
 
     Each tensor is converted to ``device``/``dtype`` on its own (a no-op for memory-mapped
     CPU tensors of the right dtype), so at most one converted copy of the model exists. Tied
@@ -194,7 +195,7 @@ def assemble(
         StateDictMismatchError: when ``strict`` and any key is missing, unexpected or
             mismatched.
     """
-    model = build_on_meta(model_class, config)
+    model = build_on_meta(make, config)
     expected = model.state_dict(keep_vars=True)
     groups = tied_groups(model)
     aliases = {alias: names[0] for names in groups for alias in names[1:]}
@@ -242,7 +243,7 @@ def assemble(
     _retie(model, aliases)
     initialised = _materialize_parameters(model, device, dtype)
     _retie(model, aliases)  # again: materialising may have replaced a shared parameter
-    materialize_buffers(model, device, dtype, model_class=model_class, config=config)
+    materialize_buffers(model, device, dtype, make=make, config=config)
     if initialised or not report.ok:
         report = dataclasses.replace(report, initialised=tuple(initialised))
         log.warning("%s loaded with strict=False: %s", what, report.summary())
@@ -324,13 +325,13 @@ def materialize_buffers(
     device: torch.device,
     dtype: torch.dtype | None = None,
     *,
-    model_class: Any = None,
+    make: Callable[[Any], Any] | None = None,
     config: Any = None,
 ) -> list[str]:
     """Recreate the buffers still on ``meta`` on ``device`` and return their names.
 
     Calls each owning module's ``reset_buffers()`` under ``torch.device(device)``; buffers
-    left after that are taken from a twin ``model_class(config)`` built with its parameters
+    left after that are taken from a twin ``make(config)`` built with its parameters
     on ``meta`` (see the module docstring). Floating buffers are cast to ``dtype``.
     """
     if device.type == "meta":
@@ -346,14 +347,14 @@ def materialize_buffers(
                 reset()
     left = [name for name, b in model.named_buffers() if b is not None and b.is_meta]
     if left:
-        if model_class is None:
+        if make is None:
             raise RuntimeError(
                 f"buffers {left[:_SHOW]} are still on meta and their modules define no "
                 "reset_buffers(); see zoo.checkpoint.state for the convention"
             )
         log.info("rebuilding %d buffer(s) %s by running the constructor again", len(left), left)
         with torch.device(device), _parameters_on_meta(), _SkipFillOnMeta():
-            twin = model_class(config)
+            twin = make(config)
         for name in left:
             module, leaf = _owner(model, name)
             module._buffers[leaf] = twin.get_buffer(name)

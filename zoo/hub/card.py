@@ -28,7 +28,7 @@ def _architecture_facts(name: str) -> tuple[str, tuple[str, ...], str | None]:
 
 def _install_line(manifest: Manifest) -> str:
     """``pip install torch-zoo [the plugin's distribution]``."""
-    from .. import DISTRIBUTION
+    from .._version import DISTRIBUTION
 
     name = plugin_distribution(manifest.plugin)
     return f"pip install {DISTRIBUTION}" + (f" {name}" if name and name != DISTRIBUTION else "")

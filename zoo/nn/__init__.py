@@ -18,12 +18,12 @@ from .base import (
 )
 from .blocks import TransformerBlock
 from .cache import KVCache, LayerCache
-from .components import build_component
 from .decoder import DecoderLM, DecoderSession, positions_from_mask
 from .feedforward import FeedForward, GatedFeedForward, activation
 from .linear import Linear, linear
 from .masks import causal_self_mask, sdpa_mask, self_attention_mask
 from .norms import RMSNorm
+from .parts import BUILTIN_COMPONENTS, ComponentFactory, Parts, make_positions, parts_for
 from .positions import (
     LearnedPositions,
     NoPositions,
@@ -31,11 +31,12 @@ from .positions import (
     RotaryPositions,
     Rotation,
     SinusoidalPositions,
-    make_positions,
 )
 from .session import DecodingSession, RecomputeSession
 
 __all__ = [
+    "BUILTIN_COMPONENTS",
+    "ComponentFactory",
     "DecoderLM",
     "DecoderSession",
     "DecodingSession",
@@ -47,6 +48,7 @@ __all__ = [
     "Linear",
     "MultiHeadAttention",
     "NoPositions",
+    "Parts",
     "PositionScheme",
     "RMSNorm",
     "RecomputeSession",
@@ -57,7 +59,6 @@ __all__ = [
     "ZooModel",
     "activation",
     "activation_dtype",
-    "build_component",
     "causal_self_mask",
     "check_padding_mask",
     "check_position_ids",
@@ -66,6 +67,7 @@ __all__ = [
     "init_weights",
     "linear",
     "make_positions",
+    "parts_for",
     "positions_from_mask",
     "random_ids",
     "right_padding",

@@ -12,7 +12,7 @@ from .cache import LayerCache
 from .linear import Linear
 from .positions import Rotation
 
-__all__ = ["MultiHeadAttention", "mha"]
+__all__ = ["MultiHeadAttention", "cross_mha", "mha"]
 
 
 class MultiHeadAttention(nn.Module):
@@ -143,4 +143,16 @@ def mha(config: Any) -> MultiHeadAttention:
         dropout=config.dropout,
         bias=qkv_bias,
         out_bias=config.bias,
+    )
+
+
+def cross_mha(config: Any) -> MultiHeadAttention:
+    """``cross_attention = "mha"``: cross-attention over the encoder's output with
+    ``n_kv_heads`` key/value heads and biases (as ``torch.nn.Transformer``'s)."""
+    return MultiHeadAttention(
+        config.d_model,
+        config.n_heads,
+        n_kv_heads=config.n_kv_heads,
+        dropout=config.dropout,
+        cross=True,
     )

@@ -3,6 +3,12 @@
 One class covers the decoder block of GPT-1 (post-LN) and GPT-2 (pre-LN), the encoder layer,
 and the decoder layer with cross-attention of the encoder-decoder Transformer, the way
 ``torch.nn.TransformerEncoderLayer`` covers both placements with ``norm_first``.
+
+Seams for plugins: every sub-module is a component (a new attention, norm or feed-forward is
+a ``zoo_components`` entry and a config value, no subclass); a block of another shape is a
+subclass overriding :meth:`TransformerBlock.forward` (e.g. a parallel residual,
+``x + attn(norm(x)) + ffn(norm(x))``), stacked with :meth:`TransformerBlock.stack` on the
+subclass.
 """
 
 from __future__ import annotations
@@ -12,10 +18,8 @@ from collections.abc import Callable
 from torch import Tensor, nn
 
 from ..config import TransformerConfig
-from .attention import MultiHeadAttention
 from .cache import LayerCache
-from .components import build_component
-from .feedforward import FeedForward
+from .parts import Parts, parts_for
 from .positions import Rotation
 
 __all__ = ["TransformerBlock"]
@@ -25,23 +29,14 @@ class TransformerBlock(nn.Module):
     """Self-attention, optional cross-attention, feed-forward; each a residual branch.
 
     Pre-norm (``norm_first=True``): ``x = x + f(norm(x))``. Post-norm: ``x = norm(x + f(x))``.
-    :meth:`from_config` (what :meth:`stack` uses) builds the self-attention, norms and
-    feed-forward a config names as components (``attention``, ``norm``, ``ffn``: see
-    :data:`zoo.specs.COMPONENT_KINDS`); built directly, the block has LayerNorms, an MLP and
-    :class:`MultiHeadAttention` unless ``make_*`` factories say otherwise.
+    Every sub-module is the component ``config`` names (``attention``, ``norm``, ``ffn``,
+    and ``cross_attention`` for a decoder layer over an encoder), built from ``parts``.
 
     Args:
-        d_model: model width.
-        n_heads: attention heads.
-        d_ff: feed-forward hidden width.
-        activation: feed-forward activation name.
-        norm_first: pre-norm when true, post-norm when false.
+        config: a :class:`~zoo.config.TransformerConfig` (or subclass).
+        parts: what the config's component names stand for (default: the built-in ones,
+            :meth:`zoo.nn.Parts.builtin`).
         cross_attention: add a cross-attention branch over ``memory`` (decoder layer).
-        dropout: dropout on attention weights and on each branch output (training only).
-        layer_norm_eps: LayerNorm epsilon.
-        n_kv_heads: key/value heads of the cross-attention (default ``n_heads``).
-        make_attention, make_norm, make_ffn: factories of the self-attention, of each norm
-            and of the feed-forward, called without arguments.
 
     Shape:
         - x: ``(B, T, d_model)``; memory: ``(B, S, d_model)``.
@@ -52,66 +47,39 @@ class TransformerBlock(nn.Module):
 
     def __init__(
         self,
-        d_model: int,
-        n_heads: int,
-        d_ff: int,
+        config: TransformerConfig,
+        parts: Parts | None = None,
         *,
-        activation: str = "gelu",
-        norm_first: bool = True,
         cross_attention: bool = False,
-        dropout: float = 0.0,
-        layer_norm_eps: float = 1e-5,
-        n_kv_heads: int | None = None,
-        make_attention: Callable[[], nn.Module] | None = None,
-        make_norm: Callable[[], nn.Module] | None = None,
-        make_ffn: Callable[[], nn.Module] | None = None,
     ) -> None:
         super().__init__()
-        norm = make_norm or (lambda: nn.LayerNorm(d_model, eps=layer_norm_eps))
-        self.norm_first = norm_first
-        self.attn = (
-            make_attention()
-            if make_attention is not None
-            else MultiHeadAttention(d_model, n_heads, dropout=dropout)
-        )
-        self.attn_norm = norm()
-        self.cross_attn: MultiHeadAttention | None = None
+        parts = parts_for(config, parts)
+        self.norm_first = config.norm_first
+        self.attn = parts.build("attention", config)
+        self.attn_norm = parts.build("norm", config)
+        self.cross_attn: nn.Module | None = None
         self.cross_norm: nn.Module | None = None
         if cross_attention:
-            self.cross_attn = MultiHeadAttention(
-                d_model, n_heads, n_kv_heads=n_kv_heads, dropout=dropout, cross=True
-            )
-            self.cross_norm = norm()
-        self.ffn = make_ffn() if make_ffn is not None else FeedForward(d_model, d_ff, activation)
-        self.ffn_norm = norm()
-        self.drop = nn.Dropout(dropout)
-
-    @classmethod
-    def from_config(
-        cls, config: TransformerConfig, *, cross_attention: bool = False
-    ) -> TransformerBlock:
-        """A block made of the components ``config`` names."""
-        c = config
-        return cls(
-            c.d_model,
-            c.n_heads,
-            c.d_ff,
-            norm_first=c.norm_first,
-            cross_attention=cross_attention,
-            dropout=c.dropout,
-            n_kv_heads=c.n_kv_heads,
-            make_attention=lambda: build_component("attention", c),
-            make_norm=lambda: build_component("norm", c),
-            make_ffn=lambda: build_component("ffn", c),
-        )
+            self.cross_attn = parts.build("cross_attention", config)
+            self.cross_norm = parts.build("norm", config)
+        self.ffn = parts.build("ffn", config)
+        self.ffn_norm = parts.build("norm", config)
+        self.drop = nn.Dropout(config.dropout)
 
     @classmethod
     def stack(
-        cls, config: TransformerConfig, n_layers: int, *, cross_attention: bool = False
+        cls,
+        config: TransformerConfig,
+        n_layers: int,
+        parts: Parts | None = None,
+        *,
+        cross_attention: bool = False,
     ) -> nn.ModuleList:
         """``n_layers`` blocks made of the components ``config`` names."""
-        blocks = (cls.from_config(config, cross_attention=cross_attention) for _ in range(n_layers))
-        return nn.ModuleList(blocks)
+        parts = parts_for(config, parts)
+        return nn.ModuleList(
+            cls(config, parts, cross_attention=cross_attention) for _ in range(n_layers)
+        )
 
     def _residual(self, x: Tensor, norm: nn.Module, branch: Callable[[Tensor], Tensor]) -> Tensor:
         if self.norm_first:

@@ -3,9 +3,7 @@ the final hidden state of the last real (non-padding) token."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import functools
 from typing import Any, ClassVar
 
 import torch
@@ -14,6 +12,7 @@ from torch import Tensor, nn
 from ..config import ModelConfig
 from ..errors import PluginContractError
 from .base import ZooModel, check_padding_mask
+from .parts import Parts, parts_for
 
 __all__ = ["ClassifierConfig", "SequenceClassifier"]
 
@@ -39,60 +38,57 @@ class ClassifierConfig(ModelConfig):
         self._require(len(self.labels) >= 2, "labels", "needs at least two classes")
         self._require(all(isinstance(x, str) and x for x in self.labels), "labels", "must be names")
         self._require(len(set(self.labels)) == len(self.labels), "labels", "must be distinct")
-        self.body_model_config  # noqa: B018 - validates the body config now
-
-    @functools.cached_property
-    def body_model_config(self) -> Any:
-        """The body's own validated config."""
-        from ..registry import get_registry
-
-        return get_registry().architecture(self.body).config_class.from_dict(self.body_config)
+        for size in ("vocab_size", "context_length", "d_model"):  # the body's config checks
+            value = self.body_config.get(size)  # the rest when the body is built
+            self._require(
+                isinstance(value, int) and not isinstance(value, bool) and value > 0,
+                "body_config",
+                f"needs a positive integer {size}",
+            )
 
     @property
     def vocab_size(self) -> int:
-        return int(self.body_model_config.vocab_size)
+        return int(self.body_config["vocab_size"])
 
     @property
     def context_length(self) -> int:
-        return int(self.body_model_config.context_length)
+        return int(self.body_config["context_length"])
 
 
 class SequenceClassifier(ZooModel):
     """``forward(input_ids, attention_mask=None)`` -> class logits ``(B, n_labels)``."""
 
     config: ClassifierConfig
+    body: Any  # any architecture offering hidden(); checked when built
 
-    def __init__(self, config: ClassifierConfig) -> None:
-        from ..registry import get_registry
-
+    def __init__(self, config: ClassifierConfig, parts: Parts | None = None) -> None:
         super().__init__(config)
-        body_class = get_registry().architecture(config.body).model_class
-        self.body = body_class(config.body_model_config)
+        body_config_class, make_body = parts_for(config, parts).architecture(config.body)
+        self.body = make_body(body_config_class.from_dict(config.body_config))
         if not callable(getattr(self.body, "hidden", None)):
             raise PluginContractError(
                 f"architecture {config.body!r} offers no hidden(input_ids, attention_mask) "
                 "method, so no classification head can read it (zoo.nn.DecoderLM offers one)"
             )
-        width = config.body_model_config.d_model
-        self.head = nn.Linear(width, len(config.labels))
+        self.head = nn.Linear(self.body.config.d_model, len(config.labels))
 
     @classmethod
-    def around(cls, body: ZooModel, labels: list[str]) -> SequenceClassifier:
-        """A classifier whose body is ``body`` (its weights copied; a new head)."""
+    def around(
+        cls, body: ZooModel, labels: list[str], parts: Parts | None = None
+    ) -> SequenceClassifier:
+        """A classifier whose body is ``body`` (its weights copied; a new head) and its
+        tokenizer. ``parts`` resolve the body's names (default: ``body``'s class with the
+        built-in components; ``zoo.train.classifier`` passes the registry's)."""
         config = ClassifierConfig(
             body=type(body.config).architecture, body_config=body.config.to_dict(), labels=labels
         )
+        if parts is None:
+            parts = Parts({}, architecture=lambda name: (type(body.config), type(body)))
         device = next(body.parameters()).device
         with torch.device(device):
-            model = cls(config)
+            model = cls(config, parts)
         model.body.load_state_dict(body.state_dict())
         model.tokenizer = body.tokenizer
-        if model.tokenizer is None and body.name:  # the body's named model's tokenizer
-            from ..api import tokenizer as named_tokenizer
-            from ..errors import ZooError
-
-            with contextlib.suppress(ZooError):
-                model.tokenizer = named_tokenizer(body.name)
         return model
 
     def start_decoding(self, *args: Any, **kwargs: Any) -> Any:

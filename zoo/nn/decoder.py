@@ -31,10 +31,9 @@ from .base import (
 )
 from .blocks import TransformerBlock
 from .cache import KVCache, StaticKVCache
-from .components import build_component
 from .linear import Linear
 from .masks import self_attention_mask
-from .positions import make_positions
+from .parts import Parts, make_positions, parts_for
 
 __all__ = [
     "DecoderLM",
@@ -51,6 +50,8 @@ class DecoderLM(ZooModel):
 
     Args:
         config: a :class:`~zoo.config.DecoderConfig` (or subclass).
+        parts: what the config's component names stand for (``zoo.build`` passes the ones
+            the registry resolved; default: the built-in ones, :meth:`zoo.nn.Parts.builtin`).
 
     Shape:
         - input_ids: ``(B, T)`` integer ids in ``[0, vocab_size)``, ``T <= context_length``.
@@ -60,14 +61,15 @@ class DecoderLM(ZooModel):
 
     config: DecoderConfig
 
-    def __init__(self, config: DecoderConfig) -> None:
+    def __init__(self, config: DecoderConfig, parts: Parts | None = None) -> None:
         super().__init__(config)
         c = config
+        parts = parts_for(c, parts)
         self.tok_emb = nn.Embedding(c.vocab_size, c.d_model)
-        self.pos_emb = make_positions(c)
+        self.pos_emb = make_positions(c, parts)
         self.drop = nn.Dropout(c.dropout)
-        self.blocks = TransformerBlock.stack(c, c.n_layers)
-        self.final_norm = build_component("norm", c) if c.final_norm else None
+        self.blocks = TransformerBlock.stack(c, c.n_layers, parts)
+        self.final_norm = parts.build("norm", c) if c.final_norm else None
         self.head = Linear(c.d_model, c.vocab_size, bias=c.head_bias)
         self.reset_parameters()
         if c.tie_embeddings:

@@ -28,7 +28,6 @@ __all__ = [
     "RotaryPositions",
     "Rotation",
     "SinusoidalPositions",
-    "make_positions",
 ]
 
 
@@ -178,18 +177,3 @@ def rotary(config: Any) -> RotaryPositions:
 def none(config: Any) -> NoPositions:
     """``positions = "none"``."""
     return NoPositions()
-
-
-def make_positions(config: Any) -> PositionScheme:
-    """The position scheme ``config.positions`` names, from the component registry."""
-    from .components import build_component
-
-    scheme = build_component("positions", config)
-    if not isinstance(scheme, PositionScheme):
-        from ..errors import PluginContractError
-
-        raise PluginContractError(
-            f"positions component {config.positions!r} built a {type(scheme).__name__}, "
-            "not a zoo.nn.PositionScheme"
-        )
-    return scheme

@@ -12,6 +12,7 @@ This package imports torch; ``import zoo`` does not import it.
 
 from ..nn.base import ZooModel
 from ..nn.classifier import SequenceClassifier
+from ..nn.parts import Parts
 from .config import TrainConfig
 from .data import DataError, TokenData, labels_in, train_tokenizer
 from .errors import DivergedError, ResumeError, RunLockedError
@@ -36,4 +37,17 @@ def classifier(model: ZooModel, labels: list[str]) -> SequenceClassifier:
     """``model`` (a decoder, pretrained or not) under a new linear head over ``labels``, read
     from its last real token, as GPT-1 is fine-tuned; :func:`train` on a ``text<TAB>label``
     file trains it, and the head is saved with the checkpoint."""
-    return SequenceClassifier.around(model, labels)
+    import contextlib
+
+    from ..api import tokenizer as named_tokenizer
+    from ..errors import ZooError
+    from ..registry import get_registry
+
+    registry = get_registry()
+    body = registry.architecture(type(model.config).architecture)
+    parts = Parts({}, architecture=lambda name: (body.config_class, registry.model_factory(body)))
+    head = SequenceClassifier.around(model, labels, parts)
+    if head.tokenizer is None and model.name:  # the body's named model's tokenizer
+        with contextlib.suppress(ZooError):
+            head.tokenizer = named_tokenizer(model.name)
+    return head

@@ -25,8 +25,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from ..api import check_device
 from ..checkpoint import save
+from ..devices import check_device
 from ..nn.base import ZooModel
 from ..nn.classifier import SequenceClassifier
 from ..tokenizers.base import check_fits

@@ -6,12 +6,12 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from zoo.config import ModelConfig
+from zoo.config import TransformerConfig
 from zoo.nn import TransformerBlock, ZooModel, check_padding_mask, check_token_ids, sdpa_mask
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class ToyConfig(ModelConfig):
+class ToyConfig(TransformerConfig):
     architecture: ClassVar[str] = "toy-gpt"
 
     vocab_size: int = 256
@@ -20,10 +20,11 @@ class ToyConfig(ModelConfig):
     n_heads: int = 4
     n_layers: int = 2
     d_ff: int = 256
+    tie_embeddings: bool = False  # its head is a weight of its own
 
     def validate(self) -> None:
-        self._require_positive("vocab_size", "context_length", "d_model", "n_layers", "d_ff")
-        self._require(self.d_model % self.n_heads == 0, "d_model", "must divide by n_heads")
+        super().validate()
+        self._require_positive("n_layers")
 
 
 class ToyGPT(ZooModel):
@@ -31,10 +32,7 @@ class ToyGPT(ZooModel):
         super().__init__(config)
         c = config
         self.tok_emb = nn.Embedding(c.vocab_size, c.d_model)
-        self.blocks = nn.ModuleList(
-            TransformerBlock(c.d_model, c.n_heads, c.d_ff, activation="gelu", norm_first=True)
-            for _ in range(c.n_layers)
-        )
+        self.blocks = TransformerBlock.stack(c, c.n_layers)  # the components c names
         self.norm = nn.LayerNorm(c.d_model)
         self.head = nn.Linear(c.d_model, c.vocab_size, bias=False)
 

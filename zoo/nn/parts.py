@@ -1,0 +1,118 @@
+"""The parts a model is built from, resolved before it is built.
+
+A config names its components (``positions = "rotary"``, ``ffn = "swiglu"``...); a classifier
+config names its body's architecture. ``zoo.nn`` never looks a name up itself: a model is
+built from its config *and* a :class:`Parts` that says what each name stands for::
+
+    model = DecoderLM(config, parts)
+
+``zoo.build`` and ``zoo.load`` pass the parts the registry resolved once from the config
+(plugins' components included, :meth:`zoo.registry.Registry.parts`). Built directly without
+parts, a model gets :meth:`Parts.builtin`: the components that come with ``zoo.nn``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from torch import nn
+
+from ..errors import ConfigError, PluginContractError
+from . import attention, feedforward, norms, positions
+
+__all__ = ["BUILTIN_COMPONENTS", "ComponentFactory", "Parts", "make_positions", "parts_for"]
+
+#: Builds a component for a model's whole config (it reads the fields it needs).
+ComponentFactory = Callable[[Any], nn.Module]
+
+#: The components that come with ``zoo.nn``, by kind and name (registered as plugin ``zoo``).
+BUILTIN_COMPONENTS: Mapping[str, Mapping[str, ComponentFactory]] = types.MappingProxyType(
+    {
+        "positions": {
+            "learned": positions.learned,
+            "sinusoidal": positions.sinusoidal,
+            "rotary": positions.rotary,
+            "none": positions.none,
+        },
+        "norm": {"layernorm": norms.layernorm, "rmsnorm": norms.rmsnorm},
+        "ffn": {
+            "mlp": feedforward.mlp,
+            "swiglu": feedforward.swiglu,
+            "geglu": feedforward.geglu,
+        },
+        "attention": {"mha": attention.mha},
+        "cross_attention": {"mha": attention.cross_mha},
+    }
+)
+
+
+def _no_architectures(name: str) -> tuple[Any, Callable[[Any], nn.Module]]:
+    raise ConfigError(
+        f"architecture {name!r} is looked up in the registry: build this model with "
+        "zoo.build(...) or zoo.load(...), which resolve it, or pass parts=..."
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Parts:
+    """What the names in one config stand for.
+
+    Args:
+        components: component kind -> the factory of the component the config names.
+        architecture: architecture name -> ``(config class, build)``, where ``build(config)``
+            makes a model of it with its own parts (a classifier's body).
+    """
+
+    components: Mapping[str, ComponentFactory]
+    architecture: Callable[[str], tuple[Any, Callable[[Any], nn.Module]]] = _no_architectures
+
+    @classmethod
+    def builtin(cls, config: Any) -> Parts:
+        """The built-in components ``config`` names; a component only a plugin supplies is
+        a :class:`~zoo.errors.ConfigError` saying to build through ``zoo.build``."""
+        found: dict[str, ComponentFactory] = {}
+        for kind, table in BUILTIN_COMPONENTS.items():
+            name = getattr(config, kind, None)
+            if name is None:
+                continue
+            if name not in table:
+                raise ConfigError(
+                    f"{type(config).__name__}.{kind}: {kind} component {name!r} is not built "
+                    f"into zoo.nn ({', '.join(sorted(table))}); a plugin's component is "
+                    "resolved by zoo.build(...) / zoo.load(...), or pass parts=..."
+                )
+            found[kind] = table[name]
+        return cls(found)
+
+    def build(self, kind: str, config: Any) -> nn.Module:
+        """The ``kind`` component for ``config``."""
+        try:
+            factory = self.components[kind]
+        except KeyError:
+            raise ConfigError(f"no {kind} component was resolved for this model") from None
+        module = factory(config)
+        if not isinstance(module, nn.Module):
+            raise PluginContractError(
+                f"{kind} component {getattr(config, kind, '?')!r}: its factory returned "
+                f"{type(module).__name__}, not a torch.nn.Module"
+            )
+        return module
+
+
+def parts_for(config: Any, parts: Parts | None) -> Parts:
+    """``parts``, or the built-in ones ``config`` names."""
+    return parts if parts is not None else Parts.builtin(config)
+
+
+def make_positions(config: Any, parts: Parts | None = None) -> positions.PositionScheme:
+    """The position scheme ``config.positions`` names."""
+    scheme = parts_for(config, parts).build("positions", config)
+    if not isinstance(scheme, positions.PositionScheme):
+        raise PluginContractError(
+            f"positions component {config.positions!r} built a {type(scheme).__name__}, "
+            "not a zoo.nn.PositionScheme"
+        )
+    return scheme
