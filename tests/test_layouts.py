@@ -3,9 +3,7 @@ and the package boundary (the checkpoint package loads directories, never the Hu
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-from pathlib import Path
 
 import pytest
 
@@ -66,19 +64,3 @@ def test_a_model_type_no_layout_reads_is_a_clear_error(tmp_path):
         zoo.UnknownArchitectureError, match=r"'mamba'.*model types zoo reads: .*gpt2"
     ):
         zoo.load(tmp_path)
-
-
-def test_the_checkpoint_package_never_imports_the_hub():
-    """zoo.checkpoint loads directories; zoo.loading (above it) resolves Hub sources."""
-    package = Path(zoo.__file__).parent / "checkpoint"
-    for path in package.glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom):
-                target = "." * node.level + (node.module or "")
-                names = [target] + [f"{target}.{a.name}" for a in node.names]
-            elif isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            else:
-                continue
-            for name in names:
-                assert not name.startswith(("..hub", "zoo.hub")), f"{path.name} imports {name}"
