@@ -163,7 +163,7 @@ ABOVE = {
         "zoo.cli",
         "zoo.train",
         "zoo.generation",
-    ),  # fmt: skip
+    ),
     "zoo.checkpoint": ("zoo.hub", "zoo.api", "zoo.loading", "zoo.cli", "zoo.train"),
     "zoo.registry": ("torch", "zoo.nn", "zoo.checkpoint", "zoo.hub", "zoo.api", "zoo.loading"),
 }
