@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import Tensor, nn
 
 from zoo.nn import (
     KVCache,
     Linear,
+    MultiHeadAttention,
     Parts,
     TransformerBlock,
     ZooModel,
@@ -119,7 +122,7 @@ class EncoderDecoder(ZooModel):
         """Logits ``(B, T, vocab_size)`` for ``tgt_ids`` given the encoder output ``memory``."""
         tgt_ids, tgt_keep = self._check(tgt_ids, tgt_mask, "tgt_ids")
         src_keep = check_padding_mask(src_mask, memory.shape[:2], name="src_mask")
-        memory_kv = [layer.cross_attn.memory_kv(memory) for layer in self.decoder]
+        memory_kv = self.memory_kv(memory)
         return self.decoder_logits(tgt_ids, tgt_keep, memory_kv, src_keep)
 
     def decoder_logits(
@@ -176,14 +179,27 @@ class EncoderDecoder(ZooModel):
                 f"src_ids has batch size {src_ids.shape[0]} but tgt_ids has {tgt_ids.shape[0]}"
             )
         memory = self._encode(src_ids, src_keep)
-        memory_kv = [layer.cross_attn.memory_kv(memory) for layer in self.decoder]
+        memory_kv = self.memory_kv(memory)
         return self.decoder_logits(tgt_ids, tgt_keep, memory_kv, src_keep)
 
+    def memory_kv(self, memory: Tensor) -> list[tuple[Tensor, Tensor]]:
+        """Each decoder layer's cross-attention keys and values over the encoder output
+        ``memory`` ``(B, S, d_model)``, computed once per source."""
+        layers = cast("list[TransformerBlock]", self.decoder)
+        return [cast("MultiHeadAttention", layer.cross_attn).memory_kv(memory) for layer in layers]
+
     def start_decoding(
-        self, src_ids: Tensor, src_keep: Tensor | None, max_new_tokens: int, *, start_id: int
+        self,
+        src_ids: Tensor,
+        src_keep: Tensor | None,
+        max_new_tokens: int,
+        *,
+        start_id: int | None = None,
     ) -> EncoderDecoderSession:
         """A decoding session: the source is encoded once, the target starts with
-        ``start_id``."""
+        ``start_id`` (required: the decoder's first input)."""
+        if start_id is None:
+            raise ValueError("an encoder-decoder starts decoding from start_id; pass one")
         return EncoderDecoderSession(self, src_ids, src_keep, max_new_tokens, start_id)
 
 
@@ -211,7 +227,7 @@ class EncoderDecoderSession:
         self.model = model
         self.src_keep = src_keep
         memory = model._encode(src_ids, src_keep)
-        self.memory_kv = [layer.cross_attn.memory_kv(memory) for layer in model.decoder]
+        self.memory_kv = model.memory_kv(memory)
         dtype, device = activation_dtype(model)
         b = src_ids.shape[0]
         self.cache = KVCache(
