@@ -109,9 +109,9 @@ def test_import_zoo_stays_light():
 
 
 # -- encode / decode / batches -------------------------------------------------------------------
-def test_batch_encode_pads_and_masks(shipped):
+def test_encode_padded_pads_and_masks(shipped):
     texts = ["Hello world", "Every effort moves you to the end of this line", ""]
-    batch = shipped.batch_encode(texts)
+    batch = shipped.encode_padded(texts)
     ids = shipped.encode_batch(texts)
     longest = max(map(len, ids))
     assert batch["input_ids"].dtype == batch["attention_mask"].dtype == torch.long
@@ -121,16 +121,24 @@ def test_batch_encode_pads_and_masks(shipped):
         assert batch["input_ids"][row, : len(seq)].tolist() == seq
         assert batch["input_ids"][row, len(seq) :].eq(pad).all()
         assert batch["attention_mask"][row].tolist() == [1] * len(seq) + [0] * (longest - len(seq))
-    left = shipped.batch_encode(texts, padding_side="left")
+    left = shipped.encode_padded(texts, padding_side="left")
     for row, seq in enumerate(ids):
         assert left["input_ids"][row, longest - len(seq) :].tolist() == seq
         assert left["attention_mask"][row].sum().item() == len(seq)
 
 
-def test_batch_encode_max_length_and_truncation():
+def test_batch_encode_is_the_deprecated_name_of_encode_padded(shipped):
+    texts = ["Hello world", "Hi"]
+    with pytest.warns(DeprecationWarning, match="encode_padded"):
+        old = shipped.batch_encode(texts, padding_side="left")
+    new = shipped.encode_padded(texts, padding_side="left")
+    assert all(torch.equal(old[k], new[k]) for k in ("input_ids", "attention_mask"))
+
+
+def test_encode_padded_max_length_and_truncation():
     bert = zoo.tokenizer("wiki-gpt-wordpiece")
     texts = ["one two three four five six seven", "one"]
-    batch = bert.batch_encode(
+    batch = bert.encode_padded(
         texts, max_length=5, truncation=True, padding="max_length", add_special_tokens=True
     )
     assert batch["input_ids"].shape == (2, 5)
@@ -139,19 +147,19 @@ def test_batch_encode_max_length_and_truncation():
     assert batch["input_ids"][1].tolist() == [bert.cls_id, *bert.encode("one"), bert.sep_id, 0, 0]
     assert batch["attention_mask"].tolist() == [[1] * 5, [1, 1, 1, 0, 0]]
     with pytest.raises(TokenizerError, match="more than max_length=5; pass truncation=True"):
-        bert.batch_encode(texts, max_length=5)
+        bert.encode_padded(texts, max_length=5)
     with pytest.raises(TokenizerError, match="needs max_length"):
-        bert.batch_encode(texts, padding="max_length")
+        bert.encode_padded(texts, padding="max_length")
     with pytest.raises(TokenizerError, match="padding must be"):
-        bert.batch_encode(texts, padding="shortest")  # type: ignore[arg-type]
-    empty = bert.batch_encode([])
+        bert.encode_padded(texts, padding="shortest")  # type: ignore[arg-type]
+    empty = bert.encode_padded([])
     assert empty["input_ids"].shape == (0, 0)
 
 
 def test_decode_accepts_tensors(shipped):
     ids = shipped.encode("Every effort moves you")
     assert shipped.decode(torch.tensor(ids)) == shipped.decode(ids)
-    batch = shipped.batch_encode(["Every effort moves you"])["input_ids"]
+    batch = shipped.encode_padded(["Every effort moves you"])["input_ids"]
     assert shipped.decode_batch(batch) == [shipped.decode(ids)]
 
 

@@ -340,7 +340,7 @@ def test_bert_matches_transformers_on_any_text(bert, hf_bert, hf_bert_split, tex
 
 def test_bert_batch_matches_transformers_padding(bert, hf_bert):
     texts = ["Hello world!", "A much longer sentence, with several more word pieces.", ""]
-    ours = bert.batch_encode(texts, add_special_tokens=True)
+    ours = bert.encode_padded(texts, add_special_tokens=True)
     theirs = hf_bert(texts, padding=True, return_tensors="pt")
     assert ours["input_ids"].tolist() == theirs["input_ids"].tolist()
     assert ours["attention_mask"].tolist() == theirs["attention_mask"].tolist()

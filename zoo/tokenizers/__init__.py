@@ -4,7 +4,7 @@
     >>> tok = zoo.tokenizer("gpt2-124m")
     >>> tok.encode("Every effort moves you")
     [6109, 3626, 6100, 345]
-    >>> batch = tok.batch_encode(["Hello world", "Hi"])   # input_ids, attention_mask tensors
+    >>> batch = tok.encode_padded(["Hello world", "Hi"])   # input_ids, attention_mask tensors
 
 Each plugin declares its own tokenizer (``zoo_tokenizers`` hook); this package holds what they
 share: :class:`Tokenizer` (the protocol), :class:`TiktokenTokenizer`, :class:`HFTokenizer`,

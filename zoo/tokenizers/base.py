@@ -4,7 +4,7 @@ A backend (:mod:`~zoo.tokenizers.tiktoken_backend`, :mod:`~zoo.tokenizers.hf_bac
 well-kept library and implements a handful of ``_``-methods; this base class adds the input
 checks, special-token roles, ``[CLS] ... [SEP]``-style wrapping and padded tensor batches, so
 every tokenizer in the zoo behaves the same way. Nothing here imports torch until
-:meth:`Tokenizer.batch_encode` is called.
+:meth:`Tokenizer.encode_padded` is called.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import abc
 import hashlib
 import json
 import re
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -187,7 +188,7 @@ class Tokenizer(abc.ABC):
 
     @property
     def pad_id(self) -> int | None:
-        """Padding id, or ``None`` (then :meth:`batch_encode` pads with ``eos_id``)."""
+        """Padding id, or ``None`` (then :meth:`encode_padded` pads with ``eos_id``)."""
         return self._role_ids.get("pad")
 
     @property
@@ -316,7 +317,17 @@ class Tokenizer(abc.ABC):
             batch = batch.tolist()
         return [self.decode(ids, skip_special_tokens=skip_special_tokens) for ids in batch]
 
-    def batch_encode(
+    def batch_encode(self, texts: Sequence[str], **options: Any) -> dict[str, torch.Tensor]:
+        """Deprecated name of :meth:`encode_padded` (it read too much like
+        :meth:`encode_batch`, which returns lists of ids)."""
+        warnings.warn(
+            "Tokenizer.batch_encode is now encode_padded (encode_batch returns lists of ids)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.encode_padded(texts, **options)
+
+    def encode_padded(
         self,
         texts: Sequence[str],
         *,
@@ -328,7 +339,7 @@ class Tokenizer(abc.ABC):
         padding_side: Literal["right", "left"] = "right",
         device: str | torch.device | None = None,
     ) -> dict[str, torch.Tensor]:
-        """Encode a batch into padded tensors.
+        """Encode a batch into padded tensors (:meth:`encode_batch` gives lists of ids).
 
         Args:
             texts: the texts.
