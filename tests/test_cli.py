@@ -193,7 +193,7 @@ def test_tour_streams_each_model_with_its_blocks(capsys, monkeypatch):
     rest = capsys.readouterr().out
     assert seen_before_build[0] == ""
     first = seen_before_build[1]  # printed before the second model was even built
-    assert first.startswith("toy-gpt-tiny:") and "pre-LN decoder block" in first
+    assert first.startswith("toy-gpt-tiny:") and "2 blocks (pre-LN" in first
     assert "transformer-encdec-tiny:" in rest and "blocks" in rest and "cross-attention" in rest
 
 

@@ -224,3 +224,14 @@ def test_the_tour_fits_in_one_gigabyte_and_shows_large_models_on_meta():
     assert "tinyllama-1.1b" in tour and "logits 1x16x32000 (shapes only)" in tour
     assert "parameters    1,100,048,384" in tour and "--max-mib 4197" in tour
     assert "gpt2-124m" in tour and "logits 1x16x50257\n" in tour  # built for real
+
+
+def test_info_describes_the_blocks_as_the_config_makes_them(capsys, tmp_path):
+    """A post-LN gpt2 checkpoint is not described as "pre-LN" (the architecture's default)."""
+    from zoo.cli import main
+
+    zoo.save(zoo.build("gpt2-124m", n_layers=2, norm_first=False, final_norm=False), tmp_path)
+    assert main(["info", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    blocks = next(line for line in out if line.strip().startswith("blocks"))
+    assert "2 blocks (post-LN, norm(x + f(x)))" in blocks and "final norm" not in blocks

@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from .config import ModelConfig
+from .config import ModelConfig, TransformerConfig
 from .devices import check_device, check_dtype
 from .errors import UnknownModelError, ZooError
 from .plugins import PluginInfo
@@ -171,7 +171,7 @@ def info(source: str) -> ModelInfo:
         architecture_description=arch.description,
         plugin=registry.source("architecture", arch.name),
         model_source=registry.source("model", spec.name),
-        blocks=arch.blocks,
+        blocks=_blocks(arch, config),
         positions=getattr(config, "positions", "n/a"),
         tokenizer=spec.tokenizer,
         config=_effective(config),
@@ -180,6 +180,26 @@ def info(source: str) -> ModelInfo:
         tokenizer_description=_tokenizer_description(spec.tokenizer),
         components=_components(config),
     )
+
+
+def _blocks(arch: ArchitectureSpec, config: ModelConfig) -> tuple[str, ...]:
+    """The blocks as ``config`` makes them (layer counts, norm placement, final norm) for a
+    Transformer; otherwise as the architecture declares them."""
+    if not isinstance(config, TransformerConfig):
+        return arch.blocks
+    stacks = [
+        f"{getattr(config, field)} {label}"
+        for field, label in (
+            ("n_layers", "blocks"),
+            ("n_encoder_layers", "encoder blocks"),
+            ("n_decoder_layers", "decoder blocks with cross-attention"),
+        )
+        if hasattr(config, field)
+    ]
+    norm = "pre-LN, x + f(norm(x))" if config.norm_first else "post-LN, norm(x + f(x))"
+    final = [f"a final norm after {'each stack' if len(stacks) > 1 else 'the blocks'}"]
+    final = final if config.final_norm else []
+    return (f"{' + '.join(stacks)} ({norm})", *final)
 
 
 def _effective(config: ModelConfig) -> dict[str, Any]:
@@ -254,7 +274,7 @@ def _checkpoint_info(source: str) -> ModelInfo:
         architecture_description=arch.description,
         plugin=registry.source("architecture", arch.name),
         model_source=str(directory),
-        blocks=arch.blocks,
+        blocks=_blocks(arch, config),
         positions=getattr(config, "positions", "n/a"),
         tokenizer=tokenizer,
         config=_effective(config),
