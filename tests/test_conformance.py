@@ -10,7 +10,8 @@ import torch
 import zoo
 import zoo.registry
 from zoo.nn import DecoderLM, LayerCache
-from zoo.nn.decoder import DecoderSession, positions_from_mask
+from zoo.nn.decoding import DecoderSession
+from zoo.nn.masks import positions_from_mask
 from zoo.testing import CHECKS, conformance_cases, run_check, run_conformance
 
 

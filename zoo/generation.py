@@ -328,18 +328,25 @@ def _decode_loop(
 
 def _session_options(model: ZooModel, compile: bool) -> dict[str, Any]:
     """What :func:`generate` passes to ``model.start_decoding`` beyond the prompt: ``compile``
-    only when asked for, and only to a model whose sessions take it."""
+    only when asked for, and only to a model whose sessions take it; ``cuda_graphs=False``
+    when ``ZOO_CUDA_GRAPHS=0`` to a model whose sessions take it."""
+    from .settings import Settings
+
+    takes = inspect.signature(model.start_decoding).parameters
+    options: dict[str, Any] = {}
+    if "cuda_graphs" in takes and not Settings.from_env().cuda_graphs:
+        options["cuda_graphs"] = False
     if not compile:
-        return {}
-    if "compile" not in inspect.signature(model.start_decoding).parameters:
+        return options
+    if "compile" not in takes:
         raise ValueError(
             f"{type(model).__name__} cannot compile its decoding step (its start_decoding "
             "takes no `compile`; the built-in decoders can); generate without compile=True"
         )
-    from .nn.decoder import check_cpp_compiler
+    from .nn.decoding import check_cpp_compiler
 
     check_cpp_compiler()  # now, before any text is streamed (the session checks the rest)
-    return {"compile": True}
+    return {**options, "compile": True}
 
 
 def _cut(text: str, stops: list[str]) -> tuple[str, bool]:

@@ -34,7 +34,9 @@ ALLOW_LARGE_ENV = "ZOO_ALLOW_LARGE"
 
 def allow_large() -> bool:
     """Whether ``ZOO_ALLOW_LARGE`` asks zoo to skip its memory checks."""
-    return os.environ.get(ALLOW_LARGE_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+    from .settings import Settings
+
+    return Settings.from_env().allow_large
 
 
 def format_bytes(n: float) -> str:

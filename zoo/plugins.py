@@ -11,7 +11,6 @@ the first failure into a :class:`~zoo.errors.PluginError`.
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Iterable, Sequence
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Literal
@@ -28,7 +27,7 @@ from .specs import (
     describe_exception,
 )
 
-__all__ = ["ENTRY_POINT_GROUP", "Contribution", "PluginHost", "PluginInfo", "strict_from_env"]
+__all__ = ["ENTRY_POINT_GROUP", "Contribution", "PluginHost", "PluginInfo"]
 
 ENTRY_POINT_GROUP = "zoo"
 
@@ -39,11 +38,6 @@ HOOKS: dict[str, type] = {
     "zoo_tokenizers": TokenizerSpec,
     "zoo_components": ComponentSpec,
 }
-
-
-def strict_from_env() -> bool:
-    """Whether ``ZOO_STRICT_PLUGINS`` asks for strict plugin loading."""
-    return os.environ.get("ZOO_STRICT_PLUGINS", "").strip().lower() in {"1", "true", "yes", "on"}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import os
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from importlib import resources
@@ -28,7 +27,8 @@ from .errors import (
     UnknownModelError,
     ZooError,
 )
-from .plugins import PluginHost, PluginInfo, strict_from_env
+from .plugins import PluginHost, PluginInfo
+from .settings import Settings
 from .specs import COMPONENT_KINDS, ArchitectureSpec, ComponentSpec, ModelSpec, TokenizerSpec
 
 if TYPE_CHECKING:
@@ -46,7 +46,6 @@ __all__ = [
     "add_plugin",
     "get_registry",
     "load_registry",
-    "prefer_from_env",
     "read_registry_file",
     "reset_registry",
 ]
@@ -68,11 +67,6 @@ class Entry(Generic[S]):
     source: str
 
 
-def prefer_from_env() -> tuple[str, ...]:
-    """The sources ``ZOO_PREFER`` names (comma-separated), most preferred first."""
-    return tuple(p.strip() for p in os.environ.get("ZOO_PREFER", "").split(",") if p.strip())
-
-
 def _matches(source: str, preferred: str) -> bool:
     """Whether a ``ZOO_PREFER`` item names ``source``: a plugin by its name (``"dup"`` or
     ``"plugin dup"``), ``"registry.toml"`` for zoo's own entries, or a registry file's path."""
@@ -89,7 +83,7 @@ class Registry:
     Args:
         strict: plugin failures raise while loading (conflicts raise only when used, as
             they always do).
-        prefer: sources that win a conflict, most preferred first (see :func:`prefer_from_env`).
+        prefer: sources that win a conflict, most preferred first (``ZOO_PREFER``).
     """
 
     def __init__(self, *, strict: bool = False, prefer: Iterable[str] = ()) -> None:
@@ -444,11 +438,6 @@ def read_registry_file(path: str | Path, *, text: str | None = None) -> list[Mod
     return specs
 
 
-def _user_registry_files() -> list[Path]:
-    value = os.environ.get("ZOO_REGISTRY_PATH", "")
-    return [Path(p) for p in value.split(os.pathsep) if p]
-
-
 def load_registry(
     *,
     strict: bool | None = None,
@@ -468,8 +457,9 @@ def load_registry(
             shows it) and the rest still load; in strict mode it raises.
         prefer: sources that win a name conflict (default: ``ZOO_PREFER``).
     """
-    strict = strict_from_env() if strict is None else strict
-    prefer = prefer_from_env() if prefer is None else tuple(prefer)
+    settings = Settings.from_env()
+    strict = settings.strict_plugins if strict is None else strict
+    prefer = settings.prefer if prefer is None else tuple(prefer)
     host = PluginHost(strict=strict)
     from . import components  # the built-in components: always there, as plugin "zoo"
 
@@ -496,7 +486,7 @@ def load_registry(
     for c in contributions:
         if isinstance(c.spec, ModelSpec):
             registry.add_model(c.spec, f"plugin {c.plugin}")
-    files = _user_registry_files() if registry_files is None else registry_files
+    files = settings.registry_path if registry_files is None else registry_files
     for path in files:
         try:
             specs = read_registry_file(path)

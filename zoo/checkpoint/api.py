@@ -21,6 +21,7 @@ from ..errors import (
     ZooError,
 )
 from ..registry import get_registry
+from ..settings import Settings
 from ..specs import ArchitectureSpec
 from .commit import atomic_directory, clean_stale, pinned_version
 from .files import (
@@ -199,9 +200,9 @@ def local_weights_path(name: str) -> Path | None:
         if path.startswith(PACKAGE_PREFIX):
             return _package_path(path, name)
         return Path(os.path.expandvars(os.path.expanduser(path)))
-    root = os.environ.get(WEIGHTS_DIR_ENV)
+    root = Settings.from_env().weights_dir
     if root:
-        candidate = Path(root).expanduser() / spec.name
+        candidate = Path(root) / spec.name
         if candidate.exists():
             return candidate
     return None

@@ -128,7 +128,9 @@ _MAX_ENTRIES = 512
 
 
 def _cache_file() -> Path:
-    root = os.environ.get(CACHE_DIR_ENV)
+    from ..settings import Settings
+
+    root = Settings.from_env().cache_dir
     if not root:
         xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         root = os.path.join(xdg, "zoo")

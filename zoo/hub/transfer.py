@@ -87,26 +87,13 @@ class Limits:
     def from_env(cls) -> Limits:
         """Defaults, overridden by ``ZOO_HUB_DEADLINE``, ``ZOO_HUB_STALL_TIMEOUT`` (seconds)
         and ``ZOO_HUB_MAX_FILE_BYTES`` (bytes)."""
-        values: dict[str, float] = {}
-        names = (
-            ("deadline", "ZOO_HUB_DEADLINE", "a number of seconds"),
-            ("stall", "ZOO_HUB_STALL_TIMEOUT", "a number of seconds"),
-            ("max_file_bytes", "ZOO_HUB_MAX_FILE_BYTES", "a whole number of bytes"),
-        )
-        for field, variable, kind in names:
-            text = os.environ.get(variable)
-            if text:
-                try:
-                    value = int(text) if field == "max_file_bytes" else float(text)
-                except ValueError:
-                    value = -1.0
-                if not (value > 0 and math.isfinite(value)):
-                    raise ValueError(f"{variable} must be {kind} > 0, got {text!r}")
-                values[field] = value
+        from ..settings import Settings
+
+        settings = Settings.from_env()
         return cls(
-            deadline=values.get("deadline", cls.deadline),
-            stall=values.get("stall", cls.stall),
-            max_file_bytes=int(values.get("max_file_bytes", cls.max_file_bytes)),
+            deadline=settings.hub_deadline or cls.deadline,
+            stall=settings.hub_stall_timeout or cls.stall,
+            max_file_bytes=settings.hub_max_file_bytes or cls.max_file_bytes,
         )
 
 

@@ -18,10 +18,11 @@ from .base import (
 )
 from .blocks import TransformerBlock
 from .cache import KVCache, LayerCache
-from .decoder import DecoderLM, DecoderSession, positions_from_mask
+from .decoder import DecoderLM
+from .decoding import DecoderSession, StaticDecoderSession, start_session
 from .feedforward import FeedForward, GatedFeedForward, activation
 from .linear import Linear, linear
-from .masks import causal_self_mask, sdpa_mask, self_attention_mask
+from .masks import causal_self_mask, positions_from_mask, sdpa_mask, self_attention_mask
 from .norms import RMSNorm
 from .parts import BUILTIN_COMPONENTS, ComponentFactory, Parts, make_positions, parts_for
 from .positions import (
@@ -55,6 +56,7 @@ __all__ = [
     "RotaryPositions",
     "Rotation",
     "SinusoidalPositions",
+    "StaticDecoderSession",
     "TransformerBlock",
     "ZooModel",
     "activation",
@@ -73,4 +75,5 @@ __all__ = [
     "right_padding",
     "sdpa_mask",
     "self_attention_mask",
+    "start_session",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["causal_self_mask", "sdpa_mask", "self_attention_mask"]
+__all__ = ["causal_self_mask", "positions_from_mask", "sdpa_mask", "self_attention_mask"]
 
 
 def sdpa_mask(keep: Tensor | None, *, causal: bool, q_len: int) -> Tensor | None:
@@ -79,3 +79,10 @@ def self_attention_mask(
         return allowed, False
     blocked = torch.tensor(float("-inf"), dtype=dtype, device=device)
     return torch.where(allowed, bias.to(dtype), blocked), False  # (B, H, T, S)
+
+
+def positions_from_mask(ids: Tensor, keep: Tensor | None) -> Tensor:
+    """Position ids ``(B, T)``: 0..T-1, or counting real tokens only when there is padding."""
+    if keep is None:
+        return torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
+    return (keep.long().cumsum(dim=1) - 1).clamp(min=0)

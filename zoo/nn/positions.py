@@ -16,7 +16,7 @@ Schemes are components, registered by name (``positions = "rotary"`` in a config
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -53,7 +53,19 @@ class Rotation:
 
 class PositionScheme(nn.Module):
     """Base class of position schemes; each method returns ``None`` where the scheme does
-    not act. A scheme is built as ``factory(config)`` from the model's config."""
+    not act. A scheme is built as ``factory(config)`` from the model's config.
+
+    ``adds_score_bias`` declares whether :meth:`score_bias` may return a bias (decoding
+    with a fixed-shape step, compiled or recorded as a CUDA graph, cannot follow one). A
+    subclass that overrides :meth:`score_bias` declares ``True`` unless it says otherwise.
+    """
+
+    adds_score_bias: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "adds_score_bias" not in cls.__dict__ and "score_bias" in cls.__dict__:
+            cls.adds_score_bias = True
 
     def embed(self, position_ids: Tensor) -> Tensor | None:
         """Vectors ``(B, T, d_model)`` added to the token embeddings of ``(B, T)`` positions."""

@@ -29,6 +29,7 @@ from ..checkpoint import save
 from ..devices import check_device
 from ..nn.base import ZooModel
 from ..nn.classifier import SequenceClassifier
+from ..settings import Settings
 from ..tokenizers.base import check_fits
 from .config import TrainConfig
 from .data import IGNORE, DataError, LabelData, PairData, TokenData, text_files
@@ -102,7 +103,7 @@ def _world(device: str | None) -> _World:
     target = torch.device(f"cuda:{local}") if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(target)
-    timeout = datetime.timedelta(seconds=float(os.environ.get("ZOO_DIST_TIMEOUT", "120")))
+    timeout = datetime.timedelta(seconds=Settings.from_env().dist_timeout)
     dist.init_process_group("nccl" if cuda else "gloo", timeout=timeout)
     return _World(dist.get_rank(), dist.get_world_size(), target)
 

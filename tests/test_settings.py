@@ -1,0 +1,76 @@
+"""Every ``ZOO_*`` variable is read in one place (zoo.settings), typed, and refused with a
+clear error when zoo cannot read it; model code receives the values instead of reading the
+environment (``ZOO_CUDA_GRAPHS=0`` reaches the decoder through ``zoo.generate``)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+import zoo
+from zoo.errors import ConfigError
+from zoo.settings import VARIABLES, Settings
+
+SOURCE = Path(zoo.__file__).parent
+
+
+def test_every_zoo_variable_the_code_names_is_in_the_table():
+    named = {
+        match
+        for path in SOURCE.rglob("*.py")
+        for match in re.findall(r"\bZOO_[A-Z_]*[A-Z]\b", path.read_text())
+    }
+    assert named, "found no variable at all: the scan is broken"
+    assert named <= {variable for variable, _ in VARIABLES.values()}
+
+
+def test_only_the_settings_module_reads_the_environment_for_zoo():
+    readers = [
+        f"{path.relative_to(SOURCE)}:{n}"
+        for path in SOURCE.rglob("*.py")
+        if path.name != "settings.py"
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"environ(\.get)?[\[(]\s*[\"']ZOO_", line)
+    ]
+    assert readers == []
+
+
+def test_defaults_and_values():
+    assert Settings.from_env({}) == Settings()
+    settings = Settings.from_env(
+        {"ZOO_CUDA_GRAPHS": "0", "ZOO_PREFER": " a, b ,", "ZOO_HUB_DEADLINE": "2.5",
+         "ZOO_HUB_MAX_FILE_BYTES": "1024", "ZOO_ALLOW_LARGE": "yes", "ZOO_STRICT_PLUGINS": ""}
+    )  # fmt: skip
+    assert settings.cuda_graphs is False and settings.allow_large is True
+    assert settings.prefer == ("a", "b") and settings.strict_plugins is False
+    assert settings.hub_deadline == 2.5 and settings.hub_max_file_bytes == 1024
+
+
+@pytest.mark.parametrize(
+    ("variable", "text"),
+    [
+        ("ZOO_CUDA_GRAPHS", "maybe"),
+        ("ZOO_HUB_DEADLINE", "soon"),
+        ("ZOO_HUB_DEADLINE", "nan"),
+        ("ZOO_HUB_MAX_FILE_BYTES", "-1"),
+        ("ZOO_DIST_TIMEOUT", "0"),
+    ],
+)
+def test_a_value_zoo_cannot_read_is_an_error_naming_the_variable(variable, text):
+    with pytest.raises(ConfigError, match=rf"{variable}={text!r}"):
+        Settings.from_env({variable: text})
+
+
+def test_zoo_cuda_graphs_0_reaches_the_decoder_through_generate(monkeypatch):
+    from zoo.generation import _session_options
+
+    model = zoo.build("gpt2-124m", n_layers=1, d_model=32, n_heads=2, d_ff=64)
+    assert "cuda_graphs" not in _session_options(model, False)
+    monkeypatch.setenv("ZOO_CUDA_GRAPHS", "0")
+    assert _session_options(model, False) == {"cuda_graphs": False}
+    ids = torch.tensor([[1, 2, 3]])
+    session = model.start_decoding(ids, None, 2, cuda_graphs=False)
+    assert type(session).__name__ == "DecoderSession"

@@ -1,0 +1,121 @@
+"""Every ``ZOO_*`` environment variable in one table: its name, type, default and meaning.
+
+The environment is read here only, by :meth:`Settings.from_env`, which the public entry
+points call where a call begins (``zoo.generate``, building the registry, a Hub pull,
+``zoo.build``, finding cached verifications and local weights); the values are passed down
+from there, so model code never reads the environment. A value zoo cannot read is a
+:class:`~zoo.errors.ConfigError` naming the variable, never a silent default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .errors import ConfigError
+
+__all__ = ["VARIABLES", "Settings"]
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def _flag(text: str) -> bool:
+    word = text.strip().lower()
+    if word in _TRUE | _FALSE:
+        return word in _TRUE
+    raise ValueError("must be 1 or 0 (or true/false, yes/no, on/off)")
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in text.split(",") if p.strip())
+
+
+def _paths(text: str) -> tuple[str, ...]:
+    return tuple(p for p in text.split(os.pathsep) if p)
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError("must be a number of seconds > 0")
+    return value
+
+
+def _bytes(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise ValueError("must be a whole number of bytes > 0")
+    return value
+
+
+def _path(text: str) -> str:
+    return os.path.expanduser(text)
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """zoo's settings from the environment (each field's variable is in :data:`VARIABLES`).
+
+    Args:
+        cuda_graphs: ``ZOO_CUDA_GRAPHS``: record CUDA graphs for decoding on a GPU.
+        strict_plugins: ``ZOO_STRICT_PLUGINS``: a plugin failure raises instead of being
+            recorded.
+        prefer: ``ZOO_PREFER``: sources that win a name conflict, comma-separated.
+        registry_path: ``ZOO_REGISTRY_PATH``: extra registry files (``os.pathsep``-separated).
+        allow_large: ``ZOO_ALLOW_LARGE``: skip the memory checks before a build or a run.
+        hub_deadline: ``ZOO_HUB_DEADLINE``: seconds a whole Hub pull may take.
+        hub_stall_timeout: ``ZOO_HUB_STALL_TIMEOUT``: seconds the Hub may send nothing.
+        hub_max_file_bytes: ``ZOO_HUB_MAX_FILE_BYTES``: the largest file but the weights.
+        dist_timeout: ``ZOO_DIST_TIMEOUT``: seconds a distributed collective may wait.
+        cache_dir: ``ZOO_CACHE_DIR``: zoo's cache folder (default ``$XDG_CACHE_HOME/zoo``).
+        weights_dir: ``ZOO_WEIGHTS_DIR``: a folder of checkpoints, one per named model.
+    """
+
+    cuda_graphs: bool = True
+    strict_plugins: bool = False
+    prefer: tuple[str, ...] = ()
+    registry_path: tuple[str, ...] = ()
+    allow_large: bool = False
+    hub_deadline: float | None = None
+    hub_stall_timeout: float | None = None
+    hub_max_file_bytes: int | None = None
+    dist_timeout: float = 120.0
+    cache_dir: str | None = None
+    weights_dir: str | None = None
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """The settings the environment (default ``os.environ``) gives; unset or empty
+        variables keep their defaults."""
+        environ = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for field, (variable, parse) in VARIABLES.items():
+            text = environ.get(variable, "")
+            if not text.strip():
+                continue
+            try:
+                values[field] = parse(text)
+            except ValueError as exc:
+                reason = str(exc) if "must" in str(exc) else f"is not valid ({exc})"
+                raise ConfigError(f"{variable}={text!r} {reason}") from None
+        return cls(**values)
+
+
+#: Field of :class:`Settings` -> (environment variable, parser of its text).
+VARIABLES: Mapping[str, tuple[str, Callable[[str], Any]]] = {
+    "cuda_graphs": ("ZOO_CUDA_GRAPHS", _flag),
+    "strict_plugins": ("ZOO_STRICT_PLUGINS", _flag),
+    "prefer": ("ZOO_PREFER", _names),
+    "registry_path": ("ZOO_REGISTRY_PATH", _paths),
+    "allow_large": ("ZOO_ALLOW_LARGE", _flag),
+    "hub_deadline": ("ZOO_HUB_DEADLINE", _seconds),
+    "hub_stall_timeout": ("ZOO_HUB_STALL_TIMEOUT", _seconds),
+    "hub_max_file_bytes": ("ZOO_HUB_MAX_FILE_BYTES", _bytes),
+    "dist_timeout": ("ZOO_DIST_TIMEOUT", _seconds),
+    "cache_dir": ("ZOO_CACHE_DIR", _path),
+    "weights_dir": ("ZOO_WEIGHTS_DIR", _path),
+}
