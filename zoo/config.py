@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
-import types
 import typing
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal, TypeVar
 
 from .errors import ConfigError
+from .fields import check_fields
 
 __all__ = [
     "MAX_LAYERS",
@@ -42,42 +41,6 @@ MAX_TOKENS = 1 << 24  # vocab_size, context_length
 MAX_WIDTH = 1 << 18  # d_model, d_ff
 
 
-def _describe_type(tp: Any) -> str:
-    if typing.get_origin(tp) is Literal:
-        return " | ".join(repr(a) for a in typing.get_args(tp))
-    return getattr(tp, "__name__", str(tp))
-
-
-def _check_type(cls_name: str, name: str, tp: Any, value: Any) -> Any:
-    """Return ``value`` (ints widened to float for float fields) or raise ConfigError."""
-    origin = typing.get_origin(tp)
-    if origin is Literal:
-        if value in typing.get_args(tp):
-            return value
-        raise ConfigError(
-            f"{cls_name}.{name} = {value!r} is not valid; choose one of {_describe_type(tp)}"
-        )
-    if origin in (typing.Union, types.UnionType):
-        for option in typing.get_args(tp):
-            if option is type(None) and value is None:
-                return None
-        options = [o for o in typing.get_args(tp) if o is not type(None)]
-        return _check_type(cls_name, name, options[0], value)
-    if tp is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    if tp is float and isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"{cls_name}.{name} must be a finite number, got {value!r}")
-    if tp is float and isinstance(value, float):
-        return value
-    if tp is int and isinstance(value, bool):
-        pass  # bool is an int subclass; refuse it for int fields below
-    elif isinstance(tp, type) and isinstance(value, tp):
-        return value
-    raise ConfigError(
-        f"{cls_name}.{name} must be {_describe_type(tp)}, got {type(value).__name__} {value!r}"
-    )
-
-
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
     """Base class of architecture configs.
@@ -89,10 +52,7 @@ class ModelConfig:
     architecture: ClassVar[str] = ""
 
     def __post_init__(self) -> None:
-        hints = typing.get_type_hints(type(self))
-        for f in dataclasses.fields(self):
-            value = _check_type(type(self).__name__, f.name, hints[f.name], getattr(self, f.name))
-            object.__setattr__(self, f.name, value)
+        check_fields(self)  # types, by annotation (zoo.fields)
         self.validate()
 
     def validate(self) -> None:
