@@ -8,12 +8,15 @@ registry-driven test also runs on its ``toy-gpt-tiny`` model.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
 import sys
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -124,3 +127,13 @@ def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untype
         terminalreporter.section("skips that are not allowed (see ALLOWED_SKIPS in conftest.py)")
         for line in _unexpected_skips:
             terminalreporter.write_line(line)
+
+
+@pytest.fixture
+def use_registry() -> Iterator[Callable[[Any], Any]]:
+    """``use_registry(registry)``: every zoo call in this test uses ``registry`` (through the
+    public ``zoo.use_registry``, undone when the test ends)."""
+    import zoo
+
+    with contextlib.ExitStack() as stack:
+        yield lambda registry: stack.enter_context(zoo.use_registry(registry))

@@ -140,12 +140,10 @@ class _Shadow:
         return [zoo.ModelSpec(name="gpt2-124m", architecture="gpt2", config={"n_layers": 2})]
 
 
-def test_list_and_plugins_show_a_conflict(capsys, monkeypatch):
+def test_list_and_plugins_show_a_conflict(capsys, monkeypatch, use_registry):
     import zoo.registry
 
-    monkeypatch.setattr(
-        zoo.registry, "_default", zoo.registry.load_registry(plugins={"dup": _Shadow()})
-    )
+    use_registry(zoo.registry.load_registry(plugins={"dup": _Shadow()}))
     code, out, err = run(capsys, "list")
     assert code == 0
     row = next(line for line in out.splitlines() if line.startswith("gpt2-124m"))
@@ -226,11 +224,11 @@ def test_push_of_a_missing_directory_says_it_does_not_exist(capsys, tmp_path):
     assert code == 2 and "missing-dir does not exist" in err
 
 
-def test_plugins_names_the_preferred_source_and_what_it_beat(capsys, monkeypatch):
+def test_plugins_names_the_preferred_source_and_what_it_beat(capsys, monkeypatch, use_registry):
     import zoo.registry
 
     registry = zoo.registry.load_registry(plugins={"dup": _Shadow()}, prefer=["dup"])
-    monkeypatch.setattr(zoo.registry, "_default", registry)
+    use_registry(registry)
     code, out, _ = run(capsys, "plugins")
     assert code == 0
     assert "preferred: model gpt2-124m from plugin dup (ZOO_PREFER), over registry.toml\n" in out

@@ -182,7 +182,7 @@ def test_info_shows_only_the_config_fields_that_take_effect(capsys):
     assert "rope_theta" not in out and "rotary_fraction" not in out
 
 
-def test_inert_fields_follow_what_components_declare(monkeypatch):
+def test_inert_fields_follow_what_components_declare(use_registry):
     from tests.test_components import _identity, _Supplies, _use
     from zoo.api import inert_fields, resolve_config
     from zoo.specs import ComponentSpec
@@ -196,7 +196,7 @@ def test_inert_fields_follow_what_components_declare(monkeypatch):
         ComponentSpec("ffn", "undeclared", _identity),  # reads=None: may read anything
         ComponentSpec("ffn", "own-act", _identity, reads=("act_scale",)),
     )
-    _use(monkeypatch, plugins={"supplies": supplies})
+    _use(use_registry, plugins={"supplies": supplies})
     assert "activation" not in inert_fields(config(ffn="undeclared"))
     assert "activation" in inert_fields(config(ffn="own-act"))
     with pytest.raises(ValueError, match="reads must be a tuple"):

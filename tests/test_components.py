@@ -43,10 +43,8 @@ def _identity(config) -> nn.Module:
     return nn.Identity()
 
 
-def _use(monkeypatch, **kwargs):
-    registry = zoo.registry.load_registry(**kwargs)
-    monkeypatch.setattr(zoo.registry, "_default", registry)
-    return registry
+def _use(use_registry, **kwargs):
+    return use_registry(zoo.registry.load_registry(**kwargs))
 
 
 # -- the registry -------------------------------------------------------------------------------
@@ -59,9 +57,9 @@ def test_the_builtin_components_come_from_plugin_zoo():
     assert registry.source("positions", "alibi") == "plugin toy"
 
 
-def test_a_component_claimed_twice_is_a_conflict_until_preferred(monkeypatch, capsys):
+def test_a_component_claimed_twice_is_a_conflict_until_preferred(use_registry, capsys):
     shadow = _Supplies(ComponentSpec("norm", "rmsnorm", _identity))
-    _use(monkeypatch, plugins={"shadow": shadow})
+    _use(use_registry, plugins={"shadow": shadow})
     with pytest.raises(RegistryConflictError, match=r"norm name 'rmsnorm'.*plugin zoo.*shadow"):
         zoo.build("llama-tiny")
     assert zoo.build("gpt2-124m", n_layers=1, d_model=32, n_heads=2, d_ff=64)  # the rest works
@@ -69,13 +67,13 @@ def test_a_component_claimed_twice_is_a_conflict_until_preferred(monkeypatch, ca
 
     assert main(["plugins"]) == 0
     assert "conflict" in capsys.readouterr().out
-    _use(monkeypatch, plugins={"shadow": shadow}, prefer=["shadow"])
+    _use(use_registry, plugins={"shadow": shadow}, prefer=["shadow"])
     assert isinstance(zoo.build("llama-tiny").final_norm, nn.Identity)
 
 
-def test_a_broken_component_plugin_does_not_take_the_registry_down(monkeypatch):
+def test_a_broken_component_plugin_does_not_take_the_registry_down(use_registry):
     broken = _Supplies(error=RuntimeError("boom"))
-    registry = _use(monkeypatch, plugins={"broken": broken})
+    registry = _use(use_registry, plugins={"broken": broken})
     (info,) = [p for p in registry.plugins if p.name == "broken"]
     assert info.status == "failed" and "zoo_components: RuntimeError: boom" in info.error
     assert zoo.build("llama-tiny")
@@ -88,9 +86,9 @@ def test_an_unknown_component_is_a_config_error_listing_the_known_ones():
         zoo.build("gpt2-124m", norm="batchnorm")
 
 
-def test_a_factory_that_returns_no_module_breaks_the_contract(monkeypatch):
+def test_a_factory_that_returns_no_module_breaks_the_contract(use_registry):
     odd = _Supplies(ComponentSpec("ffn", "odd", lambda config: "not a module"))
-    _use(monkeypatch, plugins={"odd": odd})
+    _use(use_registry, plugins={"odd": odd})
     with pytest.raises(PluginContractError, match=r"ffn component 'odd'.*not a torch\.nn\.Module"):
         zoo.build("llama-tiny", ffn="odd")
 

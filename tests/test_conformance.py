@@ -137,11 +137,11 @@ class _PositionOffByOne(DecoderLM):
         ("_PositionOffByOne", "decoding"),
     ],
 )
-def test_the_kit_catches_broken_models(monkeypatch, cls, check):
+def test_the_kit_catches_broken_models(monkeypatch, cls, check, use_registry):
     registry = zoo.registry.load_registry(
         plugins={"broken": _plugin_with(f"{__name__}:{cls}", "broken-gpt")}
     )
-    monkeypatch.setattr(zoo.registry, "_default", registry)
+    use_registry(registry)
     with pytest.raises(AssertionError):
         run_check("broken-gpt-m", check)
     failed = [r for r in run_conformance("broken-gpt-m", checks=[check]) if not r.ok]
@@ -171,11 +171,11 @@ class _PlainModule(torch.nn.Module):
         self.lin = torch.nn.Linear(4, 4)
 
 
-def test_a_model_that_is_not_a_zoo_model_is_refused_at_first_build(monkeypatch):
+def test_a_model_that_is_not_a_zoo_model_is_refused_at_first_build(monkeypatch, use_registry):
     registry = zoo.registry.load_registry(
         plugins={"plain": _plugin_with(f"{__name__}:_PlainModule", "plain-gpt")}
     )
-    monkeypatch.setattr(zoo.registry, "_default", registry)
+    use_registry(registry)
     assert "plain-gpt-m" in zoo.list_models()  # registration stays lazy and torch-free
     with pytest.raises(
         zoo.PluginContractError, match=r"not a subclass of zoo\.nn\.ZooModel.*README"

@@ -30,11 +30,6 @@ from zoo.registry import load_registry
 BUILTINS = {"gpt1", "gpt2-124m", "wiki-gpt-wordpiece", "transformer-encdec"}
 
 
-def use(monkeypatch, registry):
-    monkeypatch.setattr(zoo.registry, "_default", registry)
-    return registry
-
-
 class Throwaway:
     """A plugin object whose hooks return what it is given."""
 
@@ -84,26 +79,26 @@ def test_listing_imports_no_torch_and_builds_nothing():
     assert "gpt2-124m" in out.stdout
 
 
-def test_duplicate_architecture_names_both_plugins_and_spares_the_rest(monkeypatch):
+def test_duplicate_architecture_names_both_plugins_and_spares_the_rest(monkeypatch, use_registry):
     dup = Throwaway([zoo.ArchitectureSpec(name="gpt2", config="x:y", model="x:z")])
-    use(monkeypatch, load_registry(plugins={"impostor": dup}))
+    use_registry(load_registry(plugins={"impostor": dup}))
     with pytest.raises(RegistryConflictError) as err:
         zoo.build("gpt2-124m")
     assert "plugin gpt2" in str(err.value) and "plugin impostor" in str(err.value)
     zoo.build("gpt1", device="meta")  # everything else still works
 
 
-def test_duplicate_model_name_is_a_conflict(monkeypatch):
+def test_duplicate_model_name_is_a_conflict(monkeypatch, use_registry):
     dup = Throwaway(models=[zoo.ModelSpec(name="gpt1", architecture="gpt2")])
-    use(monkeypatch, load_registry(plugins={"dup": dup}))
+    use_registry(load_registry(plugins={"dup": dup}))
     with pytest.raises(RegistryConflictError, match=r"registry\.toml and plugin dup"):
         zoo.info("gpt1")
     assert zoo.get_registry().conflicts == {"model gpt1": ["registry.toml", "plugin dup"]}
 
 
-def test_strict_mode_fails_only_the_conflicting_names_use(monkeypatch):
+def test_strict_mode_fails_only_the_conflicting_names_use(monkeypatch, use_registry):
     dup = Throwaway([zoo.ArchitectureSpec(name="gpt1", config="x:y", model="x:z")])
-    use(monkeypatch, load_registry(strict=True, plugins={"dup": dup}))
+    use_registry(load_registry(strict=True, plugins={"dup": dup}))
     with pytest.raises(RegistryConflictError, match="plugin gpt1 and plugin dup"):
         zoo.build("gpt1")
     zoo.build("gpt2-124m", device="meta")
@@ -116,9 +111,9 @@ def _shadowing_plugin() -> Throwaway:
     )
 
 
-def test_a_shadowing_plugin_is_loud_everywhere(monkeypatch):
+def test_a_shadowing_plugin_is_loud_everywhere(monkeypatch, use_registry):
     """A plugin registering a built-in name must not make it vanish silently."""
-    use(monkeypatch, load_registry(plugins={"dup": _shadowing_plugin()}))
+    use_registry(load_registry(plugins={"dup": _shadowing_plugin()}))
     expected = r"gpt2-124m.*registry\.toml and plugin dup.*ZOO_PREFER"
     with pytest.raises(RegistryConflictError, match=expected):
         zoo.build("gpt2-124m")
@@ -128,21 +123,21 @@ def test_a_shadowing_plugin_is_loud_everywhere(monkeypatch):
     assert zoo.get_registry().conflicts_of("registry.toml") == ["model gpt2-124m"]
 
 
-def test_zoo_prefer_picks_the_winner(monkeypatch):
+def test_zoo_prefer_picks_the_winner(monkeypatch, use_registry):
     monkeypatch.setenv("ZOO_PREFER", "dup")
-    use(monkeypatch, load_registry(plugins={"dup": _shadowing_plugin()}))
+    use_registry(load_registry(plugins={"dup": _shadowing_plugin()}))
     assert zoo.build("gpt2-124m", device="meta").config.n_layers == 2
     assert zoo.build("gpt2", device="meta").config.n_layers == 2  # alias follows the pick
     assert zoo.get_registry().source("model", "gpt2-124m") == "plugin dup"
     assert "gpt2-124m" in zoo.list_models() and not zoo.get_registry().conflicts
     monkeypatch.setenv("ZOO_PREFER", "registry.toml")
-    use(monkeypatch, load_registry(plugins={"dup": _shadowing_plugin()}))
+    use_registry(load_registry(plugins={"dup": _shadowing_plugin()}))
     assert zoo.build("gpt2-124m", device="meta").config.n_layers == 12
 
 
-def test_an_alias_claimed_twice_is_a_conflict(monkeypatch):
+def test_an_alias_claimed_twice_is_a_conflict(monkeypatch, use_registry):
     other = Throwaway(models=[zoo.ModelSpec(name="other", architecture="gpt2", aliases=["gpt2"])])
-    use(monkeypatch, load_registry(plugins={"other": other}))
+    use_registry(load_registry(plugins={"other": other}))
     with pytest.raises(RegistryConflictError, match=r"registry\.toml and plugin other"):
         zoo.build("gpt2")
     zoo.build("gpt2-124m", device="meta")
@@ -163,14 +158,14 @@ def test_bad_names_and_aliases_are_refused(kwargs, message):
         zoo.ModelSpec(**{"name": "m", "architecture": "gpt2", **kwargs})
 
 
-def test_a_broken_user_registry_file_is_reported_not_fatal(monkeypatch, tmp_path):
+def test_a_broken_user_registry_file_is_reported_not_fatal(monkeypatch, tmp_path, use_registry):
     good = tmp_path / "good.toml"
     good.write_text("[models.mine]\narchitecture = 'gpt2'\nconfig = { n_layers = 1 }\n")
     bad = tmp_path / "bad.toml"
     bad.write_text("[models.x\n")
     missing = tmp_path / "missing.toml"
     monkeypatch.setenv("ZOO_REGISTRY_PATH", os.pathsep.join(map(str, [bad, missing, good])))
-    registry = use(monkeypatch, load_registry())
+    registry = use_registry(load_registry())
     assert "mine" in zoo.list_models() and "gpt2-124m" in zoo.list_models()
     assert [path for path, _ in registry.problems] == [str(bad), str(missing)]
     with pytest.raises(zoo.ZooError, match="cannot read registry file"):
@@ -210,8 +205,8 @@ class WrongReturn:
         (ExitingHook(), "zoo_models: SystemExit: 3"),
     ],
 )
-def test_a_broken_plugin_is_isolated_and_reported(monkeypatch, plugin, reason):
-    use(monkeypatch, load_registry(plugins={"broken": plugin}))
+def test_a_broken_plugin_is_isolated_and_reported(monkeypatch, plugin, reason, use_registry):
+    use_registry(load_registry(plugins={"broken": plugin}))
     status = {p.name: p for p in zoo.plugins()}["broken"]
     assert status.status == "failed" and reason in status.error
     assert set(zoo.list_models()) >= BUILTINS
@@ -226,7 +221,7 @@ def test_a_broken_plugin_fails_loudly_in_strict_mode(monkeypatch):
         load_registry(plugins={"broken": RaisingHook()})
 
 
-def test_a_plugin_that_fails_to_import(monkeypatch, tmp_path):
+def test_a_plugin_that_fails_to_import(monkeypatch, tmp_path, use_registry):
     package = tmp_path / "src" / "zoo_broken"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("import a_module_that_does_not_exist\n")
@@ -236,7 +231,7 @@ def test_a_plugin_that_fails_to_import(monkeypatch, tmp_path):
         site, package, name="zoo-broken", entry_points="[zoo]\nbroken = zoo_broken\n"
     )
     monkeypatch.syspath_prepend(str(site))
-    use(monkeypatch, load_registry())
+    use_registry(load_registry())
     status = {p.name: p for p in zoo.plugins()}["broken"]
     assert status.status == "failed" and "import failed" in status.error
     assert "a_module_that_does_not_exist" in status.error
@@ -245,16 +240,16 @@ def test_a_plugin_that_fails_to_import(monkeypatch, tmp_path):
         load_registry(strict=True)
 
 
-def test_model_of_a_missing_architecture_says_what_failed(monkeypatch):
+def test_model_of_a_missing_architecture_says_what_failed(monkeypatch, use_registry):
     orphan = Throwaway(models=[zoo.ModelSpec(name="orphan", architecture="nowhere")])
-    use(monkeypatch, load_registry(plugins={"orphan": orphan, "broken": RaisingHook()}))
+    use_registry(load_registry(plugins={"orphan": orphan, "broken": RaisingHook()}))
     assert "orphan" not in zoo.list_models()
     assert "orphan" in zoo.get_registry().models(include_unavailable=True)
     with pytest.raises(UnknownArchitectureError, match=r"'nowhere'.*failed to load: broken"):
         zoo.build("orphan")
 
 
-def test_user_registry_file_adds_models(monkeypatch, tmp_path):
+def test_user_registry_file_adds_models(monkeypatch, tmp_path, use_registry):
     extra = tmp_path / "mine.toml"
     extra.write_text(
         textwrap.dedent(
@@ -271,7 +266,7 @@ def test_user_registry_file_adds_models(monkeypatch, tmp_path):
         )
     )
     monkeypatch.setenv("ZOO_REGISTRY_PATH", str(extra))
-    use(monkeypatch, load_registry())
+    use_registry(load_registry())
     assert zoo.build("tiny", device="meta").config.n_layers == 2
     assert zoo.info("gpt2-tiny").model_source == str(extra)
 
@@ -328,7 +323,7 @@ def test_the_readme_bring_your_own_model_runs_as_written(tmp_path):
     assert "[[1, 2, 3, " in run.stdout and "kit ok" in run.stdout
 
 
-def test_a_model_missing_what_the_contract_asks_is_refused_by_name(monkeypatch):
+def test_a_model_missing_what_the_contract_asks_is_refused_by_name(monkeypatch, use_registry):
     from zoo.nn import ZooModel
 
     class NoExamples(ZooModel):
@@ -338,7 +333,7 @@ def test_a_model_missing_what_the_contract_asks_is_refused_by_name(monkeypatch):
     arch = zoo.ArchitectureSpec(name="toy-gpt", config="zoo_toy.model:ToyConfig", model=NoExamples)
     model = zoo.ModelSpec(name="bare", architecture="toy-gpt", config={})
     plugin = Throwaway(architectures=[arch], models=[model])
-    use(monkeypatch, load_registry(entry_points=False, plugins={"bare": plugin}))
+    use_registry(load_registry(entry_points=False, plugins={"bare": plugin}))
     with pytest.raises(zoo.PluginContractError, match=r"NoExamples lacks example_inputs\(\)"):
         zoo.build("bare")
 
@@ -357,11 +352,13 @@ def test_the_readme_plugin_depends_on_this_distribution():
     assert toy["project"]["entry-points"]["zoo"] == {"toy": "zoo_toy"}
 
 
-def test_a_registry_entry_with_absurd_sizes_is_refused_not_built(monkeypatch, tmp_path):
+def test_a_registry_entry_with_absurd_sizes_is_refused_not_built(
+    monkeypatch, tmp_path, use_registry
+):
     """n_layers = 10**9 in a registry entry made `zoo info` grow memory without end."""
     path = tmp_path / "huge.toml"
     path.write_text("[models.huge]\narchitecture = 'gpt2'\nconfig = { n_layers = 1000000000 }\n")
-    use(monkeypatch, load_registry(registry_files=[path]))
+    use_registry(load_registry(registry_files=[path]))
     with pytest.raises(zoo.ConfigError, match="n_layers = 1000000000: must be at most 4,096"):
         zoo.info("huge")
     assert "huge" in zoo.list_models()  # listing reads no config: still fine

@@ -18,11 +18,6 @@ from zoo.registry import load_registry
 GOOD = "[models.mine]\narchitecture = 'gpt2'\nconfig = { n_layers = 1 }\n"
 
 
-def use(monkeypatch, registry):
-    monkeypatch.setattr(zoo.registry, "_default", registry)
-    return registry
-
-
 def run(capsys, *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     out, err = capsys.readouterr()
@@ -52,14 +47,16 @@ HOSTILE = {
 
 
 @pytest.mark.parametrize("filename", sorted(HOSTILE))
-def test_a_hostile_registry_file_is_that_files_problem(capsys, monkeypatch, tmp_path, filename):
+def test_a_hostile_registry_file_is_that_files_problem(
+    capsys, monkeypatch, tmp_path, filename, use_registry
+):
     content, message = HOSTILE[filename]
     bad = tmp_path / filename
     bad.write_bytes(content)
     good = tmp_path / "good.toml"
     good.write_text(GOOD)
     monkeypatch.setenv("ZOO_REGISTRY_PATH", os.pathsep.join([str(bad), str(good)]))
-    registry = use(monkeypatch, load_registry())
+    registry = use_registry(load_registry())
     ((where, reason),) = registry.problems
     assert where == str(bad)
     assert str(bad) in reason
@@ -80,13 +77,15 @@ def test_a_pinned_sha256_must_be_64_hex_digits():
             zoo.WeightsSource(repo="a/b", sha256=bad)
 
 
-def test_registry_text_is_printed_without_terminal_escapes(capsys, monkeypatch, tmp_path):
+def test_registry_text_is_printed_without_terminal_escapes(
+    capsys, monkeypatch, tmp_path, use_registry
+):
     path = tmp_path / "esc.toml"
     path.write_text(
         '[models.esc]\narchitecture = "gpt2"\nconfig = { n_layers = 1 }\n'
         'description = "\\u001b]0;pwned\\u0007\\u001b[31mred\\u202e\\nfake line"\n'
     )
-    use(monkeypatch, load_registry(registry_files=[path]))
+    use_registry(load_registry(registry_files=[path]))
     assert "\x1b" in zoo.get_registry().model("esc").description  # stored as written
     for argv in (["list"], ["info", "esc"]):
         code, out, err = run(capsys, *argv)
@@ -113,11 +112,11 @@ class BrokenArchitecture:
 
 
 @pytest.fixture
-def broken_architecture(monkeypatch, tmp_path):
+def broken_architecture(monkeypatch, tmp_path, use_registry):
     (tmp_path / "zoo_boom_arch.py").write_text("raise RuntimeError('bad plugin module')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "zoo_boom_arch", raising=False)
-    return use(monkeypatch, load_registry(plugins={"boom": BrokenArchitecture()}))
+    return use_registry(load_registry(plugins={"boom": BrokenArchitecture()}))
 
 
 def test_info_on_a_broken_architecture_is_one_clear_error(capsys, broken_architecture):
@@ -159,3 +158,19 @@ def test_tour_reports_a_broken_model_and_goes_on(capsys, monkeypatch, broken_arc
     assert "boom: FAILED: architecture 'boom-arch'" in out
     assert "gpt1: " in out and "logits 1x16x" in out  # the tour went on
     assert "1 model(s) failed: boom" in err
+
+
+def test_a_registry_in_use_is_scoped_to_its_block_and_context():
+    import threading
+
+    default = zoo.get_registry()
+    mine = load_registry(entry_points=False)
+    seen_elsewhere = []
+    with zoo.use_registry(mine) as registry:
+        assert registry is mine and zoo.get_registry() is mine
+        assert "toy-gpt-tiny" not in zoo.list_models()  # the toy plugin is an entry point
+        thread = threading.Thread(target=lambda: seen_elsewhere.append(zoo.get_registry()))
+        thread.start()
+        thread.join()
+    assert seen_elsewhere == [default]  # another thread keeps the process-wide one
+    assert zoo.get_registry() is default and "toy-gpt-tiny" in zoo.list_models()

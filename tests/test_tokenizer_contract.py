@@ -66,8 +66,8 @@ class Plugin:
 
 
 @pytest.fixture(autouse=True)
-def _registry(monkeypatch):
-    monkeypatch.setattr(zoo.registry, "_default", load_registry(plugins={"contract": Plugin()}))
+def _registry(monkeypatch, use_registry):
+    use_registry(load_registry(plugins={"contract": Plugin()}))
     calls.clear()
 
 

@@ -296,11 +296,10 @@ class _BufferedPlugin:
 
 
 @pytest.fixture
-def buffered_registry(monkeypatch):
-    import zoo.registry
+def buffered_registry(monkeypatch, use_registry):
 
     registry = load_registry(plugins={"buffered": _BufferedPlugin()})
-    monkeypatch.setattr(zoo.registry, "_default", registry)
+    use_registry(registry)
     return registry
 
 
@@ -324,7 +323,9 @@ def test_non_persistent_buffers_are_recreated(tmp_path: Path, buffered_registry)
     assert torch.equal(logits(zoo.load(tmp_path)), logits(model))
 
 
-def test_unknown_architecture_names_the_plugin(tmp_path: Path, buffered_registry, monkeypatch):
+def test_unknown_architecture_names_the_plugin(
+    tmp_path: Path, buffered_registry, monkeypatch, use_registry
+):
     import zoo.registry
 
     zoo.save(zoo.build(BufferedConfig()), tmp_path)
@@ -332,7 +333,7 @@ def test_unknown_architecture_names_the_plugin(tmp_path: Path, buffered_registry
     assert manifest["plugin"] == {"name": "buffered", "distribution": None}
     manifest["plugin"] = {"name": "buffered", "distribution": "zoo-buffered 0.3"}
     (tmp_path / "config.json").write_text(json.dumps(manifest))
-    monkeypatch.setattr(zoo.registry, "_default", load_registry())  # plugin uninstalled
+    use_registry(load_registry())  # plugin uninstalled
     with pytest.raises(zoo.UnknownArchitectureError, match=r"\(pip install zoo-buffered\)"):
         zoo.load(tmp_path)
     # a hostile checkpoint cannot make zoo suggest an arbitrary pip argument

@@ -37,7 +37,7 @@ from .errors import (
 from .hookspecs import hookimpl
 from .hub import pull, push
 from .loading import convert_checkpoint, load
-from .registry import add_plugin, get_registry, reset_registry
+from .registry import add_plugin, get_registry, reset_registry, use_registry
 from .specs import ArchitectureSpec, ComponentSpec, ModelSpec, TokenizerSpec, WeightsSource
 
 _LAZY = {"generate": "zoo.generation:generate"}  # import torch only when used
@@ -96,6 +96,7 @@ __all__ = [
     "pull",
     "push",
     "reset_registry",
+    "use_registry",
     "resolve_config",
     "save",
     "tokenizer",

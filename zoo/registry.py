@@ -10,10 +10,12 @@ else keeps working. Nothing here imports torch.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import difflib
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
@@ -48,12 +50,15 @@ __all__ = [
     "load_registry",
     "read_registry_file",
     "reset_registry",
+    "use_registry",
 ]
 
 S = TypeVar("S", ArchitectureSpec, ModelSpec, TokenizerSpec, ComponentSpec)
 #: What the registry holds: architectures, models, tokenizers, and the components of
 #: :data:`zoo.specs.COMPONENT_KINDS` (each kind its own namespace).
-Kind = Literal["architecture", "model", "tokenizer", "positions", "norm", "ffn", "attention"]
+Kind = Literal[
+    "architecture", "model", "tokenizer", "positions", "norm", "ffn", "attention", "cross_attention"
+]
 
 #: Source label of the models shipped in zoo's own ``registry.toml``.
 BUILTIN_REGISTRY = "registry.toml"
@@ -505,12 +510,38 @@ _default: Registry | None = None
 _added: dict[str, Any] = {}
 
 
+#: The registry :func:`use_registry` put in place for the current context, if any.
+_in_use: contextvars.ContextVar[Registry | None] = contextvars.ContextVar(
+    "zoo_registry", default=None
+)
+
+
 def get_registry() -> Registry:
-    """The process-wide registry, loaded on first use."""
+    """The registry in use: the one :func:`use_registry` gave, else the process-wide one,
+    loaded on first use."""
     global _default
+    chosen = _in_use.get()
+    if chosen is not None:
+        return chosen
     if _default is None:
         _default = load_registry(plugins=_added)
     return _default
+
+
+@contextlib.contextmanager
+def use_registry(registry: Registry) -> Iterator[Registry]:
+    """Make ``registry`` the one every zoo call in this context (thread, task) uses, until
+    the block ends: a registry of one's own plugins for an application or a test, without
+    touching the process-wide one::
+
+        with zoo.use_registry(zoo.registry.load_registry(plugins={"mine": my_plugin})):
+            model = zoo.build("my-model")
+    """
+    token = _in_use.set(registry)
+    try:
+        yield registry
+    finally:
+        _in_use.reset(token)
 
 
 def add_plugin(plugin: Any, *, name: str) -> None:
