@@ -9,8 +9,9 @@ import torch
 import torch.nn.functional as F
 
 import zoo
-from zoo.nn import Linear, linear, sdpa_mask
+from zoo.nn import Linear, sdpa_mask
 from zoo.nn.masks import causal_self_mask
+from zoo.nn.onednn import cpu_linear as linear
 
 
 @pytest.mark.parametrize("shape", [(1, 768), (3, 1, 64), (2, 17, 64), (5, 64)])
@@ -43,7 +44,7 @@ def test_fast_linear_other_dtypes_use_the_default_kernel(dtype):
 @pytest.mark.parametrize("native", [True, False])
 def test_bfloat16_products_of_many_rows_widen_where_the_cpu_lacks_bfloat16(monkeypatch, native):
     """Without native bfloat16 matrix units, 16+ rows multiply in float32 and round back."""
-    monkeypatch.setattr(sys.modules["zoo.nn.linear"], "_NATIVE_BF16", native)
+    monkeypatch.setattr(sys.modules["zoo.nn.onednn"], "native_bf16", lambda: native)
     g = torch.Generator().manual_seed(0)
     x = torch.randn(2, 8, 768, generator=g).bfloat16()
     w, b = torch.randn(1024, 768, generator=g).bfloat16(), torch.randn(1024, generator=g).bfloat16()
@@ -91,3 +92,48 @@ def test_bad_position_ids_are_value_errors(positions, message):
     model = zoo.build("gpt2-124m", n_layers=1, d_model=32, n_heads=2, d_ff=64, context_length=64)
     with pytest.raises(ValueError, match=message):
         model(torch.tensor([[1, 2, 3]]), position_ids=positions)
+
+
+# -- the oneDNN transform -----------------------------------------------------------------------
+def _small_gpt2(**kwargs):
+    torch.manual_seed(0)
+    return zoo.build("gpt2-124m", n_layers=1, d_model=256, n_heads=4, d_ff=1024, **kwargs)
+
+
+def test_build_applies_the_onednn_transform_on_cpu_and_onednn_false_keeps_pytorch():
+    from zoo.nn.onednn import OneDNNLinear, available
+
+    fast, plain = _small_gpt2().eval(), _small_gpt2(onednn=False).eval()
+    kinds = {type(m) for m in fast.modules() if isinstance(m, torch.nn.Linear)}
+    assert kinds == ({OneDNNLinear} if available() else {Linear})
+    assert {type(m) for m in plain.modules() if isinstance(m, torch.nn.Linear)} == {Linear}
+    assert fast.state_dict().keys() == plain.state_dict().keys()
+    ids = torch.randint(0, 50257, (2, 7))
+    with torch.no_grad():
+        assert torch.allclose(fast(ids), plain(ids), atol=1e-4, rtol=1e-4)
+
+
+def test_without_the_private_ops_the_plain_path_is_taken(monkeypatch):
+    """A torch without oneDNN's linear kernel: nothing is swapped, the model is PyTorch's."""
+    import zoo.nn.onednn as onednn
+
+    monkeypatch.setattr(onednn, "_kernel", lambda: None)
+    model = _small_gpt2()
+    assert {type(m) for m in model.modules() if isinstance(m, torch.nn.Linear)} == {Linear}
+    assert onednn.use_onednn(model) == 0
+    # and a layer swapped before still computes F.linear
+    layer = Linear(512, 512)
+    layer.__class__ = onednn.OneDNNLinear
+    x = torch.randn(3, 512)
+    with torch.no_grad():
+        assert torch.equal(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias))
+
+
+def test_a_loaded_cpu_model_runs_on_onednn(tmp_path):
+    from zoo.nn.onednn import OneDNNLinear, available
+
+    zoo.save(_small_gpt2(onednn=False), tmp_path)
+    kinds = {type(m) for m in zoo.load(tmp_path).modules() if isinstance(m, torch.nn.Linear)}
+    assert kinds == ({OneDNNLinear} if available() else {Linear})
+    plain = zoo.load(tmp_path, onednn=False)
+    assert {type(m) for m in plain.modules() if isinstance(m, torch.nn.Linear)} == {Linear}

@@ -77,6 +77,7 @@ def build(
     *,
     device: str | torch.device | None = None,
     dtype: torch.dtype | None = None,
+    onednn: bool = True,
     **overrides: Any,
 ) -> ZooModel:
     """Build a randomly initialised model.
@@ -86,6 +87,8 @@ def build(
         device: where parameters are created (``"cpu"``, ``"cuda"``, ``"meta"``...); they are
             created there directly, never on another device first.
         dtype: floating dtype of the parameters (default float32).
+        onednn: run a CPU model's linear layers on oneDNN's kernels where this torch has them
+            (:mod:`zoo.nn.onednn`; inference only: training computes as PyTorch does).
         **overrides: config fields to change, e.g. ``n_layers=2``.
 
     Returns:
@@ -111,6 +114,10 @@ def build(
         model = model.to(dtype)
     if spec is not None and hasattr(model, "name"):
         model.name = spec.name
+    if onednn and target.type == "cpu":
+        from .nn.onednn import use_onednn
+
+        use_onednn(model)
     return model
 
 

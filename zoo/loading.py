@@ -48,6 +48,7 @@ def load(
     verify: bool | None = None,
     tokenizer: bool = True,
     quantize: str | None = None,
+    onednn: bool = True,
 ) -> ZooModel:
     """Load a model with its weights, ready for inference.
 
@@ -80,6 +81,9 @@ def load(
             int8) or ``"int4"`` (weight-only int4), through :func:`zoo.nn.quant.quantize_` on
             PyTorch's kernels. Each weight is quantized from the memory-mapped file and its
             float pages given back, so the float model is never resident.
+        onednn: run the CPU model's linear layers on oneDNN's kernels where this torch has
+            them (:mod:`zoo.nn.onednn`: faster decoding; the weights are unchanged);
+            ``False`` keeps PyTorch's default kernels.
 
     Returns:
         the model in eval mode, with ``model.tokenizer`` (``None`` when it has none or
@@ -94,12 +98,18 @@ def load(
         "quantize": quantize,
     }
     if isinstance(source, str) and source.startswith("hf:"):
-        return load_hf(source, **options)
-    if isinstance(source, os.PathLike) or (isinstance(source, str) and _looks_like_path(source)):
-        return load_local(Path(os.path.expanduser(os.fspath(source))), **options)
-    if not isinstance(source, str):
+        model = load_hf(source, **options)
+    elif isinstance(source, os.PathLike) or (isinstance(source, str) and _looks_like_path(source)):
+        model = load_local(Path(os.path.expanduser(os.fspath(source))), **options)
+    elif isinstance(source, str):
+        model = _load_named(source, **options)
+    else:
         raise TypeError(f"source must be a path or a model name, got {type(source).__name__}")
-    return _load_named(source, **options)
+    if onednn:
+        from .nn.onednn import use_onednn
+
+        use_onednn(model)
+    return model
 
 
 def _load_named(name: str, **kwargs: Any) -> ZooModel:

@@ -21,7 +21,7 @@ from .cache import KVCache, LayerCache
 from .decoder import DecoderLM
 from .decoding import DecoderSession, StaticDecoderSession, start_session
 from .feedforward import FeedForward, GatedFeedForward, activation
-from .linear import Linear, linear
+from .linear import Linear
 from .masks import causal_self_mask, positions_from_mask, sdpa_mask, self_attention_mask
 from .norms import RMSNorm
 from .parts import BUILTIN_COMPONENTS, ComponentFactory, Parts, make_positions, parts_for
@@ -67,7 +67,6 @@ __all__ = [
     "check_token_ids",
     "embed_tokens",
     "init_weights",
-    "linear",
     "make_positions",
     "parts_for",
     "positions_from_mask",

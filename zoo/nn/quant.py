@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from ..options import QUANTIZE_MODES
 from .linear import Linear
-from .linear import linear as float_linear
+from .onednn import cpu_linear as float_linear
 
 __all__ = [
     "INT4_GROUP",

@@ -61,7 +61,7 @@ SMALL_SIZES: dict[str, int] = {
 }
 
 
-def small_overrides(name: str) -> dict[str, int]:
+def small_overrides(name: str) -> dict[str, Any]:
     """Overrides that shrink ``name`` to a model that checks quickly on a CPU."""
     _, _, config = resolve_config(name)
     fields = type(config).field_names()
