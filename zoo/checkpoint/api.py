@@ -41,7 +41,14 @@ from .manifest import (
     Manifest,
     read_config_json,
 )
-from .readers import METADATA_KEY, Request, architecture, model_folder, recognise
+from .readers import (
+    METADATA_KEY,
+    Recognised,
+    Request,
+    architecture,
+    model_folder,
+    recognise,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -304,35 +311,12 @@ def _load_files(
 
     from .state import assemble
 
-    if path.is_file():
-        check_not_pickle(path)
-        directory, weights = path.parent, path
-    else:
-        directory, weights = path, path / filename
-    request = Request(
-        directory,
-        weights,
-        read_config_json(directory),
-        layout,
-        model_name,
-        file_given=path.is_file(),
-        shown=shown,
-    )
-    found = recognise(request)
+    found, directory = _recognise(path, shown, layout, model_name, filename)
     weights, arch, config = found.weights, found.architecture, found.config
     model_name = model_name or found.model_name
-    if not weights.is_file():
-        raise _missing_weights(directory, weights.name)
-
     expected = sha256 or found.sha256
-    if verify and expected is None:
-        raise CheckpointError(
-            f"verify=True but no sha256 is recorded or pinned for {weights}; pass sha256=..."
-        )
-    hasher = None
-    if expected and (verify or (verify is None and not was_verified(weights, expected))):
-        hasher = BackgroundHash(weights)
-    what = "the pinned sha256" if sha256 else request.where
+    hasher = _hasher(weights, expected, verify)
+    what = "the pinned sha256" if sha256 else str(shown / CONFIG_FILE)
     try:
         tensors, _ = read_safetensors(weights)
     except CorruptCheckpointError:
@@ -371,13 +355,49 @@ def _load_files(
 
         with torch.no_grad():  # CPU weights still mapped from the file: give their pages back
             quantize_(model, quantize, release=target.type == "cpu" and dtype is None)
-    if tokenizer:
-        model.tokenizer, model.tokenizer_error = _load_tokenizer(
-            found.tokenizer, directory, arch, config, model_name, shown=shown
-        )
-    else:
-        model.tokenizer_error = "loaded with tokenizer=False"
+    model.tokenizer, model.tokenizer_error = (
+        _load_tokenizer(found.tokenizer, directory, arch, config, model_name, shown=shown)
+        if tokenizer
+        else (None, "loaded with tokenizer=False")
+    )
     return model
+
+
+def _recognise(
+    path: Path, shown: Path, layout: str, model_name: str | None, filename: str
+) -> tuple[Recognised, Path]:
+    """What the checkpoint at ``path`` (a folder, or its weights file) is, and its folder;
+    a missing weights file is a :class:`CheckpointError` listing what the folder holds."""
+    if path.is_file():
+        check_not_pickle(path)
+        directory, weights = path.parent, path
+    else:
+        directory, weights = path, path / filename
+    request = Request(
+        directory,
+        weights,
+        read_config_json(directory),
+        layout,
+        model_name,
+        file_given=path.is_file(),
+        shown=shown,
+    )
+    found = recognise(request)
+    if not found.weights.is_file():
+        raise _missing_weights(directory, found.weights.name)
+    return found, directory
+
+
+def _hasher(weights: Path, expected: str | None, verify: bool | None) -> BackgroundHash | None:
+    """The background hash of ``weights`` when it is to be verified: always with
+    ``verify=True`` (which needs a known hash), by default when not verified before."""
+    if verify and expected is None:
+        raise CheckpointError(
+            f"verify=True but no sha256 is recorded or pinned for {weights}; pass sha256=..."
+        )
+    if expected and (verify or (verify is None and not was_verified(weights, expected))):
+        return BackgroundHash(weights)
+    return None
 
 
 def _warn_non_finite(model: ZooModel, what: str) -> None:

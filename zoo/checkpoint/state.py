@@ -197,37 +197,11 @@ def assemble(
     """
     model = build_on_meta(make, config)
     expected = model.state_dict(keep_vars=True)
-    groups = tied_groups(model)
-    aliases = {alias: names[0] for names in groups for alias in names[1:]}
-
+    aliases = {alias: names[0] for names in tied_groups(model) for alias in names[1:]}
     state = dict(state)
-    mismatched: list[ShapeMismatch] = []
-    for alias, canonical in aliases.items():
-        if alias not in state:
-            continue
-        tensor = state.pop(alias)
-        if canonical not in state:
-            state[canonical] = tensor
-        elif not _same_tensor(state[canonical], tensor):
-            mismatched.append(
-                ShapeMismatch(alias, "differs from " + canonical, f"tied to {canonical}")
-            )
-    owned = {k for k in expected if k not in aliases}
-    missing = [k for k in expected if k in owned and k not in state]
-    extra = [*unexpected, *(k for k in state if k not in expected)]
-    for key in [k for k in state if k in owned]:
-        if not _fits(state[key], expected[key]):
-            mismatched.append(ShapeMismatch(key, _describe(state[key]), _describe(expected[key])))
-            del state[key]
-    for key in extra:
-        state.pop(key, None)
-
-    floats = sorted({str(t.dtype) for t in state.values() if t.is_floating_point()})
-    if dtype is None and len(floats) > 1:  # would load, then fail at the first forward
-        raise CheckpointError(
-            f"{what} mixes floating dtypes ({', '.join(floats)}); load it with one dtype, e.g. "
-            "zoo.load(path, dtype=torch.float32), which converts every tensor"
-        )
+    mismatched = _fold_aliases(state, aliases)
+    missing, extra = _sort_keys(state, expected, aliases, unexpected, mismatched)
+    _check_one_dtype(state, dtype, what)
     report = LoadReport(tuple(missing), tuple(extra), tuple(mismatched))
     if not report.ok and strict:
         raise StateDictMismatchError(
@@ -248,6 +222,56 @@ def assemble(
         report = dataclasses.replace(report, initialised=tuple(initialised))
         log.warning("%s loaded with strict=False: %s", what, report.summary())
     return model.eval(), report
+
+
+def _fold_aliases(state: dict[str, Tensor], aliases: Mapping[str, str]) -> list[ShapeMismatch]:
+    """Store each tied tensor under its canonical name only (in place); an alias whose tensor
+    differs from its canonical one is a mismatch."""
+    mismatched = []
+    for alias, canonical in aliases.items():
+        if alias not in state:
+            continue
+        tensor = state.pop(alias)
+        if canonical not in state:
+            state[canonical] = tensor
+        elif not _same_tensor(state[canonical], tensor):
+            mismatched.append(
+                ShapeMismatch(alias, "differs from " + canonical, f"tied to {canonical}")
+            )
+    return mismatched
+
+
+def _sort_keys(
+    state: dict[str, Tensor],
+    expected: Mapping[str, Tensor],
+    aliases: Mapping[str, str],
+    unexpected: tuple[str, ...],
+    mismatched: list[ShapeMismatch],
+) -> tuple[list[str], list[str]]:
+    """The model's keys the state lacks and the state's keys the model lacks (``unexpected``
+    first); keys of the wrong shape join ``mismatched``. Only assignable tensors stay in
+    ``state``."""
+    owned = {k for k in expected if k not in aliases}
+    missing = [k for k in expected if k in owned and k not in state]
+    extra = [*unexpected, *(k for k in state if k not in expected)]
+    for key in [k for k in state if k in owned]:
+        if not _fits(state[key], expected[key]):
+            mismatched.append(ShapeMismatch(key, _describe(state[key]), _describe(expected[key])))
+            del state[key]
+    for key in extra:
+        state.pop(key, None)
+    return missing, extra
+
+
+def _check_one_dtype(state: Mapping[str, Tensor], dtype: torch.dtype | None, what: str) -> None:
+    """Mixed floating dtypes would load, then fail at the first forward: refuse them unless
+    ``dtype`` converts every tensor."""
+    floats = sorted({str(t.dtype) for t in state.values() if t.is_floating_point()})
+    if dtype is None and len(floats) > 1:
+        raise CheckpointError(
+            f"{what} mixes floating dtypes ({', '.join(floats)}); load it with one dtype, e.g. "
+            "zoo.load(path, dtype=torch.float32), which converts every tensor"
+        )
 
 
 def _retie(model: nn.Module, aliases: Mapping[str, str]) -> None:
