@@ -86,32 +86,13 @@ class Manifest:
                 f"{where} is missing required field(s) {', '.join(missing)}; a zoo checkpoint "
                 f"needs {', '.join(_REQUIRED)}. Save it again with zoo.save()."
             )
-        version = data["format_version"]
-        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-            raise CheckpointError(f"{where}: format_version {version!r} is not valid")
-        if version > FORMAT_VERSION:
-            raise CheckpointError(
-                f"{where} has format_version {version}, newer than this zoo reads "
-                f"({FORMAT_VERSION}); upgrade zoo (pip install -U torch-zoo)."
-            )
+        version = _format_version(data["format_version"], where)
         arch, config, weights = data["architecture"], data["config"], data["weights"]
         if not isinstance(arch, str) or not arch:
             raise CheckpointError(f"{where}: 'architecture' must be a name, got {arch!r}")
         if not isinstance(config, Mapping):
             raise CheckpointError(f"{where}: 'config' must be an object of config fields")
-        if not isinstance(weights, Mapping) or not isinstance(weights.get("file"), str):
-            raise CheckpointError(
-                f"{where}: 'weights' must be an object with at least 'file' (the safetensors "
-                "file name)"
-            )
-        file = weights["file"]
-        if Path(file).name != file or file in ("", ".", ".."):
-            raise CheckpointError(f"{where}: weights file {file!r} must be a plain file name")
-        sha = weights.get("sha256")
-        if sha is not None and not (
-            isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)
-        ):
-            raise CheckpointError(f"{where}: weights sha256 {sha!r} is not a hex sha256")
+        file, sha = _weights_entry(weights, where)
         tokenizer = data.get("tokenizer")
         if tokenizer is not None and not isinstance(tokenizer, Mapping):
             raise CheckpointError(f"{where}: 'tokenizer' must be an object or null")
@@ -128,6 +109,35 @@ class Manifest:
             zoo_version=data.get("zoo_version"),
             format_version=version,
         )
+
+
+def _format_version(version: Any, where: str) -> int:
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise CheckpointError(f"{where}: format_version {version!r} is not valid")
+    if version > FORMAT_VERSION:
+        raise CheckpointError(
+            f"{where} has format_version {version}, newer than this zoo reads "
+            f"({FORMAT_VERSION}); upgrade zoo (pip install -U torch-zoo)."
+        )
+    return version
+
+
+def _weights_entry(weights: Any, where: str) -> tuple[str, str | None]:
+    """The weights file name (a plain name) and its sha256 (64 hex digits, or ``None``)."""
+    if not isinstance(weights, Mapping) or not isinstance(weights.get("file"), str):
+        raise CheckpointError(
+            f"{where}: 'weights' must be an object with at least 'file' (the safetensors "
+            "file name)"
+        )
+    file = weights["file"]
+    if Path(file).name != file or file in ("", ".", ".."):
+        raise CheckpointError(f"{where}: weights file {file!r} must be a plain file name")
+    sha = weights.get("sha256")
+    if sha is not None and not (
+        isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)
+    ):
+        raise CheckpointError(f"{where}: weights sha256 {sha!r} is not a hex sha256")
+    return file, sha
 
 
 #: The largest config.json read (real ones are a few KB).
