@@ -38,7 +38,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -328,78 +328,105 @@ def _fetch(
     """Stream ``url`` into ``staging`` through huggingface_hub's HTTP session (its proxies,
     certificates and user agent); return the verified ETag. More than ``cap`` bytes (announced
     or received) is refused."""
-    from huggingface_hub.utils import get_session, hf_raise_for_status
-
     try:
         import httpx2 as httpx
     except ImportError:  # pragma: no cover - huggingface_hub versions built on httpx
         import httpx  # type: ignore[no-redef,import-not-found,unused-ignore]
 
-    session = get_session()
-    digest: _Digest | None = None
-    etag = ""
-    done = 0
+    download = _Download(staging, where, limits, start, cap)
     for attempt in range(limits.attempts):
-        request_headers = dict(headers)
-        if done:
-            request_headers["Range"] = f"bytes={done}-"
         try:
-            with session.stream(
-                "GET",
-                url,
-                headers=request_headers,
-                follow_redirects=True,
-                timeout=httpx.Timeout(limits.stall),
-            ) as response:
-                if response.status_code in _RETRY_STATUS and attempt + 1 < limits.attempts:
-                    time.sleep(_wait(response, attempt, limits, start, where))
-                    continue
-                if response.status_code >= 400:
-                    response.read()  # the error body, for the message
-                hf_raise_for_status(response)
-                if done and response.status_code != 206:  # no resume: start over
-                    done, digest = 0, None
-                if digest is None:
-                    etag = _etag(response.headers, where)
-                    size = response.headers.get("X-Linked-Size") or response.headers.get(
-                        "Content-Length"
-                    )
-                    announced = int(size) if size and size.isdigit() else None
-                    digest = _Digest(announced)
-                    if cap is not None and announced is not None and announced > cap:
-                        raise _too_large(where, f"the server announced {announced:,} bytes", cap)
-                with open(staging, "ab" if done else "wb") as out:
-                    for chunk in response.iter_bytes():  # as it arrives, not buffered
-                        if cap is not None and done + len(chunk) > cap:  # bytes received
-                            raise _arrived_too_much(where, cap, announced)
-                        out.write(chunk)
-                        digest.update(chunk)
-                        done += len(chunk)
-                        if time.monotonic() - start > limits.deadline:
-                            raise HubUnavailableError(
-                                f"{where}: the download took more than {limits.deadline:g} s "
-                                "(ZOO_HUB_DEADLINE) and was stopped; nothing was kept"
-                            )
-            break
+            if download.attempt(url, headers, attempt, httpx):
+                break
         except (httpx.ReadTimeout, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
             raise HubUnavailableError(
                 f"{where}: the Hub sent nothing for {limits.stall:g} s (ZOO_HUB_STALL_TIMEOUT) "
                 "and the download was stopped; nothing was kept"
             ) from exc
         except (httpx.RemoteProtocolError, httpx.ReadError):
-            if attempt + 1 == limits.attempts:
+            if attempt + 1 == limits.attempts or time.monotonic() - start > limits.deadline:
                 raise
-            if time.monotonic() - start > limits.deadline:
-                raise
-    assert digest is not None  # the loop either set it or raised
-    problem = digest.mismatch(etag)
-    if problem is not None:
-        raise ChecksumMismatchError(
-            f"{where}: the downloaded bytes have {problem} {etag} (the ETag it sent). The "
-            "download was corrupted or the server is lying; it was deleted from the Hugging "
-            "Face cache and nothing was loaded. Try again."
-        )
-    return etag
+    return download.verified_etag()
+
+
+class _Download:
+    """One file's download into ``staging``, over as many attempts as it takes: a broken
+    connection resumes with a Range request where the server allows it."""
+
+    def __init__(
+        self, staging: Path, where: str, limits: Limits, start: float, cap: int | None
+    ) -> None:
+        self.staging, self.where, self.limits, self.start, self.cap = (
+            staging, where, limits, start, cap,
+        )  # fmt: skip
+        self.digest: _Digest | None = None
+        self.etag = ""
+        self.done = 0  # bytes written
+        self.announced: int | None = None
+
+    def attempt(self, url: str, headers: dict[str, str], attempt: int, httpx: Any) -> bool:
+        """One request; ``False`` when it should be retried (a 429 or 5xx answer)."""
+        from huggingface_hub.utils import get_session, hf_raise_for_status
+
+        request_headers = dict(headers)
+        if self.done:
+            request_headers["Range"] = f"bytes={self.done}-"
+        with get_session().stream(
+            "GET",
+            url,
+            headers=request_headers,
+            follow_redirects=True,
+            timeout=httpx.Timeout(self.limits.stall),
+        ) as response:
+            if response.status_code in _RETRY_STATUS and attempt + 1 < self.limits.attempts:
+                time.sleep(_wait(response, attempt, self.limits, self.start, self.where))
+                return False
+            if response.status_code >= 400:
+                response.read()  # the error body, for the message
+            hf_raise_for_status(response)
+            if self.done and response.status_code != 206:  # no resume: start over
+                self.done, self.digest = 0, None
+            if self.digest is None:
+                self._begin(response.headers)
+            self._write(response)
+        return True
+
+    def _begin(self, headers: Mapping[str, str]) -> None:
+        """Read the ETag and the announced size of a fresh download."""
+        self.etag = _etag(headers, self.where)
+        size = headers.get("X-Linked-Size") or headers.get("Content-Length")
+        self.announced = int(size) if size and size.isdigit() else None
+        self.digest = _Digest(self.announced)
+        if self.cap is not None and self.announced is not None and self.announced > self.cap:
+            raise _too_large(self.where, f"the server announced {self.announced:,} bytes", self.cap)
+
+    def _write(self, response: Any) -> None:
+        """Append the body to ``staging`` as it arrives (never buffered whole)."""
+        assert self.digest is not None
+        with open(self.staging, "ab" if self.done else "wb") as out:
+            for chunk in response.iter_bytes():
+                if self.cap is not None and self.done + len(chunk) > self.cap:
+                    raise _arrived_too_much(self.where, self.cap, self.announced)
+                out.write(chunk)
+                self.digest.update(chunk)
+                self.done += len(chunk)
+                if time.monotonic() - self.start > self.limits.deadline:
+                    raise HubUnavailableError(
+                        f"{self.where}: the download took more than {self.limits.deadline:g} s "
+                        "(ZOO_HUB_DEADLINE) and was stopped; nothing was kept"
+                    )
+
+    def verified_etag(self) -> str:
+        """The ETag, once the bytes received are checked to hash to it."""
+        assert self.digest is not None  # every attempt either began the download or raised
+        problem = self.digest.mismatch(self.etag)
+        if problem is not None:
+            raise ChecksumMismatchError(
+                f"{self.where}: the downloaded bytes have {problem} {self.etag} (the ETag it "
+                "sent). The download was corrupted or the server is lying; it was deleted from "
+                "the Hugging Face cache and nothing was loaded. Try again."
+            )
+        return self.etag
 
 
 def _arrived_too_much(where: str, cap: int, announced: int | None) -> UnsafeCheckpointError:
