@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import cast
+from typing import ClassVar, cast
 
 import torch
 from torch import Tensor, nn
@@ -48,6 +48,7 @@ class EncoderDecoder(ZooModel):
 
     config: EncoderDecoderConfig
     is_encoder_decoder = True
+    train_task: ClassVar[str] = "seq2seq"  # zoo.train's task spec (zoo.train.task)
 
     def __init__(self, config: EncoderDecoderConfig, parts: Parts | None = None) -> None:
         super().__init__(config)
@@ -129,14 +130,16 @@ class EncoderDecoder(ZooModel):
         self,
         tgt_ids: Tensor,
         tgt_keep: Tensor | None,
-        memory_kv: list[tuple[Tensor, Tensor]],
+        memory_kv: list[tuple[Tensor, Tensor]] | None,
         src_keep: Tensor | None,
         *,
         cache: KVCache | None = None,
         last_only: bool = False,
+        memory: Tensor | None = None,
     ) -> Tensor:
         """The decoder on validated inputs: ``memory_kv`` holds each layer's cross-attention
-        keys and values; with a ``cache`` the new target positions are appended to it."""
+        keys and values (``None``: each layer computes them from the encoder output
+        ``memory``); with a ``cache`` the new target positions are appended to it."""
         t = tgt_ids.shape[1]
         start = cache.length if cache is not None else 0
         self_mask, causal = causal_self_mask(tgt_keep, q_len=t, start=start)
@@ -151,8 +154,9 @@ class EncoderDecoder(ZooModel):
                 x,
                 mask=self_mask,
                 causal=causal,
+                memory=memory,
                 memory_mask=cross_mask,
-                memory_kv=memory_kv[i],
+                memory_kv=memory_kv[i] if memory_kv is not None else None,
                 cache=cache.layers[i] if cache is not None else None,
                 start=start,
             )
@@ -179,8 +183,9 @@ class EncoderDecoder(ZooModel):
                 f"src_ids has batch size {src_ids.shape[0]} but tgt_ids has {tgt_ids.shape[0]}"
             )
         memory = self._encode(src_ids, src_keep)
-        memory_kv = self.memory_kv(memory)
-        return self.decoder_logits(tgt_ids, tgt_keep, memory_kv, src_keep)
+        # each decoder layer projects the memory to its cross-attention keys and values in
+        # its own forward (where FSDP2 gathers that layer's weights)
+        return self.decoder_logits(tgt_ids, tgt_keep, None, src_keep, memory=memory)
 
     def memory_kv(self, memory: Tensor) -> list[tuple[Tensor, Tensor]]:
         """Each decoder layer's cross-attention keys and values over the encoder output

@@ -60,6 +60,7 @@ class SequenceClassifier(ZooModel):
 
     config: ClassifierConfig
     body: Any  # any architecture offering hidden(); checked when built
+    train_task: ClassVar[str] = "classify"  # zoo.train's task spec (zoo.train.task)
 
     def __init__(self, config: ClassifierConfig, parts: Parts | None = None) -> None:
         super().__init__(config)

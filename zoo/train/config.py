@@ -15,6 +15,17 @@ _ZERO = {
     "eval_every": "evaluate only at the end",
     "checkpoint_every": "checkpoint only at the end and on a signal",
 }
+_INTS = (
+    "steps",
+    "batch_size",
+    "grad_accum",
+    "warmup",
+    "eval_every",
+    "eval_batches",
+    "checkpoint_every",
+    "seed",
+)
+_FLOATS = ("lr", "min_lr", "weight_decay", "clip", "val_fraction", "time_budget", "loss_target")
 _MAY_CHANGE_ON_RESUME = frozenset(
     {"eval_every", "eval_batches", "checkpoint_every", "time_budget", "loss_target"}
 )
@@ -67,39 +78,27 @@ class TrainConfig:
     bf16: bool = False
 
     def __post_init__(self) -> None:
-        ints = (
-            "steps",
-            "batch_size",
-            "grad_accum",
-            "warmup",
-            "eval_every",
-            "eval_batches",
-            "checkpoint_every",
-            "seed",
-        )
-        for name in ints:
+        self._check_types()
+        self._check_ranges()
+
+    def _check_types(self) -> None:
+        """The counts and rates of their types (a bool is not a number here)."""
+        for name in _INTS:
             value = getattr(self, name)
             if name == "checkpoint_every" and value is None:
                 continue
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigError(f"TrainConfig.{name} must be an int, got {value!r}")
-        floats = (
-            "lr",
-            "min_lr",
-            "weight_decay",
-            "clip",
-            "val_fraction",
-            "time_budget",
-            "loss_target",
-        )
-        for name in floats:
+        for name in _FLOATS:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ConfigError(f"TrainConfig.{name} must be a number, got {value!r}")
             if not math.isfinite(value) or value < 0:
                 raise ConfigError(f"TrainConfig.{name} must be finite and >= 0, got {value!r}")
-        positive = ("steps", "batch_size", "grad_accum", "eval_batches")
-        for name in positive:
+
+    def _check_ranges(self) -> None:
+        """Counts, intervals, rates and fractions within their ranges; ``bf16`` a bool."""
+        for name in ("steps", "batch_size", "grad_accum", "eval_batches"):
             if getattr(self, name) < 1:
                 raise ConfigError(
                     f"TrainConfig.{name} must be at least 1, got {getattr(self, name)}"

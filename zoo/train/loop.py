@@ -1,4 +1,12 @@
-"""The training loop: one process, or several under ``torchrun`` (DDP), the same code.
+"""The training loop: one process, or several under ``torchrun`` (DDP or FSDP2), the same code
+for every task.
+
+What differs between a decoder LM, a classifier and an encoder-decoder (the data, the loss, the
+blocks FSDP2 shards) is the model's :class:`~zoo.train.task.TaskSpec` (see
+:mod:`zoo.train.task`: a model class declares ``train_task``); the loop itself is
+:func:`_step` (one optimizer step), :func:`_evaluate_now` (the held-out loss, its log line
+and plot) and :func:`_checkpoint` (the resumable state), run by :func:`_train` until the steps
+are done or something asks it to stop.
 
 Every process draws the same global batch from one seeded generator and trains on its own
 slice of it, so a run on N processes with global batch B takes the same steps as one process
@@ -12,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import datetime
 import math
 import os
 import signal
@@ -22,22 +29,19 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import Tensor, nn
 
 from ..checkpoint import save
-from ..devices import check_device
 from ..nn.base import ZooModel
-from ..nn.classifier import SequenceClassifier
-from ..settings import Settings
 from ..tokenizers.base import check_fits
 from .config import TrainConfig
-from .data import IGNORE, DataError, LabelData, PairData, TokenData, text_files
+from .data import DataError
 from .errors import DivergedError, RunLockedError
-from .loss import cross_entropy
 from .memory import check_training_memory
 from .report import MetricsLog, Progress, can_plot, plot_losses
 from .state import has_state, load_state, plain_model, save_state
+from .task import DataRequest, DataSource, TaskSpec, task_of, token_loss
+from .world import World, any_rank, barrier, join, max_rank, mean
 
 __all__ = ["TrainResult", "train"]
 
@@ -73,61 +77,6 @@ class TrainResult:
     def interrupted(self) -> bool:
         """Whether a signal stopped the run (its checkpoint resumes it)."""
         return self.signal is not None
-
-
-# -- processes ------------------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class _World:
-    rank: int
-    size: int
-    device: torch.device
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-
-def _world(device: str | None) -> _World:
-    """Join the process group ``torchrun`` describes (``RANK``/``WORLD_SIZE`` set), or run
-    alone. A rank that dies makes the others fail at the next collective within the timeout
-    instead of hanging. A device this machine lacks is a ConfigError (zoo's one check)."""
-    target = check_device(device)
-    if "RANK" not in os.environ or dist.is_initialized():
-        if dist.is_initialized():
-            rank, size = dist.get_rank(), dist.get_world_size()
-        else:
-            rank, size = 0, 1
-        return _World(rank, size, target)
-    cuda = target.type == "cuda"
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    target = torch.device(f"cuda:{local}") if cuda else torch.device("cpu")
-    if cuda:
-        torch.cuda.set_device(target)
-    timeout = datetime.timedelta(seconds=Settings.from_env().dist_timeout)
-    dist.init_process_group("nccl" if cuda else "gloo", timeout=timeout)
-    return _World(dist.get_rank(), dist.get_world_size(), target)
-
-
-def _mean(value: float, world: _World) -> float:
-    if world.size == 1:
-        return value
-    tensor = torch.tensor([value], dtype=torch.float64, device=world.device)  # NCCL: on the GPU
-    dist.all_reduce(tensor)
-    return float(tensor.item()) / world.size
-
-
-def _any(flag: bool, world: _World) -> bool:
-    """Whether ``flag`` is set on any rank."""
-    return bool(_max(int(flag), world))
-
-
-def _max(value: int, world: _World) -> int:
-    """The largest ``value`` over the ranks."""
-    if world.size == 1:
-        return value
-    tensor = torch.tensor([value], device=world.device)
-    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-    return int(tensor.item())
 
 
 # -- optimizer ------------------------------------------------------------------------------
@@ -185,7 +134,8 @@ def train(
     log: Callable[[str], None] | None = print,
 ) -> TrainResult:
     """Train a zoo model: a decoder LM on text (random windows of ``context_length + 1``
-    tokens), or an encoder-decoder on source/target pairs (teacher forcing).
+    tokens), a classifier on labelled texts, or an encoder-decoder on source/target pairs
+    (teacher forcing); the model's task spec (:mod:`zoo.train.task`) says which.
 
     SIGINT and SIGTERM end the step under way, evaluate, save a resumable checkpoint and
     *return* (no exception): ``result.interrupted`` is then true and ``result.signal`` names
@@ -196,7 +146,8 @@ def train(
         model: a zoo model, built (random init) or loaded (fine-tuning).
         data: for a decoder, a text file or a folder of ``.txt`` files, tokenized once with
             the model's tokenizer into ``<out>/data/`` (reused while text and tokenizer are the
-            same); for an encoder-decoder, a ``source<TAB>target`` file.
+            same); for a classifier, a ``text<TAB>label`` file; for an encoder-decoder, a
+            ``source<TAB>target`` file.
         out: the run's folder: ``model/`` (the final zoo checkpoint), ``checkpoint/`` (to
             resume: running again on the same folder continues the run), ``metrics.jsonl``
             (a line per step, written as it happens) and ``loss.png`` (redrawn at each
@@ -205,7 +156,8 @@ def train(
         tokenizer: defaults to the model's own (``model.tokenizer``, else its named model's).
         device: where to train (default CPU; under ``torchrun`` with ``cuda``, each rank's GPU).
         strategy: with several processes, ``"ddp"`` (every process holds the whole model) or
-            ``"fsdp"`` (FSDP2: parameters, gradients and optimizer state sharded per block).
+            ``"fsdp"`` (FSDP2: parameters, gradients and optimizer state sharded per block:
+            the task spec's ``units``, then the root).
         log: where progress lines go (rank 0 only); ``None`` for silence.
 
     Raises:
@@ -222,17 +174,18 @@ def train(
         raise ValueError(f"strategy must be 'ddp' or 'fsdp', got {strategy!r}")
     config = config or TrainConfig()
     out = Path(out)
-    world = _world(device)
+    world = join(device)
     with contextlib.ExitStack() as stack:
         lock = _lock(out) if world.main else None
         if lock is not None:
             stack.callback(lock.release)
-        if _any(world.main and lock is None, world):
+        if any_rank(world.main and lock is None, world):
             raise RunLockedError(
                 f"{out} is being trained into by another run (it holds {out / _LOCK}); wait "
                 "for it to finish or stop it, or train into another --out"
             )
-        return _train(model, data, out, config, tokenizer, world, strategy, log, clock, stack)
+        run = _start(model, data, out, config, tokenizer, world, strategy, log, clock, stack)
+        return _train(run)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -253,40 +206,100 @@ def _lock(out: Path) -> Any:
     return lock
 
 
-def _train(
+@dataclasses.dataclass
+class _Run:
+    """A run under way: what :func:`_step`, :func:`_evaluate_now` and :func:`_checkpoint`
+    share."""
+
+    model: ZooModel  # unwrapped (FSDP2 shards it in place)
+    wrapped: nn.Module  # what the forward pass calls (DDP's wrapper, or the model)
+    spec: TaskSpec
+    source: DataSource
+    optimizer: torch.optim.Optimizer
+    generator: torch.Generator  # the data order
+    config: TrainConfig
+    world: World
+    out: Path
+    tok: Any
+    context: int
+    history: list[dict[str, Any]]
+    metrics: MetricsLog
+    progress: Progress
+    budget: _Budget
+    say: Callable[[str], None]
+    title: str
+    start: int  # the step resumed from
+    step: int = 0
+    saved_at: int | None = None  # the step of the last good checkpoint
+    val_loss: float | None = None
+    losses: list[float] = dataclasses.field(default_factory=list)
+    plotting: bool = False
+    plotted: int = -1  # the length of the history last drawn
+    began: float = 0.0
+
+    @property
+    def micro(self) -> int:
+        """Sequences per micro-step, all ranks together."""
+        return self.config.batch_size // self.config.grad_accum
+
+    @property
+    def mine(self) -> slice:
+        """This rank's rows of a micro-batch."""
+        micro, world = self.micro, self.world
+        return slice(world.rank * micro // world.size, (world.rank + 1) * micro // world.size)
+
+
+def _tokenizer(model: ZooModel, tokenizer: Any) -> Any:
+    """The tokenizer given, else the model's own, else its named model's."""
+    from ..api import tokenizer as named_tokenizer
+
+    tok = tokenizer or model.tokenizer or (named_tokenizer(model.name) if model.name else None)
+    if tok is None:
+        raise DataError("training on text needs a tokenizer: pass tokenizer=...")
+    return tok
+
+
+def _parallel(
+    model: ZooModel, spec: TaskSpec, world: World, strategy: str, say: Callable[[str], None]
+) -> nn.Module:
+    """Spread ``model`` over the processes; returns what the forward pass calls."""
+    if world.size > 1 and strategy == "fsdp":
+        _shard(model, spec, world, say)
+    elif world.size > 1:
+        return nn.parallel.DistributedDataParallel(model)
+    return model
+
+
+def _start(
     model: ZooModel,
     data: str | os.PathLike[str],
     out: Path,
     config: TrainConfig,
     tokenizer: Any,
-    world: _World,
+    world: World,
     strategy: str,
     log: Callable[[str], None] | None,
     clock: float,
     stack: contextlib.ExitStack,
-) -> TrainResult:
-    from ..api import tokenizer as named_tokenizer
-
+) -> _Run:
+    """Everything before step 1: checks, data, sharding, optimizer, seeds, the resumed state,
+    the metrics log and the progress bar."""
     say = log if (log is not None and world.main) else (lambda _line: None)
     if config.batch_size % (config.grad_accum * world.size):
         raise ValueError(
             f"batch_size {config.batch_size} must divide by grad_accum x processes "
             f"({config.grad_accum} x {world.size})"
         )
-    tok = tokenizer or model.tokenizer or (named_tokenizer(model.name) if model.name else None)
-    if tok is None:
-        raise DataError("training on text needs a tokenizer: pass tokenizer=...")
+    spec = task_of(model)
+    tok = _tokenizer(model, tokenizer)
     check_fits(tok, model.config.vocab_size)  # type: ignore[attr-defined]
     check_training_memory(model, config, world.device, world.size, strategy)  # before step 1
     context: int = model.config.context_length  # type: ignore[attr-defined]
-    source = _data(model, data, tok, out, context, config, world)
+    request = DataRequest(data, tok, out, context, config.val_fraction, world)
+    source = spec.read(model, request)
 
     model = model.to(world.device).train()
-    wrapped: nn.Module = model
-    if world.size > 1 and strategy == "fsdp":
-        _shard(model, world)
-    elif world.size > 1:
-        wrapped = nn.parallel.DistributedDataParallel(model)
+    wrapped = _parallel(model, spec, world, strategy, say)
     optimizer = _optimizer(model, config)  # after sharding: it holds the shards
     generator = torch.Generator().manual_seed(config.seed)
     torch.manual_seed(config.seed + world.rank)
@@ -294,125 +307,168 @@ def _train(
     if has_state(out):
         start, history = load_state(out, model, optimizer, generator, config)
         say(f"resumed {out / 'checkpoint'} at step {start}")
-    saved_at: int | None = start if start else None  # the step of the last good checkpoint
-
-    micro = config.batch_size // config.grad_accum  # sequences per micro-step, all ranks
-    mine = slice(world.rank * micro // world.size, (world.rank + 1) * micro // world.size)
-    losses: list[float] = []
-    val_loss = next((h["val_loss"] for h in reversed(history) if "val_loss" in h), None)
-    title = f"{model.name or 'model'} on {data}"
     metrics = stack.enter_context(MetricsLog(out / "metrics.jsonl", history, enabled=world.main))
     plotting = world.main and can_plot()  # the import is paid here, not in a timed step
-    plotted = -1  # the length of the history last drawn
     began = time.monotonic()
     budget = _Budget(config, world, clock)
-    step = start
-    stopped, signum = "steps", None
     progress = Progress(total=config.steps, initial=start, enabled=world.main and log is not None)
     stack.callback(progress.close)
     if progress.bar is not None and log is print:  # lines above the bar, not through it
         say = progress.write
-    tokens_per_step = config.batch_size * context
+    return _Run(
+        model, wrapped, spec, source, optimizer, generator, config, world, out, tok, context,
+        history, metrics, progress, budget, say,
+        title=f"{model.name or 'model'} on {data}",
+        start=start,
+        step=start,
+        saved_at=start if start else None,
+        val_loss=next((h["val_loss"] for h in reversed(history) if "val_loss" in h), None),
+        plotting=plotting,
+        began=began,
+    )  # fmt: skip
+
+
+def _train(run: _Run) -> TrainResult:
+    """Step until ``config.steps`` are done or the run is asked to stop."""
+    stopped, signum = "steps", None
     with _stop_requests() as stop_asked:
-        while step < config.steps:
-            lr = config.lr_at(step)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            step_began = time.monotonic()
-            total = 0.0
-            for k in range(config.grad_accum):
-                inputs, targets = source.batch("train", micro, generator)  # global micro-batch
-                last_micro = k + 1 == config.grad_accum
-                no_sync = getattr(wrapped, "no_sync", contextlib.nullcontext)  # DDP only
-                with contextlib.nullcontext() if last_micro else no_sync():
-                    mine_in = {k: v[mine] for k, v in inputs.items()}
-                    with torch.autocast(world.device.type, torch.bfloat16, enabled=config.bf16):
-                        loss = _loss(wrapped, mine_in, targets[mine], world.device)
-                    (loss / config.grad_accum).backward()
-                total += float(loss.detach()) / config.grad_accum
-            loss_value = _mean(total, world)  # the same on every rank: all stop together
-            if not math.isfinite(loss_value):
-                metrics.append({"step": step + 1, "loss": None, "lr": lr, "diverged": True})
-                raise _diverged(f"the training loss is {loss_value}", step + 1, lr, out, saved_at)
-            if config.clip:
-                nn.utils.clip_grad_norm_(model.parameters(), config.clip)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            step += 1
-            budget.stepped(time.monotonic() - step_began)
-            losses.append(loss_value)
-            elapsed = time.monotonic() - began
-            progress.update(
-                loss=loss_value,
-                lr=lr,
-                tokens_per_second=tokens_per_step * (step - start) / max(elapsed, 1e-9),
-            )
-            record: dict[str, Any] = {"step": step, "loss": loss_value, "lr": lr}
-            last = step == config.steps
-            periodic_eval = bool(config.eval_every and step % config.eval_every == 0)
-            periodic_save = bool(config.checkpoint_interval)
-            periodic_save = periodic_save and step % config.checkpoint_interval == 0
-            out_of_time = not last and budget.exhausted(
-                now_eval=periodic_eval, now_save=periodic_save
-            )
-            # every rank must agree to stop at the same step (a signal may reach one only)
-            signum = _max(stop_asked(), world) or None
-            interrupted = bool(signum) or _any(out_of_time, world)
-            if periodic_eval or last or interrupted:  # the result's val_loss is the model's
-                eval_began = time.monotonic()
-                val_loss = _evaluate(model, source, config, world)
-                if not math.isfinite(val_loss):
-                    raise _diverged(f"the held-out loss is {val_loss}", step, lr, out, saved_at)
-                record["val_loss"] = val_loss
-                say(f"step {step}: loss {loss_value:.4f}, val {val_loss:.4f}")
-                history.append(record)
-                metrics.append(record)
-                if plotting:
-                    plot_losses(out / "loss.png", history, title=title)
-                    plotted = len(history)
-                budget.evaluated(time.monotonic() - eval_began)
-            else:
-                history.append(record)
-                metrics.append(record)
-            reached = bool(config.loss_target and val_loss is not None)
-            reached = reached and val_loss <= config.loss_target  # type: ignore[operator]
-            if signum:
-                stopped = "signal"
-            elif out_of_time:
-                stopped = "time_budget"
-            elif reached:
-                stopped = "loss_target"
-            stopping = stopped != "steps"
-            if stopping or last or periodic_save:  # a collective under FSDP: every rank
-                save_began = time.monotonic()
-                if not _finite(model, world):
-                    raise _diverged("a weight is NaN or infinite", step, lr, out, saved_at)
-                save_state(
-                    out, model, optimizer, step, generator, history, config,
-                    main=world.main, tokenizer=tok,
-                )  # fmt: skip
-                saved_at = step
-                budget.saved(time.monotonic() - save_began)
-            if stopping:
-                reason = _reason(stopped, signum, val_loss, config, budget)
-                say(f"stopped at step {step}: {reason}")
+        while run.step < run.config.steps:
+            stopped, signum = _advance(run, stop_asked)
+            if stopped != "steps":
                 break
-    seconds = time.monotonic() - began
-    progress.close()
-    checkpoint = out / "model"
-    if not _finite(model, world):
-        raise _diverged("a weight is NaN or infinite", step, config.lr_at(step), out, saved_at)
-    plain = plain_model(model)
+    return _finish(run, stopped, signum)
+
+
+def _advance(run: _Run, stop_asked: Callable[[], int]) -> tuple[str, int | None]:
+    """One step, then what follows it: the metrics record, an evaluation, a checkpoint;
+    returns why the run stops (``"steps"``: it goes on) and the signal that stopped it."""
+    config, world = run.config, run.world
+    lr = config.lr_at(run.step)
+    step_began = time.monotonic()
+    loss = _step(run, lr)
+    run.step += 1
+    step = run.step
+    run.budget.stepped(time.monotonic() - step_began)
+    run.losses.append(loss)
+    elapsed = time.monotonic() - run.began
+    run.progress.update(
+        loss=loss,
+        lr=lr,
+        tokens_per_second=config.batch_size * run.context * (step - run.start) / max(elapsed, 1e-9),
+    )
+    record: dict[str, Any] = {"step": step, "loss": loss, "lr": lr}
+    last = step == config.steps
+    periodic_eval = bool(config.eval_every and step % config.eval_every == 0)
+    interval = config.checkpoint_interval
+    periodic_save = bool(interval) and step % interval == 0
+    out_of_time = not last and run.budget.exhausted(now_eval=periodic_eval, now_save=periodic_save)
+    # every rank must agree to stop at the same step (a signal may reach one only)
+    signum = max_rank(stop_asked(), world) or None
+    interrupted = bool(signum) or any_rank(out_of_time, world)
+    if periodic_eval or last or interrupted:  # the result's val_loss is the model's
+        _evaluate_now(run, record, lr)
+    else:
+        run.history.append(record)
+        run.metrics.append(record)
+    stopped = _why_stop(run, signum, out_of_time)
+    if stopped != "steps" or last or periodic_save:  # a collective under FSDP: every rank
+        _checkpoint(run, lr)
+    if stopped != "steps":
+        reason = _reason(stopped, signum, run.val_loss, config, run.budget)
+        run.say(f"stopped at step {step}: {reason}")
+    return stopped, signum
+
+
+def _step(run: _Run, lr: float) -> float:
+    """One optimizer step at learning rate ``lr`` over ``grad_accum`` micro-batches; returns
+    its loss, the mean over the ranks (the same on every rank: all stop together)."""
+    config, world = run.config, run.world
+    for group in run.optimizer.param_groups:
+        group["lr"] = lr
+    total = 0.0
+    for k in range(config.grad_accum):
+        inputs, targets = run.source.batch("train", run.micro, run.generator)  # global batch
+        last_micro = k + 1 == config.grad_accum
+        no_sync = getattr(run.wrapped, "no_sync", contextlib.nullcontext)  # DDP only
+        with contextlib.nullcontext() if last_micro else no_sync():
+            mine = {name: value[run.mine] for name, value in inputs.items()}
+            with torch.autocast(world.device.type, torch.bfloat16, enabled=config.bf16):
+                loss = _loss(run.wrapped, mine, targets[run.mine], world.device, run.spec.loss)
+            (loss / config.grad_accum).backward()
+        total += float(loss.detach()) / config.grad_accum
+    loss_value = mean(total, world)
+    if not math.isfinite(loss_value):
+        run.metrics.append({"step": run.step + 1, "loss": None, "lr": lr, "diverged": True})
+        raise _diverged(f"the training loss is {loss_value}", run.step + 1, lr, run)
+    if config.clip:
+        nn.utils.clip_grad_norm_(run.model.parameters(), config.clip)
+    run.optimizer.step()
+    run.optimizer.zero_grad(set_to_none=True)
+    return loss_value
+
+
+def _evaluate_now(run: _Run, record: dict[str, Any], lr: float) -> None:
+    """Evaluate, then log the step's record with its ``val_loss`` and redraw the plot."""
+    eval_began = time.monotonic()
+    val_loss = _evaluate(run.model, run.source, run.config, run.world, run.spec)
+    if not math.isfinite(val_loss):
+        raise _diverged(f"the held-out loss is {val_loss}", run.step, lr, run)
+    run.val_loss = record["val_loss"] = val_loss
+    run.say(f"step {run.step}: loss {record['loss']:.4f}, val {val_loss:.4f}")
+    run.history.append(record)
+    run.metrics.append(record)
+    if run.plotting:
+        plot_losses(run.out / "loss.png", run.history, title=run.title)
+        run.plotted = len(run.history)
+    run.budget.evaluated(time.monotonic() - eval_began)
+
+
+def _why_stop(run: _Run, signum: int | None, out_of_time: bool) -> str:
+    """``"signal"``, ``"time_budget"``, ``"loss_target"``, or ``"steps"`` (go on)."""
+    target = run.config.loss_target
+    if signum:
+        return "signal"
+    if out_of_time:
+        return "time_budget"
+    if target and run.val_loss is not None and run.val_loss <= target:
+        return "loss_target"
+    return "steps"
+
+
+def _checkpoint(run: _Run, lr: float) -> None:
+    """Save the resumable state (weights checked finite first; nothing non-finite is ever
+    saved)."""
+    save_began = time.monotonic()
+    if not _finite(run.model, run.world):
+        raise _diverged("a weight is NaN or infinite", run.step, lr, run)
+    save_state(
+        run.out, run.model, run.optimizer, run.step, run.generator, run.history, run.config,
+        main=run.world.main, tokenizer=run.tok,
+    )  # fmt: skip
+    run.saved_at = run.step
+    run.budget.saved(time.monotonic() - save_began)
+
+
+def _finish(run: _Run, stopped: str, signum: int | None) -> TrainResult:
+    """Write the final model (``<out>/model``) and the last plot; the result."""
+    seconds = time.monotonic() - run.began
+    run.progress.close()
+    checkpoint = run.out / "model"
+    world = run.world
+    if not _finite(run.model, world):
+        raise _diverged("a weight is NaN or infinite", run.step, run.config.lr_at(run.step), run)
+    plain = plain_model(run.model)
     if world.main:
-        plain.tokenizer = tok
-        save(plain, checkpoint, tokenizer=tok)
-        if not plotting:
-            say("matplotlib is not installed: no loss.png (pip install 'torch-zoo[train]')")
-        elif plotted != len(history):
-            plot_losses(out / "loss.png", history, title=title)
-    if world.size > 1:
-        dist.barrier()
-    return TrainResult(model, checkpoint, losses, val_loss, step, seconds, stopped, signum)
+        plain.tokenizer = run.tok
+        save(plain, checkpoint, tokenizer=run.tok)
+        if not run.plotting:
+            run.say("matplotlib is not installed: no loss.png (pip install 'torch-zoo[train]')")
+        elif run.plotted != len(run.history):
+            plot_losses(run.out / "loss.png", run.history, title=run.title)
+    barrier(world)
+    return TrainResult(
+        run.model, checkpoint, run.losses, run.val_loss, run.step, seconds, stopped, signum
+    )
 
 
 class _Budget:
@@ -420,7 +476,7 @@ class _Budget:
     ``config.time_budget`` seconds of ``clock`` (measured durations; the longest of the
     last steps, as step times vary)."""
 
-    def __init__(self, config: TrainConfig, world: _World, clock: float) -> None:
+    def __init__(self, config: TrainConfig, world: World, clock: float) -> None:
         self.config, self.world, self.clock = config, world, clock
         self.steps: list[float] = []
         self.eval: float | None = None
@@ -490,7 +546,8 @@ def _reason(
     )
 
 
-def _diverged(what: str, step: int, lr: float, out: Path, saved_at: int | None) -> DivergedError:
+def _diverged(what: str, step: int, lr: float, run: _Run) -> DivergedError:
+    out, saved_at = run.out, run.saved_at
     kept = (
         f"{out / 'checkpoint'} still holds step {saved_at} (nothing was saved over it)"
         if saved_at
@@ -503,7 +560,7 @@ def _diverged(what: str, step: int, lr: float, out: Path, saved_at: int | None) 
     )
 
 
-def _finite(model: ZooModel, world: _World) -> bool:
+def _finite(model: ZooModel, world: World) -> bool:
     """Whether every weight is finite, on every rank (each checks its own shards)."""
     from torch.distributed.tensor import DTensor
 
@@ -514,60 +571,42 @@ def _finite(model: ZooModel, world: _World) -> bool:
             if not bool(torch.isfinite(local).all()):
                 bad = True
                 break
-    return not _any(bad, world)
+    return not any_rank(bad, world)
 
 
-def _shard(model: ZooModel, world: _World) -> None:
-    """FSDP2: each block, then the root (embeddings, head, final norm), sharded over the
-    processes; gradients are reduce-scattered, optimizer state lives with the shards."""
+def _shard(model: ZooModel, spec: TaskSpec, world: World, say: Callable[[str], None]) -> None:
+    """FSDP2: each of the spec's units (the blocks), then the root (embeddings, heads, final
+    norms), sharded over the processes; gradients are reduce-scattered, optimizer state lives
+    with the shards."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
     mesh = init_device_mesh(world.device.type, (world.size,))
-    for block in getattr(model, "blocks", ()):
-        fully_shard(block, mesh=mesh)
+    units = spec.units(model)
+    if not units:
+        say(
+            f"FSDP: {type(model).__name__} names no blocks for task {spec.name!r}: the whole "
+            "model is sharded as one unit (declare a TaskSpec with units to shard per block)"
+        )
+    for unit in units:
+        fully_shard(unit, mesh=mesh)
     fully_shard(model, mesh=mesh)
 
 
-def _data(
-    model: ZooModel,
-    data: str | os.PathLike[str],
-    tok: Any,
-    out: Path,
-    context: int,
-    config: TrainConfig,
-    world: _World,
-) -> TokenData | PairData | LabelData:
-    """Text for a decoder (a token file, made by rank 0 first), pairs for an
-    encoder-decoder."""
-    if isinstance(model, SequenceClassifier):
-        labels = list(model.config.labels)
-        return LabelData.read(Path(data), tok, context, config.val_fraction, labels)
-    if model.is_encoder_decoder:
-        return PairData.read(Path(data), tok, context, config.val_fraction)
-    if world.main:
-        tokens = TokenData.build(text_files(data), tok, out / "data", config.val_fraction)
-    if world.size > 1:
-        dist.barrier()
-    if not world.main:
-        tokens = TokenData.build(text_files(data), tok, out / "data", config.val_fraction)
-    return tokens.windows(context, str(data))
-
-
 def _loss(
-    model: nn.Module, inputs: dict[str, Tensor], targets: Tensor, device: torch.device
+    model: nn.Module,
+    inputs: dict[str, Tensor],
+    targets: Tensor,
+    device: torch.device,
+    loss: Callable[[nn.Module, dict[str, Tensor], Tensor], Tensor] = token_loss,
 ) -> Tensor:
-    """Mean cross-entropy of ``model``'s logits against ``targets`` (padding ignored)."""
-    logits = model(**{k: v.to(device) for k, v in inputs.items()})  # (B, T, V) or (B, V)
-    return cross_entropy(
-        logits.reshape(-1, logits.shape[-1]).float(),
-        targets.to(device).reshape(-1),
-        ignore_index=IGNORE,
-    )
+    """``loss`` (a task spec's; default the mean token cross-entropy, padding ignored) of
+    ``model`` on ``inputs`` and ``targets`` moved to ``device``."""
+    return loss(model, {k: v.to(device) for k, v in inputs.items()}, targets.to(device))
 
 
 def _evaluate(
-    model: ZooModel, source: TokenData | PairData | LabelData, config: TrainConfig, world: _World
+    model: ZooModel, source: DataSource, config: TrainConfig, world: World, spec: TaskSpec
 ) -> float:
     """Mean loss on the same ``eval_batches`` held-out windows every time (its own seed)."""
     generator = torch.Generator().manual_seed(config.seed + 1)
@@ -576,6 +615,6 @@ def _evaluate(
     with torch.no_grad():
         for _ in range(config.eval_batches):
             inputs, targets = source.batch("val", config.batch_size // config.grad_accum, generator)
-            total += float(_loss(model, inputs, targets, world.device))
+            total += float(_loss(model, inputs, targets, world.device, spec.loss))
     model.train()
     return total / config.eval_batches  # every rank computes the same batches: no reduce

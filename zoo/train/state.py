@@ -179,17 +179,7 @@ def _read_meta(folder: Path, config: TrainConfig) -> dict[str, Any]:
     step = meta["step"]
     if not 0 <= step <= config.steps:
         raise ResumeError(f"{path}: step {step} is not in 0..{config.steps} (steps); {_HOW}")
-    history = meta["history"]
-    for i, record in enumerate(history):
-        ok = isinstance(record, dict) and record.get("step") == i + 1
-        ok = ok and all(v is None or _is_number(v) for k, v in record.items() if k != "step")
-        if not ok:
-            raise ResumeError(
-                f"{path}: history[{i}] must be {{'step': {i + 1}, 'loss': number, ...}}, "
-                f"got {record!r:.80}; {_HOW}"
-            )
-    if len(history) != step:
-        raise ResumeError(f"{path}: {len(history)} history records for step {step}; {_HOW}")
+    _check_history(path, meta["history"], step)
     saved = meta.get("config")
     if saved is not None:  # runs written before settings were recorded: nothing to compare
         now = config.trajectory()
@@ -203,6 +193,20 @@ def _read_meta(folder: Path, config: TrainConfig) -> dict[str, Any]:
                 f"fine-tune these weights: --from {folder / 'model'})"
             )
     return meta
+
+
+def _check_history(path: Path, history: list[Any], step: int) -> None:
+    """One record per step, numbered from 1, of numbers (or nulls)."""
+    for i, record in enumerate(history):
+        ok = isinstance(record, dict) and record.get("step") == i + 1
+        ok = ok and all(v is None or _is_number(v) for k, v in record.items() if k != "step")
+        if not ok:
+            raise ResumeError(
+                f"{path}: history[{i}] must be {{'step': {i + 1}, 'loss': number, ...}}, "
+                f"got {record!r:.80}; {_HOW}"
+            )
+    if len(history) != step:
+        raise ResumeError(f"{path}: {len(history)} history records for step {step}; {_HOW}")
 
 
 def _read_tensors(folder: Path) -> dict[str, Tensor]:
@@ -294,18 +298,22 @@ def _param_groups(
             raise ResumeError(f"{where}[{i}] must have the fields {sorted(new)}; {_HOW}")
         for key, value in new.items():
             got = group[key]
-            if key == "params":
-                ok = got == value
-            elif key == "betas":
-                ok = isinstance(got, list) and len(got) == 2 and all(map(_is_number, got))
-                ok = ok and all(math.isfinite(b) and 0 <= b < 1 for b in got)
-            elif isinstance(value, bool) or value is None:
-                ok = got is None or isinstance(got, bool)
-            elif _is_number(value):
-                ok = _is_number(got) and math.isfinite(got) and got >= 0
-            else:
-                ok = type(got) is type(value)
-            if not ok:
+            if not _group_field_ok(key, got, value):
                 raise ResumeError(f"{where}[{i}].{key} is {got!r:.80}, not valid; {_HOW}")
         groups.append({**group, "betas": tuple(group["betas"])})
     return groups
+
+
+def _group_field_ok(key: str, got: Any, fresh: Any) -> bool:
+    """Whether a saved param-group field ``got`` may stand for a new optimizer's ``fresh``:
+    the same parameters, valid betas, flags as flags, finite rates >= 0, else the same type."""
+    if key == "params":
+        return bool(got == fresh)
+    if key == "betas":
+        ok = isinstance(got, list) and len(got) == 2 and all(map(_is_number, got))
+        return ok and all(math.isfinite(b) and 0 <= b < 1 for b in got)
+    if isinstance(fresh, bool) or fresh is None:
+        return got is None or isinstance(got, bool)
+    if _is_number(fresh):
+        return _is_number(got) and math.isfinite(got) and got >= 0
+    return type(got) is type(fresh)
