@@ -744,23 +744,31 @@ class _Handler(BaseHTTPRequestHandler):
             return simple[(method, "/".join(s))]
         if len(s) < 3 or s[0] not in _API_TYPES:
             return None
-        repo_type, repo_id, rest = _API_TYPES[s[0]], f"{s[1]}/{s[2]}", s[3:]
-        action = rest[0] if rest else ""
-        if method == "GET" and (not rest or (action == "revision" and len(rest) == 2)):
-            return lambda: self._repo_info(repo_type, repo_id, rest[1] if rest else "main")
-        if method == "GET" and action == "tree" and len(rest) >= 2:
-            return lambda: self._tree(repo_type, repo_id, rest[1], "/".join(rest[2:]))
-        if method == "GET" and rest == ["refs"]:
-            return lambda: self._refs(repo_type, repo_id)
-        if method == "GET" and action == "commits" and len(rest) == 2:
-            return lambda: self._commits(repo_type, repo_id, rest[1])
-        if method == "POST" and action == "preupload" and len(rest) == 2:
-            return lambda: self._preupload(repo_type, repo_id, rest[1])
-        if method == "POST" and action == "commit" and len(rest) == 2:
-            return lambda: self._create_commit(repo_type, repo_id, rest[1])
-        if method == "POST" and action == "branch" and len(rest) >= 2:
-            return lambda: self._create_branch(repo_type, repo_id, "/".join(rest[1:]))
-        return None
+        return self._route_repo(method, _API_TYPES[s[0]], f"{s[1]}/{s[2]}", s[3:])
+
+    def _route_repo(
+        self, method: str, repo_type: str, repo_id: str, rest: list[str]
+    ) -> Callable[[], None] | None:
+        """``/api/{type}s/{org}/{name}/{action}/{args...}``: (method, action) -> (how many
+        arguments it takes: exactly n, or at least n when negative, and its handler)."""
+        t, r = repo_type, repo_id
+        routes: dict[tuple[str, str], tuple[int, Callable[[list[str]], None]]] = {
+            ("GET", ""): (0, lambda a: self._repo_info(t, r, "main")),
+            ("GET", "revision"): (1, lambda a: self._repo_info(t, r, a[0])),
+            ("GET", "tree"): (-1, lambda a: self._tree(t, r, a[0], "/".join(a[1:]))),
+            ("GET", "refs"): (0, lambda a: self._refs(t, r)),
+            ("GET", "commits"): (1, lambda a: self._commits(t, r, a[0])),
+            ("POST", "preupload"): (1, lambda a: self._preupload(t, r, a[0])),
+            ("POST", "commit"): (1, lambda a: self._create_commit(t, r, a[0])),
+            ("POST", "branch"): (-1, lambda a: self._create_branch(t, r, "/".join(a))),
+        }
+        action, args = (rest[0], rest[1:]) if rest else ("", [])
+        arity, handler = routes.get((method, action), (None, None))
+        if handler is None or arity is None:
+            return None
+        if (arity >= 0 and len(args) != arity) or (arity < 0 and len(args) < -arity):
+            return None
+        return lambda: handler(args)
 
     def _read_body(self) -> bytes:
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
