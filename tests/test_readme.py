@@ -1,18 +1,26 @@
-"""Every command in the README runs as written, offline, or the README says it needs the Hub.
+"""Every code block of the README and of the guides in ``docs/`` runs as written, offline, or
+is marked as what cannot run here; and every link between them resolves.
 
-The ``zoo`` commands of the README's ``sh`` blocks run in order (later ones use what earlier
-ones wrote, as a reader following the README would) in a scratch folder that holds the
-repository's ``plugins/`` (for the vendored Tiny Shakespeare) and the small inputs the README
-describes (``my-texts/``, ``pairs.tsv``, ``labelled.tsv``), with ``HF_HUB_OFFLINE=1`` and
-an empty Hugging Face cache. Only the lengths change: steps, generated tokens and evaluation
-intervals are cut so that the whole README runs in a few minutes on 2 cores. A command marked
-``# needs the Hub`` or ``# several machines`` is checked to be marked, not run.
+Each document runs in a scratch folder of its own that holds the repository's ``plugins/``
+(for the vendored Tiny Shakespeare) and the small inputs the documents describe
+(``my-texts/``, ``more.txt``, ``pairs.tsv``, ``labelled.tsv``), with ``HF_HUB_OFFLINE=1``
+and an empty Hugging Face cache. Its blocks run in order, as a reader following it would
+(later ones use what earlier ones wrote): the ``zoo``/``torchrun`` commands of its ``sh``
+blocks as processes, its ``python`` blocks in one Python process for the document (one
+namespace, as if pasted into one session). Only lengths change: steps, generated tokens and
+evaluation intervals are cut so that everything runs in a few minutes on 2 cores; and a
+Python ``zoo.load("gpt2-124m", ...)`` (the official weights, from the Hub) loads a 2-layer
+``gpt2-124m`` saved in the folder beforehand (same tokenizer and vocabulary). A command or a
+line of Python whose comment says ``needs the Hub``, ``several machines`` or ``needs a GPU``
+is checked to be marked, not run.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import select
 import shlex
 import shutil
 import subprocess
@@ -20,13 +28,22 @@ import sys
 from pathlib import Path
 
 import pytest
+from docblocks import (
+    DOCS,
+    NOT_HERE,
+    README,
+    ROOT,
+    Block,
+    all_commands,
+    anchors,
+    blocks,
+    commands,
+    documents,
+    links,
+    python_to_run,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / "README.md"
 SHAKESPEARE = ROOT / "plugins" / "shakespeare" / "data" / "tinyshakespeare.txt"
-
-#: Comments that mark a command the test does not run, and why.
-NOT_HERE = ("needs the Hub", "several machines")
 
 #: Small settings: (pattern, replacement) applied to each command before it runs.
 SMALL = (
@@ -36,25 +53,45 @@ SMALL = (
     (r"--warmup \d+", "--warmup 1"),
 )
 
-PROGRAMS = ("zoo", "torchrun", "python -m zoo")
+#: The same for Python blocks, and the official gpt2-124m weights replaced by a small local copy.
+SMALL_PYTHON = (
+    (r"\bsteps=\d+", "steps=4"),
+    (r"\bmax_new_tokens=\d+", "max_new_tokens=8"),
+    (r'zoo\.load\("gpt2-124m"', 'zoo.load("./gpt2-small"'),
+)
+
+#: Saves the small gpt2-124m that SMALL_PYTHON loads in place of the official weights.
+SMALL_GPT2 = (
+    "import zoo\n"
+    'zoo.save(zoo.build("gpt2-124m", n_layers=2, d_model=64, n_heads=2, d_ff=128), "gpt2-small")\n'
+)
+
+#: Runs a document's Python blocks one request at a time in one namespace; answers on the
+#: original stdout while the blocks' own output goes to stderr.
+KERNEL = r"""
+import json, os, sys, traceback
+answers = os.fdopen(os.dup(1), "w")
+os.dup2(2, 1)
+namespace = {"__name__": "__main__"}
+for request in sys.stdin:
+    request = json.loads(request)
+    try:
+        exec(compile(request["code"], request["where"], "exec"), namespace)
+        answer = {"ok": True}
+    except BaseException:
+        answer = {"ok": False, "error": traceback.format_exc()[-3000:]}
+    sys.stdout.flush()
+    answers.write(json.dumps(answer) + "\n")
+    answers.flush()
+"""
+
+#: What a reader cannot run without the Hub, a GPU or other machines, and must be marked.
+_MUST_BE_MARKED = re.compile(r'"hf:|zoo\.(pull|push)\(|device="cuda"|--nnodes')
 
 
 def readme_commands() -> list[tuple[str, str]]:
-    """``(command, comment)`` for each command line of the README's ``sh`` blocks, in order;
-    a ``&&`` chain is split and only its zoo commands are kept (the install steps are what
-    ``.ci/run`` runs)."""
-    text = README.read_text(encoding="utf-8")
-    found: list[tuple[str, str]] = []
-    for block in re.findall(r"^[ \t]*```sh\n(.*?)^[ \t]*```", text, flags=re.M | re.S):
-        for line in re.sub(r"\\\n\s*", " ", block).splitlines():
-            command, _, comment = line.partition(" # ")
-            if line.lstrip().startswith("#"):
-                continue
-            for part in command.split("&&"):
-                part = part.strip()
-                if part.startswith(PROGRAMS):
-                    found.append((part, comment.strip()))
-    return found
+    """``(command, comment)`` for each command of the README's ``sh`` blocks, in order."""
+    return all_commands([README])
 
 
 def _small(command: str) -> str:
@@ -65,8 +102,14 @@ def _small(command: str) -> str:
     return command
 
 
+def _small_python(code: str) -> str:
+    for pattern, replacement in SMALL_PYTHON:
+        code = re.sub(pattern, replacement, code)
+    return code
+
+
 def _inputs(folder: Path) -> None:
-    """The small inputs the README's commands name."""
+    """The small inputs the documents' commands name."""
     text = SHAKESPEARE.read_text(encoding="utf-8")
     (folder / "plugins").symlink_to(ROOT / "plugins", target_is_directory=True)
     texts = folder / "my-texts"
@@ -82,17 +125,107 @@ def _inputs(folder: Path) -> None:
     (folder / "labelled.tsv").write_text("".join(labelled), encoding="utf-8")
 
 
-def test_every_readme_command_is_marked_or_runnable():
-    commands = readme_commands()
-    assert len(commands) >= 10, "the README's commands were not found"
-    for command, comment in commands:
+def _name(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+#: The documents with blocks to run.
+RUNNABLE = [p for p in documents() if any(b.language in ("sh", "python") for b in blocks(p))]
+
+
+def test_the_readme_is_a_front_page_that_links_every_guide():
+    readme = README.read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 400, "README.md is a front page: move detail to docs/"
+    guides = sorted(DOCS.glob("*.md"))
+    assert len(guides) >= 5, "the guides in docs/ were not found"
+    assert not [g.name for g in guides if f"(docs/{g.name})" not in readme]
+
+
+def test_every_command_and_python_line_is_marked_or_runnable():
+    commands_found = all_commands()
+    assert len(readme_commands()) >= 10, "the README's commands were not found"
+    assert len(commands_found) > len(readme_commands()), "the guides' commands were not found"
+    for command, comment in commands_found:
         if "hf:" in command or command.startswith(("zoo pull", "zoo push")):
             assert any(m in comment for m in NOT_HERE) or "ZOO_LOCAL_HUB" in command, command
+    for path in documents():
+        for block in blocks(path, "python"):
+            for number, line in enumerate(block.text.splitlines()):
+                code, _, comment = line.partition("  #")
+                if _MUST_BE_MARKED.search(code):
+                    where = f"{block.where}+{number}: {line}"
+                    assert any(m in comment for m in NOT_HERE), f"unmarked: {where}"
+
+
+def test_every_python_block_compiles():
+    """A syntax error (or a marked line that cannot become ``pass``) fails fast, not slow."""
+    found = [b for p in documents() for b in blocks(p, "python")]
+    assert len(found) >= 12, "the python blocks were not found"
+    for block in found:
+        compile(_small_python(python_to_run(block)), block.where, "exec")
+
+
+def test_every_link_resolves():
+    """Every relative link of the README and the guides names an existing file, and a
+    ``#fragment`` an existing heading of its target."""
+    broken = []
+    for path in documents():
+        for target in links(path):
+            if re.match(r"[a-z]+:", target):  # https:, mailto:
+                continue
+            file, _, fragment = target.partition("#")
+            resolved = (path.parent / file).resolve() if file else path
+            if not resolved.exists():
+                broken.append(f"{_name(path)}: {target} (no such file)")
+            elif fragment and resolved.suffix == ".md" and fragment not in anchors(resolved):
+                broken.append(f"{_name(path)}: {target} (no such heading)")
+    assert not broken, "\n".join(broken)
+
+
+def test_the_link_checker_sees_a_broken_link(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("# A title\n[ok](#a-title) [bad](#nowhere) [gone](missing.md)\n")
+    assert anchors(page) == {"a-title"}
+    assert links(page) == ["#a-title", "#nowhere", "missing.md"]
+
+
+def _run_python(kernel: subprocess.Popen[str], code: str, where: str) -> str | None:
+    """Run ``code`` in the document's Python process; the error, or None."""
+    assert kernel.stdin is not None and kernel.stdout is not None
+    kernel.stdin.write(json.dumps({"code": code, "where": where}) + "\n")
+    kernel.stdin.flush()
+    ready, _, _ = select.select([kernel.stdout], [], [], 600)
+    answer = kernel.stdout.readline() if ready else ""
+    if not answer:
+        return "no answer (the Python process died or hung)"
+    reply = json.loads(answer)
+    return None if reply["ok"] else reply["error"]
+
+
+def _run_sh(block: Block, work: Path, env: dict[str, str]) -> list[str]:
+    failures = []
+    for command, comment in commands(block):
+        if any(mark in comment for mark in NOT_HERE):
+            continue
+        argv = shlex.split(_small(command))
+        if argv[0] == "zoo":
+            argv = [sys.executable, "-m", "zoo.cli", *argv[1:]]
+        elif argv[0] == "torchrun":
+            argv = [shutil.which("torchrun", path=env["PATH"]) or "torchrun", *argv[1:]]
+        elif argv[0] == "python":
+            argv = [sys.executable, *argv[1:]]
+        run = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=600)
+        if run.returncode != 0:
+            failures.append(
+                f"{block.where}: $ {command}\n(exit {run.returncode})\n{run.stderr[-1500:]}"
+            )
+    return failures
 
 
 @pytest.mark.slow
-def test_readme_commands_run_as_written(tmp_path):
-    from conftest import site_dir  # the toy plugin the README's plugin guide installs
+@pytest.mark.parametrize("document", RUNNABLE, ids=_name)
+def test_document_runs_as_written(document, tmp_path):
+    from conftest import site_dir  # the toy plugin the plugin guide installs
 
     work = tmp_path / "work"
     work.mkdir()
@@ -106,16 +239,30 @@ def test_readme_commands_run_as_written(tmp_path):
         ),
         "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
     }
-    failures = []
-    for command, comment in readme_commands():
-        if any(mark in comment for mark in NOT_HERE):
-            continue
-        argv = shlex.split(_small(command))
-        if argv[0] == "zoo":
-            argv = [sys.executable, "-m", "zoo.cli", *argv[1:]]
-        elif argv[0] == "torchrun":
-            argv = [shutil.which("torchrun", path=env["PATH"]) or "torchrun", *argv[1:]]
-        run = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=600)
-        if run.returncode != 0:
-            failures.append(f"$ {command}\n(exit {run.returncode})\n{run.stderr[-1500:]}")
+    found = [b for b in blocks(document) if b.language in ("sh", "python")]
+    failures: list[str] = []
+    with open(tmp_path / "python.log", "w") as log:
+        kernel = subprocess.Popen(
+            [sys.executable, "-c", KERNEL],
+            cwd=work,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+        )
+        try:
+            if any('zoo.load("gpt2-124m"' in python_to_run(b) for b in found):
+                error = _run_python(kernel, SMALL_GPT2, "setup")
+                assert error is None, error
+            for block in found:
+                if block.language == "sh":
+                    failures += _run_sh(block, work, env)
+                    continue
+                error = _run_python(kernel, _small_python(python_to_run(block)), block.where)
+                if error is not None:
+                    failures.append(f"{block.where}: python block\n{error}")
+        finally:
+            kernel.kill()
+            kernel.wait()
     assert not failures, "\n\n".join(failures)
