@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -139,38 +140,53 @@ def _check_merges(merges: list[Any], ranks: dict[str, int], where: str) -> None:
 _SPLIT = {"type": "Split", "pattern": {"Regex": PATTERN}, "behavior": "Isolated", "invert": False}
 
 
+_BYTE_LEVEL = {"type": "ByteLevel", "add_prefix_space": False}
+
+
+def _pre_tokenizer(pre: dict[str, Any]) -> bool:
+    """GPT-2's byte-level split: transformers' own form, or tiktoken's regex then bytes."""
+    if _BYTE_LEVEL.items() <= pre.items() and pre.get("use_regex") is True:
+        return True
+    steps = pre.get("pretokenizers") or []
+    return (
+        pre.get("type") == "Sequence"
+        and len(steps) == 2
+        and steps[0] == _SPLIT
+        and _BYTE_LEVEL.items() <= steps[1].items()
+    )
+
+
+def _plain_bpe(model: dict[str, Any]) -> bool:
+    keys = ("dropout", "continuing_subword_prefix", "end_of_word_suffix", "byte_fallback")
+    return model.get("type") == "BPE" and not any(model.get(k) for k in keys)
+
+
+def _post_processor(post: dict[str, Any] | None) -> bool:
+    return (
+        post is None
+        or post.get("type") == "ByteLevel"
+        or (post.get("type") == "TemplateProcessing" and not post.get("special_tokens"))
+    )
+
+
+#: Each part of a ``tokenizer.json`` and what GPT-2's must be.
+_PIPELINE: dict[str, Callable[[Any], bool]] = {
+    "normalizer": lambda normalizer: normalizer is None,
+    "pre_tokenizer": lambda pre: _pre_tokenizer(pre or {}),
+    "model": lambda model: _plain_bpe(model or {}),
+    "added_tokens": lambda added: all(
+        isinstance(t, dict) and t.get("content") == ENDOFTEXT and t.get("id") == 50256
+        for t in added or []
+    ),
+    "decoder": lambda decoder: (decoder or {}).get("type") == "ByteLevel",
+    "post_processor": _post_processor,
+}
+
+
 def _check_pipeline(data: dict[str, Any], where: str) -> None:
     """The rest of a ``tokenizer.json``: GPT-2's byte-level pre-tokenizer and decoder, no
     normalizer, a plain BPE model, ``<|endoftext|>`` = 50256 the only added token."""
-    byte_level = {"type": "ByteLevel", "add_prefix_space": False}
-    pre = data.get("pre_tokenizer") or {}
-    model = data.get("model") or {}
-    added = data.get("added_tokens") or []
-    post = data.get("post_processor")
-    checks = {
-        "normalizer": data.get("normalizer") is None,
-        "pre_tokenizer": (byte_level.items() <= pre.items() and pre.get("use_regex") is True)
-        or (
-            pre.get("type") == "Sequence"
-            and len(pre.get("pretokenizers") or []) == 2
-            and pre["pretokenizers"][0] == _SPLIT
-            and byte_level.items() <= pre["pretokenizers"][1].items()
-        ),
-        "model": model.get("type") == "BPE"
-        and not model.get("dropout")
-        and not model.get("continuing_subword_prefix")
-        and not model.get("end_of_word_suffix")
-        and not model.get("byte_fallback"),
-        "added_tokens": all(
-            isinstance(t, dict) and t.get("content") == ENDOFTEXT and t.get("id") == 50256
-            for t in added
-        ),
-        "decoder": (data.get("decoder") or {}).get("type") == "ByteLevel",
-        "post_processor": post is None
-        or post.get("type") == "ByteLevel"
-        or (post.get("type") == "TemplateProcessing" and not post.get("special_tokens")),
-    }
-    wrong = [key for key, ok in checks.items() if not ok]
+    wrong = [key for key, ok in _PIPELINE.items() if not ok(data.get(key))]
     if wrong:
         shown = ", ".join(f"{k} = {json.dumps(data.get(k))[:80]}" for k in wrong)
         raise VocabularyFileError(
