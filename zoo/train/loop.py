@@ -35,7 +35,7 @@ from ..checkpoint import save
 from ..nn.base import ZooModel
 from ..tokenizers.base import check_fits
 from .config import TrainConfig
-from .data import DataError
+from .data import IGNORE, DataError
 from .errors import DivergedError, RunLockedError
 from .memory import check_training_memory
 from .report import MetricsLog, Progress, can_plot, plot_losses
@@ -394,6 +394,8 @@ def _step(run: _Run, lr: float) -> float:
             mine = {name: value[run.mine] for name, value in inputs.items()}
             with torch.autocast(world.device.type, torch.bfloat16, enabled=config.bf16):
                 loss = _loss(run.wrapped, mine, targets[run.mine], world.device, run.spec.loss)
+            if world.size > 1:
+                loss = loss * _share(targets, run.mine, world.size)
             (loss / config.grad_accum).backward()
         total += float(loss.detach()) / config.grad_accum
     loss_value = mean(total, world)
@@ -405,6 +407,16 @@ def _step(run: _Run, lr: float) -> float:
     run.optimizer.step()
     run.optimizer.zero_grad(set_to_none=True)
     return loss_value
+
+
+def _share(targets: Tensor, mine: slice, ranks: int) -> float:
+    """The weight of this rank's mean loss: its part of the micro-batch's counted targets
+    (not ``IGNORE``), times the number of ranks. DDP and FSDP2 average the ranks' gradients
+    and the loop their losses, so the result is the whole micro-batch's mean, as on one
+    process, when rows count different numbers of targets (padded pairs); 1 when they count
+    the same (text windows, labels)."""
+    counted = targets != IGNORE
+    return float(counted[mine].sum()) * ranks / float(counted.sum())
 
 
 def _evaluate_now(run: _Run, record: dict[str, Any], lr: float) -> None:
