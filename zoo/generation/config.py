@@ -1,0 +1,124 @@
+"""The settings of one generation: a frozen, validated :class:`GenerationConfig`, and the
+checks of the two values that are not plain fields (a seed a ``torch.Generator`` takes, text
+that is Unicode). Torch-free, so the command line can check its arguments before loading."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..errors import ConfigError
+from ..fields import check_fields
+from ..options import GENERATION_DEFAULTS, SEED_RANGE
+
+__all__ = ["DEFAULTS", "SEED_RANGE", "GenerationConfig", "check_seed", "check_text"]
+
+#: The defaults :func:`zoo.generate` and ``zoo generate`` use (:mod:`zoo.options`).
+DEFAULTS = GENERATION_DEFAULTS
+
+
+def check_text(text: str, what: str = "the prompt") -> None:
+    """Raise ``ValueError`` when ``text`` is not Unicode: it holds a lone surrogate, which is
+    how Python keeps bytes it could not decode (``errors="surrogateescape"``: a command-line
+    argument or file name that is not UTF-8). Checked here, before any tokenizer sees it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{what} holds a lone surrogate {text[exc.start]!r} at index {exc.start}, which is "
+            "not a Unicode character (undecodable bytes kept by errors='surrogateescape'); "
+            "decode the source bytes as UTF-8, or with errors='replace'"
+        ) from None
+
+
+def check_seed(seed: int | None) -> None:
+    """Raise ``ValueError`` unless ``seed`` is ``None`` or an integer a ``torch.Generator``
+    takes (:data:`SEED_RANGE`)."""
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ValueError(f"seed must be an integer or None, got {seed!r}")
+    if seed is not None and not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
+        raise ValueError(
+            f"seed must be an integer from 0 to 2**64 - 1 ({SEED_RANGE[1]}) (negative ones "
+            f"down to -2**63 wrap around modulo 2**64), got {_short(seed)}"
+        )
+
+
+def _short(number: int) -> str:
+    """``number`` in decimal, or its size when the decimal would be long (or beyond the
+    digits Python's ``str`` converts)."""
+    return (
+        str(number) if number.bit_length() <= 256 else f"an integer of {number.bit_length()} bits"
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerationConfig:
+    """How to generate: every decoding option, checked when the config is made (types by
+    :func:`zoo.fields.check_fields`, ranges here). The defaults are
+    :data:`zoo.options.GENERATION_DEFAULTS`, shared with ``zoo generate``.
+
+    Example::
+
+        config = GenerationConfig(max_new_tokens=20, temperature=0.8, top_p=0.9, seed=0)
+        out = zoo.generation.generate_ids(model, ids, None, config)  # (B, T) -> (B, T + N)
+    """
+
+    #: tokens to generate at most; prompt + new tokens must fit the model's context.
+    max_new_tokens: int = DEFAULTS.max_new_tokens
+    #: 0 is greedy; otherwise logits are divided by it before sampling (a tiny one approaches
+    #: greedy).
+    temperature: float = DEFAULTS.temperature
+    #: sample only from the ``top_k`` most likely tokens (``None``: all).
+    top_k: int | None = DEFAULTS.top_k
+    #: sample only from the nucleus of probability ``top_p`` (``None``: all).
+    top_p: float | None = DEFAULTS.top_p
+    #: makes sampling reproducible: an integer from 0 to 2**64 - 1 (negative ones wrap).
+    seed: int | None = None
+    #: stop strings: generated text ends before the first one (text and streaming only; a
+    #: string or a list is taken as a tuple).
+    stop: tuple[str, ...] = ()
+    #: end-of-text id: a row that picks it ends, and repeats it while the others go on
+    #: (the text wrappers take the tokenizer's when ``None``).
+    eos_id: int | None = None
+    #: the first target token of an encoder-decoder (the text wrappers take the tokenizer's
+    #: bos when ``None``).
+    start_id: int | None = None
+    #: ids at or above it are never picked: a model vocabulary padded beyond its tokenizer's
+    #: (the text wrappers take the tokenizer's size when ``None``).
+    vocab_limit: int | None = None
+    #: run each decoding step through ``torch.compile`` (CPU, the built-in decoders).
+    compile: bool = False
+
+    def __post_init__(self) -> None:
+        stop: object = self.stop
+        if isinstance(stop, str):
+            stop = (stop,)
+        elif isinstance(stop, list):
+            stop = tuple(stop)
+        object.__setattr__(self, "stop", stop)
+        check_fields(self)
+        self._check_ranges()
+        for i, text in enumerate(self.stop):
+            if not isinstance(text, str) or not text:
+                raise ConfigError(
+                    f"stop must be a non-empty string or a list of them, got {self.stop!r}"
+                )
+            check_text(text, f"stop string {i}")
+
+    def _check_ranges(self) -> None:
+        if self.max_new_tokens < 1:
+            raise ConfigError(
+                f"max_new_tokens must be a positive integer, got {self.max_new_tokens}"
+            )
+        if self.temperature < 0:
+            raise ConfigError(
+                f"temperature must be a finite number >= 0 (0 = greedy), got {self.temperature}"
+            )
+        if self.top_k is not None and self.top_k < 1:
+            raise ConfigError(f"top_k must be a positive integer or None, got {self.top_k}")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise ConfigError(f"top_p must be in (0, 1] or None, got {self.top_p}")
+        if self.vocab_limit is not None and self.vocab_limit < 1:
+            raise ConfigError(
+                f"vocab_limit must be a positive integer or None, got {self.vocab_limit}"
+            )
+        check_seed(self.seed)

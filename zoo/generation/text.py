@@ -1,0 +1,206 @@
+"""Text in, text out: thin wrappers over :mod:`zoo.generation.core` that encode the prompt,
+fill the tokenizer's end-of-text, bos and vocabulary size into the settings, and decode the
+new tokens (cut at the first stop string). :func:`stream_text` yields the same text in
+pieces as the tokens arrive."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..tokenizers.base import check_fits
+from .config import GenerationConfig, check_text
+from .core import left_pad, stream_ids
+
+if TYPE_CHECKING:
+    from ..nn.base import ZooModel
+    from ..tokenizers import Tokenizer
+
+__all__ = [
+    "generate_text",
+    "generate_texts",
+    "resolve_tokenizer",
+    "stream_text",
+    "until_eos",
+    "with_tokenizer",
+]
+
+
+def resolve_tokenizer(model: ZooModel, tokenizer: Tokenizer | None, why: str) -> Tokenizer:
+    """The tokenizer to use: the one given, the model's own, or its named model's; it must
+    fit the model's vocabulary. ``why`` says what needs it, for the error."""
+    if tokenizer is None:
+        tokenizer = model.tokenizer
+    if tokenizer is None and model.tokenizer_error is not None:
+        raise ValueError(
+            f"{why} needs a tokenizer, and this model was loaded without its tokenizer: "
+            f"{model.tokenizer_error}. Pass tokenizer=..., or give ids instead of text"
+        )
+    if tokenizer is None and model.name:
+        from ..api import tokenizer as named_tokenizer
+
+        tokenizer = named_tokenizer(model.name)
+    if tokenizer is None:
+        raise ValueError(f"{why} needs a tokenizer: pass tokenizer=... (the model has none)")
+    check_fits(tokenizer, model.config.vocab_size)  # type: ignore[attr-defined]
+    return tokenizer
+
+
+def with_tokenizer(
+    config: GenerationConfig, tokenizer: Tokenizer | None, model: ZooModel
+) -> GenerationConfig:
+    """``config`` with what it leaves open taken from ``tokenizer``: the end-of-text id, the
+    vocabulary size (ids the tokenizer lacks are never picked) and, for an encoder-decoder,
+    the start token (its bos)."""
+    if tokenizer is None:
+        return config
+    start_id = config.start_id
+    if start_id is None and model.is_encoder_decoder:
+        start_id = tokenizer.bos_id
+    return dataclasses.replace(
+        config,
+        eos_id=config.eos_id if config.eos_id is not None else tokenizer.eos_id,
+        vocab_limit=config.vocab_limit if config.vocab_limit is not None else tokenizer.vocab_size,
+        start_id=start_id,
+    )
+
+
+class _Continuation:
+    """Decodes new tokens as the text that follows a prompt's: ``decode(prompt + new)`` minus
+    the prompt's own text, so the tokenizer's rules for joining tokens apply across the
+    boundary. An encoder-decoder's target stands alone (no context)."""
+
+    def __init__(self, tok: Tokenizer, context: list[int]) -> None:
+        self.tok = tok
+        self.context = context
+        self.head = tok.decode(context) if context else ""
+
+    def __call__(self, tokens: list[int]) -> str:
+        if not self.context:
+            return self.tok.decode(tokens)
+        text = self.tok.decode(self.context + tokens)
+        if text.startswith(self.head):
+            return text[len(self.head) :]
+        return self.tok.decode(tokens)  # the prompt's text changed (no common prefix)
+
+
+def _cut(text: str, stops: Sequence[str]) -> tuple[str, bool]:
+    """``text`` up to the first stop string, and whether one was found."""
+    cuts = [i for i in (text.find(s) for s in stops) if i >= 0]
+    return (text[: min(cuts)], True) if cuts else (text, False)
+
+
+def until_eos(tokens: list[int], eos_id: int | None) -> list[int]:
+    """New tokens up to and including the first end-of-text."""
+    if eos_id is not None and eos_id in tokens:
+        return tokens[: tokens.index(eos_id) + 1]
+    return tokens
+
+
+def _encode(
+    model: ZooModel, prompts: Sequence[str], config: GenerationConfig, tokenizer: Tokenizer | None
+) -> tuple[Tokenizer, GenerationConfig, list[list[int]]]:
+    for i, prompt in enumerate(prompts):
+        check_text(prompt, f"prompt {i}")
+    tok = resolve_tokenizer(model, tokenizer, "a text prompt")
+    return tok, with_tokenizer(config, tok, model), [tok.encode(p) for p in prompts]
+
+
+def _contexts(model: ZooModel, rows: list[list[int]]) -> list[list[int]]:
+    """What each row's text is decoded after: a decoder's prompt; nothing for an
+    encoder-decoder, whose target stands alone."""
+    return [[] if model.is_encoder_decoder else row for row in rows]
+
+
+def generate_texts(
+    model: ZooModel,
+    prompts: Sequence[str],
+    config: GenerationConfig | None = None,
+    *,
+    tokenizer: Tokenizer | None = None,
+) -> list[str]:
+    """The continuation of each prompt, as text (prompts of different lengths are
+    left-padded into one batch; each gives what it would alone).
+
+    The new tokens are decoded together with their prompt and returned as the text that
+    follows the prompt's, so word boundaries are kept; the text ends before the end-of-text
+    token and before the first of ``config.stop``.
+
+    Args:
+        model: a zoo model (decoder-only or encoder-decoder: the prompt is then the source).
+        prompts: the texts to continue.
+        config: the settings (default: :class:`GenerationConfig`'s defaults).
+        tokenizer: defaults to ``model.tokenizer`` or the named model's.
+    """
+    config = config if config is not None else GenerationConfig()
+    tok, config, rows = _encode(model, prompts, config, tokenizer)
+    ids, keep = left_pad(rows, torch.device("cpu"))
+    new = torch.stack(list(stream_ids(model, ids, keep, config)), dim=1).tolist()  # (B, N)
+    texts = []
+    for context, tokens in zip(_contexts(model, rows), new, strict=True):
+        tokens = until_eos(tokens, config.eos_id)
+        if tokens and tokens[-1] == config.eos_id:
+            tokens = tokens[:-1]
+        texts.append(_cut(_Continuation(tok, context)(tokens), config.stop)[0])
+    return texts
+
+
+def generate_text(
+    model: ZooModel,
+    prompt: str,
+    config: GenerationConfig | None = None,
+    *,
+    tokenizer: Tokenizer | None = None,
+) -> str:
+    """The continuation of ``prompt``, as text: :func:`generate_texts` of one prompt."""
+    check_text(prompt)
+    return generate_texts(model, [prompt], config, tokenizer=tokenizer)[0]
+
+
+def stream_text(
+    model: ZooModel,
+    prompt: str,
+    config: GenerationConfig | None = None,
+    *,
+    tokenizer: Tokenizer | None = None,
+) -> Iterator[str]:
+    """The continuation of ``prompt`` in pieces as the tokens arrive; the pieces join to
+    :func:`generate_text`'s result. The prompt is checked and the model prefilled when this
+    is called, before the first piece; a piece is held back while it ends inside a
+    multi-byte character or could be the start of a stop string."""
+    check_text(prompt)
+    config = config if config is not None else GenerationConfig()
+    tok, config, rows = _encode(model, [prompt], config, tokenizer)
+    ids, _ = left_pad(rows, torch.device("cpu"))
+    tokens = stream_ids(model, ids, None, config)
+    return _pieces(tokens, _Continuation(tok, _contexts(model, rows)[0]), config)
+
+
+def _pieces(
+    steps: Iterator[torch.Tensor], continuation: _Continuation, config: GenerationConfig
+) -> Iterator[str]:
+    stops = config.stop
+    tokens: list[int] = []
+    sent = 0
+    hold = max((len(s) for s in stops), default=1) - 1
+    for step in steps:
+        token = int(step[0])
+        if token == config.eos_id:
+            break
+        tokens.append(token)
+        text, stopped = _cut(continuation(tokens), stops)
+        if stopped:
+            yield text[sent:]
+            return
+        if text.endswith("\ufffd"):  # a character split across tokens: wait for the rest
+            continue
+        ready = len(text) - hold
+        if ready > sent:
+            yield text[sent:ready]
+            sent = ready
+    text = _cut(continuation(tokens), stops)[0]
+    if len(text) > sent:
+        yield text[sent:]
