@@ -204,6 +204,8 @@ def _blocks(arch: ArchitectureSpec, config: ModelConfig) -> tuple[str, ...]:
         if hasattr(config, field)
     ]
     norm = "pre-LN, x + f(norm(x))" if config.norm_first else "post-LN, norm(x + f(x))"
+    if config.parallel_residual:
+        norm = "parallel, x + attn(norm1(x)) + ffn(norm2(x))"
     final = [f"a final norm after {'each stack' if len(stacks) > 1 else 'the blocks'}"]
     final = final if config.final_norm else []
     return (f"{' + '.join(stacks)} ({norm})", *final)

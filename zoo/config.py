@@ -133,6 +133,8 @@ class TransformerConfig(ModelConfig):
         d_ff: hidden width of the feed-forward network (of each branch of a gated one).
         dropout: dropout on embeddings, attention weights and residual branches (training only).
         norm_first: pre-LN (``x + f(ln(x))``) when true, post-LN (``ln(x + f(x))``) when false.
+        parallel_residual: attention and feed-forward read the same input and add to it
+            together, ``x + attn(ln1(x)) + ffn(ln2(x))`` (GPT-J, GPT-NeoX); pre-LN only.
         final_norm: apply a norm after the last layer (of each stack).
         activation: activation of the ``mlp`` feed-forward: ``gelu`` (erf), ``gelu_tanh``,
             ``relu`` or ``silu``.
@@ -161,6 +163,7 @@ class TransformerConfig(ModelConfig):
     d_ff: int
     dropout: float = 0.0
     norm_first: bool = True
+    parallel_residual: bool = False
     final_norm: bool = True
     activation: Activation = "gelu"
     positions: str = "learned"
@@ -188,6 +191,11 @@ class TransformerConfig(ModelConfig):
             f"must be divisible by n_heads = {self.n_heads}",
         )
         self._require(0.0 <= self.dropout < 1.0, "dropout", "must be in [0, 1)")
+        self._require(
+            self.norm_first or not self.parallel_residual,
+            "parallel_residual",
+            "a parallel residual is pre-LN: set norm_first=True",
+        )
         self._require(self.layer_norm_eps > 0, "layer_norm_eps", "must be positive")
         self._require(
             not (self.tie_embeddings and self.head_bias),

@@ -218,6 +218,7 @@ def openai_represents(*, norm_first: bool, final_norm: bool) -> dict[str, Any]:
         "ffn": "mlp",
         "attention": "mha",
         "norm_first": norm_first,
+        "parallel_residual": False,
         "final_norm": final_norm,
         "bias": True,
         "qkv_bias": None,

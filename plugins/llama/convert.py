@@ -119,7 +119,8 @@ HF_LLAMA = KeyMap(
     config_to_foreign=config_to_hf,
     represents={
         "positions": "rotary", "norm": "rmsnorm", "ffn": "swiglu", "attention": "mha",
-        "norm_first": True, "final_norm": True, "bias": False, "qkv_bias": None,
+        "norm_first": True, "parallel_residual": False, "final_norm": True, "bias": False,
+        "qkv_bias": None,
         "rotary_fraction": 1.0,
         "sliding_window": None, "scale_embeddings": False, "head_bias": False,
     },

@@ -32,6 +32,9 @@ class MultiHeadAttention(nn.Module):
         bias: the query/key/value projections have biases.
         out_bias: the output projection has a bias (default: ``bias``).
 
+    ``q_norm`` and ``k_norm`` (``None`` unless set) are the seams for a normalisation of
+    each head's queries and keys before rotary positions (e.g. ``RMSNorm(head_dim)``).
+
     Shape:
         - x: ``(B, T, d_model)``; memory: ``(B, S, d_model)`` (cross-attention only).
         - mask: boolean, broadcastable to ``(B, 1, T, S)``, ``True`` where attention is allowed.
@@ -68,6 +71,13 @@ class MultiHeadAttention(nn.Module):
         else:
             self.qkv = Linear(d_model, d_model + 2 * self.kv_width, bias=bias)
         self.proj = Linear(d_model, d_model, bias=bias if out_bias is None else out_bias)
+        # Seams: modules applied to each head's queries and keys, (B, H, T, hd) ->
+        # (B, H, T, hd), before rotary positions turn them (q/k normalisation, as Qwen3,
+        # OLMo-2 and Gemma 3 have it); a plugin's attention factory sets them.
+        self.q_norm: nn.Module | None
+        self.k_norm: nn.Module | None
+        self.register_module("q_norm", None)
+        self.register_module("k_norm", None)
 
     def _heads(self, x: Tensor) -> Tensor:
         b, t, width = x.shape
@@ -114,6 +124,10 @@ class MultiHeadAttention(nn.Module):
         else:
             q, k, v = self.qkv(x).split((self.d_model, self.kv_width, self.kv_width), dim=-1)
             q, k, v = self._heads(q), self._heads(k), self._heads(v)  # (B, H | H_kv, T, hd)
+        if self.q_norm is not None:
+            q = self.q_norm(q)
+        if self.k_norm is not None and not self.cross:
+            k = self.k_norm(k)
         if rotation is not None:
             q, k = rotation(q), rotation(k)
         if cache is not None:

@@ -6,9 +6,11 @@ and the decoder layer with cross-attention of the encoder-decoder Transformer, t
 
 Seams for plugins: every sub-module is a component (a new attention, norm or feed-forward is
 a ``zoo_components`` entry and a config value, no subclass); a block of another shape is a
-subclass overriding :meth:`TransformerBlock.forward` (e.g. a parallel residual,
-``x + attn(norm(x)) + ffn(norm(x))``), stacked with :meth:`TransformerBlock.stack` on the
-subclass.
+subclass overriding :meth:`TransformerBlock.forward`, stacked with
+:meth:`TransformerBlock.stack` on the subclass. Two seams are built in: the parallel residual
+(``parallel_residual = True`` in the config) and per-head query/key normalisation inside
+attention (:class:`zoo.nn.MultiHeadAttention`'s ``q_norm`` and ``k_norm``, set by an
+attention component's factory).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class TransformerBlock(nn.Module):
     """Self-attention, optional cross-attention, feed-forward; each a residual branch.
 
     Pre-norm (``norm_first=True``): ``x = x + f(norm(x))``. Post-norm: ``x = norm(x + f(x))``.
+    Parallel (``parallel_residual=True``): ``x = x + attn(norm1(x)) + ffn(norm2(x))``.
     Every sub-module is the component ``config`` names (``attention``, ``norm``, ``ffn``,
     and ``cross_attention`` for a decoder layer over an encoder), built from ``parts``.
 
@@ -55,6 +58,9 @@ class TransformerBlock(nn.Module):
         super().__init__()
         parts = parts_for(config, parts)
         self.norm_first = config.norm_first
+        self.parallel = config.parallel_residual
+        if self.parallel and cross_attention:
+            raise ValueError("a parallel residual block has no cross-attention branch")
         self.attn = parts.build("attention", config)
         self.attn_norm = parts.build("norm", config)
         self.cross_attn: nn.Module | None = None
@@ -110,6 +116,9 @@ class TransformerBlock(nn.Module):
                 h, mask=mask, causal=causal, cache=cache, start=start, rotation=rotation
             )
 
+        if self.parallel:  # x + attn(norm1(x)) + ffn(norm2(x)): both read the same x
+            a, f = attend(self.attn_norm(x)), self.ffn(self.ffn_norm(x))
+            return x + (self.drop(a) + self.drop(f) if self.training else a + f)
         x = self._residual(x, self.attn_norm, attend)
         if self.cross_attn is not None and self.cross_norm is not None:
             cross_attn = self.cross_attn
