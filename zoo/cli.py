@@ -335,27 +335,24 @@ def _check_utf8(text: str, what: str) -> None:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     """Generate text from a prompt, streaming it to the terminal."""
-    from .generation import check_seed, generate
+    from .generation import GenerationConfig, stream_text
 
     _check_utf8(args.prompt, "the prompt")
     for stop in args.stop or ():
         _check_utf8(stop, "a --stop string")
-    check_seed(args.seed)  # before --random seeds torch with it
-    model = _load_for_generation(args)
-    tokenizer = api.tokenizer(args.tokenizer) if args.tokenizer else None
-    pieces = generate(  # arguments and tokenizer are checked here, before anything is printed
-        model,
-        args.prompt,
-        tokenizer=tokenizer,
+    config = GenerationConfig(  # every setting checked before anything is loaded or seeded
         max_new_tokens=args.max_new_tokens,
         temperature=args.temperature,
         top_k=args.top_k,
         top_p=args.top_p,
         seed=args.seed,
-        stop=args.stop or None,
-        stream=True,
+        stop=tuple(args.stop or ()),
         compile=args.compile,
     )
+    model = _load_for_generation(args)
+    tokenizer = api.tokenizer(args.tokenizer) if args.tokenizer else None
+    # the tokenizer and the prompt are checked here, before anything is printed
+    pieces = stream_text(model, args.prompt, config, tokenizer=tokenizer)
     print(args.prompt, end="", flush=True)
     try:
         for piece in pieces:

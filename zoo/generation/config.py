@@ -31,12 +31,12 @@ def check_text(text: str, what: str = "the prompt") -> None:
 
 
 def check_seed(seed: int | None) -> None:
-    """Raise ``ValueError`` unless ``seed`` is ``None`` or an integer a ``torch.Generator``
-    takes (:data:`SEED_RANGE`)."""
+    """Raise :class:`~zoo.errors.ConfigError` (a ``ValueError``) unless ``seed`` is ``None``
+    or an integer a ``torch.Generator`` takes (:data:`SEED_RANGE`)."""
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise ValueError(f"seed must be an integer or None, got {seed!r}")
+        raise ConfigError(f"seed must be an integer or None, got {seed!r}")
     if seed is not None and not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
-        raise ValueError(
+        raise ConfigError(
             f"seed must be an integer from 0 to 2**64 - 1 ({SEED_RANGE[1]}) (negative ones "
             f"down to -2**63 wrap around modulo 2**64), got {_short(seed)}"
         )

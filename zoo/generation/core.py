@@ -107,8 +107,9 @@ def _checked_inputs(
             )
         if bool((keep[:, 1:] < keep[:, :-1]).any()):  # (B, T - 1): a token before padding
             raise ValueError(
-                "attention_mask pads on the right; generation appends to the end of each row, "
-                "so pad on the left (0s before 1s; Tokenizer.encode_padded(padding_side='left'))"
+                "attention_mask has padding after a token; generation appends to the end of "
+                "each row, so pad on the left only (0s before 1s: "
+                "Tokenizer.encode_padded(..., padding_side='left'))"
             )
         keep = keep.to(device)
     return ids.to(device), keep
