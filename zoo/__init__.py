@@ -96,8 +96,8 @@ __all__ = [
     "pull",
     "push",
     "reset_registry",
-    "use_registry",
     "resolve_config",
     "save",
     "tokenizer",
+    "use_registry",
 ]

@@ -126,8 +126,7 @@ def _weights_entry(weights: Any, where: str) -> tuple[str, str | None]:
     """The weights file name (a plain name) and its sha256 (64 hex digits, or ``None``)."""
     if not isinstance(weights, Mapping) or not isinstance(weights.get("file"), str):
         raise CheckpointError(
-            f"{where}: 'weights' must be an object with at least 'file' (the safetensors "
-            "file name)"
+            f"{where}: 'weights' must be an object with at least 'file' (the safetensors file name)"
         )
     file = weights["file"]
     if Path(file).name != file or file in ("", ".", ".."):
