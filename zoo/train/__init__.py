@@ -7,6 +7,10 @@
     >>> result = train(model, "notes.txt", "runs/notes", config=TrainConfig(steps=200))
     >>> zoo.load(result.checkpoint)
 
+What differs between tasks (decoder LM, classifier, encoder-decoder: the data, the loss, the
+blocks FSDP2 shards) is a :class:`TaskSpec` the model's class declares (``train_task``); a
+plugin adds a task with a spec of its own (:mod:`zoo.train.task`).
+
 This package imports torch; ``import zoo`` does not import it.
 """
 
@@ -17,12 +21,14 @@ from .config import TrainConfig
 from .data import DataError, TokenData, labels_in, train_tokenizer
 from .errors import DivergedError, ResumeError, RunLockedError
 from .loop import TrainResult, train
+from .task import TaskSpec
 
 __all__ = [
     "DataError",
     "DivergedError",
     "ResumeError",
     "RunLockedError",
+    "TaskSpec",
     "TokenData",
     "TrainConfig",
     "TrainResult",
