@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from ..checkpoint import save
 from ..nn.base import ZooModel
 from ..tokenizers.base import check_fits
+from .budget import Budget, stop_reason
 from .config import TrainConfig
 from .data import IGNORE, DataError
 from .errors import DivergedError, RunLockedError
@@ -225,7 +226,7 @@ class _Run:
     history: list[dict[str, Any]]
     metrics: MetricsLog
     progress: Progress
-    budget: _Budget
+    budget: Budget
     say: Callable[[str], None]
     title: str
     start: int  # the step resumed from
@@ -310,7 +311,7 @@ def _start(
     metrics = stack.enter_context(MetricsLog(out / "metrics.jsonl", history, enabled=world.main))
     plotting = world.main and can_plot()  # the import is paid here, not in a timed step
     began = time.monotonic()
-    budget = _Budget(config, world, clock)
+    budget = Budget(config, world, clock)
     progress = Progress(total=config.steps, initial=start, enabled=world.main and log is not None)
     stack.callback(progress.close)
     if progress.bar is not None and log is print:  # lines above the bar, not through it
@@ -374,7 +375,7 @@ def _advance(run: _Run, stop_asked: Callable[[], int]) -> tuple[str, int | None]
     if stopped != "steps" or last or periodic_save:  # a collective under FSDP: every rank
         _checkpoint(run, lr)
     if stopped != "steps":
-        reason = _reason(stopped, signum, run.val_loss, config, run.budget)
+        reason = stop_reason(stopped, signum, run.val_loss, config, run.budget)
         run.say(f"stopped at step {step}: {reason}")
     return stopped, signum
 
@@ -480,81 +481,6 @@ def _finish(run: _Run, stopped: str, signum: int | None) -> TrainResult:
     barrier(world)
     return TrainResult(
         run.model, checkpoint, run.losses, run.val_loss, run.step, seconds, stopped, signum
-    )
-
-
-class _Budget:
-    """Predicts whether another step, then the final evaluation and checkpoint, ends within
-    ``config.time_budget`` seconds of ``clock`` (measured durations; the longest of the
-    last steps, as step times vary)."""
-
-    def __init__(self, config: TrainConfig, world: World, clock: float) -> None:
-        self.config, self.world, self.clock = config, world, clock
-        self.steps: list[float] = []
-        self.eval: float | None = None
-        self.save = 0.0
-        self.needed = 0.0
-        self.first_step_over = False  # the first step alone ended past the budget
-        self.at_first_step = 0.0
-
-    def stepped(self, seconds: float) -> None:
-        self.steps.append(seconds)
-
-    def evaluated(self, seconds: float) -> None:
-        self.eval = seconds
-
-    def saved(self, seconds: float) -> None:
-        self.save = seconds
-
-    def used(self) -> float:
-        return time.monotonic() - self.clock
-
-    def step_estimate(self) -> float:
-        return max(self.steps[-10:]) if self.steps else 0.0
-
-    def finish_estimate(self) -> float:
-        """The final evaluation and two saves (the checkpoint, then the model). Before an
-        evaluation is measured, each of its ``eval_batches`` forward passes (of a whole
-        micro-batch, on every process) is taken to last as long as a training micro-step:
-        an over-estimate (about 3 times) that errs on the side of the budget."""
-        config = self.config
-        prior = config.eval_batches * self.step_estimate() * self.world.size / config.grad_accum
-        return (self.eval if self.eval is not None else prior) + 2 * self.save
-
-    def exhausted(self, *, now_eval: bool, now_save: bool) -> bool:
-        if not self.config.time_budget:
-            return False
-        finish = self.finish_estimate()
-        now = (finish - 2 * self.save if now_eval else 0.0) + (self.save if now_save else 0.0)
-        self.needed = now + self.step_estimate() + finish
-        used = self.used()
-        if len(self.steps) == 1 and used > self.config.time_budget:
-            self.first_step_over, self.at_first_step = True, used
-        return used + self.needed > self.config.time_budget
-
-
-def _reason(
-    stopped: str,
-    signum: int | None,
-    val_loss: float | None,
-    config: TrainConfig,
-    budget: _Budget,
-) -> str:
-    """Why the run stopped, in words."""
-    if stopped == "signal" and signum:
-        name = signal.Signals(signum).name
-        return f"{name} (checkpoint saved: run the same command again to resume)"
-    if stopped == "loss_target":
-        return f"loss target reached (val {val_loss:.4f} <= {config.loss_target:g})"
-    limit = config.time_budget
-    if budget.first_step_over:
-        return (
-            f"time budget ({limit:g} s): the first step alone ended past it, "
-            f"{budget.at_first_step:.1f} s after the start (data preparation included)"
-        )
-    return (
-        f"time budget ({limit:g} s): {budget.used():.1f} s used; another step with the final "
-        f"evaluation and checkpoint (~{budget.needed:.1f} s) would end past it"
     )
 
 
