@@ -93,6 +93,7 @@ def test_a_resumed_run_equals_an_uninterrupted_one(corpus, tokenizer, tmp_path):
         assert torch.equal(rest.model.state_dict()[key], value), key
 
 
+@pytest.mark.slow  # three processes start torch and train under torchrun
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_two_gloo_processes_equal_one(corpus, tmp_path, strategy):
     """DDP, and FSDP2, with global batch B (2 processes x 4) take the same steps as one
@@ -200,6 +201,7 @@ def _worker_pid(out: Path, rank: int) -> int | None:
     return None
 
 
+@pytest.mark.slow  # torchrun, then waits for the survivor's collective to time out
 def test_a_rank_that_dies_ends_the_run_with_an_error_not_a_hang(corpus, tmp_path):
     import time
 
@@ -231,6 +233,7 @@ def test_a_rank_that_dies_ends_the_run_with_an_error_not_a_hang(corpus, tmp_path
 
 
 # -- encoder-decoders: parallel TSV, teacher forcing ------------------------------------------
+@pytest.mark.slow  # 600 training steps
 def test_an_encoder_decoder_learns_to_reverse_from_the_command_line(tmp_path):
     """`zoo train transformer-encdec-tiny --train-tokenizer N`: a byte-level BPE learnt from
     both columns, the model sized to it, teacher forcing; the checkpoint brings its tokenizer."""
