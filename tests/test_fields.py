@@ -47,3 +47,19 @@ def test_good_values_pass_and_ints_widen_to_float():
 def test_a_wrong_value_is_an_error_naming_the_field(field, value, message):
     with pytest.raises(ConfigError, match=message):
         Settings(**{field: value})
+
+
+@dataclasses.dataclass(frozen=True)
+class Pair:
+    betas: tuple[float, float] = (0.9, 0.99)
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+def test_a_fixed_tuple_is_checked_item_by_item():
+    assert Pair((1, 0.5)).betas == (1.0, 0.5)
+    with pytest.raises(ConfigError, match=r"Pair\.betas must be a tuple of 2"):
+        Pair((0.9,))
+    with pytest.raises(ConfigError, match=r"Pair\.betas\[1\] must be float, got str"):
+        Pair((0.9, "x"))

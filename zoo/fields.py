@@ -4,7 +4,8 @@ the instance is created, and a wrong type is a :class:`~zoo.errors.ConfigError` 
 class, the field, what was expected and what was given.
 
 Annotations understood: ``int``, ``float`` (ints are widened; NaN and infinities refused),
-``bool``, ``str``, ``dict``, ``list``, ``tuple``, ``Literal[...]`` and ``X | None``. A
+``bool``, ``str``, ``dict``, ``list``, ``tuple`` (``tuple[A, B]`` item by item),
+``Literal[...]`` and ``X | None``. A
 ``bool`` is never accepted for an ``int`` or ``float`` field.
 """
 
@@ -61,6 +62,18 @@ def _number(where: str, tp: Any, value: Any) -> Any:
     return float(value)
 
 
+def _tuple(where: str, tp: Any, value: Any) -> tuple[Any, ...]:
+    """A fixed-length ``tuple[A, B]``: that many items, each checked (floats widened)."""
+    items = typing.get_args(tp)
+    if not isinstance(value, tuple) or len(value) != len(items):
+        raise ConfigError(
+            f"{where} must be a tuple of {len(items)} ({', '.join(map(describe_type, items))}), "
+            f"got {value!r}"
+        )
+    pairs = enumerate(zip(items, value, strict=True))
+    return tuple(check_value(f"{where}[{i}]", t, v) for i, (t, v) in pairs)
+
+
 def _wrong(where: str, tp: Any, value: Any) -> Any:
     raise ConfigError(f"{where} must be {describe_type(tp)}, got {type(value).__name__} {value!r}")
 
@@ -75,6 +88,8 @@ def check_value(where: str, tp: Any, value: Any) -> Any:
         return _union(where, tp, value)
     if tp in (int, float):
         return _number(where, tp, value)
+    if origin is tuple and typing.get_args(tp) and Ellipsis not in typing.get_args(tp):
+        return _tuple(where, tp, value)
     check = origin or tp
     if isinstance(check, type) and isinstance(value, check):
         return value

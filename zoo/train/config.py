@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from ..errors import ConfigError
+from ..fields import check_fields
 
 __all__ = ["TrainConfig"]
 
@@ -15,16 +16,6 @@ _ZERO = {
     "eval_every": "evaluate only at the end",
     "checkpoint_every": "checkpoint only at the end and on a signal",
 }
-_INTS = (
-    "steps",
-    "batch_size",
-    "grad_accum",
-    "warmup",
-    "eval_every",
-    "eval_batches",
-    "checkpoint_every",
-    "seed",
-)
 _FLOATS = ("lr", "min_lr", "weight_decay", "clip", "val_fraction", "time_budget", "loss_target")
 _MAY_CHANGE_ON_RESUME = frozenset(
     {"eval_every", "eval_batches", "checkpoint_every", "time_budget", "loss_target"}
@@ -78,26 +69,14 @@ class TrainConfig:
     bf16: bool = False
 
     def __post_init__(self) -> None:
-        self._check_types()
+        check_fields(self)  # types, by annotation (zoo.fields): a bool is not a number here
         self._check_ranges()
 
-    def _check_types(self) -> None:
-        """The counts and rates of their types (a bool is not a number here)."""
-        for name in _INTS:
-            value = getattr(self, name)
-            if name == "checkpoint_every" and value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ConfigError(f"TrainConfig.{name} must be an int, got {value!r}")
-        for name in _FLOATS:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ConfigError(f"TrainConfig.{name} must be a number, got {value!r}")
-            if not math.isfinite(value) or value < 0:
-                raise ConfigError(f"TrainConfig.{name} must be finite and >= 0, got {value!r}")
-
     def _check_ranges(self) -> None:
-        """Counts, intervals, rates and fractions within their ranges; ``bf16`` a bool."""
+        """Counts, intervals, rates and fractions within their ranges."""
+        for name in _FLOATS:
+            if getattr(self, name) < 0:
+                raise ConfigError(f"TrainConfig.{name} must be >= 0, got {getattr(self, name)!r}")
         for name in ("steps", "batch_size", "grad_accum", "eval_batches"):
             if getattr(self, name) < 1:
                 raise ConfigError(
@@ -115,8 +94,6 @@ class TrainConfig:
             raise ConfigError(
                 f"TrainConfig.val_fraction must be in (0, 1), got {self.val_fraction}"
             )
-        if not isinstance(self.bf16, bool):
-            raise ConfigError(f"TrainConfig.bf16 must be True or False, got {self.bf16!r}")
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
             raise ConfigError(f"TrainConfig.betas must be two numbers in [0, 1), got {self.betas}")
 
