@@ -10,6 +10,8 @@ Importing zoo does not import torch; :func:`build` does.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ._version import DISTRIBUTION, __version__
 from .api import ModelInfo, build, info, list_models, plugins, resolve_config, tokenizer
 from .checkpoint import LoadReport, export, save
@@ -40,7 +42,14 @@ from .loading import convert_checkpoint, load
 from .registry import add_plugin, get_registry, reset_registry, use_registry
 from .specs import ArchitectureSpec, ComponentSpec, ModelSpec, TokenizerSpec, WeightsSource
 
-_LAZY = {"generate": "zoo.generation:generate"}  # import torch only when used
+if TYPE_CHECKING:  # type checkers see the real names (and generate's overloads)
+    from .generation import GenerationConfig, generate
+
+#: Imported on first use: they import torch, which ``import zoo`` does not.
+_LAZY = {
+    "generate": "zoo.generation:generate",
+    "GenerationConfig": "zoo.generation:GenerationConfig",
+}
 
 
 def __getattr__(name: str) -> object:
@@ -61,6 +70,7 @@ __all__ = [
     "ConfigError",
     "CorruptCheckpointError",
     "DecoderConfig",
+    "GenerationConfig",
     "HubAuthError",
     "HubError",
     "HubNotFoundError",
