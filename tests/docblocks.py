@@ -13,8 +13,9 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 
-#: Comments that mark a command or a line of Python the tests do not run, and why.
-NOT_HERE = ("needs the Hub", "several machines", "needs a GPU")
+#: Comments that mark a command or a line of Python the tests do not run, and why ("tested
+#: in tests/test_x.py": a slow line, such as a first compilation, that test runs).
+NOT_HERE = ("needs the Hub", "several machines", "needs a GPU", "tested in tests/")
 
 #: The programs whose commands an ``sh`` block's test runs (install steps are `.ci/run`'s).
 PROGRAMS = ("zoo", "torchrun", "python -m zoo")

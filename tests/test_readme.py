@@ -7,12 +7,14 @@ Each document runs in a scratch folder of its own that holds the repository's ``
 and an empty Hugging Face cache. Its blocks run in order, as a reader following it would
 (later ones use what earlier ones wrote): the ``zoo``/``torchrun`` commands of its ``sh``
 blocks as processes, its ``python`` blocks in one Python process for the document (one
-namespace, as if pasted into one session). Only lengths change: steps, generated tokens and
-evaluation intervals are cut so that everything runs in a few minutes on 2 cores; and a
-Python ``zoo.load("gpt2-124m", ...)`` (the official weights, from the Hub) loads a 2-layer
-``gpt2-124m`` saved in the folder beforehand (same tokenizer and vocabulary). A command or a
+namespace, as if pasted into one session). Only lengths change: steps, generated tokens,
+evaluation intervals, a context of 256 and a Python run's evaluation batches are cut so that
+everything runs in a few minutes on 2 cores; and a Python ``zoo.load("gpt2-124m", ...)``
+(the official weights, from the Hub) loads a 2-layer ``gpt2-124m`` saved in the folder
+beforehand (same tokenizer and vocabulary). A command or a
 line of Python whose comment says ``needs the Hub``, ``several machines`` or ``needs a GPU``
-is checked to be marked, not run.
+is checked to be marked, not run; one that says ``tested in tests/test_x.py`` (a first
+compilation, too slow to repeat here) must name a test file that exists.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import IO
 
 import pytest
 from docblocks import (
@@ -39,6 +42,7 @@ from docblocks import (
     blocks,
     commands,
     documents,
+    guide_text,
     links,
     python_to_run,
 )
@@ -51,12 +55,15 @@ SMALL = (
     (r"--max-new-tokens \d+", "--max-new-tokens 8"),
     (r"--eval-every \d+", "--eval-every 2"),
     (r"--warmup \d+", "--warmup 1"),
+    (r"context_length=256", "context_length=64"),
 )
 
 #: The same for Python blocks, and the official gpt2-124m weights replaced by a small local copy.
 SMALL_PYTHON = (
     (r"\bsteps=\d+", "steps=4"),
     (r"\bmax_new_tokens=\d+", "max_new_tokens=8"),
+    (r"context_length=256", "context_length=64"),
+    (r"TrainConfig\(", "TrainConfig(eval_batches=2, "),
     (r'zoo\.load\("gpt2-124m"', 'zoo.load("./gpt2-small"'),
 )
 
@@ -157,6 +164,12 @@ def test_every_command_and_python_line_is_marked_or_runnable():
                     assert any(m in comment for m in NOT_HERE), f"unmarked: {where}"
 
 
+def test_a_line_tested_elsewhere_names_its_test():
+    named = re.findall(r"tested in (tests/[\w/]+\.py)", guide_text())
+    assert named, "no line is marked as tested elsewhere"
+    assert not [name for name in named if not (ROOT / name).is_file()]
+
+
 def test_every_python_block_compiles():
     """A syntax error (or a marked line that cannot become ``pass``) fails fast, not slow."""
     found = [b for p in documents() for b in blocks(p, "python")]
@@ -187,6 +200,19 @@ def test_the_link_checker_sees_a_broken_link(tmp_path):
     page.write_text("# A title\n[ok](#a-title) [bad](#nowhere) [gone](missing.md)\n")
     assert anchors(page) == {"a-title"}
     assert links(page) == ["#a-title", "#nowhere", "missing.md"]
+
+
+def _start_python(work: Path, env: dict[str, str], log: IO[str]) -> subprocess.Popen[str]:
+    """The Python process a document's ``python`` blocks run in, in ``work``."""
+    return subprocess.Popen(
+        [sys.executable, "-c", KERNEL],
+        cwd=work,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+    )
 
 
 def _run_python(kernel: subprocess.Popen[str], code: str, where: str) -> str | None:
@@ -222,6 +248,22 @@ def _run_sh(block: Block, work: Path, env: dict[str, str]) -> list[str]:
     return failures
 
 
+def test_the_python_runner_keeps_one_namespace_and_reports_failures(tmp_path):
+    with open(tmp_path / "python.log", "w") as log:
+        kernel = _start_python(tmp_path, dict(os.environ), log)
+        try:
+            assert _run_python(kernel, "x = 41\nprint('to the log')\n", "one") is None
+            assert _run_python(kernel, "assert x == 41\n", "two") is None
+            error = _run_python(kernel, "x += 1\nraise ValueError(x)\n", "three")
+            assert error is not None and "ValueError: 42" in error and '"three"' in error
+        finally:
+            kernel.kill()
+            kernel.wait()
+    assert "to the log" in (tmp_path / "python.log").read_text()
+    marked = Block(README, 1, "python", 'if True:\n    zoo.pull("gpt1")  # needs the Hub\n')
+    assert python_to_run(marked) == "if True:\n    pass  # not run here: needs the Hub\n"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("document", RUNNABLE, ids=_name)
 def test_document_runs_as_written(document, tmp_path):
@@ -242,15 +284,7 @@ def test_document_runs_as_written(document, tmp_path):
     found = [b for b in blocks(document) if b.language in ("sh", "python")]
     failures: list[str] = []
     with open(tmp_path / "python.log", "w") as log:
-        kernel = subprocess.Popen(
-            [sys.executable, "-c", KERNEL],
-            cwd=work,
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=log,
-            text=True,
-        )
+        kernel = _start_python(work, env, log)
         try:
             if any('zoo.load("gpt2-124m"' in python_to_run(b) for b in found):
                 error = _run_python(kernel, SMALL_GPT2, "setup")
