@@ -178,7 +178,7 @@ def test_a_model_that_is_not_a_zoo_model_is_refused_at_first_build(monkeypatch, 
     use_registry(registry)
     assert "plain-gpt-m" in zoo.list_models()  # registration stays lazy and torch-free
     with pytest.raises(
-        zoo.PluginContractError, match=r"not a subclass of zoo\.nn\.ZooModel.*README"
+        zoo.PluginContractError, match=r"not a subclass of zoo\.nn\.ZooModel.*docs/plugins\.md"
     ):
         zoo.build("plain-gpt-m")
     (result,) = run_conformance("plain-gpt-m", checks=["forward"], devices=["cpu"])

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 #: Where a plugin author reads what an architecture must provide.
 _CONTRACT = (
-    "Subclass it (the README's 'Writing a plugin' section lists what a model must provide; "
+    "Subclass it (docs/plugins.md, 'What a model must provide', lists what a model needs; "
     "wrap an existing nn.Module inside a ZooModel subclass)."
 )
 

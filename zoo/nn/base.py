@@ -85,7 +85,7 @@ class ZooModel(nn.Module):
         if self.is_encoder_decoder:
             raise NotImplementedError(
                 f"{type(self).__name__} is an encoder-decoder: it must implement "
-                "start_decoding() to generate (see the README, 'Writing a plugin')"
+                "start_decoding() to generate (docs/plugins.md, 'What a model must provide')"
             )
         return RecomputeSession(self, input_ids, keep, max_new_tokens)
 

@@ -1,4 +1,4 @@
-"""zoo-toy: a third-party zoo plugin (the one in the README's "Writing a plugin")."""
+"""zoo-toy: a third-party zoo plugin (the one in docs/plugins.md)."""
 
 from zoo import ArchitectureSpec, ModelSpec, hookimpl
 from zoo.specs import ComponentSpec
