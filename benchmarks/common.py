@@ -30,9 +30,17 @@ def machine_facts(*packages: str) -> str:
     memory = f", {int(mem_kib.split()[0]) / 1024**2:.0f} GiB RAM" if mem_kib else ""
     versions = ", ".join(f"{name} {importlib.import_module(name).__version__}" for name in packages)
     return (
-        f"{cpu_name()}, {os.cpu_count()} logical CPUs{memory}; Linux {platform.release()}; "
-        f"Python {platform.python_version()}" + (f", {versions}" if versions else "")
+        f"{cpu_name()}, {os.cpu_count()} logical CPUs ({cpu_flags()}){memory}; Linux "
+        f"{platform.release()}; Python {platform.python_version()}"
+        + (f", {versions}" if versions else "")
     )
+
+
+def cpu_flags() -> str:
+    """The CPU features that move CPU engines' ranking: AVX2, AVX-512, bfloat16, AMX."""
+    flags = set((_proc_line("/proc/cpuinfo", "flags") or "").split())
+    wanted = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16")
+    return " ".join(f for f in wanted if f in flags) or "flags unknown"
 
 
 def publish(report: str, *, title: str, markdown: Path | None) -> None:
