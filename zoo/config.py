@@ -129,7 +129,7 @@ class TransformerConfig(ModelConfig):
         vocab_size: number of token ids.
         context_length: longest sequence the model accepts.
         d_model: width of the residual stream.
-        n_heads: attention (query) heads; must divide ``d_model``.
+        n_heads: attention (query) heads; must divide ``d_model`` unless ``head_dim`` is set.
         d_ff: hidden width of the feed-forward network (of each branch of a gated one).
         dropout: dropout on embeddings, attention weights and residual branches (training only).
         norm_first: pre-LN (``x + f(ln(x))``) when true, post-LN (``ln(x + f(x))``) when false.
@@ -154,6 +154,15 @@ class TransformerConfig(ModelConfig):
         rope_theta: base of the rotary angles.
         rotary_fraction: share of each head's features that rotary positions turn (1: all).
         sliding_window: each query sees at most this many most recent keys (``None``: all).
+        head_dim: features per attention head (``None``: ``d_model / n_heads``). Set apart
+            (Qwen3, Gemma), queries are ``n_heads * head_dim`` wide and the output projection
+            maps that width back to ``d_model``; :attr:`head_size` is the value in effect.
+        qk_norm: normalise each head's queries and keys (the ``norm`` component over
+            ``head_size`` features) before rotary positions (Qwen3, Gemma 3).
+        n_experts: a mixture of this many ``ffn`` experts replaces the one feed-forward of
+            every block, with a router choosing ``experts_per_token`` of them per token
+            (Mixtral); ``None``: one dense feed-forward.
+        experts_per_token: experts each token is routed to (with ``n_experts``).
     """
 
     vocab_size: int
@@ -180,16 +189,39 @@ class TransformerConfig(ModelConfig):
     rope_theta: float = 10000.0
     rotary_fraction: float = 1.0
     sliding_window: int | None = None
+    head_dim: int | None = None
+    qk_norm: bool = False
+    n_experts: int | None = None
+    experts_per_token: int = 2
+
+    @property
+    def head_size(self) -> int:
+        """Features per attention head: ``head_dim``, else ``d_model / n_heads``."""
+        return self.head_dim if self.head_dim is not None else self.d_model // self.n_heads
 
     def validate(self) -> None:
         self._require_positive("vocab_size", "context_length", "d_model", "n_heads", "d_ff")
         self._require_at_most(MAX_TOKENS, "vocab_size", "context_length")
         self._require_at_most(MAX_WIDTH, "d_model", "d_ff")
-        self._require(
-            self.d_model % self.n_heads == 0,
-            "d_model",
-            f"must be divisible by n_heads = {self.n_heads}",
-        )
+        if self.head_dim is None:
+            self._require(
+                self.d_model % self.n_heads == 0,
+                "d_model",
+                f"must be divisible by n_heads = {self.n_heads} (or set head_dim)",
+            )
+        else:
+            self._require(
+                0 < self.head_dim <= MAX_WIDTH,
+                "head_dim",
+                f"must be a positive integer at most {MAX_WIDTH:,}",
+            )
+        if self.n_experts is not None:
+            self._require(0 < self.n_experts <= 1024, "n_experts", "must be in [1, 1024]")
+            self._require(
+                0 < self.experts_per_token <= self.n_experts,
+                "experts_per_token",
+                f"must be in [1, n_experts = {self.n_experts}]",
+            )
         self._require(0.0 <= self.dropout < 1.0, "dropout", "must be in [0, 1)")
         self._require(
             self.norm_first or not self.parallel_residual,

@@ -18,16 +18,25 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+import torch
 from torch import Tensor
 
+from .hf_config import HFConfigFormat
+
 __all__ = [
+    "ANY",
+    "SIZES",
     "ConversionReport",
+    "FusedRule",
     "KeyMap",
     "KeyRule",
     "StateTransform",
+    "fused_linear",
+    "hf_layout",
     "linear_rules",
     "openai_block_rules",
     "openai_represents",
+    "represented",
 ]
 
 #: A whole-state-dict transform: ``(foreign state, zoo config) -> foreign state``.
@@ -35,18 +44,53 @@ StateTransform = Callable[[dict[str, Tensor], Any], dict[str, Tensor]]
 
 
 def _pattern(template: str) -> re.Pattern[str]:
-    return re.compile("^" + re.escape(template).replace(r"\{i\}", r"(?P<i>\d+)") + "$")
+    """``"h.{i}.experts.{e}.w"`` -> a regex with one named group of digits per placeholder."""
+    escaped = re.escape(template)
+    return re.compile("^" + re.sub(r"\\\{(\w+)\\\}", r"(?P<\1>\\d+)", escaped) + "$")
+
+
+def _fill(template: str, groups: Mapping[str, str]) -> str:
+    for name, value in groups.items():
+        template = template.replace("{" + name + "}", value)
+    return template
+
+
+class _Any:
+    """The wildcard of :attr:`KeyMap.represents`: the layout holds any value of the field."""
+
+    def __repr__(self) -> str:
+        return "ANY"
+
+
+#: In :attr:`KeyMap.represents`: the layout holds every value of that field (its config.json
+#: says which), e.g. ``{"sliding_window": ANY}``.
+ANY: Any = _Any()
+
+#: Named sizes a :class:`FusedRule` splits by, from the model config: query and key/value
+#: widths (``n_heads``/``n_kv_heads`` heads of ``head_size``), the feed-forward and model
+#: widths.
+SIZES: Mapping[str, Callable[[Any], int]] = {
+    "q": lambda c: c.n_heads * c.head_size,
+    "kv": lambda c: (c.n_kv_heads or c.n_heads) * c.head_size,
+    "d_ff": lambda c: c.d_ff,
+    "d_model": lambda c: c.d_model,
+}
 
 
 @dataclasses.dataclass(frozen=True)
 class KeyRule:
-    """``foreign`` key template <-> ``zoo`` key template; ``transpose`` for Conv1D weights;
-    ``optional`` when a model may lack the key (a head tied to the embedding)."""
+    """``foreign`` key template <-> ``zoo`` key template; ``{i}`` (or any ``{name}``) stands
+    for an index. ``transpose`` for Conv1D weights; ``optional`` when a model may lack the
+    key (a head tied to the embedding); ``interleave = g`` when the foreign rows are grouped
+    per head, ``(n_heads, g, rows, ...)``, where zoo's are ``(g, n_heads, rows, ...)``
+    (GPT-NeoX's ``query_key_value`` holds each head's query, key and value together: ``3``).
+    """
 
     foreign: str
     zoo: str
     transpose: bool = False
     optional: bool = False
+    interleave: int = 0
     _foreign_re: re.Pattern[str] = dataclasses.field(init=False, repr=False, compare=False)
     _zoo_re: re.Pattern[str] = dataclasses.field(init=False, repr=False, compare=False)
 
@@ -60,9 +104,81 @@ class KeyRule:
             (self._foreign_re, self.zoo) if side == "foreign" else (self._zoo_re, self.foreign)
         )
         m = pattern.match(key)
-        if m is None:
-            return None
-        return target.replace("{i}", m["i"]) if "i" in m.groupdict() else target
+        return None if m is None else _fill(target, m.groupdict())
+
+    def convert(self, tensor: Tensor, config: Any, *, side: str) -> Tensor:
+        """``tensor`` (a key on ``side``) as the other side stores it."""
+        if self.transpose:
+            tensor = tensor.t()
+        if self.interleave:
+            if config is None:
+                raise ValueError("this layout regroups heads: pass the model config")
+            heads, groups = config.n_heads, self.interleave
+            first = (heads, groups) if side == "foreign" else (groups, heads)
+            # (a, b, rows, ...) -> (b, a, rows, ...), then flat again
+            tensor = tensor.reshape(*first, -1, *tensor.shape[1:]).transpose(0, 1)
+            tensor = tensor.reshape(-1, *tensor.shape[3:])
+        return tensor
+
+
+@dataclasses.dataclass(frozen=True)
+class FusedRule:
+    """One zoo tensor that the foreign layout stores as several, concatenated along the first
+    dimension in order: q/k/v projections zoo fuses into ``qkv``, gate/up into ``fc``.
+
+    Args:
+        zoo: the zoo key template (``"blocks.{i}.attn.qkv.weight"``).
+        foreign: the foreign key templates of the pieces, in order.
+        sizes: the rows of each piece, by name from :data:`SIZES` (``("q", "kv", "kv")``).
+        optional: a model may lack the key.
+    """
+
+    zoo: str
+    foreign: tuple[str, ...]
+    sizes: tuple[str, ...]
+    optional: bool = False
+    _zoo_re: re.Pattern[str] = dataclasses.field(init=False, repr=False, compare=False)
+    _first_re: re.Pattern[str] = dataclasses.field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if len(self.sizes) != len(self.foreign):
+            raise ValueError(f"{self.zoo}: {len(self.foreign)} pieces but {len(self.sizes)} sizes")
+        unknown = sorted(set(self.sizes) - set(SIZES))
+        if unknown:
+            raise ValueError(f"{self.zoo}: unknown sizes {unknown}; choose from {sorted(SIZES)}")
+        object.__setattr__(self, "_zoo_re", _pattern(self.zoo))
+        object.__setattr__(self, "_first_re", _pattern(self.foreign[0]))
+
+    def fuse(self, state: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Pop every complete set of pieces from the foreign ``state`` and return them fused,
+        under their zoo keys (pieces of an incomplete set stay, to be reported)."""
+        out: dict[str, Tensor] = {}
+        for key in [k for k in state if self._first_re.match(k)]:
+            groups = self._first_re.match(key).groupdict()  # type: ignore[union-attr]
+            names = [_fill(f, groups) for f in self.foreign]
+            if all(name in state for name in names):
+                out[_fill(self.zoo, groups)] = torch.cat([state.pop(n) for n in names])
+        return out
+
+    def split(self, state: dict[str, Tensor], config: Any) -> dict[str, Tensor]:
+        """Pop each fused tensor from the zoo ``state`` and return its foreign pieces."""
+        rows = [SIZES[size](config) for size in self.sizes]
+        out: dict[str, Tensor] = {}
+        for key in [k for k in state if self._zoo_re.match(k)]:
+            groups = self._zoo_re.match(key).groupdict()  # type: ignore[union-attr]
+            pieces = state.pop(key).split(rows)
+            for template, piece in zip(self.foreign, pieces, strict=True):
+                out[_fill(template, groups)] = piece
+        return out
+
+
+def fused_linear(
+    zoo: str, foreign: tuple[str, ...], sizes: tuple[str, ...], *, bias: bool = False
+) -> tuple[FusedRule, ...]:
+    """:class:`FusedRule` s for the ``weight`` (and ``bias``) of one fused linear layer;
+    ``zoo`` and ``foreign`` name the layers (``"blocks.{i}.attn.qkv"``)."""
+    params = ("weight", "bias") if bias else ("weight",)
+    return tuple(FusedRule(f"{zoo}.{p}", tuple(f"{f}.{p}" for f in foreign), sizes) for p in params)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,11 +201,14 @@ class KeyMap:
         config_from_foreign: foreign config dict -> zoo config values (for checkpoint import).
         config_to_foreign: zoo config -> foreign config dict (for export).
         model_type: the Hugging Face ``config.json`` ``model_type`` this layout reads.
+        fused: zoo tensors the layout stores as several (q/k/v, gate/up), concatenated on
+            import and split on export.
         merge_foreign: on import, a transform of the foreign state (prefixes stripped) run
-            before the rules, e.g. concatenating q/k/v into one key a rule then maps.
+            before the rules, for what :class:`FusedRule` and :class:`KeyRule` cannot say.
         split_foreign: on export, its inverse, run after the rules.
-        represents: config values this layout can represent (``{"norm_first": True}``);
-            exporting a model whose config differs is refused.
+        represents: config values this layout can represent (``{"norm_first": True}``;
+            :data:`ANY` for a field whose every value it holds, :func:`represented` derives
+            them from the config class); exporting a model whose config differs is refused.
     """
 
     rules: tuple[KeyRule, ...]
@@ -102,6 +221,7 @@ class KeyMap:
     merge_foreign: StateTransform | None = None
     split_foreign: StateTransform | None = None
     represents: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)
+    fused: tuple[FusedRule, ...] = ()
 
     def _ignored(self, key: str, patterns: tuple[str, ...]) -> bool:
         return any(re.fullmatch(p, key) for p in patterns)
@@ -113,7 +233,7 @@ class KeyMap:
         return key
 
     def _convert(
-        self, state: Mapping[str, Tensor], side: str, ignore: tuple[str, ...]
+        self, state: Mapping[str, Tensor], side: str, ignore: tuple[str, ...], config: Any
     ) -> tuple[dict[str, Tensor], ConversionReport]:
         out: dict[str, Tensor] = {}
         unexpected: list[str] = []
@@ -123,7 +243,7 @@ class KeyMap:
             for rule in self.rules:
                 target = rule.match(name, side=side)
                 if target is not None:
-                    out[target] = tensor.t() if rule.transpose else tensor
+                    out[target] = rule.convert(tensor, config, side=side)
                     break
             else:
                 unexpected.append(name)
@@ -146,8 +266,11 @@ class KeyMap:
         """
         original = {self._strip(key): key for key in state}
         stripped = {self._strip(key): tensor for key, tensor in state.items()}
-        merged = self._transform(self.merge_foreign, stripped, config)
-        out, report = self._convert(merged, "foreign", self.ignore_foreign)
+        merged = dict(self._transform(self.merge_foreign, stripped, config))
+        fused = [rule.fuse(merged) for rule in self.fused]
+        out, report = self._convert(merged, "foreign", self.ignore_foreign, config)
+        for tensors in fused:
+            out.update(tensors)
         return out, ConversionReport(tuple(original.get(k, k) for k in report.unexpected))
 
     def from_zoo(
@@ -155,8 +278,15 @@ class KeyMap:
     ) -> tuple[dict[str, Tensor], ConversionReport]:
         """Zoo state dict -> foreign state dict, plus the zoo keys no rule matched and the
         layout's keys nothing was written to."""
-        out, report = self._convert(state, "zoo", self.ignore_zoo)
-        report = dataclasses.replace(report, missing=self._missing(out, state))
+        zoo_keys = list(state)
+        state = dict(state)
+        if self.fused and config is None:
+            raise ValueError("this layout splits fused tensors: pass the model config")
+        split = [rule.split(state, config) for rule in self.fused]
+        out, report = self._convert(state, "zoo", self.ignore_zoo, config)
+        for pieces in split:
+            out.update(pieces)
+        report = dataclasses.replace(report, missing=self._missing(out, zoo_keys))
         return self._transform(self.split_foreign, out, config), report
 
     def misrepresented(self, config: Any) -> list[str]:
@@ -165,25 +295,75 @@ class KeyMap:
         return [
             f"{name} = {getattr(config, name, None)!r} (the layout holds only {value!r})"
             for name, value in self.represents.items()
-            if getattr(config, name, None) != value
+            if value is not ANY and getattr(config, name, None) != value
         ]
 
     def _missing(self, foreign: Mapping[str, Any], zoo_keys: Iterable[str]) -> tuple[str, ...]:
-        """Foreign keys of non-optional rules absent from ``foreign``; a rule with ``{i}`` is
-        wanted for every layer index the zoo state has."""
-        layers: set[str] = set()
+        """Foreign keys of non-optional rules absent from ``foreign``; a rule with ``{i}``
+        (and ``{e}``...) is wanted for every index (combination) the zoo state has."""
+        zoo_patterns = [r._zoo_re for r in self.rules] + [r._zoo_re for r in self.fused]
+        seen: dict[frozenset[str], set[tuple[tuple[str, str], ...]]] = {}
         for key in zoo_keys:
-            for rule in self.rules:
-                m = rule._zoo_re.match(key)
-                if m is not None and "i" in m.groupdict():
-                    layers.add(m["i"])
-        wanted = [
-            rule.foreign.replace("{i}", i)
-            for rule in self.rules
-            if not rule.optional
-            for i in (sorted(layers, key=int) if "{i}" in rule.foreign else [""])
+            for pattern in zoo_patterns:
+                m = pattern.match(key)
+                if m is not None:
+                    groups = m.groupdict()
+                    seen.setdefault(frozenset(groups), set()).add(tuple(sorted(groups.items())))
+        templates = [r.foreign for r in self.rules if not r.optional] + [
+            f for r in self.fused if not r.optional for f in r.foreign
         ]
-        return tuple(key for key in wanted if key not in foreign)
+        wanted = []
+        for template in templates:
+            names = frozenset(re.findall(r"\{(\w+)\}", template))
+            for groups in sorted(seen.get(names, set())) if names else [()]:
+                wanted.append(_fill(template, dict(groups)))
+        return tuple(dict.fromkeys(key for key in wanted if key not in foreign))
+
+
+def represented(
+    config: type,
+    *,
+    mapped: Iterable[str],
+    inert: Iterable[str] = ("dropout",),
+    **overrides: Any,
+) -> dict[str, Any]:
+    """The :attr:`KeyMap.represents` of a layout whose config.json carries the ``mapped``
+    fields (any value: :data:`ANY`) and leaves every other field of the ``config`` class at
+    its default (the only value the layout holds). ``inert`` fields change no forward pass
+    (training dropout); ``overrides`` name what differs (``sliding_window=ANY``)."""
+    values: dict[str, Any] = {}
+    mapped, inert = set(mapped), set(inert)
+    for field in dataclasses.fields(config):
+        if field.name in inert:
+            continue
+        if field.name in mapped:
+            values[field.name] = ANY
+        elif field.default is not dataclasses.MISSING:
+            values[field.name] = field.default
+    return values | overrides
+
+
+def hf_layout(
+    format: HFConfigFormat,
+    rules: tuple[KeyRule, ...],
+    *,
+    fused: tuple[FusedRule, ...] = (),
+    ignore_foreign: tuple[str, ...] = (),
+    **represents: Any,
+) -> KeyMap:
+    """The :class:`KeyMap` of a Hugging Face checkpoint whose ``config.json`` is ``format``:
+    it reads and writes that config, and represents every value of the fields the config
+    carries and the defaults of ``format.config`` for the others (``represents`` overrides:
+    ``sliding_window=ANY`` where ``read_extra`` reads it)."""
+    return KeyMap(
+        rules=rules,
+        fused=fused,
+        ignore_foreign=ignore_foreign,
+        model_type=format.model_type,
+        config_from_foreign=format.read,
+        config_to_foreign=format.write,
+        represents=represented(format.config, mapped=format.fields, **represents),
+    )
 
 
 def linear_rules(foreign: str, zoo: str, *, transpose: bool = False) -> tuple[KeyRule, KeyRule]:

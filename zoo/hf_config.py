@@ -22,11 +22,21 @@ Example (a layout's ``config_from_foreign``)::
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Mapping
+import types
+import typing
+from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["INERT_KEYS", "HFConfigError", "HFConfigReader"]
+__all__ = [
+    "INERT_KEYS",
+    "LLAMA_FIELDS",
+    "HFConfigError",
+    "HFConfigFormat",
+    "HFConfigReader",
+    "HFField",
+]
 
 #: Keys of transformers' ``PretrainedConfig`` and of the families zoo reads that never change
 #: a forward pass: bookkeeping, token ids, generation defaults, dropouts (zoo reads the one
@@ -131,22 +141,26 @@ class HFConfigReader:
                 f"{self.family} layout does not implement (it computes with {wants})"
             )
 
-    def rope_theta(self, default: float = 10000.0) -> float:
+    def rope_theta(
+        self, default: float = 10000.0, *, theta_key: str = "rope_theta", partial: bool = False
+    ) -> float:
         """The rotary base, from ``rope_parameters`` (transformers 5) or the top-level
-        ``rope_theta`` (4.x); any scaling (``rope_type`` other than ``"default"``,
-        ``rope_scaling``, extra rotary parameters) is refused, as is a file whose two
-        spellings disagree."""
-        params = self.get("rope_parameters", {})
+        ``rope_theta`` (4.x; ``theta_key`` where a family spells it otherwise); any scaling
+        (``rope_type`` other than ``"default"``, ``rope_scaling``, extra rotary parameters)
+        is refused, as is a file whose two spellings disagree. ``partial``: the family reads
+        ``partial_rotary_factor`` too (:meth:`rotary_fraction`)."""
+        params = self._rope_parameters()
         scaling = self.get("rope_scaling", None)
-        if not isinstance(params, Mapping):
-            raise self._error(f"rope_parameters = {_show(params)} must be an object")
         rope_type = params.get("rope_type", params.get("type", "default"))
         if rope_type != "default":
             raise self._error(
                 f"rope_parameters.rope_type = {_show(rope_type)}: zoo implements only the "
                 "default rotary embedding (no scaled or extended variants)"
             )
-        extra = sorted(set(params) - {"rope_theta", "rope_type", "type"})
+        known = {"rope_theta", "rope_type", "type"} | (
+            {"partial_rotary_factor"} if partial else set()
+        )
+        extra = sorted(set(params) - known)
         if extra:
             raise self._error(
                 f"rope_parameters has {', '.join(f'{k} = {_show(params[k])}' for k in extra)}, "
@@ -163,14 +177,7 @@ class HFConfigReader:
                     f"rope_scaling = {_show(scaling)}: zoo implements only the default rotary "
                     "embedding (no scaled or extended variants)"
                 )
-        top = self.get("rope_theta", None)
-        nested = params.get("rope_theta")
-        if top is not None and nested is not None and top != nested:
-            raise self._error(
-                f"rope_theta = {_show(top)} and rope_parameters.rope_theta = {_show(nested)} "
-                "disagree; fix the file so that one value remains"
-            )
-        theta = nested if nested is not None else top
+        theta = self._both(theta_key, params, "rope_theta")
         if theta is None:
             return default
         if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
@@ -178,6 +185,35 @@ class HFConfigReader:
         if not math.isfinite(theta):
             raise self._error(f"rope_theta = {_show(theta)} must be finite")
         return float(theta)
+
+    def rotary_fraction(self, key: str = "partial_rotary_factor", default: float = 1.0) -> float:
+        """The share of each head that rotary positions turn: ``rope_parameters.
+        partial_rotary_factor`` (transformers 5) or the top-level ``key`` (4.x spells it
+        ``partial_rotary_factor``, or ``rotary_pct`` for GPT-NeoX)."""
+        value = self._both(key, self._rope_parameters(), "partial_rotary_factor")
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+            raise self._error(f"{key} = {_show(value)} must be a number in (0, 1]")
+        return float(value)
+
+    def _rope_parameters(self) -> Mapping[str, Any]:
+        params = self.get("rope_parameters", {})
+        if not isinstance(params, Mapping):
+            raise self._error(f"rope_parameters = {_show(params)} must be an object")
+        return params
+
+    def _both(self, top_key: str, params: Mapping[str, Any], nested_key: str) -> Any:
+        """A rotary value spelled at the top level (4.x) and/or in ``rope_parameters`` (5):
+        either, or both when they agree."""
+        top = self.get(top_key, None)
+        nested = params.get(nested_key)
+        if top is not None and nested is not None and top != nested:
+            raise self._error(
+                f"{top_key} = {_show(top)} and rope_parameters.{nested_key} = {_show(nested)} "
+                "disagree; fix the file so that one value remains"
+            )
+        return nested if nested is not None else top
 
     def finish(self, values: dict[str, Any]) -> dict[str, Any]:
         """``values``, once every key of the file was read or is known to be inert.
@@ -195,3 +231,122 @@ class HFConfigReader:
                 "config.json; otherwise this checkpoint needs a layout that implements it."
             )
         return values
+
+
+@dataclasses.dataclass(frozen=True)
+class HFField:
+    """How one zoo config field is spelled in a transformers ``config.json``.
+
+    Args:
+        key: the key in ``config.json``.
+        default: the value when the file lacks the key or holds null (transformers' own
+            default for that family); absent: the key is required (for fields zoo requires).
+        write: the value written on export (default: the field's value).
+    """
+
+    key: str
+    default: Any = _MISSING
+    write: Callable[[Any], Any] | None = None
+
+
+def _field_kind(annotation: Any) -> tuple[type, bool]:
+    """``int``/``float``/``bool``/``str`` of a field's annotation, and whether it is optional."""
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and type(None) in args:
+        (inner,) = [a for a in args if a is not type(None)]
+        return inner, True
+    return annotation, False
+
+
+@dataclasses.dataclass(frozen=True)
+class HFConfigFormat:
+    """One family's transformers ``config.json``, both ways, declared once.
+
+    Each zoo field of ``fields`` is read from its key (type-checked by the field's own
+    annotation in ``config``); ``fixed`` keys must hold the one value zoo computes with (or
+    be absent) and are written on export; ``inert`` keys change no forward pass; every other
+    key is refused (:meth:`HFConfigReader.finish`). ``rope_theta`` and ``rotary_fraction``
+    are read through :meth:`HFConfigReader.rope_theta` / :meth:`~HFConfigReader.
+    rotary_fraction`, so both transformers generations' spellings load. ``read_extra`` reads
+    what a table cannot say (Qwen2's window switches) and returns more zoo values;
+    ``write_extra`` adds keys on export.
+
+    Example (a Llama-like family)::
+
+        QWEN2 = HFConfigFormat(
+            family="Qwen2", model_type="qwen2", architecture="Qwen2ForCausalLM",
+            config=Qwen2Config, fields=LLAMA_FIELDS, fixed={"hidden_act": "silu"},
+        )
+        values = QWEN2.read(json.load(open("config.json")))
+    """
+
+    family: str
+    model_type: str
+    architecture: str
+    config: type
+    fields: Mapping[str, str | HFField]
+    fixed: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    inert: frozenset[str] = frozenset()
+    read_extra: Callable[[HFConfigReader], Mapping[str, Any]] | None = None
+    write_extra: Callable[[Any], Mapping[str, Any]] | None = None
+
+    def _spec(self, field: str) -> HFField:
+        spec = self.fields[field]
+        return spec if isinstance(spec, HFField) else HFField(spec)
+
+    def read(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        """zoo config values of a transformers ``config.json`` (refusing what zoo lacks)."""
+        r = HFConfigReader(data, family=self.family, inert=self.inert)
+        for key, value in self.fixed.items():
+            r.expect(key, value)
+        hints = typing.get_type_hints(self.config)
+        values = {field: self._read(r, field, hints[field]) for field in self.fields}
+        if self.read_extra is not None:
+            values.update(self.read_extra(r))
+        if values.get("head_dim") is not None and values["head_dim"] * values.get(
+            "n_heads", 0
+        ) == values.get("d_model"):
+            values["head_dim"] = None  # d_model / n_heads, zoo's default: one spelling
+        return r.finish(values)
+
+    def _read(self, r: HFConfigReader, field: str, annotation: Any) -> Any:
+        spec = self._spec(field)
+        if field == "rope_theta":
+            default = 10000.0 if spec.default is _MISSING else spec.default
+            partial = "rotary_fraction" in self.fields
+            return r.rope_theta(default, theta_key=spec.key, partial=partial)
+        if field == "rotary_fraction":
+            return r.rotary_fraction(spec.key, 1.0 if spec.default is _MISSING else spec.default)
+        kind, optional = _field_kind(annotation)
+        default = None if optional and spec.default is _MISSING else spec.default
+        if optional and r.get(spec.key, default) is None:
+            return None
+        read = {int: r.integer, float: r.number, bool: r.flag}.get(kind, r.get)
+        return read(spec.key, default)
+
+    def write(self, config: Any) -> dict[str, Any]:
+        """The transformers ``config.json`` of a zoo config."""
+        out: dict[str, Any] = {"model_type": self.model_type, "architectures": [self.architecture]}
+        for field in self.fields:
+            spec = self._spec(field)
+            out[spec.key] = spec.write(config) if spec.write else getattr(config, field)
+        out.update(self.fixed)
+        if self.write_extra is not None:
+            out.update(self.write_extra(config))
+        return out
+
+
+#: The config.json of Llama and the families that copy it (Qwen2/3, Mistral, Mixtral).
+LLAMA_FIELDS: Mapping[str, str | HFField] = {
+    "vocab_size": "vocab_size",
+    "context_length": "max_position_embeddings",
+    "d_model": "hidden_size",
+    "n_heads": "num_attention_heads",
+    "n_kv_heads": HFField("num_key_value_heads", write=lambda c: c.n_kv_heads or c.n_heads),
+    "n_layers": "num_hidden_layers",
+    "d_ff": "intermediate_size",
+    "head_dim": HFField("head_dim", write=lambda c: c.head_size),
+    "layer_norm_eps": HFField("rms_norm_eps", 1e-6),
+    "rope_theta": HFField("rope_theta", 10000.0),
+    "tie_embeddings": HFField("tie_word_embeddings", False),
+}

@@ -240,7 +240,7 @@ class EncoderDecoderSession:
             b,
             c.n_kv_heads or c.n_heads,
             max_len,
-            c.d_model // c.n_heads,
+            c.head_size,
             dtype=dtype,
             device=device,
         )

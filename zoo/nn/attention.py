@@ -23,8 +23,11 @@ class MultiHeadAttention(nn.Module):
     ``memory`` with ``kv``, so the query and key lengths are free to differ.
 
     Args:
-        d_model: model width; split evenly over ``n_heads``.
+        d_model: model width (of the input and of the output).
         n_heads: number of query heads.
+        head_dim: features per head (default ``d_model / n_heads``); queries, keys and
+            values are ``head_dim`` wide per head, and the output projection maps the
+            ``n_heads * head_dim`` features back to ``d_model``.
         n_kv_heads: key/value heads (default ``n_heads``); fewer is grouped-query attention
             (each shared by ``n_heads / n_kv_heads`` query heads), one is multi-query.
         dropout: dropout on the attention weights (training only).
@@ -46,6 +49,7 @@ class MultiHeadAttention(nn.Module):
         d_model: int,
         n_heads: int,
         *,
+        head_dim: int | None = None,
         n_kv_heads: int | None = None,
         dropout: float = 0.0,
         cross: bool = False,
@@ -54,23 +58,24 @@ class MultiHeadAttention(nn.Module):
     ) -> None:
         super().__init__()
         n_kv_heads = n_kv_heads or n_heads
-        if d_model % n_heads:
+        if head_dim is None and d_model % n_heads:
             raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
         if n_heads % n_kv_heads:
             raise ValueError(f"n_heads={n_heads} must be divisible by n_kv_heads={n_kv_heads}")
         self.d_model = d_model
         self.n_heads = n_heads
         self.n_kv_heads = n_kv_heads
-        self.head_dim = d_model // n_heads
+        self.head_dim = head_dim if head_dim is not None else d_model // n_heads
+        self.q_width = n_heads * self.head_dim
         self.kv_width = n_kv_heads * self.head_dim
         self.dropout = dropout
         self.cross = cross
         if cross:
-            self.q = Linear(d_model, d_model, bias=bias)
+            self.q = Linear(d_model, self.q_width, bias=bias)
             self.kv = Linear(d_model, 2 * self.kv_width, bias=bias)
         else:
-            self.qkv = Linear(d_model, d_model + 2 * self.kv_width, bias=bias)
-        self.proj = Linear(d_model, d_model, bias=bias if out_bias is None else out_bias)
+            self.qkv = Linear(d_model, self.q_width + 2 * self.kv_width, bias=bias)
+        self.proj = Linear(self.q_width, d_model, bias=bias if out_bias is None else out_bias)
         # Seams: modules applied to each head's queries and keys, (B, H, T, hd) ->
         # (B, H, T, hd), before rotary positions turn them (q/k normalisation, as Qwen3,
         # OLMo-2 and Gemma 3 have it); a plugin's attention factory sets them.
@@ -122,7 +127,7 @@ class MultiHeadAttention(nn.Module):
             qkv = self.qkv(x).view(b, t, 3, self.n_heads, self.head_dim)
             q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, H, T, hd)
         else:
-            q, k, v = self.qkv(x).split((self.d_model, self.kv_width, self.kv_width), dim=-1)
+            q, k, v = self.qkv(x).split((self.q_width, self.kv_width, self.kv_width), dim=-1)
             q, k, v = self._heads(q), self._heads(k), self._heads(v)  # (B, H | H_kv, T, hd)
         if self.q_norm is not None:
             q = self.q_norm(q)
@@ -141,18 +146,19 @@ class MultiHeadAttention(nn.Module):
             is_causal=causal and mask is None,
             enable_gqa=self.n_kv_heads != self.n_heads,
         )  # (B, H, T, hd)
-        y = y.transpose(1, 2).reshape(b, t, self.d_model)  # (B, T, d_model)
+        y = y.transpose(1, 2).reshape(b, t, self.q_width)  # (B, T, H * hd)
         return self.proj(y)
 
 
 def mha(config: Any) -> MultiHeadAttention:
-    """``attention = "mha"``: self-attention with ``n_kv_heads`` key/value heads, biases on
-    the query/key/value projections when ``qkv_bias`` (default ``bias``) and on the output
-    projection when ``bias``."""
+    """``attention = "mha"``: self-attention with ``n_kv_heads`` key/value heads of
+    ``head_size`` features, biases on the query/key/value projections when ``qkv_bias``
+    (default ``bias``) and on the output projection when ``bias``."""
     qkv_bias = config.bias if config.qkv_bias is None else config.qkv_bias
     return MultiHeadAttention(
         config.d_model,
         config.n_heads,
+        head_dim=config.head_size,
         n_kv_heads=config.n_kv_heads,
         dropout=config.dropout,
         bias=qkv_bias,
@@ -166,6 +172,7 @@ def cross_mha(config: Any) -> MultiHeadAttention:
     return MultiHeadAttention(
         config.d_model,
         config.n_heads,
+        head_dim=config.head_size,
         n_kv_heads=config.n_kv_heads,
         dropout=config.dropout,
         cross=True,

@@ -7,20 +7,25 @@ and the decoder layer with cross-attention of the encoder-decoder Transformer, t
 Seams for plugins: every sub-module is a component (a new attention, norm or feed-forward is
 a ``zoo_components`` entry and a config value, no subclass); a block of another shape is a
 subclass overriding :meth:`TransformerBlock.forward`, stacked with
-:meth:`TransformerBlock.stack` on the subclass. Two seams are built in: the parallel residual
-(``parallel_residual = True`` in the config) and per-head query/key normalisation inside
-attention (:class:`zoo.nn.MultiHeadAttention`'s ``q_norm`` and ``k_norm``, set by an
-attention component's factory).
+:meth:`TransformerBlock.stack` on the subclass. Three seams are built in: the parallel
+residual (``parallel_residual = True`` in the config), per-head query/key normalisation
+inside attention (``qk_norm = True`` puts the ``norm`` component over one head's features in
+:class:`zoo.nn.MultiHeadAttention`'s ``q_norm`` and ``k_norm``), and a mixture of experts in
+place of the feed-forward (``n_experts``, :class:`zoo.nn.moe.MixtureOfExperts` over ``ffn``
+experts).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from torch import Tensor, nn
 
 from ..config import TransformerConfig
+from ..errors import ConfigError
 from .cache import LayerCache
+from .moe import mixture
 from .parts import Parts, parts_for
 from .positions import Rotation
 
@@ -62,13 +67,18 @@ class TransformerBlock(nn.Module):
         if self.parallel and cross_attention:
             raise ValueError("a parallel residual block has no cross-attention branch")
         self.attn = parts.build("attention", config)
+        if config.qk_norm:
+            _norm_heads(self.attn, config, parts)
         self.attn_norm = parts.build("norm", config)
         self.cross_attn: nn.Module | None = None
         self.cross_norm: nn.Module | None = None
         if cross_attention:
             self.cross_attn = parts.build("cross_attention", config)
             self.cross_norm = parts.build("norm", config)
-        self.ffn = parts.build("ffn", config)
+        if config.n_experts is None:
+            self.ffn = parts.build("ffn", config)
+        else:
+            self.ffn = mixture(config, lambda: parts.build("ffn", config))
         self.ffn_norm = parts.build("norm", config)
         self.drop = nn.Dropout(config.dropout)
 
@@ -128,3 +138,17 @@ class TransformerBlock(nn.Module):
 
             x = self._residual(x, self.cross_norm, cross)
         return self._residual(x, self.ffn_norm, self.ffn)
+
+
+def _norm_heads(attn: nn.Module, config: TransformerConfig, parts: Parts) -> None:
+    """``qk_norm``: the config's ``norm`` component over ``head_size`` features, one for the
+    queries and one for the keys, in the attention's ``q_norm``/``k_norm`` seams."""
+    if not hasattr(attn, "q_norm") or not hasattr(attn, "k_norm"):
+        raise ConfigError(
+            f"qk_norm = True, but attention component {config.attention!r} builds a "
+            f"{type(attn).__name__}, which has no q_norm/k_norm seams"
+        )
+    width = config.head_size
+    heads = dataclasses.replace(config, d_model=width, head_dim=width)  # norms over one head
+    attn.q_norm = parts.build("norm", heads)
+    attn.k_norm = parts.build("norm", heads)

@@ -31,6 +31,7 @@ from .cache import KVCache
 from .decoding import DecoderSession, start_session
 from .linear import Linear
 from .masks import positions_from_mask, self_attention_mask
+from .moe import MixtureOfExperts
 from .parts import Parts, make_positions, parts_for
 
 __all__ = ["DecoderLM"]
@@ -70,7 +71,8 @@ class DecoderLM(ZooModel):
         """GPT-2 initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2 n_layers)."""
         self.apply(init_weights)
         for block in cast("list[TransformerBlock]", self.blocks):
-            for owner in (block.attn, block.ffn):  # components name their output projection proj
+            ffns = block.ffn.experts if isinstance(block.ffn, MixtureOfExperts) else [block.ffn]
+            for owner in (block.attn, *ffns):  # components name their output projection proj
                 proj = cast("nn.Linear", owner.proj)
                 nn.init.normal_(proj.weight, std=0.02 / math.sqrt(2 * self.config.n_layers))
 

@@ -78,7 +78,7 @@ class DecoderSession:
             ids.shape[0],
             c.n_kv_heads or c.n_heads,
             max_len,
-            c.d_model // c.n_heads,
+            c.head_size,
             dtype=dtype,
             device=device,
         )

@@ -181,7 +181,7 @@ def sinusoidal(config: Any) -> SinusoidalPositions:
 def rotary(config: Any) -> RotaryPositions:
     """``positions = "rotary"``: RoPE with ``rope_theta``, turning ``rotary_fraction`` of
     each head's features."""
-    head_dim = config.d_model // config.n_heads
+    head_dim = config.head_size
     rotary_dim = int(head_dim * config.rotary_fraction) // 2 * 2
     return RotaryPositions(head_dim, rotary_dim, config.rope_theta)
 
