@@ -307,12 +307,12 @@ class KeyMap:
             for pattern in zoo_patterns:
                 m = pattern.match(key)
                 if m is not None:
-                    groups = m.groupdict()
-                    seen.setdefault(frozenset(groups), set()).add(tuple(sorted(groups.items())))
+                    found = m.groupdict()
+                    seen.setdefault(frozenset(found), set()).add(tuple(sorted(found.items())))
         templates = [r.foreign for r in self.rules if not r.optional] + [
             f for r in self.fused if not r.optional for f in r.foreign
         ]
-        wanted = []
+        wanted: list[str] = []
         for template in templates:
             names = frozenset(re.findall(r"\{(\w+)\}", template))
             for groups in sorted(seen.get(names, set())) if names else [()]:
