@@ -366,11 +366,13 @@ def hf_layout(
     )
 
 
-def linear_rules(foreign: str, zoo: str, *, transpose: bool = False) -> tuple[KeyRule, KeyRule]:
+def linear_rules(
+    foreign: str, zoo: str, *, transpose: bool = False, interleave: int = 0
+) -> tuple[KeyRule, KeyRule]:
     """Rules for the ``weight`` and ``bias`` of one linear (or LayerNorm) layer."""
     return (
-        KeyRule(f"{foreign}.weight", f"{zoo}.weight", transpose=transpose),
-        KeyRule(f"{foreign}.bias", f"{zoo}.bias"),
+        KeyRule(f"{foreign}.weight", f"{zoo}.weight", transpose=transpose, interleave=interleave),
+        KeyRule(f"{foreign}.bias", f"{zoo}.bias", interleave=interleave),
     )
 
 

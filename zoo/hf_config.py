@@ -36,6 +36,7 @@ __all__ = [
     "HFConfigFormat",
     "HFConfigReader",
     "HFField",
+    "full_attention_only",
 ]
 
 #: Keys of transformers' ``PretrainedConfig`` and of the families zoo reads that never change
@@ -249,6 +250,18 @@ class HFField:
     write: Callable[[Any], Any] | None = None
 
 
+def full_attention_only(r: HFConfigReader) -> dict[str, Any]:
+    """Qwen2/Qwen3's sliding-window switches (``use_sliding_window``, ``max_window_layers``,
+    ``layer_types``), which their released models leave off: refused unless every layer
+    attends to the whole context, which is what zoo computes."""
+    r.expect("use_sliding_window", False)
+    r.get("max_window_layers", None)  # which layers would slide: moot with the switch off
+    if not r.flag("use_sliding_window", False):
+        r.get("sliding_window", None)  # the window size: moot with the switch off
+    r.expect("layer_types", ["full_attention"] * r.integer("num_hidden_layers"))
+    return {}
+
+
 def _field_kind(annotation: Any) -> tuple[type, bool]:
     """``int``/``float``/``bool``/``str`` of a field's annotation, and whether it is optional."""
     args = typing.get_args(annotation)
@@ -319,8 +332,8 @@ class HFConfigFormat:
             return r.rotary_fraction(spec.key, 1.0 if spec.default is _MISSING else spec.default)
         kind, optional = _field_kind(annotation)
         default = None if optional and spec.default is _MISSING else spec.default
-        if optional and r.get(spec.key, default) is None:
-            return None
+        if optional and (spec.key in r.data or default is None) and r.get(spec.key, None) is None:
+            return None  # null in the file (or absent, defaulting to null): "none" in zoo
         read = {int: r.integer, float: r.number, bool: r.flag}.get(kind, r.get)
         return read(spec.key, default)
 

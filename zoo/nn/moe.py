@@ -10,7 +10,8 @@ Compute: in eager mode each expert runs once on the tokens routed to it (gathere
 scattered back with ``index_add_``), so a forward pass costs ``top_k / n_experts`` of running
 every expert on every token. Those gathers have data-dependent shapes, which neither a CUDA
 graph nor a compiled step can hold: while compiling or capturing, every expert runs on every
-token and the routing weights (zero for the experts a token does not use) pick the result.
+token and the routing weights (zero for the experts a token does not use) pick the result
+(on the meta device too).
 That dense form costs ``n_experts / top_k`` times the arithmetic (4x for Mixtral's 2 of 8),
 which a decoding step of a few tokens, bound by reading the weights, barely notices; on a GPU
 with large prefills the gathered form (or a grouped GEMM kernel) is the one that scales.
@@ -30,11 +31,12 @@ from .linear import Linear
 __all__ = ["MixtureOfExperts"]
 
 
-def _tracing() -> bool:
-    """Whether this forward pass is compiled or recorded as a CUDA graph (fixed shapes)."""
-    if torch.compiler.is_compiling():
+def _fixed_shapes(h: Tensor) -> bool:
+    """Whether this forward pass must keep its shapes independent of the data: compiled,
+    recorded as a CUDA graph, or on the meta device (no values to route by)."""
+    if h.is_meta or torch.compiler.is_compiling():
         return True
-    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+    return h.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
 class MixtureOfExperts(nn.Module):
@@ -72,7 +74,7 @@ class MixtureOfExperts(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         h = x.reshape(-1, x.shape[-1])  # (N, d_model)
         chosen, weights = self.routing(h)  # 2 x (N, k)
-        run = self._dense if _tracing() else self._gathered
+        run = self._dense if _fixed_shapes(h) else self._gathered
         return run(h, chosen, weights).view(x.shape)
 
     def _gathered(self, h: Tensor, chosen: Tensor, weights: Tensor) -> Tensor:

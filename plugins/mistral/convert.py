@@ -1,0 +1,24 @@
+"""The Hugging Face Mistral layout (``MistralForCausalLM``): Llama's keys; ``sliding_window``
+in config.json (transformers' default 4096 when absent, none when null)."""
+
+from __future__ import annotations
+
+from zoo_plugins.llama.convert import DOWN, GATE_UP, llama_qkv, llama_rules
+
+from zoo.convert import hf_layout
+from zoo.hf_config import LLAMA_FIELDS, HFConfigFormat, HFField
+
+from .config import MistralConfig
+
+MISTRAL_FIELDS = {**LLAMA_FIELDS, "sliding_window": HFField("sliding_window", 4096)}
+
+MISTRAL_CONFIG = HFConfigFormat(
+    family="Mistral",
+    model_type="mistral",
+    architecture="MistralForCausalLM",
+    config=MistralConfig,
+    fields=MISTRAL_FIELDS,
+    fixed={"hidden_act": "silu"},
+)
+
+HF_MISTRAL = hf_layout(MISTRAL_CONFIG, (*llama_rules(), DOWN), fused=(*llama_qkv(), *GATE_UP))

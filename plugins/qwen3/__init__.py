@@ -1,0 +1,51 @@
+"""Qwen3 (Qwen team, 2025): Qwen2 without q/k/v biases, with heads 128 wide apart from the
+model width, and each head's queries and keys RMS-normalised before rotary positions."""
+
+from __future__ import annotations
+
+from zoo.hookspecs import hookimpl
+from zoo.specs import ArchitectureSpec, ModelSpec, TokenizerSpec, WeightsSource
+
+QWEN3_06B = "Qwen/Qwen3-0.6B"
+
+
+@hookimpl
+def zoo_architectures() -> list[ArchitectureSpec]:
+    return [
+        ArchitectureSpec(
+            name="qwen3",
+            config="zoo_plugins.qwen3.config:Qwen3Config",
+            model="zoo.nn.decoder:DecoderLM",
+            description="Qwen3: Llama with q/k norms and head_dim apart from the width",
+            checkpoint_layouts={"hf-qwen3": "zoo_plugins.qwen3.convert:HF_QWEN3"},
+        )
+    ]
+
+
+@hookimpl
+def zoo_models() -> list[ModelSpec]:
+    return [
+        ModelSpec(
+            name="qwen3-0.6b",
+            architecture="qwen3",
+            tokenizer="qwen3",
+            description="Qwen3 0.6B: 28 layers, width 1024, 16 heads of 128, 8 KV heads",
+            config={"vocab_size": 151936, "context_length": 40960, "d_model": 1024,
+                    "n_heads": 16, "n_kv_heads": 8, "head_dim": 128, "n_layers": 28,
+                    "d_ff": 3072},
+            weights=WeightsSource(repo=QWEN3_06B, layout="hf-qwen3"),
+        ),
+    ]  # fmt: skip
+
+
+@hookimpl
+def zoo_tokenizers() -> list[TokenizerSpec]:
+    return [
+        TokenizerSpec(
+            name="qwen3",
+            factory="zoo_plugins.qwen3.tokenizer:load",
+            description=f"Qwen3 byte-level BPE with its chat template, from {QWEN3_06B}",
+            reads_checkpoint=True,
+            checkpoint_files=("tokenizer.json", "tokenizer_config.json"),
+        )
+    ]
