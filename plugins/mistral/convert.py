@@ -3,11 +3,10 @@ in config.json (transformers' default 4096 when absent, none when null)."""
 
 from __future__ import annotations
 
-from zoo_plugins.llama.convert import DOWN, GATE_UP, llama_qkv, llama_rules
-
 from zoo.convert import hf_layout
 from zoo.hf_config import LLAMA_FIELDS, HFConfigFormat, HFField
 
+from ..llama.convert import DOWN, GATE_UP, llama_qkv, llama_rules
 from .config import MistralConfig
 
 MISTRAL_FIELDS = {**LLAMA_FIELDS, "sliding_window": HFField("sliding_window", 4096)}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from zoo_plugins.mistral.config import MistralConfig
+from ..mistral.config import MistralConfig
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -4,12 +4,11 @@ into each expert's ``fc`` and whose ``w2`` is its ``proj``."""
 
 from __future__ import annotations
 
-from zoo_plugins.llama.convert import llama_qkv, llama_rules
-from zoo_plugins.mistral.convert import MISTRAL_FIELDS
-
 from zoo.convert import KeyRule, fused_linear, hf_layout
 from zoo.hf_config import HFConfigFormat, HFField
 
+from ..llama.convert import llama_qkv, llama_rules
+from ..mistral.convert import MISTRAL_FIELDS
 from .config import MixtralConfig
 
 _MOE = "model.layers.{i}.block_sparse_moe"

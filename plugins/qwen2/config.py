@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from zoo_plugins.llama.config import LlamaConfig
+from ..llama.config import LlamaConfig
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

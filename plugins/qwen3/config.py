@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from zoo_plugins.qwen2.config import Qwen2Config
+from ..qwen2.config import Qwen2Config
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

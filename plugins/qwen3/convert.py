@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-from zoo_plugins.llama.convert import DOWN, GATE_UP, llama_qkv, llama_rules
-
 from zoo.convert import hf_layout
 from zoo.hf_config import LLAMA_FIELDS, HFConfigFormat, full_attention_only
 
+from ..llama.convert import DOWN, GATE_UP, llama_qkv, llama_rules
 from .config import Qwen3Config
 
 QWEN3_CONFIG = HFConfigFormat(
