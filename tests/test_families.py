@@ -10,6 +10,7 @@ parallel residual, partial rotary and interleaved ``query_key_value``.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -146,3 +147,86 @@ def test_compiled_decoding_equals_eager(family: str, tmp_path: Path) -> None:
     eager = zoo.generate(model, prompt, max_new_tokens=12, temperature=0)
     compiled = zoo.generate(model, prompt, max_new_tokens=12, temperature=0, compile=True)
     assert torch.equal(compiled, eager)
+
+
+# -- config.json: both transformers spellings; what zoo cannot honour is refused -----------
+
+
+def _edit_config(folder: Path, change: Any) -> None:
+    path = folder / "config.json"
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+def _as_transformers4_neox(data: dict[str, Any]) -> None:
+    rope = data.pop("rope_parameters")
+    data.update(rotary_pct=rope["partial_rotary_factor"], rotary_emb_base=rope["rope_theta"])
+    data["torch_dtype"] = data.pop("dtype")
+    data["transformers_version"] = "4.24.0"
+
+
+def _as_transformers4_llama(data: dict[str, Any]) -> None:
+    data["rope_theta"] = data.pop("rope_parameters")["rope_theta"]
+    data.pop("layer_types", None)
+    data["torch_dtype"] = data.pop("dtype")
+
+
+@pytest.mark.parametrize(
+    ("family", "change"),
+    [("gpt-neox", _as_transformers4_neox), ("gpt-neox-sequential", _as_transformers4_neox),
+     ("qwen3", _as_transformers4_llama), ("mixtral", _as_transformers4_llama)],
+)  # fmt: skip
+def test_transformers4_spelling_loads_the_same_model(family: str, change: Any, tmp_path: Path):
+    ref = reference(family, tmp_path)
+    _edit_config(tmp_path, change)
+    ids, _ = padded_batch(COMMON["vocab_size"])
+    with torch.no_grad():
+        torch.testing.assert_close(zoo.load(tmp_path)(ids), ref(ids).logits, rtol=0, atol=1e-5)
+
+
+def test_mistral_without_a_window_key_gets_transformers_default(tmp_path: Path) -> None:
+    reference("mistral", tmp_path)
+    _edit_config(tmp_path, lambda d: d.pop("sliding_window"))
+    theirs = transformers.AutoConfig.from_pretrained(tmp_path).sliding_window
+    assert zoo.load(tmp_path).config.sliding_window == theirs == 4096
+    _edit_config(tmp_path, lambda d: d.update(sliding_window=None))
+    assert zoo.load(tmp_path).config.sliding_window is None
+
+
+REFUSED = [
+    ("qwen2", "use_sliding_window", lambda d: d.update(use_sliding_window=True)),
+    ("qwen3", "layer_types", lambda d: d.update(layer_types=["sliding_attention"] * 2)),
+    ("qwen3", "attention_bias", lambda d: d.update(attention_bias=True)),
+    ("mixtral", "norm_topk_prob", lambda d: d.update(norm_topk_prob=False)),
+    ("mixtral", "experts_per_token", lambda d: d.update(num_experts_per_tok=9)),
+    ("gpt-neox", "rope_scaling", lambda d: d.update(rope_scaling={"type": "linear", "factor": 2})),
+    ("gpt-neox", "hidden_act", lambda d: d.update(hidden_act="gelu_new")),
+    ("gpt-neox", "partial_rotary_factor",
+     lambda d: d["rope_parameters"].update(partial_rotary_factor=1.5)),
+    ("mistral", "sliding_window", lambda d: d.update(sliding_window="4096")),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("family", "key", "change"), REFUSED, ids=[f"{f}-{k}" for f, k, _ in REFUSED]
+)
+def test_keys_zoo_cannot_honour_are_refused(family: str, key: str, change: Any, tmp_path: Path):
+    reference(family, tmp_path)
+    _edit_config(tmp_path, change)
+    with pytest.raises(zoo.ZooError, match=key):
+        zoo.load(tmp_path)
+
+
+def test_a_layout_holds_any_window_where_config_json_carries_it(tmp_path: Path) -> None:
+    """``represents`` derived from the config class: Mistral's layout holds any window (the
+    config says which); Llama's holds none, so export refuses a windowed Llama."""
+    windowed = zoo.build("mistral-7b-v0.3", **_SMALL, sliding_window=5)
+    zoo.export(windowed, tmp_path / "mistral")
+    assert transformers.AutoConfig.from_pretrained(tmp_path / "mistral").sliding_window == 5
+    with pytest.raises(zoo.CheckpointError, match="sliding_window = 5"):
+        zoo.export(zoo.build("llama-tiny", sliding_window=5), tmp_path / "llama")
+
+
+_SMALL = {"vocab_size": 300, "d_model": 64, "n_heads": 4, "n_kv_heads": 2, "n_layers": 2,
+          "d_ff": 96, "context_length": 128}  # fmt: skip

@@ -191,11 +191,17 @@ class HFConfigReader:
         """The share of each head that rotary positions turn: ``rope_parameters.
         partial_rotary_factor`` (transformers 5) or the top-level ``key`` (4.x spells it
         ``partial_rotary_factor``, or ``rotary_pct`` for GPT-NeoX)."""
-        value = self._both(key, self._rope_parameters(), "partial_rotary_factor")
+        params = self._rope_parameters()
+        value = self._both(key, params, "partial_rotary_factor")
         if value is None:
             return default
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-            raise self._error(f"{key} = {_show(value)} must be a number in (0, 1]")
+            name = (
+                "rope_parameters.partial_rotary_factor"
+                if "partial_rotary_factor" in params
+                else key
+            )
+            raise self._error(f"{name} = {_show(value)} must be a number in (0, 1]")
         return float(value)
 
     def _rope_parameters(self) -> Mapping[str, Any]:

@@ -9,6 +9,7 @@ from zoo.hookspecs import hookimpl
 from zoo.specs import ArchitectureSpec, ModelSpec, TokenizerSpec, WeightsSource
 
 TINYLLAMA = "TinyLlama/TinyLlama-1.1B-Chat-v1.0"
+SMOLLM2_135M = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 
 @hookimpl
@@ -35,6 +36,16 @@ def zoo_models() -> list[ModelSpec]:
             config={"vocab_size": 32000, "context_length": 2048, "d_model": 2048,
                     "n_heads": 32, "n_kv_heads": 4, "n_layers": 22, "d_ff": 5632},
             weights=WeightsSource(repo=TINYLLAMA, layout="hf-llama"),
+        ),
+        ModelSpec(
+            name="smollm2-135m-instruct",
+            architecture="llama",
+            tokenizer="smollm2",
+            description="SmolLM2 135M Instruct: 30 layers, width 576, 9 heads, 3 KV heads, tied",
+            config={"vocab_size": 49152, "context_length": 8192, "d_model": 576, "n_heads": 9,
+                    "n_kv_heads": 3, "n_layers": 30, "d_ff": 1536, "rope_theta": 100000.0,
+                    "tie_embeddings": True},
+            weights=WeightsSource(repo=SMOLLM2_135M, layout="hf-llama"),
         ),
         ModelSpec(
             name="llama-tiny",
