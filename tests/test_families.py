@@ -10,7 +10,9 @@ parallel residual, partial rotary and interleaved ``query_key_value``.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -230,3 +232,45 @@ def test_a_layout_holds_any_window_where_config_json_carries_it(tmp_path: Path) 
 
 _SMALL = {"vocab_size": 300, "d_model": 64, "n_heads": 4, "n_kv_heads": 2, "n_layers": 2,
           "d_ff": 96, "context_length": 128}  # fmt: skip
+
+
+# -- the named models are the official ones ----------------------------------------------
+
+HUB = Path(__file__).parent / "data" / "hub"
+NAMED = {
+    "qwen2.5-0.5b-instruct": "Qwen/Qwen2.5-0.5B-Instruct",
+    "qwen3-0.6b": "Qwen/Qwen3-0.6B",
+    "mistral-7b-v0.3": "mistralai/Mistral-7B-v0.3",
+    "pythia-160m": "EleutherAI/pythia-160m",
+    "mixtral-8x7b": "mistralai/Mixtral-8x7B-v0.1",
+    "smollm2-135m-instruct": "HuggingFaceTB/SmolLM2-135M-Instruct",
+}
+
+
+def test_vendored_hub_files_are_the_pinned_bytes() -> None:
+    rows = re.findall(r"^\| `([^`]+)` \| `[0-9a-f]+` \| `([0-9a-f]{64})` \|$",
+                      (HUB / "README.md").read_text(), flags=re.M)  # fmt: skip
+    assert len(rows) == len(list(HUB.rglob("*.json"))) > 0
+    for name, sha256 in rows:
+        assert hashlib.sha256((HUB / name).read_bytes()).hexdigest() == sha256, name
+
+
+@pytest.mark.parametrize("name", list(NAMED))
+def test_named_model_config_is_the_official_config_json(name: str) -> None:
+    """Each named model's sizes, read through its own layout from the official config.json
+    (at the pinned revision), are exactly the registry's, and its weights pin that repo."""
+    arch, spec, config = zoo.get_registry().resolve(name)
+    assert spec.weights is not None and spec.weights.repo == NAMED[name]
+    assert len(spec.weights.revision) == 40
+    official = json.loads((HUB / NAMED[name] / "config.json").read_text())
+    layout = arch.checkpoint_layout(spec.weights.layout)
+    assert layout.model_type == official["model_type"]
+    assert arch.config_class.from_dict(layout.config_from_foreign(official)) == config
+
+
+def test_mixtral_8x7b_builds_on_meta_at_full_size() -> None:
+    model = zoo.build("mixtral-8x7b", device="meta")
+    params = sum(p.numel() for p in model.parameters())
+    assert 46.6e9 < params < 46.8e9  # Mixtral 8x7B: 46.7B parameters
+    ffn = model.blocks[0].ffn
+    assert len(ffn.experts) == 8 and ffn.top_k == 2

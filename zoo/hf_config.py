@@ -283,7 +283,8 @@ class HFConfigFormat:
 
     Each zoo field of ``fields`` is read from its key (type-checked by the field's own
     annotation in ``config``); ``fixed`` keys must hold the one value zoo computes with (or
-    be absent) and are written on export; ``inert`` keys change no forward pass; every other
+    be absent) and are written on export; ``checked`` keys likewise, but are not written
+    (flags some writers add); ``inert`` keys change no forward pass; every other
     key is refused (:meth:`HFConfigReader.finish`). ``rope_theta`` and ``rotary_fraction``
     are read through :meth:`HFConfigReader.rope_theta` / :meth:`~HFConfigReader.
     rotary_fraction`, so both transformers generations' spellings load. ``read_extra`` reads
@@ -305,6 +306,7 @@ class HFConfigFormat:
     config: type
     fields: Mapping[str, str | HFField]
     fixed: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    checked: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     inert: frozenset[str] = frozenset()
     read_extra: Callable[[HFConfigReader], Mapping[str, Any]] | None = None
     write_extra: Callable[[Any], Mapping[str, Any]] | None = None
@@ -316,7 +318,7 @@ class HFConfigFormat:
     def read(self, data: Mapping[str, Any]) -> dict[str, Any]:
         """zoo config values of a transformers ``config.json`` (refusing what zoo lacks)."""
         r = HFConfigReader(data, family=self.family, inert=self.inert)
-        for key, value in self.fixed.items():
+        for key, value in (*self.fixed.items(), *self.checked.items()):
             r.expect(key, value)
         hints = typing.get_type_hints(self.config)
         values = {field: self._read(r, field, hints[field]) for field in self.fields}

@@ -33,7 +33,12 @@ def zoo_models() -> list[ModelSpec]:
             description="Pythia 160M: 12 layers, width 768, 12 heads, rotary on 25%",
             config={"vocab_size": 50304, "context_length": 2048, "d_model": 768,
                     "n_heads": 12, "n_layers": 12, "d_ff": 3072},
-            weights=WeightsSource(repo=PYTHIA_160M, layout="hf-gpt-neox"),
+            weights=WeightsSource(
+                # revision and sha256 as several public projects pin them
+                repo=PYTHIA_160M, layout="hf-gpt-neox",
+                revision="50f5173d932e8e61f858120bcb800b97af589f46",
+                sha256="29d2e457a664e41c12c735f20a36dc0956a665f614a54ce5db21a32e75965270",
+            ),
         ),
     ]  # fmt: skip
 

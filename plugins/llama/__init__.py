@@ -45,7 +45,12 @@ def zoo_models() -> list[ModelSpec]:
             config={"vocab_size": 49152, "context_length": 8192, "d_model": 576, "n_heads": 9,
                     "n_kv_heads": 3, "n_layers": 30, "d_ff": 1536, "rope_theta": 100000.0,
                     "tie_embeddings": True},
-            weights=WeightsSource(repo=SMOLLM2_135M, layout="hf-llama"),
+            weights=WeightsSource(
+                # revision and sha256 as several public projects pin them
+                repo=SMOLLM2_135M, layout="hf-llama",
+                revision="12fd25f77366fa6b3b4b768ec3050bf629380bac",
+                sha256="5af571cbf074e6d21a03528d2330792e532ca608f24ac70a143f6b369968ab8c",
+            ),
         ),
         ModelSpec(
             name="llama-tiny",

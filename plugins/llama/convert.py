@@ -51,7 +51,8 @@ LLAMA_CONFIG = HFConfigFormat(
     config=LlamaConfig,
     fields=LLAMA_FIELDS,
     fixed={"hidden_act": "silu", "attention_bias": False, "mlp_bias": False},
-    inert=frozenset({"is_encoder_decoder"}),
+    checked={"rope_interleaved": False},  # SmolLM2's: rotate-half, zoo's layout
+    inert=frozenset({"is_encoder_decoder", "is_llama_config", "transformers.js_config"}),
 )
 
 HF_LLAMA = hf_layout(

@@ -32,7 +32,10 @@ def zoo_models() -> list[ModelSpec]:
             description="Mistral 7B v0.3: 32 layers, width 4096, 32 heads, 8 KV heads (3 shards)",
             config={"vocab_size": 32768, "context_length": 32768, "d_model": 4096,
                     "n_heads": 32, "n_kv_heads": 8, "n_layers": 32, "d_ff": 14336},
-            weights=WeightsSource(repo=MISTRAL_7B, layout="hf-mistral"),
+            weights=WeightsSource(
+                repo=MISTRAL_7B, layout="hf-mistral",
+                revision="caa1feb0e54d415e2df31207e5f4e273e33509b1",
+            ),
         ),
     ]  # fmt: skip
 

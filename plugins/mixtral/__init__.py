@@ -32,7 +32,10 @@ def zoo_models() -> list[ModelSpec]:
             description="Mixtral 8x7B v0.1: 32 layers, width 4096, 8 experts, top 2",
             config={"vocab_size": 32000, "context_length": 32768, "d_model": 4096,
                     "n_heads": 32, "n_kv_heads": 8, "n_layers": 32, "d_ff": 14336},
-            weights=WeightsSource(repo=MIXTRAL_8X7B, layout="hf-mixtral"),
+            weights=WeightsSource(
+                repo=MIXTRAL_8X7B, layout="hf-mixtral",
+                revision="fc7ac94680e38d7348cfa806e51218e6273104b0",
+            ),
         ),
         ModelSpec(
             name="mixtral-tiny",

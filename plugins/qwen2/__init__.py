@@ -32,7 +32,12 @@ def zoo_models() -> list[ModelSpec]:
             description="Qwen2.5 0.5B Instruct: 24 layers, width 896, 14 heads, 2 KV heads",
             config={"vocab_size": 151936, "context_length": 32768, "d_model": 896,
                     "n_heads": 14, "n_kv_heads": 2, "n_layers": 24, "d_ff": 4864},
-            weights=WeightsSource(repo=QWEN25_05B, layout="hf-qwen2"),
+            weights=WeightsSource(
+                # revision and sha256 as several public projects pin them
+                repo=QWEN25_05B, layout="hf-qwen2",
+                revision="7ae557604adf67be50417f59c2c2f167def9a775",
+                sha256="fdf756fa7fcbe7404d5c60e26bff1a0c8b8aa1f72ced49e7dd0210fe288fb7fe",
+            ),
         ),
     ]  # fmt: skip
 

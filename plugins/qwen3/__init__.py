@@ -33,7 +33,12 @@ def zoo_models() -> list[ModelSpec]:
             config={"vocab_size": 151936, "context_length": 40960, "d_model": 1024,
                     "n_heads": 16, "n_kv_heads": 8, "head_dim": 128, "n_layers": 28,
                     "d_ff": 3072},
-            weights=WeightsSource(repo=QWEN3_06B, layout="hf-qwen3"),
+            weights=WeightsSource(
+                # revision and sha256 as several public projects pin them
+                repo=QWEN3_06B, layout="hf-qwen3",
+                revision="c1899de289a04d12100db370d81485cdf75e47ca",
+                sha256="f47f71177f32bcd101b7573ec9171e6a57f4f4d31148d38e382306f42996874b",
+            ),
         ),
     ]  # fmt: skip
 
