@@ -208,7 +208,17 @@ def _blocks(arch: ArchitectureSpec, config: ModelConfig) -> tuple[str, ...]:
         norm = "parallel, x + attn(norm1(x)) + ffn(norm2(x))"
     final = [f"a final norm after {'each stack' if len(stacks) > 1 else 'the blocks'}"]
     final = final if config.final_norm else []
-    return (f"{' + '.join(stacks)} ({norm})", *final)
+    inside = []
+    if config.head_dim is not None:
+        inside.append(f"heads {config.head_dim} wide (not d_model / n_heads)")
+    if config.qk_norm:
+        inside.append(f"{config.norm} on each head's queries and keys")
+    if config.n_experts is not None:
+        inside.append(
+            f"feed-forward: {config.n_experts} {config.ffn} experts, "
+            f"{config.experts_per_token} per token"
+        )
+    return (f"{' + '.join(stacks)} ({norm})", *inside, *final)
 
 
 def _effective(config: ModelConfig) -> dict[str, Any]:
