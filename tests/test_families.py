@@ -274,3 +274,32 @@ def test_mixtral_8x7b_builds_on_meta_at_full_size() -> None:
     assert 46.6e9 < params < 46.8e9  # Mixtral 8x7B: 46.7B parameters
     ffn = model.blocks[0].ffn
     assert len(ffn.experts) == 8 and ffn.top_k == 2
+
+
+class _Variants:
+    """Named models whose config no Hugging Face layout of their architecture can hold."""
+
+    @zoo.hookimpl
+    def zoo_models(self) -> list[zoo.ModelSpec]:
+        tiny = {"vocab_size": 320, "context_length": 64, "d_model": 64, "n_heads": 4,
+                "n_kv_heads": 2, "n_layers": 2, "d_ff": 96}  # fmt: skip
+        return [
+            zoo.ModelSpec(name="llama-qkv-bias", architecture="llama", tokenizer="byte",
+                          config={**tiny, "qkv_bias": True}),
+            zoo.ModelSpec(name="qwen2-qk-norm", architecture="qwen2", tokenizer="byte",
+                          config={**tiny, "qk_norm": True}),
+        ]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["llama-qkv-bias", "qwen2-qk-norm"])
+def test_the_kit_passes_a_model_its_layout_cannot_hold(name: str, use_registry: Any, tmp_path):
+    """The kit's layout check honours ``represents``, as export does: a Llama with q/k/v
+    biases (or a Qwen2 with q/k norms) is a valid zoo model that the HF layout cannot hold."""
+    from zoo.registry import load_registry
+    from zoo.testing import CHECKS, run_check
+
+    use_registry(load_registry(plugins={"variants": _Variants()}))
+    for check in CHECKS:
+        run_check(name, check)
+    with pytest.raises(zoo.CheckpointError, match="cannot hold this model"):
+        zoo.export(zoo.build(name), tmp_path / "hf")
