@@ -492,6 +492,145 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Serve a model over the OpenAI HTTP API (/v1/completions, /v1/chat/completions,
+    /v1/models) with continuous batching, until Ctrl+C or SIGTERM (which lets the requests
+    in flight finish)."""
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        raise ZooError(
+            f"zoo serve needs FastAPI and uvicorn ({exc}): pip install 'torch-zoo[serve]'"
+        ) from None
+    from .generation.text import resolve_tokenizer
+    from .settings import Settings
+
+    api_key = args.api_key if args.api_key is not None else Settings.from_env().api_key
+    model = _load_for_generation(args)
+    tokenizer = resolve_tokenizer(
+        model, api.tokenizer(args.tokenizer) if args.tokenizer else None, "zoo serve"
+    )
+    from .serve import serve
+    from .serve.server import LOOPBACK
+
+    if args.host not in LOOPBACK and not api_key:
+        print(
+            f"zoo: warning: serving on {args.host} without an API key: anyone who reaches "
+            "this port can use the model (set ZOO_API_KEY or --api-key)",
+            file=sys.stderr,
+        )
+    serve(
+        model,  # type: ignore[arg-type]  # serve checks that it is a DecoderLM
+        tokenizer,
+        model_id=args.served_model_name or args.source,
+        host=args.host,
+        port=args.port,
+        api_key=api_key,
+        max_batch=args.max_batch,
+        max_queue=args.max_queue,
+        max_len=args.max_model_len,
+        max_body_bytes=args.max_body_bytes,
+        drain_timeout=args.drain_timeout,
+        log_level=args.log_level,
+    )
+    return 0
+
+
+def _add_serve(p: argparse.ArgumentParser) -> None:
+    """The arguments of ``zoo serve``."""
+    p.add_argument(
+        "source",
+        metavar="NAME_OR_SOURCE",
+        help="named model (official weights), hf:org/name[@rev], or a directory",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="0 picks a free port (default: 8000)")
+    p.add_argument(
+        "--api-key",
+        default=None,
+        help="require 'Authorization: Bearer KEY' on every request (default: ZOO_API_KEY, "
+        "else none; prefer the variable: a command line is visible to other users)",
+    )
+    p.add_argument(
+        "--served-model-name",
+        metavar="NAME",
+        default=None,
+        help="the model name clients send (default: NAME_OR_SOURCE as given)",
+    )
+    p.add_argument(
+        "--max-batch",
+        type=_positive,
+        default=8,
+        help="sequences decoding together; requests join between steps (default: 8)",
+    )
+    p.add_argument(
+        "--max-queue",
+        type=_non_negative,
+        default=64,
+        help="sequences waiting for a free slot; beyond it requests get 429 (default: 64)",
+    )
+    p.add_argument(
+        "--max-model-len",
+        type=_positive,
+        default=None,
+        help="prompt plus new tokens per sequence (the cache's length; default: the context)",
+    )
+    p.add_argument(
+        "--max-body-bytes",
+        type=_positive,
+        default=4 * 2**20,
+        help="larger request bodies get 413 (default: 4 MiB)",
+    )
+    p.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=60.0,
+        help="seconds the requests in flight may take to finish after SIGTERM (default: 60)",
+    )
+    p.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        default="info",
+        help="uvicorn's; warning drops the line per request (default: info)",
+    )
+    p.add_argument(
+        "--tokenizer",
+        metavar="NAME",
+        default=None,
+        help="a named model's or a registered tokenizer's name (default: the model's own)",
+    )
+    p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cpu)")
+    p.add_argument("--dtype", choices=_DTYPES, default=None, help="default: as stored")
+    p.add_argument(
+        "--quantize",
+        choices=QUANTIZE_MODES,
+        default=None,
+        help="quantize the linear layers while loading (default: none): "
+        + "; ".join(f"{mode}: {what}" for mode, what in QUANTIZE_MODE_HELP.items()),
+    )
+    p.add_argument(
+        "--random",
+        action="store_true",
+        help="serve a randomly initialised named model (no weights, works offline)",
+    )
+    p.add_argument("--seed", type=int, default=None, help="the random weights' seed (--random)")
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
 def _did_you_mean(given: str, known: Sequence[str]) -> str:
     """`` (did you mean X?)`` for the closest of ``known`` to ``given``, or ``""``."""
     import difflib
@@ -752,6 +891,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="under torchrun: ddp (whole model per process) or fsdp (FSDP2 sharding) "
         "(default: ddp)",
     )
+    _add_serve(add("serve", cmd_serve))
     p = add("convert", cmd_convert)
     p.add_argument("source", help="a zoo checkpoint directory or a Hugging Face one")
     p.add_argument("destination", help="directory to write (atomically)")

@@ -52,6 +52,10 @@ def _bytes(text: str) -> int:
     return value
 
 
+def _secret(text: str) -> str:
+    return text.strip()  # checked where it is used, so that no error message repeats it
+
+
 def _path(text: str) -> str:
     return os.path.expanduser(text)
 
@@ -73,6 +77,8 @@ class Settings:
         dist_timeout: ``ZOO_DIST_TIMEOUT``: seconds a distributed collective may wait.
         cache_dir: ``ZOO_CACHE_DIR``: zoo's cache folder (default ``$XDG_CACHE_HOME/zoo``).
         weights_dir: ``ZOO_WEIGHTS_DIR``: a folder of checkpoints, one per named model.
+        api_key: ``ZOO_API_KEY``: the key ``zoo serve`` requires (``Authorization: Bearer``);
+            never shown in the settings' ``repr``.
     """
 
     cuda_graphs: bool = True
@@ -86,6 +92,7 @@ class Settings:
     dist_timeout: float = 120.0
     cache_dir: str | None = None
     weights_dir: str | None = None
+    api_key: str | None = dataclasses.field(default=None, repr=False)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -118,4 +125,5 @@ VARIABLES: Mapping[str, tuple[str, Callable[[str], Any]]] = {
     "dist_timeout": ("ZOO_DIST_TIMEOUT", _seconds),
     "cache_dir": ("ZOO_CACHE_DIR", _path),
     "weights_dir": ("ZOO_WEIGHTS_DIR", _path),
+    "api_key": ("ZOO_API_KEY", _secret),
 }

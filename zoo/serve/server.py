@@ -1,0 +1,118 @@
+"""Running the server: bind the socket, start the engine, serve with uvicorn until a signal,
+drain what is in flight, stop.
+
+SIGTERM (and Ctrl+C) close the listening socket at once, let every request in flight finish
+(up to ``drain_timeout`` seconds), then stop the engine; after SIGTERM :func:`serve` returns
+normally, so ``zoo serve`` exits 0.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import uvicorn
+
+from .app import create_app
+from .engine import Engine
+from .guard import DEFAULT_MAX_BODY_BYTES
+
+if TYPE_CHECKING:
+    from ..nn.decoder import DecoderLM
+    from ..tokenizers import Tokenizer
+
+__all__ = ["LOOPBACK", "bind", "serve"]
+
+#: Hosts only this machine reaches.
+LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host``:``port`` (``port`` 0 picks a free one)."""
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve(
+    model: DecoderLM,
+    tokenizer: Tokenizer,
+    *,
+    model_id: str,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    api_key: str | None = None,
+    max_batch: int = 8,
+    max_queue: int = 64,
+    max_len: int | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    drain_timeout: float | None = 60.0,
+    log_level: str = "info",
+    ready: Callable[[str], None] | None = None,
+) -> None:
+    """Serve ``model`` over the OpenAI HTTP API until SIGTERM or Ctrl+C.
+
+    Args:
+        model: the decoder to serve.
+        tokenizer: its tokenizer.
+        model_id: the name clients pass as ``model``.
+        host, port: where to listen (``port`` 0: any free port).
+        api_key: when set, every request needs ``Authorization: Bearer <api_key>``.
+        max_batch, max_queue, max_len: see :class:`~zoo.serve.engine.Engine`.
+        max_body_bytes: larger request bodies are refused (413).
+        drain_timeout: seconds requests in flight may take to finish after SIGTERM
+            (``None``: as long as they need).
+        log_level: uvicorn's (``"warning"`` drops the line per request).
+        ready: called with the base URL once the socket listens (default: print it).
+    """
+    engine = Engine(model, max_batch=max_batch, max_queue=max_queue, max_len=max_len)
+    app = create_app(
+        engine, tokenizer, model_id=model_id, api_key=api_key, max_body_bytes=max_body_bytes
+    )
+    sock = bind(host, port)
+    bound = sock.getsockname()[1]
+    where = f"[{host}]" if ":" in host else host
+    url = f"http://{where}:{bound}/v1"
+    config = uvicorn.Config(
+        app,
+        log_level=log_level,
+        timeout_graceful_shutdown=None if drain_timeout is None else math.ceil(drain_timeout),
+        lifespan="off",
+        server_header=False,
+    )
+    server = uvicorn.Server(config)
+    # uvicorn re-raises a signal that stopped it once it has drained; for SIGTERM this
+    # handler receives it, so a drained server ends normally (exit status 0)
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _drained) if main else None
+    engine.start()
+    try:
+        (ready or _announce)(url)
+        server.run(sockets=[sock])
+    finally:
+        engine.stop()
+        sock.close()
+        if main:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _drained(signum: int, frame: object) -> None:
+    """SIGTERM after uvicorn's graceful shutdown: nothing left to do."""
+
+
+def _announce(url: str) -> None:
+    print(f"zoo serve: listening on {url} (Ctrl+C or SIGTERM to stop)", flush=True)
+    sys.stdout.flush()
