@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -315,14 +316,18 @@ def _tokenizer_description(name: str | None) -> str | None:
         return f"not available: {exc}"
 
 
-def tokenizer(name: str, **kwargs: Any) -> Tokenizer:
-    """The tokenizer of a named model (or alias), or a registered tokenizer by its own name.
+def tokenizer(name: str | os.PathLike[str], **kwargs: Any) -> Tokenizer:
+    """The tokenizer of a named model (or alias), a registered tokenizer by its own name, or
+    the tokenizer in a folder.
 
         >>> zoo.tokenizer("gpt2-124m").encode("Every effort moves you")
         [6109, 3626, 6100, 345]
 
     Args:
-        name: a named model (``"gpt2-124m"``), an alias, or a tokenizer name (``"gpt2-bpe"``).
+        name: a named model (``"gpt2-124m"``), an alias, a tokenizer name (``"gpt2-bpe"``),
+            or a folder: a Hugging Face tokenizer (``tokenizer.json`` with
+            ``tokenizer_config.json``, its chat template and end ids; see
+            :func:`zoo.tokenizers.from_pretrained`) or one saved by zoo.
         **kwargs: passed to the tokenizer's factory, e.g. ``directory=...`` to load
             ``gpt1``'s files or a trained ``transformer-encdec`` tokenizer from a directory.
 
@@ -332,11 +337,16 @@ def tokenizer(name: str, **kwargs: Any) -> Tokenizer:
         zoo.tokenizers.TokenizerError: the tokenizer cannot be created (see its message).
     """
     registry = get_registry()
+    name = os.fspath(name)
     try:
         spec = registry.model(name)
     except UnknownModelError as exc:
         if name in registry.tokenizers():
             return registry.tokenizer(name).load(**kwargs)
+        if os.path.isdir(name) and not kwargs:
+            from .tokenizers import load_folder
+
+            return load_folder(name)
         known = ", ".join(registry.tokenizers()) or "none"
         raise UnknownModelError(f"{exc} Registered tokenizers: {known}.") from None
     if spec.tokenizer is None:

@@ -468,9 +468,12 @@ def _load_tokenizer(
     and this machine is offline) the model still loads, with a warning and the reason in
     ``model.tokenizer_error``. An inferred tokenizer whose spec ``reads_checkpoint`` is read
     from the checkpoint directory (a Hugging Face GPT-1 directory holds ``vocab.json`` and
-    ``merges.txt``), never downloaded. Every tokenizer must fit the model's vocabulary.
+    ``merges.txt``), never downloaded. With no such tokenizer, a Hugging Face tokenizer folder
+    in the checkpoint (``tokenizer.json`` + ``tokenizer_config.json``) is read, chat template
+    and end ids included. Every tokenizer must fit the model's vocabulary.
     """
     from ..tokenizers import check_fits, load_tokenizer
+    from ..tokenizers.pretrained import from_pretrained, is_pretrained
 
     vocab_size = getattr(config, "vocab_size", None)
     if spec is not None and spec.get("files"):
@@ -488,7 +491,9 @@ def _load_tokenizer(
             tokenizer = load_tokenizer(dict(spec), directory)
         else:
             name = _registry_tokenizer(arch, config, model_name, directory)
-            if name is None:
+            if name is None and is_pretrained(directory):  # a Hugging Face tokenizer folder
+                tokenizer = from_pretrained(directory, name=model_name or shown.name)
+            elif name is None:
                 return None, (
                     f"{shown} holds no tokenizer zoo can read and names no model whose "
                     f"tokenizer fits its {vocab_size}-id vocabulary (zoo never guesses one); "
@@ -496,10 +501,13 @@ def _load_tokenizer(
                     "--tokenizer NAME`, save it with the weights (zoo.save(model, DIR, "
                     "tokenizer=...)), or pass token ids"
                 )
-            factory = get_registry().tokenizer(name)
-            tokenizer = (
-                factory.load(directory=directory) if factory.reads_checkpoint else factory.load()
-            )
+            else:
+                factory = get_registry().tokenizer(name)
+                tokenizer = (
+                    factory.load(directory=directory)
+                    if factory.reads_checkpoint
+                    else factory.load()
+                )
         if vocab_size is not None:
             check_fits(tokenizer, vocab_size)
     except Exception as exc:

@@ -4,9 +4,10 @@ One core, ids in and ids out as tensors (:mod:`zoo.generation.core`):
 :func:`generate_ids` ``(B, T) -> (B, T + N)`` and :func:`stream_ids` (the new tokens step by
 step), driven by one frozen, validated :class:`GenerationConfig`. Thin wrappers with exact
 return types stand on it (:mod:`zoo.generation.text`): :func:`generate_text` (``str`` ->
-``str``), :func:`generate_texts` (``list[str]`` -> ``list[str]``) and :func:`stream_text`
-(``str`` -> ``Iterator[str]``). :func:`zoo.generate` takes every form in one call and routes
-it (:mod:`zoo.generation.dispatch`).
+``str``), :func:`generate_texts` (``list[str]`` -> ``list[str]``), :func:`stream_text`
+(``str`` -> ``Iterator[str]``) and :func:`stream_continuation` (prompt ids ->
+``Iterator[str]``, for chat prompts). :func:`zoo.generate` takes every form in one call and
+routes it (:mod:`zoo.generation.dispatch`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from .core import _session_options as _session_options  # what ZOO_CUDA_GRAPHS r
 from .core import generate_ids, left_pad, stream_ids
 from .dispatch import generate
 from .sampling import filter_logits, next_tokens
-from .text import generate_text, generate_texts, stream_text
+from .text import generate_text, generate_texts, stream_continuation, stream_text
 
 __all__ = [
     "DEFAULTS",
@@ -33,6 +34,7 @@ __all__ = [
     "generate_texts",
     "left_pad",
     "next_tokens",
+    "stream_continuation",
     "stream_ids",
     "stream_text",
 ]

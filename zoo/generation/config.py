@@ -79,6 +79,11 @@ class GenerationConfig:
     #: end-of-text id: a row that picks it ends, and repeats it while the others go on
     #: (the text wrappers take the tokenizer's when ``None``).
     eos_id: int | None = None
+    #: more ids that end a row, as ``eos_id`` does (an instruct model's end-of-turn: Qwen's
+    #: ``<|im_end|>`` and ``<|endoftext|>``); a row that picks one repeats ``eos_id`` (or the
+    #: first of these) after it. ``None``: the tokenizer's end ids
+    #: (:attr:`zoo.tokenizers.Tokenizer.end_ids`) when ``eos_id`` is ``None`` too, else none.
+    stop_ids: tuple[int, ...] | None = None
     #: the first target token of an encoder-decoder (the text wrappers take the tokenizer's
     #: bos when ``None``).
     start_id: int | None = None
@@ -95,6 +100,8 @@ class GenerationConfig:
         elif isinstance(stop, list):
             stop = tuple(stop)
         object.__setattr__(self, "stop", stop)
+        if isinstance(self.stop_ids, list):
+            object.__setattr__(self, "stop_ids", tuple(self.stop_ids))
         check_fields(self)
         self._check_ranges()
         for i, text in enumerate(self.stop):
@@ -117,8 +124,20 @@ class GenerationConfig:
             raise ConfigError(f"top_k must be a positive integer or None, got {self.top_k}")
         if self.top_p is not None and not 0 < self.top_p <= 1:
             raise ConfigError(f"top_p must be in (0, 1] or None, got {self.top_p}")
+        for token_id in self.stop_ids or ():
+            if type(token_id) is not int or token_id < 0:
+                raise ConfigError(
+                    f"stop_ids must be token ids (integers >= 0), got {self.stop_ids!r}"
+                )
         if self.vocab_limit is not None and self.vocab_limit < 1:
             raise ConfigError(
                 f"vocab_limit must be a positive integer or None, got {self.vocab_limit}"
             )
         check_seed(self.seed)
+
+    @property
+    def end_ids(self) -> tuple[int, ...]:
+        """Every id that ends a row: ``eos_id`` first, then ``stop_ids`` (no repeats). A row
+        that has ended repeats the first."""
+        ids = [] if self.eos_id is None else [self.eos_id]
+        return tuple(dict.fromkeys([*ids, *(self.stop_ids or ())]))

@@ -154,9 +154,10 @@ def _decode_loop(
     model: ZooModel, session: DecodingSession, logits: Tensor, config: GenerationConfig
 ) -> Iterator[Tensor]:
     """Yield the next token of every row, ``(B,)``, from the prefill's ``logits`` on, until
-    every row has ended (picked ``config.eos_id``) or ``max_new_tokens`` are out. A row that
-    has ended repeats ``eos_id``."""
-    device, eos_id = logits.device, config.eos_id
+    every row has ended (picked one of ``config.end_ids``: ``eos_id`` and ``stop_ids``) or
+    ``max_new_tokens`` are out. A row that has ended repeats the first end id."""
+    device, ends = logits.device, config.end_ids
+    end_ids = torch.tensor(ends, dtype=torch.long, device=device) if ends else None
     generator = None
     if config.seed is not None and config.temperature > 0:
         generator = torch.Generator(device=device).manual_seed(config.seed)
@@ -169,11 +170,11 @@ def _decode_loop(
         for i in range(config.max_new_tokens):
             with torch.inference_mode():
                 token = _pick(logits, config, generator)
-                if eos_id is not None:
-                    token = token.masked_fill(done, eos_id)
-                    done |= token == eos_id
+                if end_ids is not None:
+                    token = token.masked_fill(done, ends[0])
+                    done |= torch.isin(token, end_ids)
             yield token
-            if i + 1 == config.max_new_tokens or (eos_id is not None and bool(done.all())):
+            if i + 1 == config.max_new_tokens or (end_ids is not None and bool(done.all())):
                 return
             with torch.inference_mode():
                 logits = session.step(token)
@@ -205,8 +206,9 @@ def stream_ids(
 
     The prompt is checked and the session prefilled when this is called (a model that
     cannot decode it fails before the first token); the iterator then yields ``(B,)`` token
-    ids on the model's device until every row has picked ``config.eos_id`` or
-    ``config.max_new_tokens`` are out. A row that has ended repeats ``eos_id``.
+    ids on the model's device until every row has picked one of ``config.end_ids``
+    (``eos_id``, ``stop_ids``) or ``config.max_new_tokens`` are out. A row that has ended
+    repeats the first end id.
 
     Args:
         model: a zoo model (decoder-only or encoder-decoder: then ``config.start_id`` is
@@ -232,7 +234,8 @@ def generate_ids(
     Returns:
         ``(B, P + N)`` ids on ``input_ids``' device: the session's prefix (a decoder's
         prompt as given, padding included; an encoder-decoder's start token) followed by the
-        ``N`` new tokens. A row that ended early is filled with ``config.eos_id``.
+        ``N`` new tokens. A row that ended early is filled with ``config.eos_id`` (the first
+        of ``config.end_ids``).
 
     Shape:
         ``input_ids``, ``attention_mask``: ``(B, T)``; returned: ``(B, T + N)`` for a decoder,

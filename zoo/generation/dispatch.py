@@ -82,7 +82,7 @@ def _generate_rows(
     if model.is_encoder_decoder:
         assert config.start_id is not None  # stream_ids refuses an encoder-decoder without
         rows = [[config.start_id] for _ in rows]  # the target starts with the start token
-    out = [row + until_eos(tokens, config.eos_id) for row, tokens in zip(rows, new, strict=True)]
+    out = [row + until_eos(tokens, config.end_ids) for row, tokens in zip(rows, new, strict=True)]
     return out[0] if single else out
 
 

@@ -1,7 +1,8 @@
 """Text in, text out: thin wrappers over :mod:`zoo.generation.core` that encode the prompt,
-fill the tokenizer's end-of-text, bos and vocabulary size into the settings, and decode the
+fill the tokenizer's end ids, bos and vocabulary size into the settings, and decode the
 new tokens (cut at the first stop string). :func:`stream_text` yields the same text in
-pieces as the tokens arrive."""
+pieces as the tokens arrive; :func:`stream_continuation` does so for a prompt of ids (a chat
+template's)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ __all__ = [
     "generate_text",
     "generate_texts",
     "resolve_tokenizer",
+    "stream_continuation",
     "stream_text",
     "until_eos",
     "with_tokenizer",
@@ -52,17 +54,22 @@ def resolve_tokenizer(model: ZooModel, tokenizer: Tokenizer | None, why: str) ->
 def with_tokenizer(
     config: GenerationConfig, tokenizer: Tokenizer | None, model: ZooModel
 ) -> GenerationConfig:
-    """``config`` with what it leaves open taken from ``tokenizer``: the end-of-text id, the
-    vocabulary size (ids the tokenizer lacks are never picked) and, for an encoder-decoder,
-    the start token (its bos)."""
+    """``config`` with what it leaves open taken from ``tokenizer``: the end-of-text id and
+    the other end ids (:attr:`~zoo.tokenizers.Tokenizer.end_ids`, when neither ``eos_id`` nor
+    ``stop_ids`` is set), the vocabulary size (ids the tokenizer lacks are never picked) and,
+    for an encoder-decoder, the start token (its bos)."""
     if tokenizer is None:
         return config
     start_id = config.start_id
     if start_id is None and model.is_encoder_decoder:
         start_id = tokenizer.bos_id
+    stop_ids = config.stop_ids
+    if stop_ids is None and config.eos_id is None:
+        stop_ids = tuple(getattr(tokenizer, "end_ids", ()))  # (a duck-typed one may lack them)
     return dataclasses.replace(
         config,
         eos_id=config.eos_id if config.eos_id is not None else tokenizer.eos_id,
+        stop_ids=stop_ids,
         vocab_limit=config.vocab_limit if config.vocab_limit is not None else tokenizer.vocab_size,
         start_id=start_id,
     )
@@ -93,10 +100,12 @@ def _cut(text: str, stops: Sequence[str]) -> tuple[str, bool]:
     return (text[: min(cuts)], True) if cuts else (text, False)
 
 
-def until_eos(tokens: list[int], eos_id: int | None) -> list[int]:
-    """New tokens up to and including the first end-of-text."""
-    if eos_id is not None and eos_id in tokens:
-        return tokens[: tokens.index(eos_id) + 1]
+def until_eos(tokens: list[int], end_ids: int | Sequence[int] | None) -> list[int]:
+    """New tokens up to and including the first end id (one id, or any of several)."""
+    ends = {end_ids} if isinstance(end_ids, int) else set(end_ids or ())
+    for i, token in enumerate(tokens):
+        if token in ends:
+            return tokens[: i + 1]
     return tokens
 
 
@@ -141,8 +150,8 @@ def generate_texts(
     new = torch.stack(list(stream_ids(model, ids, keep, config)), dim=1).tolist()  # (B, N)
     texts = []
     for context, tokens in zip(_contexts(model, rows), new, strict=True):
-        tokens = until_eos(tokens, config.eos_id)
-        if tokens and tokens[-1] == config.eos_id:
+        tokens = until_eos(tokens, config.end_ids)
+        if tokens and tokens[-1] in config.end_ids:
             tokens = tokens[:-1]
         texts.append(_cut(_Continuation(tok, context)(tokens), config.stop)[0])
     return texts
@@ -179,6 +188,26 @@ def stream_text(
     return _pieces(tokens, _Continuation(tok, _contexts(model, rows)[0]), config)
 
 
+def stream_continuation(
+    model: ZooModel,
+    prompt_ids: Sequence[int],
+    config: GenerationConfig | None = None,
+    *,
+    tokenizer: Tokenizer | None = None,
+) -> Iterator[str]:
+    """:func:`stream_text` for a prompt given as ids: the text that follows them, in pieces
+    as the tokens arrive (a chat prompt is ids, its template's control tokens included; see
+    :meth:`zoo.tokenizers.Tokenizer.apply_chat_template`). The text ends before the first of
+    the end ids and of ``config.stop``."""
+    config = config if config is not None else GenerationConfig()
+    tok = resolve_tokenizer(model, tokenizer, "text output")
+    config = with_tokenizer(config, tok, model)
+    rows = [list(prompt_ids)]
+    ids, _ = left_pad(rows, torch.device("cpu"))
+    tokens = stream_ids(model, ids, None, config)
+    return _pieces(tokens, _Continuation(tok, _contexts(model, rows)[0]), config)
+
+
 def _pieces(
     steps: Iterator[torch.Tensor], continuation: _Continuation, config: GenerationConfig
 ) -> Iterator[str]:
@@ -186,9 +215,10 @@ def _pieces(
     tokens: list[int] = []
     sent = 0
     hold = max((len(s) for s in stops), default=1) - 1
+    ends = set(config.end_ids)
     for step in steps:
         token = int(step[0])
-        if token == config.eos_id:
+        if token in ends:
             break
         tokens.append(token)
         text, stopped = _cut(continuation(tokens), stops)

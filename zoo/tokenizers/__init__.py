@@ -8,11 +8,13 @@
 
 Each plugin declares its own tokenizer (``zoo_tokenizers`` hook); this package holds what they
 share: :class:`Tokenizer` (the protocol), :class:`TiktokenTokenizer`, :class:`HFTokenizer`,
-the trainable :class:`SubwordBPE`, and saving / loading next to weights
-(:func:`save_tokenizer`, :func:`load_tokenizer`, :func:`load_directory`).
+the trainable :class:`SubwordBPE`, saving / loading next to weights
+(:func:`save_tokenizer`, :func:`load_tokenizer`, :func:`load_directory`), Hugging Face
+tokenizer folders with their chat templates (:func:`from_pretrained`, :func:`load_folder`;
+:class:`ChatTemplate` renders conversations as ``transformers`` does, in a sandbox).
 
-Importing this package imports neither tiktoken, ``tokenizers`` nor torch; the classes that
-need them are imported on first use.
+Importing this package imports neither tiktoken, ``tokenizers``, jinja2 nor torch; the
+classes that need them are imported on first use.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from .base import ROLES, Tokenizer, check_fits
 from .errors import (
+    ChatTemplateError,
     TokenizerError,
     TokenizerInputError,
     TokenizerUnavailableError,
@@ -30,13 +33,17 @@ from .errors import (
 from .serialization import load_directory, load_tokenizer, save_tokenizer
 
 if TYPE_CHECKING:
+    from .chat import ChatTemplate
     from .hf_backend import HFTokenizer
     from .hub import hub_files
+    from .pretrained import from_pretrained, load_folder
     from .subword import SubwordBPE
     from .tiktoken_backend import TiktokenTokenizer
 
 __all__ = [
     "ROLES",
+    "ChatTemplate",
+    "ChatTemplateError",
     "HFTokenizer",
     "SubwordBPE",
     "TiktokenTokenizer",
@@ -46,14 +53,19 @@ __all__ = [
     "TokenizerUnavailableError",
     "VocabularyFileError",
     "check_fits",
+    "from_pretrained",
     "hub_files",
     "load_directory",
+    "load_folder",
     "load_tokenizer",
     "save_tokenizer",
 ]
 
 _LAZY = {
+    "ChatTemplate": ".chat",
     "HFTokenizer": ".hf_backend",
+    "from_pretrained": ".pretrained",
+    "load_folder": ".pretrained",
     "SubwordBPE": ".subword",
     "TiktokenTokenizer": ".tiktoken_backend",
     "hub_files": ".hub",

@@ -16,12 +16,14 @@ import re
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, overload
 
-from .errors import TokenizerError, TokenizerInputError
+from .errors import ChatTemplateError, TokenizerError, TokenizerInputError
 
 if TYPE_CHECKING:
     import torch
+
+    from .chat import ChatTemplate
 
 __all__ = ["ROLES", "Tokenizer", "check_fits"]
 
@@ -68,9 +70,14 @@ class Tokenizer(abc.ABC):
         description: one line for ``zoo info``.
         by_name: ``True`` when the tokenizer can be recreated from its name alone (shipped or
             pinned data), so saving it next to weights stores only the name.
+        chat: the model's chat template (:class:`~zoo.tokenizers.chat.ChatTemplate`), if it
+            has one: :meth:`apply_chat_template` renders conversations with it.
+        end_ids: ids that end a generated text besides ``eos`` (an instruct model's
+            end-of-turn, e.g. Qwen's ``<|im_end|>`` and ``<|endoftext|>``).
 
     Raises:
-        TokenizerError: an unknown role, or a role token that is not in the vocabulary.
+        TokenizerError: an unknown role, a role token that is not in the vocabulary, or an
+            end id outside it.
     """
 
     #: Tag of the concrete class in a saved tokenizer's manifest (``zoo_tokenizer.json``).
@@ -84,6 +91,8 @@ class Tokenizer(abc.ABC):
         wrap: tuple[str | None, str | None] = (None, None),
         description: str = "",
         by_name: bool = False,
+        chat: ChatTemplate | None = None,
+        end_ids: Sequence[int] = (),
     ) -> None:
         self.name = name
         self.description = description
@@ -112,6 +121,15 @@ class Tokenizer(abc.ABC):
         self._wrap = wrap
         self._prefix = [self._role_ids[wrap[0]]] if wrap[0] is not None else []
         self._suffix = [self._role_ids[wrap[1]]] if wrap[1] is not None else []
+        self._chat = chat
+        eos = [self._role_ids["eos"]] if "eos" in self._role_ids else []
+        for token_id in end_ids:
+            if type(token_id) is not int or not 0 <= token_id < self.vocab_size:
+                raise TokenizerError(
+                    f"{name}: end id {token_id!r} is not an id of the vocabulary "
+                    f"(0 .. {self.vocab_size - 1})"
+                )
+        self._end_ids = tuple(dict.fromkeys([*eos, *end_ids]))
 
     # -- what a backend implements ----------------------------------------------------------
     @property
@@ -210,6 +228,113 @@ class Tokenizer(abc.ABC):
     def roles(self) -> dict[str, str]:
         """Special-token role -> token string."""
         return dict(self._roles)
+
+    @property
+    def end_ids(self) -> tuple[int, ...]:
+        """Every id that ends a generated text: ``eos_id`` first, then the model's other
+        end-of-turn ids (``generation_config.json``'s ``eos_token_id``); generation stops at
+        any of them."""
+        return self._end_ids
+
+    # -- chat ---------------------------------------------------------------------------------
+    @property
+    def chat_template(self) -> str | dict[str, str] | None:
+        """The Jinja source of the model's chat template (a dict of named templates when it
+        has several), or ``None``."""
+        return self._chat.source if self._chat is not None else None
+
+    @overload
+    def apply_chat_template(
+        self,
+        messages: Any,
+        *,
+        add_generation_prompt: bool = ...,
+        tokenize: Literal[False] = ...,
+        continue_final_message: bool | str = ...,
+        tools: Sequence[Mapping[str, Any]] | None = ...,
+        documents: Sequence[Mapping[str, Any]] | None = ...,
+        chat_template: str | None = ...,
+        **extra: Any,
+    ) -> str: ...
+    @overload
+    def apply_chat_template(
+        self,
+        messages: Any,
+        *,
+        add_generation_prompt: bool = ...,
+        tokenize: Literal[True],
+        continue_final_message: bool | str = ...,
+        tools: Sequence[Mapping[str, Any]] | None = ...,
+        documents: Sequence[Mapping[str, Any]] | None = ...,
+        chat_template: str | None = ...,
+        **extra: Any,
+    ) -> list[int]: ...
+    def apply_chat_template(
+        self,
+        messages: Any,
+        *,
+        add_generation_prompt: bool = False,
+        tokenize: bool = False,
+        continue_final_message: bool | str = False,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        documents: Sequence[Mapping[str, Any]] | None = None,
+        chat_template: str | None = None,
+        **extra: Any,
+    ) -> str | list[int]:
+        """A conversation as the prompt the model was trained on, through its chat template,
+        rendered exactly as ``transformers``' ``apply_chat_template`` renders it (see
+        :mod:`zoo.tokenizers.chat` for the sandbox it runs in).
+
+            >>> tok.apply_chat_template(
+            ...     [{"role": "user", "content": "Hi"}], add_generation_prompt=True
+            ... )
+            '<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n'
+
+        Args:
+            messages: the conversation: dicts with ``role`` and ``content`` (and whatever
+                else the template reads: ``tool_calls``, ``reasoning_content``...); message
+                objects (dataclasses, pydantic models) are taken as their fields.
+            add_generation_prompt: end with the start of an assistant turn, for generation.
+            tokenize: return the token ids (every special token the template writes becomes
+                its id, as ``transformers`` encodes the rendered text) instead of the text.
+            continue_final_message: leave the last message open (a prefilled reply the model
+                continues); a string names the field to continue (``"reasoning_content"``).
+            tools: JSON schemas of the tools the model may call.
+            documents: documents for retrieval-augmented templates.
+            chat_template: the name of one of the model's templates, or a Jinja source to
+                use instead of the model's.
+            **extra: more template variables (``enable_thinking=False`` for Qwen3).
+
+        Raises:
+            ChatTemplateError: the tokenizer has no chat template (and none is given), the
+                template refuses the conversation, or the sandbox stops it.
+        """
+        from .chat import ChatTemplate
+
+        chat = self._chat
+        if chat is None and chat_template is not None:
+            chat = ChatTemplate({"default": chat_template}, self._template_tokens())
+        if chat is None:
+            raise ChatTemplateError(
+                f"{self.name} has no chat template: its tokenizer files define none "
+                "(no chat_template in tokenizer_config.json and no chat_template.jinja). Use "
+                "an instruct (chat) model's tokenizer, or pass chat_template=JINJA_SOURCE"
+            )
+        text = chat.render(
+            messages,
+            add_generation_prompt=add_generation_prompt,
+            continue_final_message=continue_final_message,
+            tools=tools,
+            documents=documents,
+            chat_template=chat_template,
+            **extra,
+        )
+        return self.encode(text, allowed_special="all") if tokenize else text
+
+    def _template_tokens(self) -> dict[str, str]:
+        """The special-token variables a chat template sees (``bos_token``...), from the
+        roles."""
+        return {f"{role}_token": token for role, token in self._roles.items()}
 
     def special_id(self, token: str) -> int:
         """The id of the special token ``token``.

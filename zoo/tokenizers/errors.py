@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..errors import ZooError
 
 __all__ = [
+    "ChatTemplateError",
     "TokenizerError",
     "TokenizerInputError",
     "TokenizerUnavailableError",
@@ -27,3 +28,8 @@ class VocabularyFileError(TokenizerError):
 class TokenizerUnavailableError(TokenizerError):
     """The tokenizer cannot be created here: its files cannot be fetched, or it must be trained
     first."""
+
+
+class ChatTemplateError(TokenizerError):
+    """A chat template is missing, is not valid Jinja, refuses the conversation
+    (``raise_exception``), or was stopped by the sandbox."""

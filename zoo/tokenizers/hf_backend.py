@@ -114,8 +114,11 @@ class HFTokenizer(Tokenizer):
         tokenizer: the configured ``tokenizers.Tokenizer`` (model, normalizer, pre-tokenizer,
             decoder, special tokens). Its post-processor is not used: sequence tokens are added
             by ``wrap``.
-        **kwargs: ``name``, ``roles``, ``wrap``, ``description``, ``by_name`` as in
-            :class:`~zoo.tokenizers.Tokenizer`.
+        **kwargs: ``name``, ``roles``, ``wrap``, ``description``, ``by_name``, ``chat``,
+            ``end_ids`` as in :class:`~zoo.tokenizers.Tokenizer`.
+
+    A Hugging Face tokenizer folder (``tokenizer.json`` with ``tokenizer_config.json``, its
+    chat template and end ids) loads with :func:`zoo.tokenizers.from_pretrained`.
     """
 
     #: Tag of this class in a saved tokenizer's manifest.
@@ -223,18 +226,22 @@ class HFTokenizer(Tokenizer):
         directory.mkdir(parents=True, exist_ok=True)
         data = self.tokenizer.to_str(pretty=True).encode("utf-8")
         (directory / TOKENIZER_FILE).write_bytes(data)
-        write_manifest(
-            directory,
-            {
-                "name": self.name,
-                "kind": self.kind,
-                "backend": self.backend,
-                "description": self.description,
-                "roles": self._roles,
-                "wrap": list(self._wrap),
-                "files": {TOKENIZER_FILE: sha256_bytes(data)},
-            },
-        )
+        manifest: dict[str, Any] = {
+            "name": self.name,
+            "kind": self.kind,
+            "backend": self.backend,
+            "description": self.description,
+            "roles": self._roles,
+            "wrap": list(self._wrap),
+            "files": {TOKENIZER_FILE: sha256_bytes(data)},
+        }
+        extra_ends = [i for i in self.end_ids if i != self.eos_id]
+        if extra_ends:
+            manifest["end_ids"] = extra_ends
+        if self._chat is not None:
+            manifest["chat_template"] = dict(self._chat.templates)
+            manifest["template_tokens"] = dict(self._chat.tokens)
+        write_manifest(directory, manifest)
         return [TOKENIZER_FILE, MANIFEST]
 
     @classmethod
@@ -246,10 +253,20 @@ class HFTokenizer(Tokenizer):
             raise VocabularyFileError(
                 f"{directory / TOKENIZER_FILE} is not a valid tokenizers file: {exc}"
             ) from exc
+        chat = None
+        if manifest.get("chat_template") is not None:
+            from .chat import ChatTemplate
+
+            try:
+                chat = ChatTemplate(manifest["chat_template"], manifest.get("template_tokens", {}))
+            except TokenizerError as exc:
+                raise VocabularyFileError(f"{directory / MANIFEST}: {exc}") from None
         return cls(
             tokenizer,
             name=manifest["name"],
             roles=manifest.get("roles", {}),
             wrap=tuple(manifest.get("wrap", (None, None))),
             description=manifest.get("description", ""),
+            chat=chat,
+            end_ids=manifest.get("end_ids", ()),
         )
