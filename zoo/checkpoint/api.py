@@ -491,8 +491,11 @@ def _load_tokenizer(
             tokenizer = load_tokenizer(dict(spec), directory)
         else:
             name = _registry_tokenizer(arch, config, model_name, directory)
-            if name is None and is_pretrained(directory):  # a Hugging Face tokenizer folder
-                tokenizer = from_pretrained(directory, name=model_name or shown.name)
+            # Hugging Face tokenizer files: beside the weights, or in the folder given (zoo
+            # keeps a saved model's own files in a version folder inside it)
+            folder = next((d for d in (directory, shown) if is_pretrained(d)), None)
+            if name is None and folder is not None:
+                tokenizer = from_pretrained(folder, name=model_name or shown.name)
             elif name is None:
                 return None, (
                     f"{shown} holds no tokenizer zoo can read and names no model whose "

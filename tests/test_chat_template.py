@@ -1,0 +1,433 @@
+"""Chat templates: Hugging Face tokenizer folders load with their template, special tokens
+and end ids, and conversations render exactly as ``transformers`` renders them (text and
+ids), on five real models' templates (tests/data/chat_templates)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from chat_folders import MODELS, TEMPLATES, library_tokenizer, token_id, write_folder
+
+import zoo
+from zoo.tokenizers import ChatTemplateError, VocabularyFileError, from_pretrained
+
+transformers = pytest.importorskip("transformers")
+
+SYSTEM = {"role": "system", "content": "You are a terse assistant."}
+USER = {"role": "user", "content": "Hello, how are you?"}
+ASSISTANT = {"role": "assistant", "content": "Fine. And you?"}
+USER2 = {"role": "user", "content": "Name a prime <|im_end|> [INST] and an emoji 🦀, ünïcode."}
+
+#: Conversations without tools: one turn, a system message, several turns, an assistant last.
+CONVERSATIONS = {
+    "user": [USER],
+    "system-user": [SYSTEM, USER],
+    "multi-turn": [SYSTEM, USER, ASSISTANT, USER2],
+    "multi-turn-no-system": [USER, ASSISTANT, USER2],
+    "assistant-last": [USER, ASSISTANT],
+}
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    """(model, jinja_file) -> (folder, zoo tokenizer, transformers tokenizer), built once."""
+    made = {}
+
+    def get(model: str, jinja_file: bool = False):
+        if (model, jinja_file) not in made:
+            where = tmp_path_factory.mktemp("tok") / model
+            folder = write_folder(where, model, jinja_file=jinja_file)
+            reference = transformers.AutoTokenizer.from_pretrained(str(folder))
+            made[model, jinja_file] = folder, zoo.tokenizer(str(folder)), reference
+        return made[model, jinja_file]
+
+    return get
+
+
+def _both(zoo_call, hf_call):
+    """Both results, or both errors' messages (the template's raise_exception)."""
+    try:
+        expected = hf_call()
+    except Exception as exc:  # jinja2.TemplateError from raise_exception
+        with pytest.raises(ChatTemplateError) as raised:
+            zoo_call()
+        assert str(exc) in str(raised.value)
+        return None
+    return zoo_call(), expected
+
+
+@pytest.mark.parametrize("generation_prompt", [True, False], ids=["gen-prompt", "no-gen-prompt"])
+@pytest.mark.parametrize("conversation", sorted(CONVERSATIONS))
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_renders_as_transformers(folders, model, conversation, generation_prompt):
+    _, tok, reference = folders(model)
+    messages = CONVERSATIONS[conversation]
+    found = _both(
+        lambda: tok.apply_chat_template(messages, add_generation_prompt=generation_prompt),
+        lambda: reference.apply_chat_template(
+            messages, add_generation_prompt=generation_prompt, tokenize=False
+        ),
+    )
+    if found is None:  # refused by the template (Mistral: roles must alternate)
+        return
+    text, expected = found
+    assert text == expected
+    assert USER["content"] in text  # a real rendering, not an empty one
+    ids = tok.apply_chat_template(messages, add_generation_prompt=generation_prompt, tokenize=True)
+    expected_ids = reference.apply_chat_template(
+        messages, add_generation_prompt=generation_prompt, tokenize=True, return_dict=False
+    )
+    assert ids == expected_ids
+    assert tok.decode(ids) == text
+
+
+def test_the_conversations_differ_where_they_should(folders):
+    """Guards the comparison above: the generation prompt and the turns change the text."""
+    _, tok, _ = folders("qwen2.5-instruct")
+    with_prompt = tok.apply_chat_template([USER], add_generation_prompt=True)
+    without = tok.apply_chat_template([USER], add_generation_prompt=False)
+    assert with_prompt == without + "<|im_start|>assistant\n"
+    assert "You are Qwen" in without  # the template's default system message
+    assert tok.apply_chat_template([SYSTEM, USER]).startswith(
+        "<|im_start|>system\nYou are a terse assistant.<|im_end|>\n"
+    )
+
+
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_a_template_in_chat_template_jinja_renders_the_same(folders, model):
+    """transformers 4.43+ writes the template to chat_template.jinja instead."""
+    folder, tok, reference = folders(model, jinja_file=True)
+    assert (folder / "chat_template.jinja").is_file()
+    assert "chat_template" not in json.loads((folder / "tokenizer_config.json").read_text())
+    assert tok.chat_template == (TEMPLATES / f"{model}.jinja").read_text()
+    messages = CONVERSATIONS["multi-turn-no-system"]
+    expected = reference.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    assert tok.apply_chat_template(messages, add_generation_prompt=True) == expected
+
+
+def test_qwen3_reasoning_and_template_variables_as_transformers(folders):
+    _, tok, reference = folders("qwen3")
+    thought = {"role": "assistant", "content": "Four.", "reasoning_content": "2 + 2 = 4"}
+    older = {"role": "assistant", "content": "<think>\nhm\n</think>\n\nYes.", "tool_calls": None}
+    messages = [USER, older, {"role": "user", "content": "2 + 2?"}, thought]
+    for extra in ({}, {"enable_thinking": False}):
+        for prompt in (True, False):
+            expected = reference.apply_chat_template(
+                messages, add_generation_prompt=prompt, tokenize=False, **extra
+            )
+            assert tok.apply_chat_template(messages, add_generation_prompt=prompt, **extra) == (
+                expected
+            )
+    text = tok.apply_chat_template([USER], add_generation_prompt=True, enable_thinking=False)
+    assert text.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+
+
+def test_tools_and_documents_render_as_transformers(folders):
+    _, tok, reference = folders("qwen2.5-instruct")
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "weather",
+                "description": "The weather in a city ü",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+            },
+        }
+    ]
+    call = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"function": {"name": "weather", "arguments": {"city": "Oslo"}}}],
+    }
+    messages = [USER, call, {"role": "tool", "content": "sunny"}]
+    expected = reference.apply_chat_template(
+        messages, tools=tools, add_generation_prompt=True, tokenize=False
+    )
+    assert tok.apply_chat_template(messages, tools=tools, add_generation_prompt=True) == expected
+    assert '"description": "The weather in a city ü"' in expected  # tojson keeps non-ASCII
+
+
+def test_continue_final_message_as_transformers(folders):
+    _, tok, reference = folders("qwen2.5-instruct")
+    messages = [USER, {"role": "assistant", "content": "Well, I am "}]
+    expected = reference.apply_chat_template(messages, continue_final_message=True, tokenize=False)
+    assert tok.apply_chat_template(messages, continue_final_message=True) == expected
+    assert expected.endswith("Well, I am ")
+    with pytest.raises(ChatTemplateError, match="do not go together"):
+        tok.apply_chat_template(messages, continue_final_message=True, add_generation_prompt=True)
+
+
+def test_message_objects_and_none_values_as_transformers(folders):
+    @dataclasses.dataclass
+    class Message:
+        role: str
+        content: str | None
+        tool_calls: list | None = None
+
+    _, tok, reference = folders("qwen2.5-instruct")
+    messages = [Message("user", "Hi"), Message("assistant", "Hello", None)]
+    expected = reference.apply_chat_template(messages, tokenize=False)
+    assert tok.apply_chat_template(messages) == expected
+
+
+def test_a_folder_loads_its_special_tokens_and_end_ids(folders):
+    folder, tok, reference = folders("qwen2.5-instruct")
+    assert tok.name == "qwen2.5-instruct" and tok.vocab_size == len(reference)
+    assert tok.roles == {"eos": "<|im_end|>", "pad": "<|endoftext|>"}
+    assert tok.bos_id is None and tok.eos_id == token_id("<|im_end|>")
+    assert tok.end_ids == (token_id("<|im_end|>"), token_id("<|endoftext|>"))
+    assert "<|im_start|>" in tok.special_tokens and "<think>" not in tok.special_tokens
+    text = "Hi <|im_start|> <think>"
+    assert tok.encode(text, allowed_special="all") == reference(text)["input_ids"]
+    # through its model: a checkpoint folder with those files gets that tokenizer
+    assert zoo.tokenizer(folder).end_ids == tok.end_ids  # a Path works too
+
+
+def test_the_added_tokens_decoder_marks_and_adds_tokens(tmp_path):
+    folder = write_folder(tmp_path / "t", "qwen2.5-instruct")
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    extra = token_id("</think>") + 1
+    config["added_tokens_decoder"][str(extra)] = {"content": "<|new|>", "special": True}
+    config["added_tokens_decoder"][str(token_id("<think>"))]["special"] = True
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    tok = from_pretrained(folder)
+    reference = transformers.AutoTokenizer.from_pretrained(str(folder))
+    assert tok.special_id("<|new|>") == extra == reference.convert_tokens_to_ids("<|new|>")
+    assert "<think>" in tok.special_tokens
+    config["added_tokens_decoder"]["5"] = {"content": "<|im_end|>", "special": True}
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    with pytest.raises(VocabularyFileError, match=r"gives '<\|im_end\|>' id 5.*at 261"):
+        from_pretrained(folder)
+
+
+def test_roles_from_special_tokens_map_and_added_token_dicts(tmp_path):
+    folder = write_folder(tmp_path / "t", "tinyllama-chat", generation=False)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    for key in ("bos_token", "eos_token", "unk_token", "pad_token"):
+        config.pop(key)
+    config["bos_token"] = {"__type": "AddedToken", "content": "<s>", "special": True}
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    (folder / "special_tokens_map.json").write_text(json.dumps({"eos_token": "</s>"}))
+    tok = from_pretrained(folder)
+    assert tok.roles == {"bos": "<s>", "eos": "</s>"}
+    assert tok.end_ids == (token_id("</s>"),)  # no generation_config.json: the eos alone
+    text = tok.apply_chat_template([USER], add_generation_prompt=True)
+    assert text == "<|user|>\nHello, how are you?</s>\n<|assistant|>\n"
+
+
+def test_sequence_tokens_follow_the_flags_or_the_post_processor(tmp_path):
+    from tokenizers import processors
+
+    folder = write_folder(tmp_path / "flags", "tinyllama-chat")
+    assert zoo.tokenizer(str(folder)).encode("Hi", add_special_tokens=True) == [257, 72, 105]
+    folder = write_folder(tmp_path / "post", "tinyllama-chat")
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    del config["add_bos_token"], config["add_eos_token"]
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    library = library_tokenizer()
+    library.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", special_tokens=[("<s>", 257), ("</s>", 258)]
+    )
+    library.save(str(folder / "tokenizer.json"))
+    reference = transformers.AutoTokenizer.from_pretrained(str(folder))
+    ids = zoo.tokenizer(str(folder)).encode("Hi", add_special_tokens=True)
+    assert ids == reference("Hi")["input_ids"] == [257, 72, 105, 258]
+
+
+def test_named_templates_pick_as_transformers(tmp_path):
+    folder = write_folder(tmp_path / "t", "smollm2-instruct", template="")
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config["chat_template"] = [
+        {"name": "default", "template": "{{ messages[0].content }}|default"},
+        {"name": "tool_use", "template": "{{ messages[0].content }}|tools {{ tools|length }}"},
+        {"name": "rag", "template": "{{ documents[0].text }}|rag"},
+    ]
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    tok, reference = from_pretrained(folder), transformers.AutoTokenizer.from_pretrained(folder)
+    tools, documents = [{"type": "function", "function": {"name": "f"}}], [{"text": "doc"}]
+    for kwargs in ({}, {"tools": tools}, {"chat_template": "rag", "documents": documents}):
+        expected = reference.apply_chat_template([USER], tokenize=False, **kwargs)
+        assert tok.apply_chat_template([USER], **kwargs) == expected
+    assert set(tok.chat_template) == {"default", "tool_use", "rag"}
+    (folder / "additional_chat_templates").mkdir()
+    (folder / "additional_chat_templates" / "short.jinja").write_text("{{ messages|length }}")
+    (folder / "chat_template.jinja").write_text("jinja file")
+    tok = from_pretrained(folder)  # the files win over tokenizer_config.json's templates
+    assert tok.chat_template == {"default": "jinja file", "short": "{{ messages|length }}"}
+    assert tok.apply_chat_template([USER], chat_template="short") == "1"
+
+
+def test_a_tokenizer_without_a_template_says_what_is_missing(tmp_path):
+    folder = write_folder(tmp_path / "t", "tinyllama-chat", template="")
+    tok = zoo.tokenizer(str(folder))
+    assert tok.chat_template is None
+    with pytest.raises(ChatTemplateError, match=r"no chat_template in tokenizer_config\.json"):
+        tok.apply_chat_template([USER])
+    given = "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}"
+    assert tok.apply_chat_template([USER], chat_template=given) == "<s>Hello, how are you?"
+    with pytest.raises(ChatTemplateError, match="no chat template"):
+        zoo.tokenizer("gpt2-124m").apply_chat_template([USER])
+
+
+@pytest.mark.parametrize(
+    ("messages", "message"),
+    [
+        ("Hi", "list of messages"),
+        ([], "empty"),
+        ([[USER]], "one conversation at a time"),
+        ([("user", "Hi")], "one conversation at a time"),
+        ([42], "must be a dict"),
+    ],
+)
+def test_bad_conversations_are_clear_errors(folders, messages, message):
+    _, tok, _ = folders("smollm2-instruct")
+    with pytest.raises(ChatTemplateError, match=message):
+        tok.apply_chat_template(messages)
+
+
+def test_a_folder_without_tokenizer_json_is_a_clear_error(tmp_path):
+    (tmp_path / "tokenizer_config.json").write_text("{}")
+    with pytest.raises(VocabularyFileError, match=r"tokenizer\.json is missing.*it has: tok"):
+        zoo.tokenizer(str(tmp_path))
+    (tmp_path / "tokenizer.json").write_text("{}")
+    with pytest.raises(VocabularyFileError, match="not a valid tokenizers file"):
+        zoo.tokenizer(str(tmp_path))
+
+
+def test_a_saved_model_keeps_its_chat_template_and_end_ids(tmp_path):
+    """zoo.save writes the folder tokenizer's template and end ids with it; zoo.load reads
+    them back. A Hugging Face checkpoint reads the tokenizer files beside its weights."""
+    folder = write_folder(tmp_path / "tok", "qwen2.5-instruct")
+    tok = zoo.tokenizer(str(folder))
+    model = zoo.build("llama-tiny", vocab_size=tok.vocab_size)
+    zoo.save(model, tmp_path / "saved", tokenizer=tok)
+    back = zoo.load(tmp_path / "saved").tokenizer
+    assert back.chat_template == tok.chat_template and back.end_ids == tok.end_ids
+    conversation = CONVERSATIONS["multi-turn"]
+    assert back.apply_chat_template(conversation) == tok.apply_chat_template(conversation)
+
+    zoo.export(model, tmp_path / "hf")  # a Hugging Face checkpoint, then its tokenizer files
+    plain = tmp_path / "plain"  # as a Hub snapshot holds them, in one plain folder
+    plain.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (plain / name).write_bytes((tmp_path / "hf" / name).read_bytes())
+    for checkpoint in (plain, tmp_path / "hf"):
+        assert zoo.load(checkpoint).tokenizer is None
+        for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+            (checkpoint / name).write_bytes((folder / name).read_bytes())
+        found = zoo.load(checkpoint).tokenizer
+        assert found is not None and found.end_ids == tok.end_ids
+        assert found.apply_chat_template(conversation) == tok.apply_chat_template(conversation)
+
+
+# -- the sandbox -----------------------------------------------------------------------------
+HOSTILE = {
+    "class": "{{ ''.__class__.__mro__[1].__subclasses__() }}",
+    "subclasses": "{{ messages.__class__.__base__.__subclasses__() }}",
+    "globals": "{{ raise_exception.__globals__['sys'].modules }}",
+    "namespace-dunder": "{% set ns = namespace(__class__=1) %}",
+    "mutation": "{% set _ = messages.append(1) %}{{ messages }}",
+    "huge-range": "{% for i in range(10**9) %}{% endfor %}",
+    "nested-loops": (
+        "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    ),
+    "nested-string-loops": (
+        "{% for i in 'x' * 100000 %}{% for j in 'x' * 100000 %}{% endfor %}{% endfor %}"
+    ),
+    "huge-power": "{{ 7 ** 100000000 }}",
+    "huge-string": "{{ 'x' * 10 ** 10 }}",
+    "doubling": (
+        "{% set ns = namespace(s='ab') %}{% for i in range(80) %}{% set ns.s = ns.s ~ ns.s %}"
+        "{% endfor %}"
+    ),
+    "padding": "{{ 'x'.ljust(10 ** 12) }}",
+    "output": "{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}",
+    "recursion": "{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}",
+}
+
+_CHILD = textwrap.dedent(
+    """
+    import json, sys, time
+    from zoo.tokenizers import ChatTemplate, ChatTemplateError
+    out = {}
+    for name, source in json.loads(sys.argv[1]).items():
+        start = time.perf_counter()
+        try:
+            text = ChatTemplate({"default": source}).render([{"role": "user", "content": "x"}])
+            out[name] = ["rendered", text[:200]]
+        except ChatTemplateError as exc:
+            out[name] = ["refused", str(exc)[:300]]
+        out[name].append(time.perf_counter() - start)
+    print(json.dumps(out))
+    """
+)
+
+
+def test_hostile_templates_are_refused_by_the_sandbox():
+    """Each runs in a child process with a time limit: a sandbox that let one through could
+    hang or crash the interpreter. Every one must be refused, quickly."""
+    run = subprocess.run(
+        [sys.executable, "-c", _CHILD, json.dumps(HOSTILE)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    results = json.loads(run.stdout)
+    assert set(results) == set(HOSTILE)
+    for name, (outcome, detail, seconds) in results.items():
+        assert outcome == "refused", f"{name} was rendered: {detail!r}"
+        assert seconds < 20, f"{name} took {seconds:.1f} s"
+    assert "unsafe" in results["class"][1] and "unsafe" in results["globals"][1]
+    assert "loop iterations" in results["nested-loops"][1]
+    assert "loop iterations" in results["nested-string-loops"][1]
+    assert "Range too big" in results["huge-range"][1]
+    assert "bits" in results["huge-power"][1]
+    assert "items" in results["huge-string"][1] and "items" in results["doubling"][1]
+    assert "characters" in results["output"][1]
+
+
+def test_the_limits_leave_ordinary_templates_alone():
+    """A loop of 10,000 messages and a 1 MB message render, limits or not."""
+    from zoo.tokenizers import ChatTemplate
+
+    template = ChatTemplate({"default": (TEMPLATES / "smollm2-instruct.jinja").read_text()})
+    many = [{"role": "user", "content": str(i)} for i in range(10_000)]
+    assert template.render(many).count("<|im_start|>user") == 10_000
+    big = template.render([{"role": "user", "content": "y" * 1_000_000}])
+    assert len(big) > 1_000_000
+
+
+def test_a_template_that_is_not_jinja_is_a_clear_error():
+    from zoo.tokenizers import ChatTemplate
+
+    with pytest.raises(ChatTemplateError, match=r"not valid Jinja \(line 1"):
+        ChatTemplate({"default": "{% for m in messages %}"}).render([USER])
+    undefined = ChatTemplate({"default": "{{ messages[0].content.nope() }}"})
+    with pytest.raises(ChatTemplateError, match="refused the conversation"):
+        undefined.render([USER])
+
+
+def test_importing_the_tokenizers_imports_no_jinja():
+    code = "import sys, zoo.tokenizers, zoo; assert 'jinja2' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_vendored_templates_match_their_recorded_hashes():
+    import hashlib
+
+    readme = (TEMPLATES / "README.md").read_text()
+    for path in sorted(TEMPLATES.glob("*.jinja")):
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        assert f"`{path.name}`" in readme and digest in readme, path.name
+    assert len(list(TEMPLATES.glob("*.jinja"))) == len(MODELS)
+
+
+def test_a_name_that_is_no_folder_is_still_an_unknown_name(tmp_path):
+    with pytest.raises(zoo.errors.UnknownModelError, match="Registered tokenizers"):
+        zoo.tokenizer(str(tmp_path / "no-such-folder"))
