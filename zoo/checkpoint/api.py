@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -14,6 +15,7 @@ from ..config import ModelConfig
 from ..devices import check_device, check_dtype
 from ..errors import (
     CheckpointError,
+    ChecksumMismatchError,
     CorruptCheckpointError,
     UnknownArchitectureError,
     UnknownModelError,
@@ -33,11 +35,11 @@ from .files import (
     remember_verified,
     sha256_file,
     was_verified,
-    write_safetensors,
 )
 from .manifest import (
     CONFIG_FILE,
     FORMAT_VERSION,
+    SHARDED_FORMAT_VERSION,
     Manifest,
     read_config_json,
 )
@@ -48,6 +50,16 @@ from .readers import (
     architecture,
     model_folder,
     recognise,
+)
+from .shards import (
+    ShardHashes,
+    WrittenWeights,
+    index_file,
+    is_index,
+    parse_max_shard_size,
+    read_index,
+    read_shards,
+    write_weights,
 )
 
 if TYPE_CHECKING:
@@ -112,7 +124,13 @@ def _dtype_name(tensors: Mapping[str, Tensor]) -> str | None:
 
 
 # -- save -----------------------------------------------------------------------------------
-def save(model: nn.Module, directory: str | os.PathLike[str], *, tokenizer: Any = None) -> Path:
+def save(
+    model: nn.Module,
+    directory: str | os.PathLike[str],
+    *,
+    tokenizer: Any = None,
+    max_shard_size: int | str | None = None,
+) -> Path:
     """Save a zoo model as ``model.safetensors`` + ``config.json`` in ``directory``.
 
     Args:
@@ -121,10 +139,14 @@ def save(model: nn.Module, directory: str | os.PathLike[str], *, tokenizer: Any 
             atomically; a failed save leaves them untouched and no temporary files behind.
         tokenizer: saved with the weights (its files too when it is not a shipped one, e.g. a
             trained subword tokenizer); by default ``model.tokenizer`` when the model has one.
+        max_shard_size: split the weights into shards of at most this size, as transformers'
+            ``save_pretrained`` does: bytes, or a string such as ``"5GB"`` or ``"500MB"``
+            (``model-00001-of-00003.safetensors`` ... and ``model.safetensors.index.json``;
+            a tensor larger than the limit gets a shard of its own). Default: one file.
 
     Tied weights are stored once. ``config.json`` records the architecture, named model,
-    config, tokenizer spec, zoo version, format version and the weights' sha256, which
-    :func:`load` verifies.
+    config, tokenizer spec, zoo version, format version and the weights' sha256 (each
+    shard's when sharded), which :func:`load` verifies.
 
     Returns:
         the directory.
@@ -133,11 +155,14 @@ def save(model: nn.Module, directory: str | os.PathLike[str], *, tokenizer: Any 
     from .state import unique_state
 
     config = _config_of(model)
+    if max_shard_size is not None:
+        parse_max_shard_size(max_shard_size)  # a bad size is refused before anything is written
     arch_name = type(config).architecture
     model_name = getattr(model, "name", None)
     tensors = _cpu_tensors(unique_state(model))
     if tokenizer is None:
         tokenizer = getattr(model, "tokenizer", None)
+    parameters = sum(t.numel() for k, t in tensors.items() if _is_parameter(model, k))
     description = {
         "format_version": FORMAT_VERSION,
         "architecture": arch_name,
@@ -151,22 +176,40 @@ def save(model: nn.Module, directory: str | os.PathLike[str], *, tokenizer: Any 
 
             tokenizer_spec = save_tokenizer(tokenizer, staging)
         metadata = {"format": "pt", METADATA_KEY: json.dumps(description)}
-        write_safetensors(tensors, staging / WEIGHTS_FILE, metadata)
+        written = write_weights(
+            tensors,
+            staging,
+            metadata,
+            max_shard_size=max_shard_size,
+            total_parameters=parameters,
+        )
         manifest = Manifest(
             architecture=arch_name,
             config=config.to_dict(),
-            weights_file=WEIGHTS_FILE,
-            sha256=sha256_file(staging / WEIGHTS_FILE),
             model_name=model_name,
             tokenizer=tokenizer_spec,
             dtype=_dtype_name(tensors),
-            parameters=sum(t.numel() for k, t in tensors.items() if _is_parameter(model, k)),
+            parameters=parameters,
             plugin=_plugin_of(arch_name),
             zoo_version=__version__,
+            **_weights_record(staging, written),
         )
         text = json.dumps(manifest.to_json(), indent=2) + "\n"
         (staging / CONFIG_FILE).write_text(text, encoding="utf-8")
     return Path(directory)
+
+
+def _weights_record(folder: Path, written: WrittenWeights) -> dict[str, Any]:
+    """The manifest's fields for the weights :func:`write_weights` wrote into ``folder``:
+    the file and its sha256, and each shard's sha256 (format version 2) when sharded."""
+    record: dict[str, Any] = {
+        "weights_file": written.file,
+        "sha256": sha256_file(folder / written.file),
+    }
+    if written.shards:
+        record["shards"] = {name: sha256_file(folder / name) for name in written.shards}
+        record["format_version"] = SHARDED_FORMAT_VERSION
+    return record
 
 
 def _is_parameter(model: nn.Module, key: str) -> bool:
@@ -223,12 +266,6 @@ def _missing_weights(directory: Path, filename: str) -> CheckpointError:
             check_not_pickle(directory / pickles[0])
         except UnsafeCheckpointError as exc:
             return exc
-    if f"{Path(filename).stem}.safetensors.index.json" in present:
-        return CheckpointError(
-            f"{directory} holds a sharded checkpoint; zoo loads single-file checkpoints only. "
-            "Merge the shards, e.g. with transformers: "
-            "save_pretrained(out, max_shard_size='50GB')."
-        )
     return CheckpointError(
         f"{directory} has no {filename} (it has: {', '.join(present) or 'nothing'})"
     )
@@ -247,20 +284,29 @@ def load_local(
     verify: bool | None = None,
     tokenizer: bool = True,
     quantize: str | None = None,
+    shard_sha256: Mapping[str, str | None] | None = None,
 ) -> ZooModel:
     """Load a checkpoint that is on this machine (what the Hub download calls after fetching).
 
+    A sharded checkpoint (``model.safetensors.index.json`` and the shards it names, in place
+    of ``model.safetensors``) loads the same way, every shard memory-mapped; see
+    :mod:`zoo.checkpoint.shards` for how its index is checked.
+
     Args:
-        path: a checkpoint directory or its safetensors file.
+        path: a checkpoint directory, its safetensors file or its index.
         layout: ``"auto"`` reads it from ``config.json`` (``"format": "zoo"``, or a Hugging
             Face ``model_type``); otherwise ``"zoo"`` or a layout an architecture declares
             (``"hf-gpt2"``), used with the config of ``model_name`` when there is no
             ``config.json``.
-        sha256: the pinned hash of the weights file; it overrides the one in ``config.json``.
+        sha256: the pinned hash of the weights file (of the index, when sharded); it overrides
+            the one in ``config.json``.
         model_name: the named model these weights belong to (sets ``model.name`` and the
             default tokenizer; gives the config when the directory has none).
         filename: the weights file in a directory.
-        device, dtype, strict, verify, tokenizer, quantize: as for :func:`zoo.load`.
+        device, dtype, strict, verify, tokenizer, quantize: as for :func:`zoo.load`
+            (``verify`` covers every shard).
+        shard_sha256: the expected sha256 of each shard (the Hub's, for a download); it
+            overrides the ones in ``config.json``.
     """
     from ..nn.quant import QUANTIZE_MODES
 
@@ -286,7 +332,7 @@ def load_local(
             shown=folder,
             layout=layout, sha256=sha256, model_name=model_name, filename=filename,
             target=target, dtype=dtype, strict=strict, verify=verify,
-            tokenizer=tokenizer, quantize=quantize,
+            tokenizer=tokenizer, quantize=quantize, shard_sha256=shard_sha256,
         )  # fmt: skip
 
 
@@ -304,6 +350,7 @@ def _load_files(
     verify: bool | None,
     tokenizer: bool,
     quantize: str | None,
+    shard_sha256: Mapping[str, str | None] | None,
 ) -> ZooModel:
     """:func:`load_local`'s reading and assembling; messages name ``shown``, the folder the
     caller gave, rather than the version folder inside it that ``path`` may be."""
@@ -315,14 +362,14 @@ def _load_files(
     weights, arch, config = found.weights, found.architecture, found.config
     model_name = model_name or found.model_name
     expected = sha256 or found.sha256
-    hasher = _hasher(weights, expected, verify)
     what = "the pinned sha256" if sha256 else str(shown / CONFIG_FILE)
-    try:
-        tensors, _ = read_safetensors(weights)
-    except CorruptCheckpointError:
-        if hasher is not None:
-            hasher.verify(expected, what=what)  # type: ignore[arg-type]
-        raise
+    hasher: _Hashing | None
+    if is_index(weights):
+        recorded = found.shards if shard_sha256 is None else shard_sha256
+        where = "the sha256 given for them" if shard_sha256 is not None else what
+        tensors, hasher = _read_sharded(weights, shown, expected, what, recorded, where, verify)
+    else:
+        tensors, hasher = _read_single(weights, expected, what, verify)
     unexpected: tuple[str, ...] = ()
     if found.keymap is not None:
         tensors, conversion = found.keymap.to_zoo(tensors, config)
@@ -342,9 +389,9 @@ def _load_files(
     finally:
         del tensors
         if hasher is not None:
-            hasher.verify(expected, what=what)  # type: ignore[arg-type]
-    if hasher is not None:  # the file was read in full just now: check the values too, once
-        remember_verified(weights, expected)  # type: ignore[arg-type]
+            hasher.verify()
+    if hasher is not None:  # the files were read in full just now: check the values too, once
+        hasher.remember()
         if quantize is None:  # (quantization checks each weight as it reads it)
             _warn_non_finite(model, str(shown / weights.name))
     if model_name is not None and hasattr(model, "name"):
@@ -363,11 +410,110 @@ def _load_files(
     return model
 
 
+class _Hashing:
+    """The weights files a load hashes while it builds the model: one file on a
+    :class:`BackgroundHash`, or shards on a :class:`ShardHashes`."""
+
+    def __init__(
+        self, hasher: BackgroundHash | ShardHashes, expected: Mapping[Path, str], what: str
+    ) -> None:
+        self.hasher, self.expected, self.what = hasher, expected, what
+
+    def verify(self) -> None:
+        """Wait for the hashes; :class:`ChecksumMismatchError` unless they are as expected."""
+        if isinstance(self.hasher, ShardHashes):
+            self.hasher.verify()
+        else:
+            self.hasher.verify(next(iter(self.expected.values())), what=self.what)
+
+    def remember(self) -> None:
+        """Record the files as verified (see :func:`zoo.checkpoint.files.was_verified`)."""
+        for path, sha in self.expected.items():
+            remember_verified(path, sha)
+
+
+def _read_single(
+    weights: Path, expected: str | None, what: str, verify: bool | None
+) -> tuple[dict[str, Tensor], _Hashing | None]:
+    """The tensors of one weights file, memory-mapped, and its hashing when it is verified."""
+    hasher = _hasher(weights, expected, verify)
+    hashing = None
+    if hasher is not None and expected is not None:  # (a hasher is only made for a known hash)
+        hashing = _Hashing(hasher, {weights: expected}, what)
+    try:
+        tensors, _ = read_safetensors(weights)
+    except CorruptCheckpointError:
+        if hashing is not None:
+            hashing.verify()  # a damaged file whose hash is known: say it does not match
+        raise
+    return tensors, hashing
+
+
+def _read_sharded(
+    index_path: Path,
+    shown: Path,
+    expected: str | None,
+    what: str,
+    recorded: Mapping[str, str | None] | None,
+    recorded_by: str,
+    verify: bool | None,
+) -> tuple[dict[str, Tensor], _Hashing | None]:
+    """The tensors of every shard of ``index_path``, memory-mapped, and their hashing.
+
+    The index is hashed at once when its sha256 is known (``expected``: pinned or recorded;
+    it is small); each shard in the background against ``recorded`` (shard -> sha256, from
+    ``config.json`` or the Hub), when ``verify`` is true or the shard was not verified
+    before. ``verify=True`` needs a sha256 for every shard."""
+    if expected and (verify or (verify is None and not was_verified(index_path, expected))):
+        actual = sha256_file(index_path)
+        if actual != expected.lower():
+            raise ChecksumMismatchError(
+                f"{shown / index_path.name} has sha256 {actual}, but {what} says "
+                f"{expected.lower()}: the index is damaged or not the one saved. Save or "
+                "download the checkpoint again (or pass verify=False, at your own risk)."
+            )
+        remember_verified(index_path, expected)
+    elif verify and expected is None and recorded is None:
+        raise CheckpointError(
+            f"verify=True but no sha256 is recorded or pinned for {shown / index_path.name} "
+            "or its shards"
+        )
+    index = read_index(index_path, shown=shown)
+    if recorded is not None and set(recorded) != set(index.shards):
+        raise CheckpointError(
+            f"{shown / index_path.name} names the shards {sorted(index.shards)}, but "
+            f"{recorded_by} records {sorted(recorded)}: the index is not the one saved"
+        )
+    sums = {index_path.parent / name: (recorded or {}).get(name) for name in index.shards}
+    unknown = [path.name for path, sha in sums.items() if not sha]
+    if verify and unknown:
+        raise CheckpointError(
+            f"verify=True but no sha256 is recorded for the shard(s) {unknown[:5]} of "
+            f"{shown / index_path.name}"
+        )
+    todo = {
+        path: sha
+        for path, sha in sums.items()
+        if sha and (verify or (verify is None and not was_verified(path, sha)))
+    }
+    hashing = None
+    if todo:
+        hashing = _Hashing(ShardHashes(todo, what=recorded_by), todo, recorded_by)
+    try:
+        return read_shards(index, shown=shown), hashing
+    except CheckpointError:
+        if hashing is not None:
+            hashing.verify()  # a damaged shard whose hash is known: say it does not match
+        raise
+
+
 def _recognise(
     path: Path, shown: Path, layout: str, model_name: str | None, filename: str
 ) -> tuple[Recognised, Path]:
-    """What the checkpoint at ``path`` (a folder, or its weights file) is, and its folder;
-    a missing weights file is a :class:`CheckpointError` listing what the folder holds."""
+    """What the checkpoint at ``path`` (a folder, its weights file or its index) is, and its
+    folder; a missing weights file is a :class:`CheckpointError` listing what the folder
+    holds. A folder whose weights file is missing but whose index (``model.safetensors`` ->
+    ``model.safetensors.index.json``) is there is the sharded checkpoint of that index."""
     if path.is_file():
         check_not_pickle(path)
         directory, weights = path.parent, path
@@ -383,6 +529,8 @@ def _recognise(
         shown=shown,
     )
     found = recognise(request)
+    if not found.weights.is_file() and index_file(found.weights).is_file():
+        found = dataclasses.replace(found, weights=index_file(found.weights))
     if not found.weights.is_file():
         raise _missing_weights(directory, found.weights.name)
     return found, directory
@@ -529,7 +677,13 @@ def _hf_layouts(arch: ArchitectureSpec) -> list[str]:
     )
 
 
-def export(model: nn.Module, directory: str | os.PathLike[str], layout: str | None = None) -> Path:
+def export(
+    model: nn.Module,
+    directory: str | os.PathLike[str],
+    layout: str | None = None,
+    *,
+    max_shard_size: int | str | None = None,
+) -> Path:
     """Write ``model`` as a Hugging Face checkpoint that ``transformers`` loads unchanged.
 
     Args:
@@ -541,6 +695,9 @@ def export(model: nn.Module, directory: str | os.PathLike[str], layout: str | No
             ``transformers.AutoTokenizer`` loads as the same tokenizer (a tokenizer that
             cannot be written so is a warning; the weights are still written).
         layout: the layout; optional when the architecture declares only one.
+        max_shard_size: split the weights as ``save_pretrained(max_shard_size=...)`` does
+            (bytes, or ``"5GB"``, ``"500MB"``...): ``model-00001-of-00003.safetensors`` ...
+            and ``model.safetensors.index.json``. Default: one ``model.safetensors``.
 
     Conv1D weights are transposed back and written contiguous; a tied LM head is omitted
     (transformers re-ties it from ``tie_word_embeddings``).
@@ -553,6 +710,8 @@ def export(model: nn.Module, directory: str | os.PathLike[str], layout: str | No
     from .state import unique_state
 
     config = _config_of(model)
+    if max_shard_size is not None:
+        parse_max_shard_size(max_shard_size)  # a bad size is refused before anything is written
     arch = architecture(type(config).architecture, where="export", plugin=None)
     layouts = _hf_layouts(arch) if layout is None else [layout]
     if len(layouts) != 1:
@@ -593,7 +752,13 @@ def export(model: nn.Module, directory: str | os.PathLike[str], layout: str | No
         foreign_config["dtype"] = dtype
     tokenizer_files = _hf_tokenizer_files(model, config, directory)
     with atomic_directory(directory) as staging:
-        write_safetensors(tensors, staging / WEIGHTS_FILE, {"format": "pt"})
+        write_weights(
+            tensors,
+            staging,
+            {"format": "pt"},
+            max_shard_size=max_shard_size,
+            total_parameters=sum(p.numel() for p in model.parameters()),
+        )
         text = json.dumps(foreign_config, indent=2) + "\n"
         (staging / CONFIG_FILE).write_text(text, encoding="utf-8")
         for name, data in tokenizer_files.items():

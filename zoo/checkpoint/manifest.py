@@ -10,6 +10,13 @@ A zoo checkpoint's ``config.json`` (format version 1)::
                  "parameters": 124439808},
      "plugin": {"name": "gpt2", "distribution": "zoo"}}
 
+A sharded save (``zoo.save(model, dir, max_shard_size=...)``) is format version 2: ``file`` is
+the index, ``sha256`` the index's, and ``shards`` maps each shard file to its sha256::
+
+     "weights": {"file": "model.safetensors.index.json", "sha256": "...",
+                 "shards": {"model-00001-of-00002.safetensors": "...", ...}, ...}
+
+(an older zoo then says to upgrade, rather than failing to read the index as weights).
 ``tokenizer`` is whatever :func:`zoo.tokenizers.save_tokenizer` returned (or ``null``);
 ``plugin`` records who supplied the architecture so that a reader without it can be told what
 to install. A Hugging Face checkpoint's ``config.json`` has a ``model_type`` instead.
@@ -30,6 +37,7 @@ __all__ = [
     "CONFIG_FILE",
     "FORMAT",
     "FORMAT_VERSION",
+    "SHARDED_FORMAT_VERSION",
     "Manifest",
     "plugin_distribution",
     "read_config_json",
@@ -37,14 +45,18 @@ __all__ = [
 
 CONFIG_FILE = "config.json"
 FORMAT = "zoo"
+#: The format version of a single-file checkpoint.
 FORMAT_VERSION = 1
+#: The format version of a sharded one (``weights.shards``); the newest this zoo reads.
+SHARDED_FORMAT_VERSION = 2
 
 _REQUIRED = ("format_version", "architecture", "config", "weights")
 
 
 @dataclasses.dataclass(frozen=True)
 class Manifest:
-    """A parsed zoo ``config.json``."""
+    """A parsed zoo ``config.json``; ``shards`` (shard file -> sha256) when the weights are
+    sharded, ``weights_file`` then being the index."""
 
     architecture: str
     config: Mapping[str, Any]
@@ -57,9 +69,13 @@ class Manifest:
     plugin: Mapping[str, Any] | None = None
     zoo_version: str | None = None
     format_version: int = FORMAT_VERSION
+    shards: Mapping[str, str | None] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The ``config.json`` document."""
+        weights: dict[str, Any] = {"file": self.weights_file, "sha256": self.sha256}
+        if self.shards is not None:
+            weights["shards"] = dict(self.shards)
         return {
             "format": FORMAT,
             "format_version": self.format_version,
@@ -68,12 +84,7 @@ class Manifest:
             "model_name": self.model_name,
             "config": dict(self.config),
             "tokenizer": dict(self.tokenizer) if self.tokenizer is not None else None,
-            "weights": {
-                "file": self.weights_file,
-                "sha256": self.sha256,
-                "dtype": self.dtype,
-                "parameters": self.parameters,
-            },
+            "weights": {**weights, "dtype": self.dtype, "parameters": self.parameters},
             "plugin": dict(self.plugin) if self.plugin is not None else None,
         }
 
@@ -93,6 +104,7 @@ class Manifest:
         if not isinstance(config, Mapping):
             raise CheckpointError(f"{where}: 'config' must be an object of config fields")
         file, sha = _weights_entry(weights, where)
+        shards = _shards_entry(weights.get("shards"), file, where)
         tokenizer = data.get("tokenizer")
         if tokenizer is not None and not isinstance(tokenizer, Mapping):
             raise CheckpointError(f"{where}: 'tokenizer' must be an object or null")
@@ -108,16 +120,17 @@ class Manifest:
             plugin=data.get("plugin"),
             zoo_version=data.get("zoo_version"),
             format_version=version,
+            shards=shards,
         )
 
 
 def _format_version(version: Any, where: str) -> int:
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise CheckpointError(f"{where}: format_version {version!r} is not valid")
-    if version > FORMAT_VERSION:
+    if version > SHARDED_FORMAT_VERSION:
         raise CheckpointError(
             f"{where} has format_version {version}, newer than this zoo reads "
-            f"({FORMAT_VERSION}); upgrade zoo (pip install -U torch-zoo)."
+            f"({SHARDED_FORMAT_VERSION}); upgrade zoo (pip install -U torch-zoo)."
         )
     return version
 
@@ -132,11 +145,33 @@ def _weights_entry(weights: Any, where: str) -> tuple[str, str | None]:
     if Path(file).name != file or file in ("", ".", ".."):
         raise CheckpointError(f"{where}: weights file {file!r} must be a plain file name")
     sha = weights.get("sha256")
-    if sha is not None and not (
-        isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)
-    ):
+    if sha is not None and not _is_sha256(sha):
         raise CheckpointError(f"{where}: weights sha256 {sha!r} is not a hex sha256")
     return file, sha
+
+
+def _is_sha256(value: Any) -> bool:
+    return (
+        isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+    )
+
+
+def _shards_entry(shards: Any, file: str, where: str) -> dict[str, str | None] | None:
+    """``weights.shards``: shard file name -> its sha256 (or ``None``); only beside an index."""
+    from .shards import check_shard_name, is_index
+
+    if shards is None:
+        return None
+    if not isinstance(shards, Mapping) or not shards or not is_index(file):
+        raise CheckpointError(
+            f"{where}: 'weights.shards' must map shard file names to their sha256, beside a "
+            f"'file' that is the index (*.safetensors.index.json), not {file!r}"
+        )
+    for name, sha in shards.items():
+        check_shard_name(name, where)
+        if sha is not None and not _is_sha256(sha):
+            raise CheckpointError(f"{where}: the sha256 of shard {name} ({sha!r}) is not hex")
+    return dict(shards)
 
 
 #: The largest config.json read (real ones are a few KB).

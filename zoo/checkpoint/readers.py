@@ -61,8 +61,9 @@ class Request:
 @dataclasses.dataclass(frozen=True)
 class Recognised:
     """What a reader found: the format (``"zoo"`` or a layout name), the architecture and
-    config, the layout's key map (``None`` for zoo's own), the weights file, the sha256 the
-    checkpoint records, the named model and the tokenizer it names."""
+    config, the layout's key map (``None`` for zoo's own), the weights file (or the index of a
+    sharded checkpoint), the sha256 the checkpoint records (and each shard's), the named model
+    and the tokenizer it names."""
 
     format: str
     architecture: ArchitectureSpec
@@ -72,6 +73,7 @@ class Recognised:
     sha256: str | None = None
     model_name: str | None = None
     tokenizer: Mapping[str, Any] | None = None
+    shards: Mapping[str, str | None] | None = None
 
 
 Reader = Callable[[Request], "Recognised | None"]
@@ -159,6 +161,7 @@ def read_zoo(request: Request) -> Recognised | None:
         sha256=manifest.sha256,
         model_name=manifest.model_name,
         tokenizer=manifest.tokenizer,
+        shards=manifest.shards,
     )
 
 
@@ -189,20 +192,30 @@ def read_hf(request: Request) -> Recognised | None:
 
 
 def read_metadata(request: Request) -> Recognised | None:
-    """Zoo weights without ``config.json``: the description in the safetensors header."""
+    """Zoo weights without ``config.json``: the description in the safetensors header (of
+    the first shard, for a sharded checkpoint: zoo writes it into each)."""
     from safetensors import SafetensorError, safe_open
+
+    from .shards import index_file, is_index, read_index
 
     weights = request.weights
     if request.data is not None or request.layout not in ("auto", "zoo"):
         return None
+    if not weights.is_file() and index_file(weights).is_file():
+        weights = index_file(weights)
     if not weights.is_file():
         return None
-    check_not_pickle(weights)
+    header = weights
+    if is_index(weights):
+        header = weights.parent / read_index(weights, shown=request.shown).shards[0]
+        if not header.is_file():
+            raise CheckpointError(f"{weights} names the shard {header.name}, which is missing")
+    check_not_pickle(header)
     try:
-        with safe_open(str(weights), framework="pt") as f:
+        with safe_open(str(header), framework="pt") as f:
             metadata = f.metadata() or {}
     except SafetensorError as exc:
-        raise CorruptCheckpointError(f"{weights} is not a valid safetensors file: {exc}") from None
+        raise CorruptCheckpointError(f"{header} is not a valid safetensors file: {exc}") from None
     if METADATA_KEY not in metadata:
         return None
     try:
