@@ -504,10 +504,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"zoo serve needs FastAPI and uvicorn ({exc}): pip install 'torch-zoo[serve]'"
         ) from None
     from .generation.text import resolve_tokenizer
+    from .nn.slots import check_batchable
     from .settings import Settings
 
     api_key = args.api_key if args.api_key is not None else Settings.from_env().api_key
     model = _load_for_generation(args)
+    check_batchable(model)
     tokenizer = resolve_tokenizer(
         model, api.tokenizer(args.tokenizer) if args.tokenizer else None, "zoo serve"
     )
@@ -521,7 +523,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     serve(
-        model,  # type: ignore[arg-type]  # serve checks that it is a DecoderLM
+        model,  # type: ignore[arg-type]  # a DecoderLM: check_batchable said so
         tokenizer,
         model_id=args.served_model_name or args.source,
         host=args.host,

@@ -25,7 +25,7 @@ from .base import activation_dtype, check_token_ids
 from .cache import KVCache, LayerCache
 from .decoder import DecoderLM
 
-__all__ = ["SlotBatch", "SlotKVCache", "SlotLayerCache"]
+__all__ = ["SlotBatch", "SlotKVCache", "SlotLayerCache", "check_batchable"]
 
 K = TypeVar("K", bound=Hashable)
 
@@ -81,6 +81,22 @@ class _RowCache(KVCache):
         self.length = 0
 
 
+def check_batchable(model: object) -> None:
+    """Raise ``ValueError`` unless :class:`SlotBatch` can decode ``model``: a
+    :class:`DecoderLM` whose position scheme adds no attention score bias."""
+    if not isinstance(model, DecoderLM):
+        raise ValueError(
+            f"continuous batching decodes a zoo.nn.DecoderLM, got {type(model).__name__} "
+            "(encoder-decoders and plugins' own model classes generate with zoo.generate)"
+        )
+    if model.pos_emb.adds_score_bias:
+        raise ValueError(
+            f"{type(model.pos_emb).__name__} adds attention score biases, which depend on "
+            "each row's position; continuous batching supports position schemes without "
+            "them (learned, sinusoidal, rotary, none)"
+        )
+
+
 class SlotBatch(Generic[K]):
     """Sequences decoding together, each at its own position: continuous batching.
 
@@ -102,17 +118,7 @@ class SlotBatch(Generic[K]):
     """
 
     def __init__(self, model: DecoderLM, max_rows: int, max_len: int | None = None) -> None:
-        if not isinstance(model, DecoderLM):
-            raise ValueError(
-                f"continuous batching decodes a zoo.nn.DecoderLM, got {type(model).__name__} "
-                "(encoder-decoders and plugins' own model classes generate with zoo.generate)"
-            )
-        if model.pos_emb.adds_score_bias:
-            raise ValueError(
-                f"{type(model.pos_emb).__name__} adds attention score biases, which depend on "
-                "each row's position; continuous batching supports position schemes without "
-                "them (learned, sinusoidal, rotary, none)"
-            )
+        check_batchable(model)
         c = model.config
         max_len = c.context_length if max_len is None else max_len
         if not 0 < max_len <= c.context_length:

@@ -244,6 +244,10 @@ def _add_error_handlers(app: FastAPI) -> None:
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
         first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+        if first.get("type") == "json_invalid":
+            at = first.get("loc", ("body", "?"))[-1]
+            message = f"the request body is not valid JSON (at character {at}: {first['msg']})"
+            return JSONResponse(error_body(message, type="invalid_request_error"), status_code=400)
         where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
         message = f"{where}: {first.get('msg')}" if where else str(first.get("msg"))
         if len(errors) > 1:

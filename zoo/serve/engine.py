@@ -242,29 +242,36 @@ class Engine:
             sequence.generator = torch.Generator(device=device).manual_seed(config.seed)
         try:
             logits = self.batch.add(sequence, sequence.prompt)
+            self._advance([sequence], logits[None])
         except Exception as exc:  # this prompt only: the others go on
-            sequence.end("error", f"{type(exc).__name__}: {exc}")
-            return
-        self._advance([sequence], logits[None])
+            self._fail([sequence], exc)
 
     def _step(self) -> None:
         sequences = list(self.batch.keys)
         tokens = torch.tensor([s.last for s in sequences])
         try:
-            logits = self.batch.step(tokens)
+            self._advance(sequences, self.batch.step(tokens))
         except Exception as exc:  # e.g. out of memory: these requests fail, the server stays
-            self.batch.clear()
-            for sequence in sequences:
-                sequence.end("error", f"{type(exc).__name__}: {exc}")
-            return
-        self._advance(sequences, logits)
+            self._fail(sequences, exc)
 
     def _advance(self, sequences: list[Sequence], logits: Tensor) -> None:
         """Pick each sequence's next token from its logits row ``(N, vocab)``; those that end
         leave the batch."""
         for sequence, token in zip(sequences, _pick(sequences, logits), strict=True):
-            if sequence.take(token) and sequence in self.batch.keys:
+            try:
+                ended = sequence.take(token)
+            except Exception as exc:  # e.g. its tokenizer cannot decode the id: it alone fails
+                sequence.end("error", f"{type(exc).__name__}: {exc}")
+                ended = True
+            if ended and sequence in self.batch.keys:
                 self.batch.remove(sequence)
+
+    def _fail(self, sequences: list[Sequence], exc: Exception) -> None:
+        """End ``sequences`` with ``exc`` and free their slots."""
+        for sequence in sequences:
+            if sequence in self.batch.keys:
+                self.batch.remove(sequence)
+            sequence.end("error", f"{type(exc).__name__}: {exc}")
 
     def _fail_all(self, message: str) -> None:
         with self._cond:
