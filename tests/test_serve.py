@@ -411,14 +411,12 @@ def test_stop_strings_and_seeded_sampling(byte_server):
     model = shakespeare()
     client = byte_server.client()
     full = zoo.generate(model, "ROMEO:", max_new_tokens=60, temperature=0)
+    stop = full[12:15]  # text from the middle: the reply ends where it first appears
     out = client.completions.create(
-        model="shakespeare-byte", prompt="ROMEO:", max_tokens=60, temperature=0, stop=["\n", "xyz"]
+        model="shakespeare-byte", prompt="ROMEO:", max_tokens=60, temperature=0, stop=[stop, "#"]
     )
-    cut = full.split("\n")[0]
-    assert out.choices[0].text == cut and out.choices[0].finish_reason == "stop"
-    if not cut:  # the first character is a newline: check a later stop as well
-        second = full.split("\n")[1]
-        assert second, full
+    assert out.choices[0].text == full[: full.index(stop)] and len(out.choices[0].text) >= 2
+    assert out.choices[0].finish_reason == "stop"
     settings = dict(model="shakespeare-byte", prompt="ROMEO:", max_tokens=40, temperature=0.9)
     a = client.completions.create(**settings, seed=123).choices[0].text
     b = client.completions.create(**settings, seed=123).choices[0].text
