@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import api
@@ -17,7 +17,9 @@ from .options import GENERATION_DEFAULTS, QUANTIZE_MODE_HELP, QUANTIZE_MODES
 from .registry import get_registry
 
 if TYPE_CHECKING:
+    from .generation import GenerationConfig
     from .nn.base import ZooModel
+    from .tokenizers import Tokenizer
 
 __all__ = ["main"]
 
@@ -362,6 +364,99 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The longest reply ``zoo chat`` generates by default (``--max-new-tokens``).
+CHAT_MAX_NEW_TOKENS = 512
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    """Chat with an instruct model: each line you type is a message, the reply streams back.
+    The whole conversation goes through the model's chat template every turn; /reset starts
+    over, /exit or end of input quits."""
+    from .generation import GenerationConfig
+    from .generation.text import resolve_tokenizer
+    from .tokenizers import ChatTemplateError
+
+    if args.system is not None:
+        _check_utf8(args.system, "--system")
+    config = GenerationConfig(  # every setting checked before anything is loaded or seeded
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        compile=args.compile,
+    )
+    model = _load_for_generation(args)
+    given = api.tokenizer(args.tokenizer) if args.tokenizer else None
+    tokenizer = resolve_tokenizer(model, given, "zoo chat")
+    if tokenizer.chat_template is None:
+        raise ChatTemplateError(
+            f"{args.source} has no chat template: its tokenizer ({tokenizer.name}) defines none "
+            "(no chat_template in tokenizer_config.json, no chat_template.jinja). zoo chat "
+            "needs an instruct model's; continue plain text with `zoo generate`, or give a "
+            "tokenizer folder that has one with --tokenizer DIR"
+        )
+    opening = [] if args.system is None else [{"role": "system", "content": args.system}]
+    history = list(opening)
+    interactive = sys.stdin.isatty()
+    if interactive:
+        print(f"zoo chat with {args.source}: /reset starts over, /exit quits", file=sys.stderr)
+    for line in _input_lines(interactive):
+        text = line.strip()
+        if text == "/exit":
+            break
+        if text == "/reset":
+            history = list(opening)
+            print("(conversation cleared)", file=sys.stderr, flush=True)
+            continue
+        if text:
+            history = _chat_turn(model, tokenizer, config, history, line)
+    return 0
+
+
+def _input_lines(prompt: bool) -> Iterator[str]:
+    """The lines of standard input, decoded as UTF-8 (a byte that is not becomes U+FFFD),
+    without their line ends; ``> `` before each on a terminal."""
+    stream = getattr(sys.stdin, "buffer", None)
+    while True:
+        if prompt:
+            print("> ", end="", file=sys.stderr, flush=True)
+        raw = stream.readline() if stream is not None else sys.stdin.readline()
+        if not raw:
+            return
+        line = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
+        yield line.rstrip("\r\n")
+
+
+def _chat_turn(
+    model: ZooModel,
+    tokenizer: Tokenizer,
+    config: GenerationConfig,
+    history: list[dict[str, str]],
+    message: str,
+) -> list[dict[str, str]]:
+    """Send ``message`` after ``history``, stream the reply to stdout, and return the
+    conversation with both; a turn the template or the model refuses (a conversation too
+    long for the context) is reported and left out."""
+    from .generation import stream_continuation
+
+    turn = [*history, {"role": "user", "content": message}]
+    try:
+        ids = tokenizer.apply_chat_template(turn, add_generation_prompt=True, tokenize=True)
+        pieces = stream_continuation(model, ids, config, tokenizer=tokenizer)
+    except ValueError as exc:  # ChatTemplateError, or a prompt the context cannot hold
+        print(f"zoo: error: {_printable(exc)} (/reset starts over)", file=sys.stderr)
+        return history
+    reply = []
+    try:
+        for piece in pieces:
+            print(piece, end="", flush=True)
+            reply.append(piece)
+    finally:
+        print(flush=True)
+    return [*turn, {"role": "assistant", "content": "".join(reply)}]
+
+
 def cmd_classify(args: argparse.Namespace) -> int:
     """Label texts with a sequence classifier (a checkpoint saved by `zoo train --task
     classify`): prints each text's label, its probability and the text, tab-separated."""
@@ -619,6 +714,84 @@ def _add_serve(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=None, help="the random weights' seed (--random)")
 
 
+def _add_sampling(p: argparse.ArgumentParser, max_new_tokens: int) -> None:
+    """``--max-new-tokens``, ``--temperature``, ``--top-k``, ``--top-p`` and ``--seed``
+    (``zoo generate``'s and ``zoo chat``'s); the defaults are ``zoo.generate``'s, so the same
+    seed gives the same text."""
+    defaults = GENERATION_DEFAULTS
+    p.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=max_new_tokens,
+        help=f"default: {max_new_tokens}",
+    )
+    p.add_argument(
+        "--temperature",
+        type=float,
+        default=defaults.temperature,
+        help=f"0 = greedy (default: {defaults.temperature})",
+    )
+    p.add_argument("--top-k", type=int, default=defaults.top_k, help="default: no filter")
+    p.add_argument("--top-p", type=float, default=defaults.top_p, help="default: no filter")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="makes sampling reproducible: an integer from 0 to 2**64 - 1 (as zoo.generate's "
+        "seed=)",
+    )
+
+
+def _add_model_loading(p: argparse.ArgumentParser) -> None:
+    """``--device``, ``--dtype``, ``--quantize``, ``--compile`` and ``--random``: how
+    :func:`_load_for_generation` loads the model."""
+    p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cpu)")
+    p.add_argument("--dtype", choices=_DTYPES, default=None, help="default: as stored")
+    p.add_argument(
+        "--quantize",
+        choices=QUANTIZE_MODES,
+        default=None,
+        help="quantize the linear layers while loading (default: none): "
+        + "; ".join(f"{mode}: {what}" for mode, what in QUANTIZE_MODE_HELP.items()),
+    )
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="compile the decoding step with torch.compile (CPU; needs a C++ compiler; the "
+        "first run compiles for a while, later ones reuse torch's cache)",
+    )
+    p.add_argument(
+        "--random",
+        action="store_true",
+        help="use a randomly initialised named model (no weights, works offline)",
+    )
+
+
+def _add_chat(p: argparse.ArgumentParser) -> None:
+    """The arguments of ``zoo chat``."""
+    p.add_argument(
+        "source",
+        metavar="NAME_OR_SOURCE",
+        help="an instruct model with a chat template: a named model, hf:org/name[@rev], or a "
+        "directory",
+    )
+    p.add_argument(
+        "--system",
+        metavar="TEXT",
+        default=None,
+        help="a system message that opens the conversation (default: none, the template's)",
+    )
+    _add_sampling(p, CHAT_MAX_NEW_TOKENS)
+    p.add_argument(
+        "--tokenizer",
+        metavar="NAME_OR_DIR",
+        default=None,
+        help="the tokenizer (and its chat template) to use: a named model's or a registered "
+        "tokenizer's name, or a tokenizer folder (default: the model's own)",
+    )
+    _add_model_loading(p)
+
+
 def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -717,28 +890,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="named model (official weights), hf:org/name[@rev], or a directory",
     )
     p.add_argument("prompt", help="the text to continue")
-    defaults = GENERATION_DEFAULTS  # zoo.generate's own: the same text for the same seed
-    p.add_argument(
-        "--max-new-tokens",
-        type=int,
-        default=defaults.max_new_tokens,
-        help=f"default: {defaults.max_new_tokens}",
-    )
-    p.add_argument(
-        "--temperature",
-        type=float,
-        default=defaults.temperature,
-        help=f"0 = greedy (default: {defaults.temperature})",
-    )
-    p.add_argument("--top-k", type=int, default=defaults.top_k, help="default: no filter")
-    p.add_argument("--top-p", type=float, default=defaults.top_p, help="default: no filter")
-    p.add_argument(
-        "--seed",
-        type=int,
-        default=None,
-        help="makes sampling reproducible: an integer from 0 to 2**64 - 1 (as zoo.generate's "
-        "seed=)",
-    )
+    _add_sampling(p, GENERATION_DEFAULTS.max_new_tokens)
     p.add_argument("--stop", action="append", help="stop string (repeatable)")
     p.add_argument(
         "--tokenizer",
@@ -747,26 +899,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="the tokenizer to use: a named model's or a registered tokenizer's name "
         "(default: the one saved with the checkpoint or declared by its named model)",
     )
-    p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cpu)")
-    p.add_argument("--dtype", choices=_DTYPES, default=None, help="default: as stored")
-    p.add_argument(
-        "--quantize",
-        choices=QUANTIZE_MODES,
-        default=None,
-        help="quantize the linear layers while loading (default: none): "
-        + "; ".join(f"{mode}: {what}" for mode, what in QUANTIZE_MODE_HELP.items()),
-    )
-    p.add_argument(
-        "--compile",
-        action="store_true",
-        help="compile the decoding step with torch.compile (CPU; needs a C++ compiler; the "
-        "first run compiles for a while, later ones reuse torch's cache)",
-    )
-    p.add_argument(
-        "--random",
-        action="store_true",
-        help="use a randomly initialised named model (no weights, works offline)",
-    )
+    _add_model_loading(p)
+    _add_chat(add("chat", cmd_chat))
     p = add("classify", cmd_classify)
     p.add_argument(
         "checkpoint",
