@@ -287,11 +287,34 @@ def cmd_push(args: argparse.Namespace) -> int:
         revision=args.revision,
         private=args.private,
         commit_message=args.message,
+        max_shard_size=args.max_shard_size,
     )
     print(f"pushed {args.directory} to {ref.repo_id}@{ref.revision}: commit {ref.sha}")
     print(f"  {ref.url}")
     print(f'  load it with zoo.load("{ref.source}")')
     return 0
+
+
+def _shard_size(text: str) -> int | str:
+    """``--max-shard-size``: bytes, or a size such as 5GB / 500MB (checked here)."""
+    from .checkpoint.shards import parse_max_shard_size
+
+    size: int | str = int(text) if text.isdigit() else text
+    try:
+        parse_max_shard_size(size)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return size
+
+
+def _add_max_shard_size(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--max-shard-size",
+        type=_shard_size,
+        metavar="SIZE",
+        help="split the weights into shards of at most SIZE (bytes, or e.g. 5GB, 500MB), "
+        "named and indexed as transformers' save_pretrained does (default: one file)",
+    )
 
 
 def cmd_pull(args: argparse.Namespace) -> int:
@@ -574,7 +597,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
     """Convert a checkpoint between the zoo layout and a Hugging Face layout."""
     from .loading import convert_checkpoint
 
-    path = convert_checkpoint(args.source, args.destination, to=args.to)
+    path = convert_checkpoint(
+        args.source, args.destination, to=args.to, max_shard_size=args.max_shard_size
+    )
     print(f"wrote {path} ({args.to} layout)")
     if args.to != "zoo" and (path / "tokenizer.json").is_file():
         print("with its tokenizer (tokenizer.json: transformers.AutoTokenizer loads it)")
@@ -1034,6 +1059,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--to", default="zoo", help="target layout: zoo (default), hf-gpt2 or hf-openai-gpt"
     )
+    _add_max_shard_size(p)
     p = add("check", cmd_check)
     p.add_argument("names", nargs="+", metavar="NAME", help="named models to check")
     p.add_argument(
@@ -1047,6 +1073,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--revision", help="branch to commit to (default: the main branch)")
     p.add_argument("--private", action="store_true", help="create the repo private")
     p.add_argument("--message", help="commit message")
+    _add_max_shard_size(p)
     p = add("pull", cmd_pull)
     p.add_argument(
         "name", metavar="NAME_OR_REPO", help="a named model with Hub weights, or org/name[@rev]"

@@ -149,15 +149,17 @@ def convert_checkpoint(
     *,
     to: str = "zoo",
     strict: bool = True,
+    max_shard_size: int | str | None = None,
 ) -> Path:
     """Read any checkpoint :func:`load` reads and write it as ``to``: ``"zoo"`` (a
-    :func:`save` directory) or a Hugging Face layout such as ``"hf-gpt2"`` (:func:`export`).
-    What a ``zoo convert SRC DST [--to LAYOUT]`` command calls."""
+    :func:`save` directory) or a Hugging Face layout such as ``"hf-gpt2"`` (:func:`export`),
+    in shards of at most ``max_shard_size`` when given. What a ``zoo convert SRC DST [--to
+    LAYOUT] [--max-shard-size SIZE]`` command calls."""
     if not _LAYOUT.match(to):
         raise CheckpointError(
             f"{to!r} is not a layout name; use 'zoo' or a layout such as 'hf-gpt2'"
         )
     model = load(source, strict=strict)
     if to == "zoo":
-        return save(model, destination)
-    return export(model, destination, layout=to)
+        return save(model, destination, max_shard_size=max_shard_size)
+    return export(model, destination, layout=to, max_shard_size=max_shard_size)
