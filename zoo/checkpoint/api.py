@@ -39,7 +39,6 @@ from .files import (
 from .manifest import (
     CONFIG_FILE,
     FORMAT_VERSION,
-    SHARDED_FORMAT_VERSION,
     Manifest,
     read_config_json,
 )
@@ -53,12 +52,12 @@ from .readers import (
 )
 from .shards import (
     ShardHashes,
-    WrittenWeights,
     index_file,
     is_index,
     parse_max_shard_size,
     read_index,
     read_shards,
+    weights_record,
     write_weights,
 )
 
@@ -192,24 +191,11 @@ def save(
             parameters=parameters,
             plugin=_plugin_of(arch_name),
             zoo_version=__version__,
-            **_weights_record(staging, written),
+            **weights_record(staging, written),
         )
         text = json.dumps(manifest.to_json(), indent=2) + "\n"
         (staging / CONFIG_FILE).write_text(text, encoding="utf-8")
     return Path(directory)
-
-
-def _weights_record(folder: Path, written: WrittenWeights) -> dict[str, Any]:
-    """The manifest's fields for the weights :func:`write_weights` wrote into ``folder``:
-    the file and its sha256, and each shard's sha256 (format version 2) when sharded."""
-    record: dict[str, Any] = {
-        "weights_file": written.file,
-        "sha256": sha256_file(folder / written.file),
-    }
-    if written.shards:
-        record["shards"] = {name: sha256_file(folder / name) for name in written.shards}
-        record["format_version"] = SHARDED_FORMAT_VERSION
-    return record
 
 
 def _is_parameter(model: nn.Module, key: str) -> bool:

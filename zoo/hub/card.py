@@ -34,6 +34,13 @@ def _install_line(manifest: Manifest) -> str:
     return f"pip install {DISTRIBUTION}" + (f" {name}" if name and name != DISTRIBUTION else "")
 
 
+def _weights_text(manifest: Manifest) -> str:
+    text = f"`{manifest.weights_file}`, sha256 `{manifest.sha256 or 'not recorded'}`"
+    if manifest.shards:
+        text += f"; {len(manifest.shards)} shards, each sha256 recorded in `config.json`"
+    return text
+
+
 def model_card(manifest: Manifest, repo_id: str, *, license: str = DEFAULT_LICENSE) -> str:
     """The model card for a checkpoint described by ``manifest``, pushed to ``repo_id``."""
     from huggingface_hub import ModelCardData
@@ -67,11 +74,12 @@ def model_card(manifest: Manifest, repo_id: str, *, license: str = DEFAULT_LICEN
         ("parameters", parameters),
         ("dtype", manifest.dtype or "-"),
         ("tokenizer", tokenizer_text),
-        ("weights", f"`{manifest.weights_file}`, sha256 `{manifest.sha256 or 'not recorded'}`"),
+        ("weights", _weights_text(manifest)),
         ("zoo version", manifest.zoo_version or "-"),
     ]
     table = "\n".join(f"| {key} | {value} |" for key, value in rows)
     title = repo_id.split("/")[-1]
+    kind = "sharded safetensors" if manifest.shards else "safetensors"
     return f"""---
 {metadata}
 ---
@@ -79,7 +87,7 @@ def model_card(manifest: Manifest, repo_id: str, *, license: str = DEFAULT_LICEN
 # {title}
 
 A checkpoint of zoo, the plugin-based PyTorch model zoo: weights in `{manifest.weights_file}`
-(safetensors), architecture and config in `config.json`. Loading it runs no code from this
+({kind}), architecture and config in `config.json`. Loading it runs no code from this
 repo: the architecture comes from an installed zoo plugin.
 
 | | |

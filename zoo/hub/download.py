@@ -13,7 +13,12 @@ One pull:
 4. checks the expected sha256 of the weights (pinned in the registry, recorded in
    ``config.json``, and the Hub's LFS sha256) agree *before* downloading them, and verifies
    every downloaded file afterwards: a mismatch deletes the file from the cache and raises
-   :class:`~zoo.errors.ChecksumMismatchError`.
+   :class:`~zoo.errors.ChecksumMismatchError`;
+5. a sharded checkpoint (``model.safetensors.index.json`` in place of ``model.safetensors``):
+   the index is fetched and checked first (plain shard names only, every shard in the repo,
+   the shards ``config.json`` records for a zoo checkpoint, the pin on the index), each
+   shard's expected sha256 is settled (``config.json``, the Hub's LFS sha256), and only then
+   are the shards downloaded, each verified as the single weights file is.
 
 The cache layout, ``HF_ENDPOINT``, ``HF_HOME``/``HF_HUB_CACHE``, ``HF_HUB_OFFLINE`` and
 ``HF_TOKEN`` are ``huggingface_hub``'s own; the download itself is zoo's
@@ -26,13 +31,15 @@ import contextlib
 import dataclasses
 import hashlib
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from ..checkpoint.files import PICKLE_SUFFIXES, remember_verified, sha256_file, was_verified
 from ..checkpoint.manifest import CONFIG_FILE, Manifest, config_format, read_config_json
+from ..checkpoint.shards import index_file, is_index, read_index
 from ..errors import (
+    CheckpointError,
     ChecksumMismatchError,
     HubNotFoundError,
     UnsafeCheckpointError,
@@ -57,11 +64,14 @@ class Snapshot:
         source: what was asked for.
         commit: the commit sha every file was fetched at.
         directory: ``<HF_HUB_CACHE>/models--org--name/snapshots/<commit>``.
-        weights: the weights file in ``directory``.
+        weights: the weights file in ``directory`` (the index, when sharded).
         sha256: the expected sha256 of the weights (``None`` when nothing is known: offline,
             no pin, and a Hugging Face checkpoint).
         expected_from: where ``sha256`` came from, for messages.
-        verified: whether the weights were hashed and matched during the pull.
+        verified: whether the weights (every shard) were hashed and matched during the pull.
+        shards: a sharded checkpoint's shard files -> their expected sha256 (``config.json``
+            and the Hub's LFS metadata agree on it; ``None`` when nothing is known); empty
+            for a single weights file.
     """
 
     source: HubSource
@@ -71,6 +81,7 @@ class Snapshot:
     sha256: str | None
     expected_from: str
     verified: bool
+    shards: Mapping[str, str | None] = dataclasses.field(default_factory=dict)
 
 
 # -- verification -------------------------------------------------------------------------
@@ -162,10 +173,22 @@ def _files_metadata(api: Any, repo_id: str, commit: str, token: Any) -> dict[str
     return {s.rfilename: s for s in info.siblings or ()}
 
 
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """What ``config.json`` says to fetch: the weights file (or index), the other files, and
+    the sha256 it records for the weights (and for each shard of a zoo checkpoint)."""
+
+    weights: str
+    others: list[str]
+    sha256: str | None = None
+    shards: Mapping[str, str | None] | None = None
+
+
 def _plan(
     directory: Path, source: HubSource, entries: Mapping[str, Any] | None, what: str
-) -> tuple[str, list[str], str | None]:
-    """``(weights file, other files, sha256 recorded in config.json)`` from ``config.json``."""
+) -> _Plan:
+    """What to fetch, from ``config.json``; a Hugging Face checkpoint whose repo (or, offline,
+    cache) has the index of the weights file and not the file itself is sharded."""
     data = read_config_json(directory)
     assert data is not None  # downloaded just before
     where = f"{what}: {CONFIG_FILE}"
@@ -173,12 +196,18 @@ def _plan(
         manifest = Manifest.from_json(data, where=where)
         spec = manifest.tokenizer or {}
         files = [check_filename(f, f"{where}: tokenizer file") for f in spec.get("files") or ()]
-        return check_filename(manifest.weights_file, where), files, manifest.sha256
-    if entries is not None:
-        vocab = [f for f in HF_VOCAB_FILES if f in entries]
-    else:  # offline: whatever an earlier pull of this commit fetched
-        vocab = [f for f in HF_VOCAB_FILES if (directory / f).exists()]
-    return check_filename(source.filename, what), vocab, None
+        weights = check_filename(manifest.weights_file, where)
+        return _Plan(weights, files, manifest.sha256, manifest.shards)
+
+    def present(name: str) -> bool:  # offline: whatever an earlier pull of this commit fetched
+        return name in entries if entries is not None else (directory / name).exists()
+
+    vocab = [f for f in HF_VOCAB_FILES if present(f)]
+    weights = check_filename(source.filename, what)
+    index = index_file(Path(weights)).name
+    if not present(weights) and present(index):
+        weights = index
+    return _Plan(weights, vocab, None)
 
 
 def _check_weights_name(filename: str, entries: Mapping[str, Any] | None, what: str) -> None:
@@ -199,6 +228,59 @@ def _check_weights_name(filename: str, entries: Mapping[str, Any] | None, what: 
         raise HubNotFoundError(
             f"{what}: the repo has no {filename} (it has: {', '.join(present)}).{hint}"
         )
+
+
+def _fetch_shards(
+    download: Callable[..., Path],
+    index_path: Path,
+    entries: Mapping[str, Any] | None,
+    recorded: Mapping[str, str | None] | None,
+    verify: bool,
+    what: str,
+) -> tuple[dict[str, str | None], bool]:
+    """Download and verify the shards ``index_path`` names; ``(shard -> expected sha256,
+    whether every shard was hashed now)``. Every check on the index (plain names, shards in
+    the repo, the shards ``config.json`` records, agreeing hashes) runs before the first
+    shard is downloaded."""
+    where = f"{what}: {index_path.name}"
+    names = [check_filename(n, where) for n in read_index(index_path, shown=Path(what)).shards]
+    if recorded is not None and set(recorded) != set(names):
+        raise CheckpointError(
+            f"{where} names the shards {sorted(names)}, but {CONFIG_FILE} records "
+            f"{sorted(recorded)}: the repo is inconsistent; nothing of the weights was downloaded"
+        )
+    if entries is not None:
+        missing = [n for n in names if n not in entries]
+        if missing:
+            raise HubNotFoundError(
+                f"{where} names {len(missing)} shard(s) the repo does not have: "
+                f"{', '.join(missing[:5])}. The repo is incomplete; nothing of the weights was "
+                "downloaded."
+            )
+    expected = {
+        name: _expected_sha256(
+            {
+                f"{CONFIG_FILE}": (recorded or {}).get(name),
+                "the Hub's LFS metadata": getattr(
+                    getattr((entries or {}).get(name), "lfs", None), "sha256", None
+                ),
+            },
+            what,
+            name,
+        )
+        for name in names
+    }
+    hashed = 0
+    for name in names:
+        path = download(name, large=True)
+        sha, sha_from = expected[name]
+        if verify and sha is not None and not was_verified(path, sha):
+            actual = sha256_file(path)
+            if actual != sha:
+                raise _mismatch(path, actual, sha, sha_from, what)
+            remember_verified(path, sha)
+            hashed += 1
+    return {name: sha for name, (sha, _) in expected.items()}, hashed == len(names)
 
 
 def fetch(source: HubSource, *, token: str | bool | None = None, verify: bool = True) -> Snapshot:
@@ -254,7 +336,8 @@ def fetch(source: HubSource, *, token: str | bool | None = None, verify: bool = 
     config = download(CONFIG_FILE)
     _verify_small(config, (entries or {}).get(CONFIG_FILE), what)
     directory = config.parent
-    weights_name, others, recorded = _plan(directory, source, entries, what)
+    plan = _plan(directory, source, entries, what)
+    weights_name = plan.weights
     _check_weights_name(weights_name, entries, what)
 
     entry = (entries or {}).get(weights_name)
@@ -262,14 +345,30 @@ def fetch(source: HubSource, *, token: str | bool | None = None, verify: bool = 
     expected, expected_from = _expected_sha256(
         {
             "the registry pin": source.sha256,
-            f"{CONFIG_FILE}": recorded,
+            f"{CONFIG_FILE}": plan.sha256,
             "the Hub's LFS metadata": getattr(lfs, "sha256", None),
         },
         what,
         weights_name,
     )
-    for name in others:
+    for name in plan.others:
         _verify_small(download(name), (entries or {}).get(name), what)
+    if is_index(weights_name):
+        index = download(weights_name)  # small: capped like config.json
+        _verify_small(index, entry, what)
+        if expected is not None and (actual := sha256_file(index)) != expected:
+            raise _mismatch(index, actual, expected, expected_from, what)
+        shards, verified = _fetch_shards(download, index, entries, plan.shards, verify, what)
+        return Snapshot(
+            source=source,
+            commit=commit,
+            directory=directory,
+            weights=index,
+            sha256=expected,
+            expected_from=expected_from,
+            verified=verified,
+            shards=shards,
+        )
     weights = download(weights_name, large=True)
     verified = False
     if verify and expected is not None and not was_verified(weights, expected):

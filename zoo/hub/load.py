@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..checkpoint.api import load_local
 from ..errors import ChecksumMismatchError, CorruptCheckpointError
-from .download import evict, fetch
+from .download import Snapshot, evict, fetch
 from .source import HubSource, parse_hf_source, resolve_source
 
 if TYPE_CHECKING:
@@ -38,9 +38,12 @@ def load_hub(source: HubSource, *, token: str | bool | None = None, **kwargs: An
             sha256=snapshot.sha256,
             model_name=source.model_name,
             filename=snapshot.weights.name,
+            shard_sha256=snapshot.shards or None,
             **kwargs,
         )
     except CorruptCheckpointError as exc:  # ChecksumMismatchError included
+        if snapshot.shards:
+            raise _damaged_shards(source, snapshot, exc) from exc
         evict(snapshot.weights)
         actual = re.search(r"has sha256 ([0-9a-f]{64})", str(exc))
         if isinstance(exc, ChecksumMismatchError) and snapshot.sha256 and actual:
@@ -55,6 +58,23 @@ def load_hub(source: HubSource, *, token: str | bool | None = None, **kwargs: An
             "the Hugging Face cache and nothing was loaded. Try again; if it persists, the repo "
             "(or the pin) is wrong."
         ) from exc
+
+
+def _damaged_shards(
+    source: HubSource, snapshot: Snapshot, exc: CorruptCheckpointError
+) -> CorruptCheckpointError:
+    """The error for a sharded download the loader found damaged, once the files it names
+    (shards, or the index) are deleted from the cache so that the next pull fetches them."""
+    files = [snapshot.weights, *(snapshot.directory / name for name in snapshot.shards)]
+    named = [path for path in files if str(path) in str(exc)]
+    for path in named:
+        evict(path)
+    which = ", ".join(path.name for path in named) or "a file"
+    return type(exc)(
+        f"{source}: the downloaded {which} of the sharded checkpoint is damaged or not the one "
+        f"expected ({exc}). It was deleted from the Hugging Face cache and nothing was loaded. "
+        "Try again; if it persists, the repo (or the pin) is wrong."
+    )
 
 
 def load_hf(source: str, **kwargs: Any) -> ZooModel:

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 
 from ..checkpoint.api import save
 from ..checkpoint.manifest import CONFIG_FILE, FORMAT, Manifest, read_config_json
+from ..checkpoint.reshard import reshard
+from ..checkpoint.shards import is_index, parse_max_shard_size, read_index
 from ..errors import CheckpointError, ChecksumMismatchError, HubError, UnsafeCheckpointError
 from .card import DEFAULT_LICENSE, model_card
 from .failures import hub_errors
@@ -76,9 +78,11 @@ def _read_checkpoint(directory: Path) -> tuple[Manifest, list[str]]:
     where = str(directory / CONFIG_FILE)
     manifest = Manifest.from_json(data, where=where)
     tokenizer_files = list((manifest.tokenizer or {}).get("files") or ())
+    shards = _shards(directory, manifest, where)
     # the same rule as pull: plain names, read from inside the folder (no absolute path, no
     # link leading out), so a crafted config.json cannot publish any other local file
-    files = [check_filename(f, where) for f in [manifest.weights_file, *tokenizer_files]]
+    names = [manifest.weights_file, *shards, *tokenizer_files]
+    files = [check_filename(f, where) for f in names]
     files.append(CONFIG_FILE)
     outside = [f for f in files if not inside(directory / f, directory)]
     if outside:
@@ -95,20 +99,41 @@ def _read_checkpoint(directory: Path) -> tuple[Manifest, list[str]]:
     return manifest, files
 
 
+def _shards(directory: Path, manifest: Manifest, where: str) -> list[str]:
+    """The shard files of a sharded checkpoint (none for one weights file): the ones its
+    index names, which must be the ones ``config.json`` records."""
+    if not is_index(manifest.weights_file):
+        return []
+    index_path = directory / check_filename(manifest.weights_file, where)
+    if not index_path.is_file():
+        return []  # reported with the other missing files
+    shards = list(read_index(index_path, shown=directory).shards)
+    if manifest.shards is not None and set(manifest.shards) != set(shards):
+        raise CheckpointError(
+            f"{index_path} names the shards {sorted(shards)}, but {where} records "
+            f"{sorted(manifest.shards)}: save the model again with zoo.save()"
+        )
+    return shards
+
+
 def _operations(directory: Path, files: list[str], card: str, manifest: Manifest) -> list:
-    """Commit operations for ``files`` and the card; the weights' sha256 (which
-    ``huggingface_hub`` computes for the upload anyway) must be the one recorded."""
+    """Commit operations for ``files`` and the card; the sha256 of the weights and of each
+    shard (which ``huggingface_hub`` computes for the upload anyway) must be the one
+    recorded."""
     from huggingface_hub import CommitOperationAdd
 
     operations = [CommitOperationAdd(f, str(directory / f)) for f in files]
     operations.append(CommitOperationAdd(CARD_FILE, card.encode("utf-8")))
-    uploaded = operations[0].upload_info.sha256.hex()
-    if manifest.sha256 is not None and uploaded != manifest.sha256:
-        raise ChecksumMismatchError(
-            f"{directory / manifest.weights_file} has sha256 {uploaded}, but its config.json "
-            f"records {manifest.sha256}: refusing to publish a corrupted or modified checkpoint. "
-            "Save the model again with zoo.save()."
-        )
+    recorded = {manifest.weights_file: manifest.sha256, **(manifest.shards or {})}
+    for operation in operations:
+        expected = recorded.get(operation.path_in_repo)
+        uploaded = operation.upload_info.sha256.hex()
+        if expected is not None and uploaded != expected:
+            raise ChecksumMismatchError(
+                f"{directory / operation.path_in_repo} has sha256 {uploaded}, but its "
+                f"config.json records {expected}: refusing to publish a corrupted or modified "
+                "checkpoint. Save the model again with zoo.save()."
+            )
     return operations
 
 
@@ -121,6 +146,7 @@ def push(
     token: str | bool | None = None,
     commit_message: str | None = None,
     license: str = DEFAULT_LICENSE,
+    max_shard_size: int | str | None = None,
 ) -> CommitRef:
     """Publish a model (or a :func:`zoo.save` directory) to a Hub repo in one commit.
 
@@ -128,10 +154,11 @@ def push(
         >>> zoo.load(ref.source)            # "hf:org/name@<commit sha>"
 
     The repo is created if needed (``private`` applies to a new repo only). The commit holds
-    ``model.safetensors``, ``config.json``, the tokenizer's files when it has any (a trained
-    tokenizer; shipped ones are stored by name) and a ``README.md`` model card (YAML
-    metadata ``library_name: zoo``, tags and licence; architecture, components, parameter
-    count, usage). Honours ``HF_ENDPOINT`` and ``HF_TOKEN``.
+    ``model.safetensors`` (or the shards and ``model.safetensors.index.json``),
+    ``config.json``, the tokenizer's files when it has any (a trained tokenizer; shipped ones
+    are stored by name) and a ``README.md`` model card (YAML metadata ``library_name: zoo``,
+    tags and licence; architecture, components, parameter count, usage). Honours
+    ``HF_ENDPOINT`` and ``HF_TOKEN``.
 
     Args:
         model_or_directory: a model built or loaded by zoo (saved with :func:`zoo.save`
@@ -144,6 +171,10 @@ def push(
         commit_message: default ``"Upload <model> with zoo"``.
         license: the licence id for the card's metadata (default ``"other"``: zoo cannot
             know the weights' licence).
+        max_shard_size: publish the weights split into shards of at most this size, as
+            :func:`zoo.save` splits them (bytes, or ``"5GB"``, ``"500MB"``...); a directory
+            is rewritten so first (its tensors unchanged). Default: a model as one
+            ``model.safetensors``, a directory as it is.
 
     Returns:
         the :class:`CommitRef` (repo, branch, commit sha, URL).
@@ -155,11 +186,17 @@ def push(
     """
     if revision is not None and _COMMIT_SHA.match(revision):
         raise HubError(f"revision {revision!r} is a commit sha; push to a branch name instead")
+    if max_shard_size is not None:
+        parse_max_shard_size(max_shard_size)  # refused before anything is written or sent
     with tempfile.TemporaryDirectory(prefix="zoo-push-") as staging:
+        written = Path(staging) / "checkpoint"
         if isinstance(model_or_directory, (str, os.PathLike)):
             directory = Path(os.path.expanduser(os.fspath(model_or_directory)))
+            if max_shard_size is not None:
+                _read_checkpoint(directory)  # the same checks and messages as without
+                directory = reshard(directory, written, max_shard_size=max_shard_size)
         else:
-            directory = save(model_or_directory, Path(staging) / "checkpoint")
+            directory = save(model_or_directory, written, max_shard_size=max_shard_size)
         manifest, files = _read_checkpoint(directory)
         return _upload(
             directory,
