@@ -403,6 +403,23 @@ def test_the_limits_leave_ordinary_templates_alone():
     assert len(big) > 1_000_000
 
 
+def test_the_loop_budget_counts_iterations_exactly():
+    """Every pass through a for loop's body counts one step, nested loops and all, whatever
+    the body holds (an if, a loop filter); one step over the budget is refused."""
+    from zoo.tokenizers import ChatTemplate
+    from zoo.tokenizers.chat import MAX_LOOP_STEPS
+
+    def loops(inner: int) -> ChatTemplate:
+        body = "{% if j %}{% endif %}{% if not j %}{% endif %}"
+        source = f"{{% for i in range(1000) if i >= 0 %}}{{% for j in range({inner}) %}}{body}"
+        return ChatTemplate({"default": source + "{% endfor %}{% endfor %}done"})
+
+    assert MAX_LOOP_STEPS == 1000 + 1000 * 999
+    assert loops(999).render([USER]) == "done"
+    with pytest.raises(ChatTemplateError, match="more than 1,000,000 loop iterations"):
+        loops(1000).render([USER])
+
+
 def test_a_template_that_is_not_jinja_is_a_clear_error():
     from zoo.tokenizers import ChatTemplate
 

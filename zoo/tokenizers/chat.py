@@ -86,11 +86,23 @@ def _check_size(size: int) -> None:
 
 
 class _CodeGenerator(jinja2.compiler.CodeGenerator):
-    """Jinja's compiler, with one statement more: each pass through a loop's body counts a
-    step (``environment.loop_step()``), and every ``~`` concatenation is size-checked."""
+    """Jinja's compiler, with one statement more: each pass through a ``for`` loop's body
+    counts a step (``environment.loop_step()``), and every ``~`` concatenation is
+    size-checked."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._loop_bodies: list[Any] = []  # the bodies of the for loops being compiled
+
+    def visit_For(self, node: jinja2.nodes.For, frame: jinja2.compiler.Frame) -> None:
+        self._loop_bodies.append(node.body)
+        try:
+            super().visit_For(node, frame)
+        finally:
+            self._loop_bodies.pop()
 
     def blockvisit(self, nodes: Any, frame: jinja2.compiler.Frame) -> None:
-        if frame.loop_frame:
+        if frame.loop_frame and self._loop_bodies and nodes is self._loop_bodies[-1]:
             self.writeline("environment.loop_step()")
         super().blockvisit(nodes, frame)
 
