@@ -4,10 +4,13 @@ thread and the ``asyncio`` code that answers the client."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import threading
+import weakref
 from collections.abc import AsyncIterator, Callable
 from collections.abc import Sequence as Seq
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .engine import Event, Finish, Sequence
 
@@ -16,15 +19,50 @@ if TYPE_CHECKING:
     from ..tokenizers import Tokenizer
     from .engine import Engine
 
-__all__ = ["Run"]
+__all__ = ["Outbox", "Run"]
+
+
+class Outbox:
+    """Events from the engine's thread to one event loop, handed over in bursts: the first
+    event of a burst schedules one delivery on the loop and the others ride along, so a step
+    that advances many sequences wakes the loop once, not once per token."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._items: collections.deque[tuple[asyncio.Queue[Any], Any]] = collections.deque()
+        self._lock = threading.Lock()
+        self._scheduled = False
+
+    def put(self, queue: asyncio.Queue[Any], item: Any) -> None:
+        """Deliver ``item`` to ``queue`` on the loop (from any thread)."""
+        self._items.append((queue, item))
+        with self._lock:
+            if self._scheduled:
+                return
+            self._scheduled = True
+        # a closed loop (the server stopped) has nobody listening any more
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._deliver)
+
+    def _deliver(self) -> None:
+        with self._lock:
+            self._scheduled = False  # what arrives from here on schedules its own delivery
+        while self._items:
+            queue, item = self._items.popleft()
+            queue.put_nowait(item)
+
+
+_outboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Outbox] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 class Run:
     """The sequences of one request (one per prompt) and their events, in arrival order.
 
-    Made on the event loop; the engine's thread emits into an ``asyncio.Queue`` through
-    ``call_soon_threadsafe``. :meth:`cancel` (a client gone) drops every sequence that has
-    not finished.
+    Made on the event loop; the engine's thread emits into an ``asyncio.Queue`` through the
+    loop's :class:`Outbox`. :meth:`cancel` (a client gone) drops every sequence that has not
+    finished.
     """
 
     def __init__(
@@ -34,7 +72,8 @@ class Run:
         tokenizer: Tokenizer,
         end_ids: Seq[int],
     ) -> None:
-        self._loop = asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
+        self._outbox = _outboxes.get(loop) or _outboxes.setdefault(loop, Outbox(loop))
         self._queue: asyncio.Queue[tuple[int, Event]] = asyncio.Queue()
         self.sequences = [
             Sequence(prompt, config, tokenizer, self._emitter(i), end_ids)
@@ -43,9 +82,7 @@ class Run:
 
     def _emitter(self, index: int) -> Callable[[Event], None]:
         def emit(event: Event) -> None:
-            # a closed loop (the server stopped) has nobody listening any more
-            with contextlib.suppress(RuntimeError):
-                self._loop.call_soon_threadsafe(self._queue.put_nowait, (index, event))
+            self._outbox.put(self._queue, (index, event))
 
         return emit
 
