@@ -162,6 +162,25 @@ def test_continue_final_message_as_transformers(folders):
         tok.apply_chat_template(messages, continue_final_message=True, add_generation_prompt=True)
 
 
+def test_generation_tags_loop_controls_and_globals_as_transformers(folders):
+    """What transformers' environment adds: {% generation %}, break/continue, dict(),
+    namespace(), tojson's options, raise_exception."""
+    _, tok, reference = folders("smollm2-instruct")
+    source = (
+        "{% set ns = namespace(n=0) %}{% for m in messages %}{% if loop.index > 2 %}"
+        "{% break %}{% endif %}{% if m.role == 'system' %}{% continue %}{% endif %}"
+        "{% set ns.n = ns.n + 1 %}{% generation %}[{{ m.content }}]{% endgeneration %}"
+        "{% endfor %}{{ ns.n }} {{ dict(a=[1, 'ü'], b=none) | tojson(indent=1) }}"
+    )
+    messages = CONVERSATIONS["multi-turn"]
+    expected = reference.apply_chat_template(messages, chat_template=source, tokenize=False)
+    assert tok.apply_chat_template(messages, chat_template=source) == expected
+    assert expected.startswith("[Hello, how are you?]1 {")
+    refusing = "{{ raise_exception('no ' ~ messages[0].role) }}"
+    with pytest.raises(ChatTemplateError, match="refused the conversation: no system"):
+        tok.apply_chat_template(messages, chat_template=refusing)
+
+
 def test_message_objects_and_none_values_as_transformers(folders):
     @dataclasses.dataclass
     class Message:
