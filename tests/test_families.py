@@ -303,3 +303,32 @@ def test_the_kit_passes_a_model_its_layout_cannot_hold(name: str, use_registry: 
         run_check(name, check)
     with pytest.raises(zoo.CheckpointError, match="cannot hold this model"):
         zoo.export(zoo.build(name), tmp_path / "hf")
+
+
+@pytest.mark.parametrize(
+    ("template", "repo"),
+    [("qwen2.5-instruct", "Qwen/Qwen2.5-0.5B-Instruct"), ("qwen3", "Qwen/Qwen3-0.6B"),
+     ("smollm2-instruct", "HuggingFaceTB/SmolLM2-135M-Instruct")],
+)  # fmt: skip
+def test_chat_test_templates_are_the_official_ones(template: str, repo: str) -> None:
+    """The templates the chat tests render (tests/data/chat_templates) are byte for byte
+    the ``chat_template`` of the official, hash-verified tokenizer_config.json."""
+    official = json.loads((HUB / repo / "tokenizer_config.json").read_text())["chat_template"]
+    path = Path(__file__).parent / "data" / "chat_templates" / f"{template}.jinja"
+    assert path.read_text() == official
+
+
+def test_the_add_a_family_page_shows_the_qwen3_plugin_as_it_is() -> None:
+    """docs/families.md walks the qwen3 plugin file by file: each file's block is the file,
+    its relative imports spelled as a plugin outside zoo's tree spells them."""
+    root = Path(__file__).parents[1]
+    page = (root / "docs" / "families.md").read_text()
+    absolute = {"from ..": "from zoo_plugins.", "from .config ": "from zoo_plugins.qwen3.config ",
+                "from . import": "from zoo_plugins.qwen3 import"}  # fmt: skip
+    for name in ("__init__.py", "config.py", "convert.py", "tokenizer.py"):
+        section = page[page.index(f"`{name}`\n") :]
+        block = section[section.index("```python\n") + 10 : section.index("\n```\n")] + "\n"
+        text = (root / "plugins" / "qwen3" / name).read_text()
+        for relative, spelled in absolute.items():
+            text = text.replace(relative, spelled)
+        assert block == text, f"docs/families.md shows plugins/qwen3/{name} otherwise"

@@ -8,6 +8,7 @@ from zoo.hookspecs import hookimpl
 from zoo.specs import ArchitectureSpec, ModelSpec, TokenizerSpec, WeightsSource
 
 PYTHIA_160M = "EleutherAI/pythia-160m"
+REVISION = "50f5173d932e8e61f858120bcb800b97af589f46"
 
 
 @hookimpl
@@ -36,7 +37,7 @@ def zoo_models() -> list[ModelSpec]:
             weights=WeightsSource(
                 # revision and sha256 as several public projects pin them
                 repo=PYTHIA_160M, layout="hf-gpt-neox",
-                revision="50f5173d932e8e61f858120bcb800b97af589f46",
+                revision=REVISION,
                 sha256="29d2e457a664e41c12c735f20a36dc0956a665f614a54ce5db21a32e75965270",
             ),
         ),

@@ -10,6 +10,7 @@ from zoo.specs import ArchitectureSpec, ModelSpec, TokenizerSpec, WeightsSource
 
 TINYLLAMA = "TinyLlama/TinyLlama-1.1B-Chat-v1.0"
 SMOLLM2_135M = "HuggingFaceTB/SmolLM2-135M-Instruct"
+SMOLLM2_REVISION = "12fd25f77366fa6b3b4b768ec3050bf629380bac"
 
 
 @hookimpl
@@ -48,7 +49,7 @@ def zoo_models() -> list[ModelSpec]:
             weights=WeightsSource(
                 # revision and sha256 as several public projects pin them
                 repo=SMOLLM2_135M, layout="hf-llama",
-                revision="12fd25f77366fa6b3b4b768ec3050bf629380bac",
+                revision=SMOLLM2_REVISION,
                 sha256="5af571cbf074e6d21a03528d2330792e532ca608f24ac70a143f6b369968ab8c",
             ),
         ),
@@ -72,5 +73,12 @@ def zoo_tokenizers() -> list[TokenizerSpec]:
             description=f"Llama SentencePiece BPE, 32000 ids: tokenizer.json of {TINYLLAMA}",
             reads_checkpoint=True,
             checkpoint_files=("tokenizer.json",),
-        )
+        ),
+        TokenizerSpec(
+            name="smollm2",
+            factory="zoo_plugins.llama.tokenizer:smollm2",
+            description=f"SmolLM2 byte-level BPE with its chat template, from {SMOLLM2_135M}",
+            reads_checkpoint=True,
+            checkpoint_files=("tokenizer.json", "tokenizer_config.json"),
+        ),
     ]

@@ -7,6 +7,7 @@ from zoo.hookspecs import hookimpl
 from zoo.specs import ArchitectureSpec, ModelSpec, TokenizerSpec, WeightsSource
 
 MISTRAL_7B = "mistralai/Mistral-7B-v0.3"
+REVISION = "caa1feb0e54d415e2df31207e5f4e273e33509b1"
 
 
 @hookimpl
@@ -34,7 +35,8 @@ def zoo_models() -> list[ModelSpec]:
                     "n_heads": 32, "n_kv_heads": 8, "n_layers": 32, "d_ff": 14336},
             weights=WeightsSource(
                 repo=MISTRAL_7B, layout="hf-mistral",
-                revision="caa1feb0e54d415e2df31207e5f4e273e33509b1",
+                revision=REVISION,
+                filename="model.safetensors.index.json",  # sharded
             ),
         ),
     ]  # fmt: skip

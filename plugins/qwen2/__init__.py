@@ -7,6 +7,7 @@ from zoo.hookspecs import hookimpl
 from zoo.specs import ArchitectureSpec, ModelSpec, TokenizerSpec, WeightsSource
 
 QWEN25_05B = "Qwen/Qwen2.5-0.5B-Instruct"
+REVISION = "7ae557604adf67be50417f59c2c2f167def9a775"
 
 
 @hookimpl
@@ -35,7 +36,7 @@ def zoo_models() -> list[ModelSpec]:
             weights=WeightsSource(
                 # revision and sha256 as several public projects pin them
                 repo=QWEN25_05B, layout="hf-qwen2",
-                revision="7ae557604adf67be50417f59c2c2f167def9a775",
+                revision=REVISION,
                 sha256="fdf756fa7fcbe7404d5c60e26bff1a0c8b8aa1f72ced49e7dd0210fe288fb7fe",
             ),
         ),

@@ -7,6 +7,7 @@ from zoo.hookspecs import hookimpl
 from zoo.specs import ArchitectureSpec, ModelSpec, TokenizerSpec, WeightsSource
 
 QWEN3_06B = "Qwen/Qwen3-0.6B"
+REVISION = "c1899de289a04d12100db370d81485cdf75e47ca"
 
 
 @hookimpl
@@ -36,7 +37,7 @@ def zoo_models() -> list[ModelSpec]:
             weights=WeightsSource(
                 # revision and sha256 as several public projects pin them
                 repo=QWEN3_06B, layout="hf-qwen3",
-                revision="c1899de289a04d12100db370d81485cdf75e47ca",
+                revision=REVISION,
                 sha256="f47f71177f32bcd101b7573ec9171e6a57f4f4d31148d38e382306f42996874b",
             ),
         ),

@@ -1,0 +1,15 @@
+"""Pythia's tokenizer: the files of its Hub repo at the pinned revision (or of a checkpoint
+folder holding them)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from zoo.tokenizers import Tokenizer
+from zoo.tokenizers.repo import repo_tokenizer
+
+from . import PYTHIA_160M, REVISION
+
+
+def load(directory: str | Path | None = None) -> Tokenizer:
+    return repo_tokenizer(PYTHIA_160M, name="pythia", revision=REVISION, directory=directory)
