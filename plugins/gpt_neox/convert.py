@@ -7,16 +7,14 @@ from __future__ import annotations
 from zoo.convert import KeyRule, hf_layout, linear_rules
 from zoo.hf_config import HFConfigFormat, HFField
 
-from .config import GPTNeoXConfig
+from . import GPTNeoXConfig
 
 _L = "gpt_neox.layers.{i}"
+_BUFFERS = r"gpt_neox\.layers\.\d+\.attention\.(bias|masked_bias|rotary_emb\.inv_freq)"  # old files
 
 NEOX_CONFIG = HFConfigFormat(
-    family="GPT-NeoX",
-    model_type="gpt_neox",
-    architecture="GPTNeoXForCausalLM",
-    config=GPTNeoXConfig,
-    fields={
+    family="GPT-NeoX", model_type="gpt_neox", architecture="GPTNeoXForCausalLM",
+    config=GPTNeoXConfig, fields={
         "vocab_size": "vocab_size", "context_length": "max_position_embeddings",
         "d_model": "hidden_size", "n_heads": "num_attention_heads",
         "n_layers": "num_hidden_layers", "d_ff": "intermediate_size",
@@ -30,18 +28,14 @@ NEOX_CONFIG = HFConfigFormat(
     inert=frozenset({"classifier_dropout", "is_decoder"}),
 )  # fmt: skip
 
-HF_GPT_NEOX = hf_layout(
-    NEOX_CONFIG,
-    (
-        KeyRule("gpt_neox.embed_in.weight", "tok_emb.weight"),
-        *linear_rules(f"{_L}.input_layernorm", "blocks.{i}.attn_norm"),
-        *linear_rules(f"{_L}.attention.query_key_value", "blocks.{i}.attn.qkv", interleave=3),
-        *linear_rules(f"{_L}.attention.dense", "blocks.{i}.attn.proj"),
-        *linear_rules(f"{_L}.post_attention_layernorm", "blocks.{i}.ffn_norm"),
-        *linear_rules(f"{_L}.mlp.dense_h_to_4h", "blocks.{i}.ffn.fc"),
-        *linear_rules(f"{_L}.mlp.dense_4h_to_h", "blocks.{i}.ffn.proj"),
-        *linear_rules("gpt_neox.final_layer_norm", "final_norm"),
-        KeyRule("embed_out.weight", "head.weight"),
-    ),
-    ignore_foreign=(r"gpt_neox\.layers\.\d+\.attention\.(bias|masked_bias|rotary_emb\.inv_freq)",),
-)  # fmt: skip
+HF_GPT_NEOX = hf_layout(NEOX_CONFIG, (
+    KeyRule("gpt_neox.embed_in.weight", "tok_emb.weight"),
+    *linear_rules(f"{_L}.input_layernorm", "blocks.{i}.attn_norm"),
+    *linear_rules(f"{_L}.attention.query_key_value", "blocks.{i}.attn.qkv", interleave=3),
+    *linear_rules(f"{_L}.attention.dense", "blocks.{i}.attn.proj"),
+    *linear_rules(f"{_L}.post_attention_layernorm", "blocks.{i}.ffn_norm"),
+    *linear_rules(f"{_L}.mlp.dense_h_to_4h", "blocks.{i}.ffn.fc"),
+    *linear_rules(f"{_L}.mlp.dense_4h_to_h", "blocks.{i}.ffn.proj"),
+    *linear_rules("gpt_neox.final_layer_norm", "final_norm"),
+    KeyRule("embed_out.weight", "head.weight"),
+), ignore_foreign=(_BUFFERS,))  # fmt: skip

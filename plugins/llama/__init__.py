@@ -74,11 +74,11 @@ def zoo_tokenizers() -> list[TokenizerSpec]:
             reads_checkpoint=True,
             checkpoint_files=("tokenizer.json",),
         ),
-        TokenizerSpec(
-            name="smollm2",
-            factory="zoo_plugins.llama.tokenizer:smollm2",
-            description=f"SmolLM2 byte-level BPE with its chat template, from {SMOLLM2_135M}",
-            reads_checkpoint=True,
-            checkpoint_files=("tokenizer.json", "tokenizer_config.json"),
+        TokenizerSpec.from_repo(
+            "smollm2",
+            SMOLLM2_135M,
+            revision=SMOLLM2_REVISION,
+            extra=("generation_config.json",),
+            description="SmolLM2 byte-level BPE with its chat template",
         ),
     ]

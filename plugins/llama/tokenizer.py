@@ -7,12 +7,10 @@ from pathlib import Path
 
 import tokenizers
 
-from zoo.tokenizers import Tokenizer
 from zoo.tokenizers.hf_backend import TOKENIZER_FILE, HFTokenizer
 from zoo.tokenizers.hub import hub_files
-from zoo.tokenizers.repo import repo_tokenizer
 
-from . import SMOLLM2_135M, SMOLLM2_REVISION, TINYLLAMA
+from . import TINYLLAMA
 
 
 def load(directory: str | Path | None = None) -> HFTokenizer:
@@ -28,15 +26,4 @@ def load(directory: str | Path | None = None) -> HFTokenizer:
         roles={"bos": "<s>", "eos": "</s>", "unk": "<unk>"},
         wrap=("bos", None),  # <s> first, as the Llama tokenizer adds it
         description=f"Llama SentencePiece BPE from {TINYLLAMA}",
-    )
-
-
-def smollm2(directory: str | Path | None = None) -> Tokenizer:
-    """SmolLM2-Instruct's tokenizer (chat template, end ids) at the pinned revision."""
-    return repo_tokenizer(
-        SMOLLM2_135M,
-        name="smollm2",
-        revision=SMOLLM2_REVISION,
-        extra=("generation_config.json",),
-        directory=directory,
     )

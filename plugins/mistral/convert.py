@@ -7,7 +7,7 @@ from zoo.convert import hf_layout
 from zoo.hf_config import LLAMA_FIELDS, HFConfigFormat, HFField
 
 from ..llama.convert import DOWN, GATE_UP, llama_qkv, llama_rules
-from .config import MistralConfig
+from . import MistralConfig
 
 MISTRAL_FIELDS = {**LLAMA_FIELDS, "sliding_window": HFField("sliding_window", 4096)}
 

@@ -6,7 +6,7 @@ from zoo.convert import hf_layout
 from zoo.hf_config import LLAMA_FIELDS, HFConfigFormat, full_attention_only
 
 from ..llama.convert import DOWN, GATE_UP, llama_qkv, llama_rules
-from .config import Qwen2Config
+from . import Qwen2Config
 
 QWEN2_CONFIG = HFConfigFormat(
     family="Qwen2",

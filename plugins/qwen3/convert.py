@@ -7,7 +7,7 @@ from zoo.convert import hf_layout
 from zoo.hf_config import LLAMA_FIELDS, HFConfigFormat, full_attention_only
 
 from ..llama.convert import DOWN, GATE_UP, llama_qkv, llama_rules
-from .config import Qwen3Config
+from . import Qwen3Config
 
 QWEN3_CONFIG = HFConfigFormat(
     family="Qwen3",

@@ -5,6 +5,7 @@ from a checkpoint folder that holds them."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,7 +22,7 @@ def repo_tokenizer(
     name: str,
     revision: str = "main",
     extra: Sequence[str] = (),
-    directory: str | Path | None = None,
+    directory: str | os.PathLike[str] | None = None,
 ) -> Tokenizer:
     """The tokenizer files of ``repo`` (``extra``: more files the repo has, e.g.
     ``generation_config.json``) as a zoo tokenizer named ``name``; a ``directory`` holding
@@ -30,8 +31,8 @@ def repo_tokenizer(
     Raises:
         TokenizerUnavailableError: a file is neither cached nor downloadable.
     """
-    if directory is not None and is_pretrained(directory):
-        return from_pretrained(directory, name=name)
+    if directory is not None and is_pretrained(Path(directory)):
+        return from_pretrained(Path(directory), name=name)
     files = ["tokenizer.json", TOKENIZER_CONFIG, *extra]
     fix = "or pass directory=... holding the repo's tokenizer files"
     paths = hub_files(repo, files, revision=revision, what=f"{name} tokenizer", fix=fix)
