@@ -5,6 +5,7 @@ this package never reaches the network.
 
     >>> import zoo
     >>> zoo.save(model, "ckpt/")                 # model.safetensors + config.json
+    >>> zoo.save(model, "ckpt/", max_shard_size="5GB")   # shards + index, as transformers
     >>> model = zoo.load("ckpt/", device="cuda", dtype=torch.bfloat16)
     >>> model.tokenizer                           # loaded with it (None when there is none)
     >>> model = zoo.load("path/to/hf-gpt2-dir")   # a transformers save_pretrained directory
@@ -15,10 +16,14 @@ memory-mapped and its tensors are assigned as the parameters (no random initiali
 second copy on the CPU), tied weights are re-tied to one tensor, non-persistent buffers are
 recreated on the target device (see :mod:`zoo.checkpoint.state` for the plugin-author
 convention), and the sha256 recorded at save time (or pinned for a named model) is verified.
+A sharded checkpoint (``model.safetensors.index.json`` and its shards) loads the same way,
+every shard memory-mapped and verified, its index checked as untrusted input.
 
 Modules: :mod:`.files` (safetensors, hashing, atomic writes), :mod:`.manifest`
-(``config.json``), :mod:`.state` (meta build and assignment), :mod:`.api` (the functions
-below), :mod:`.pickled` (the opt-in pickle converter).
+(``config.json``), :mod:`.shards` (sharded checkpoints: the index, splitting, verifying),
+:mod:`.reshard` (a saved folder split another way), :mod:`.state` (meta build and
+assignment), :mod:`.api` (the functions below), :mod:`.pickled` (the opt-in pickle
+converter).
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
     >>> import zoo
     >>> ref = zoo.push(model, "org/name")          # model.safetensors, config.json, README.md
+    >>> zoo.push(model, "org/big", max_shard_size="5GB")  # shards + index, as transformers
     >>> model = zoo.load("hf:org/name")            # or "hf:org/name@<branch, tag or sha>"
     >>> model = zoo.load("gpt2-124m")              # official weights: openai-community/gpt2
     >>> zoo.pull("gpt1")                           # into the HF cache, nothing built
@@ -10,7 +11,8 @@ Everything goes through ``huggingface_hub`` and the standard Hugging Face cache,
 ``HF_ENDPOINT``, ``HF_HOME``/``HF_HUB_CACHE``, ``HF_HUB_OFFLINE`` and ``HF_TOKEN`` apply as for
 any Hub client. A revision is resolved to a commit once and every file is fetched at that
 commit; downloads are checked against the Hub's metadata, the sha256 a registry entry pins
-and the one ``config.json`` records. No code from a repo is ever run and no pickle is read.
+and the one ``config.json`` records (for each shard of a sharded repo). No code from a repo
+is ever run and no pickle is read.
 
 Modules: :mod:`.source` (``hf:`` strings and named models), :mod:`.download` (pull),
 :mod:`.load` (``zoo.load`` on top of pull), :mod:`.upload` (push), :mod:`.card` (the model
