@@ -352,7 +352,7 @@ def _load_files(
     hasher: _Hashing | None
     if is_index(weights):
         recorded = found.shards if shard_sha256 is None else shard_sha256
-        where = "the sha256 given for them" if shard_sha256 is not None else what
+        where = "the caller (shard_sha256)" if shard_sha256 is not None else what
         tensors, hasher = _read_sharded(weights, shown, expected, what, recorded, where, verify)
     else:
         tensors, hasher = _read_single(weights, expected, what, verify)
@@ -459,11 +459,6 @@ def _read_sharded(
                 "download the checkpoint again (or pass verify=False, at your own risk)."
             )
         remember_verified(index_path, expected)
-    elif verify and expected is None and recorded is None:
-        raise CheckpointError(
-            f"verify=True but no sha256 is recorded or pinned for {shown / index_path.name} "
-            "or its shards"
-        )
     index = read_index(index_path, shown=shown)
     if recorded is not None and set(recorded) != set(index.shards):
         raise CheckpointError(
@@ -475,7 +470,8 @@ def _read_sharded(
     if verify and unknown:
         raise CheckpointError(
             f"verify=True but no sha256 is recorded for the shard(s) {unknown[:5]} of "
-            f"{shown / index_path.name}"
+            f"{shown / index_path.name} (a transformers folder records none); pass "
+            "verify=None to load it unverified, or save it with zoo.save"
         )
     todo = {
         path: sha

@@ -252,9 +252,9 @@ class ShardHashes:
                 f"{p} has sha256 {self._digests[p]}, not {self.expected[p]}" for p in wrong
             )
             raise ChecksumMismatchError(
-                f"{len(wrong)} shard(s) are not the ones {self.what} records: {detail}. They "
-                "are corrupted, truncated or not the files expected. Download or save them "
-                "again (or pass verify=False to load them anyway, at your own risk)."
+                f"{len(wrong)} shard(s) do not have the sha256 expected by {self.what}: "
+                f"{detail}. They are corrupted, truncated or not the files expected. Download "
+                "or save them again (or pass verify=False to load them anyway, at your own risk)."
             )
 
 

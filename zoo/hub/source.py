@@ -22,7 +22,8 @@ class HubSource:
     Args:
         repo_id: ``"org/name"``.
         revision: branch, tag or commit sha (``None``: the default branch).
-        filename: the weights file in the repo.
+        filename: the weights file in the repo; a repo that has its index
+            (``model.safetensors.index.json``) instead is sharded, and the index may be named.
         layout: ``"auto"`` (read ``config.json``), ``"zoo"`` or a layout such as ``"hf-gpt2"``.
         sha256: the pinned hash of the weights file (from the registry), or ``None``.
         model_name: the named model these weights belong to, or ``None``.
