@@ -59,15 +59,17 @@ class Result:
 
 @dataclass(frozen=True)
 class Level:
-    """One number of concurrent clients: every request's result and the wall time."""
+    """One number of concurrent clients over every round: each round's tokens per second
+    (all tokens over the round's wall time) and every request's result."""
 
     clients: int
+    rates: list[float]
     results: list[Result]
-    wall: float
 
     @property
     def tokens_per_second(self) -> float:
-        return sum(r.tokens for r in self.results) / self.wall
+        """The median round's."""
+        return statistics.median(self.rates)
 
 
 def prompts(n: int) -> list[str]:
@@ -153,11 +155,12 @@ def complete(port: int, model: str, prompt: str, max_tokens: int) -> Result:
 
 
 def load(port: int, model: str, texts: list[str], max_tokens: int, clients: int) -> Level:
-    """Send every prompt with ``clients`` threads; the wall time covers them all."""
+    """Send every prompt with ``clients`` threads; the rate is over the wall time of all."""
     start = time.perf_counter()
     with ThreadPoolExecutor(clients) as pool:
         results = list(pool.map(lambda t: complete(port, model, t, max_tokens), texts))
-    return Level(clients, results, time.perf_counter() - start)
+    wall = time.perf_counter() - start
+    return Level(clients, [sum(r.tokens for r in results) / wall], results)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -166,15 +169,31 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def measure(
-    name: str, port: int, model: str, texts: list[str], max_tokens: int, levels: list[int]
+    name: str,
+    port: int,
+    model: str,
+    texts: list[str],
+    max_tokens: int,
+    levels: list[int],
+    rounds: int,
 ) -> list[Level]:
+    """Every level ``rounds`` times, the levels taking turns within each round (so that a
+    change in the machine's load hits every level alike)."""
     load(port, model, texts[:2], max_tokens, 2)  # warm-up: first calls, allocations
-    found = []
-    for clients in levels:
-        level = load(port, model, texts, max_tokens, clients)
-        print(f"  {name}: {clients} clients, {level.tokens_per_second:.1f} tok/s", flush=True)
-        found.append(level)
-    return found
+    found: dict[int, list[Level]] = {clients: [] for clients in levels}
+    for _ in range(rounds):
+        for clients in levels:
+            level = load(port, model, texts, max_tokens, clients)
+            print(f"  {name}: {clients} clients, {level.tokens_per_second:.1f} tok/s", flush=True)
+            found[clients].append(level)
+    return [
+        Level(
+            clients,
+            [rate for level in runs for rate in level.rates],
+            [result for level in runs for result in level.results],
+        )
+        for clients, runs in found.items()
+    ]
 
 
 def rows(model: str, server: str, levels: list[Level], reference: list[str]) -> list[str]:
@@ -182,15 +201,28 @@ def rows(model: str, server: str, levels: list[Level], reference: list[str]) -> 
     out = []
     for level in levels:
         firsts = [r.first * 1000 for r in level.results]
-        same = sum(r.text == t for r, t in zip(level.results, reference, strict=True))
+        texts = [r.text for r in level.results]
+        same = sum(t == reference[i % len(reference)] for i, t in enumerate(texts))
         out.append(
             f"| {model} | {server} | {level.clients} | {level.tokens_per_second:.1f} | "
             f"{level.tokens_per_second / base:.2f}x | {percentile(firsts, 0.5):.0f} | "
             f"{percentile(firsts, 0.95):.0f} | "
             f"{statistics.median(r.total for r in level.results):.2f} | "
-            f"{same}/{len(reference)} |"
+            f"{same}/{len(texts)} |"
         )
     return out
+
+
+def scaling(levels: list[Level]) -> str:
+    """8 clients' tokens/s over 1 client's: the median, and each round's (the two measured
+    next to each other)."""
+    by = {level.clients: level for level in levels}
+    if 1 not in by or 8 not in by:
+        return "(no 1- and 8-client levels)"
+    rounds = [b / a for a, b in zip(by[1].rates, by[8].rates, strict=True)]
+    each = ", ".join(f"{r:.2f}x" for r in rounds)
+    median = by[8].tokens_per_second / by[1].tokens_per_second
+    return f"at 8 clients: {median:.2f}x the tokens/s of 1 client (rounds: {each})"
 
 
 def checkpoints(model: str, folder: Path) -> tuple[str, Path]:
@@ -211,6 +243,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=16, help="per level (default: 16)")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--max-batch", type=int, default=16, help="zoo serve's (default: 16)")
+    parser.add_argument("--rounds", type=int, default=3, help="median over (default: 3)")
     parser.add_argument(
         "--transformers-python",
         default=sys.executable,
@@ -237,12 +270,12 @@ def main() -> None:
                            "--log-level", "warning"]  # fmt: skip
             print(f"{model}: zoo serve", flush=True)
             with running(zoo_command, port, folder / "zoo.log"):
-                levels = measure("zoo", port, model, texts, args.max_tokens, args.clients)
-            reference = [r.text for r in levels[0].results]
+                levels = measure(
+                    "zoo", port, model, texts, args.max_tokens, args.clients, args.rounds
+                )
+            reference = [r.text for r in levels[0].results[: len(texts)]]
             lines += rows(model, f"zoo serve (max batch {args.max_batch})", levels, reference)
-            ratio = {lv.clients: lv.tokens_per_second for lv in levels}
-            if 8 in ratio and 1 in ratio:
-                notes.append(f"{model}: zoo at 8 clients = {ratio[8] / ratio[1]:.2f}x one client")
+            notes.append(f"{model}: zoo serve {scaling(levels)}")
             if args.no_transformers:
                 continue
             for label, extra in (
@@ -258,11 +291,14 @@ def main() -> None:
                 print(f"{model}: {label}", flush=True)
                 try:
                     with running(command, port, folder / "transformers.log"):
-                        levels = measure(label, port, str(hf), texts, args.max_tokens, args.clients)
+                        levels = measure(
+                            label, port, str(hf), texts, args.max_tokens, args.clients, args.rounds
+                        )
                 except (RuntimeError, OSError) as exc:
                     notes.append(f"{model}: {label} did not run: {str(exc)[-400:]}")
                     continue
                 lines += rows(model, label, levels, reference)
+                notes.append(f"{model}: {label} {scaling(levels)}")
     facts = machine_facts("torch", "transformers", "fastapi", "uvicorn")
     report = "\n".join(
         [
@@ -272,8 +308,10 @@ def main() -> None:
             "",
             f"{args.requests} requests per level, prompts of 20-60 characters of Tiny "
             f"Shakespeare, greedy, {args.max_tokens} new tokens each, streamed; tokens/s = all "
-            "generated tokens / wall time of the level. 'same text' counts replies equal to "
-            "zoo serve's at 1 client.",
+            f"generated tokens / wall time of the level, the median of {args.rounds} rounds "
+            "(levels taking turns within a round); first-text and latency percentiles over "
+            "every request of every round. 'same text' counts replies equal to zoo serve's "
+            "at 1 client in the first round.",
             "",
             f"Machine: {facts}; torch threads {torch.get_num_threads()}; load average "
             f"{load_before:.1f} before, {os.getloadavg()[0]:.1f} after.",

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Callable
 from collections.abc import Sequence as Seq
 from typing import TYPE_CHECKING, Any
 
-from .engine import Event, Finish, Sequence
+from .engine import Event, Sequence
 
 if TYPE_CHECKING:
     from ..generation import GenerationConfig
@@ -91,13 +91,28 @@ class Run:
         engine.submit(self.sequences)
 
     async def events(self) -> AsyncIterator[tuple[int, Event]]:
-        """``(prompt index, event)`` until every sequence has finished."""
+        """``(prompt index, event)`` until every sequence has finished. The pieces of a
+        sequence's text that are already waiting when one is read come as one: a client that
+        falls behind gets fewer, longer pieces, never other text."""
         left = len(self.sequences)
         while left:
-            index, event = await self._queue.get()
-            if isinstance(event, Finish):
-                left -= 1
-            yield index, event
+            waiting = [await self._queue.get()]
+            while not self._queue.empty():
+                waiting.append(self._queue.get_nowait())
+            merged: list[tuple[int, Event]] = []
+            text_at: dict[int, int] = {}  # index -> where its text is in `merged`
+            for index, event in waiting:
+                if isinstance(event, str) and index in text_at:
+                    at = text_at[index]
+                    merged[at] = (index, f"{merged[at][1]}{event}")
+                    continue
+                if isinstance(event, str):
+                    text_at[index] = len(merged)
+                else:
+                    left -= 1
+                merged.append((index, event))
+            for item in merged:
+                yield item
 
     def cancel(self) -> None:
         """Drop every sequence still decoding or waiting."""
