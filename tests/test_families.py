@@ -333,3 +333,16 @@ def test_the_add_a_family_page_shows_the_qwen3_plugin_as_it_is() -> None:
         for relative, spelled in absolute.items():
             text = text.replace(relative, spelled)
         assert block == text, f"docs/families.md shows plugins/qwen3/{name} otherwise"
+
+
+def test_the_fixed_shape_mixture_equals_the_gathered_one() -> None:
+    """What a compiled or CUDA-graph step runs (every expert on every token, weighted) gives
+    what eager mode's gathered routing gives, and the routing renormalises the top k."""
+    torch.manual_seed(0)
+    ffn = zoo.build("mixtral-tiny").blocks[0].ffn
+    h = torch.randn(37, 64)
+    chosen, weights = ffn.routing(h)
+    assert chosen.shape == (37, 2) and torch.allclose(weights.sum(-1), torch.ones(37))
+    gathered, dense = ffn._gathered(h, chosen, weights), ffn._dense(h, chosen, weights)
+    torch.testing.assert_close(dense, gathered, rtol=1e-6, atol=1e-6)
+    assert (gathered.abs() > 0).all()
