@@ -53,6 +53,8 @@ def small(name: str, **extra):
     fields = type(config).field_names()
     torch.manual_seed(0)
     sizes = {k: v for k, v in SMALL.items() if k in fields}
+    if getattr(config, "n_kv_heads", None) is not None:
+        sizes["n_kv_heads"] = 2  # grouped-query attention stays grouped over the 4 heads
     return zoo.build(name, **{**sizes, **extra}).eval()
 
 
