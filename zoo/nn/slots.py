@@ -34,23 +34,27 @@ class SlotLayerCache(LayerCache):
     """One layer's keys and values for rows at different positions.
 
     Args:
-        k, v: ``(N, H, S, hd)`` views of the rows in use, over the ``S`` positions a step
-            reads.
-        index: ``(N,)`` the position each row's new key and value go to (its length so far).
+        k, v: the layer's whole buffers, ``(R, H, L, hd)`` (``R`` slots of ``L`` positions).
+        rows: the rows in use, the first ``N``.
+        span: the positions a step reads, the first ``S``.
+        index: ``(N * H,)`` where each row's heads' new keys and values go, in the buffers
+            seen as ``R * H * L`` vectors of ``hd``: ``(row * H + head) * L + position``
+            (:meth:`SlotBatch.step` computes it once for every layer).
     """
 
-    def __init__(self, k: Tensor, v: Tensor, index: Tensor) -> None:
-        super().__init__(k, v)
+    def __init__(self, k: Tensor, v: Tensor, rows: int, span: int, index: Tensor) -> None:
+        super().__init__(k[:rows, :, :span], v[:rows, :, :span])  # (N, H, S, hd) views
+        self._k_vectors = k.view(-1, k.shape[-1])  # (R * H * L, hd), the same memory
+        self._v_vectors = v.view(-1, v.shape[-1])
         self.index = index
-        self.rows = torch.arange(k.shape[0], device=k.device)  # (N,)
 
     def write(self, start: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Store each row's one new key and value ``(N, H, 1, hd)`` at that row's position
         (``start`` is ignored) and return every position the step reads, ``(N, H, S, hd)``."""
         if k.shape[2] != 1:
             raise ValueError(f"a slot step appends one token per row, got {k.shape[2]}")
-        self.k[self.rows, :, self.index] = k[:, :, 0]  # (N, H, hd) at (row, :, index[row])
-        self.v[self.rows, :, self.index] = v[:, :, 0]
+        self._k_vectors.index_copy_(0, self.index, k.reshape(-1, k.shape[-1]))  # (N * H, hd)
+        self._v_vectors.index_copy_(0, self.index, v.reshape(-1, v.shape[-1]))
         return self.k, self.v
 
 
@@ -136,6 +140,8 @@ class SlotBatch(Generic[K]):
         self.max_len = max_len
         self.device = device
         self._window = c.sliding_window
+        self._positions = torch.arange(max_len, device=device)  # (L,)
+        self._heads = torch.arange(max_rows * shape[1], device=device).view(max_rows, shape[1])
         #: The sequences in their rows' order.
         self.keys: list[K] = []
         self._lengths: list[int] = []  # tokens in each row's cache
@@ -192,13 +198,14 @@ class SlotBatch(Generic[K]):
             )
         span = max(self._lengths) + 1  # positions any row reads this step
         lengths = torch.tensor(self._lengths, device=self.device)  # (N,)
-        keys = torch.arange(span, device=self.device)  # (S,)
+        keys = self._positions[:span]  # (S,)
         allowed = keys <= lengths[:, None]  # (N, S): a row's own keys and the new one
         if self._window is not None:  # each query sees its `window` most recent keys
             allowed = allowed & (keys > lengths[:, None] - self._window)
-        layers = [  # views of the rows in use and the positions they read: (N, H, S, hd)
-            SlotLayerCache(k[:n, :, :span], v[:n, :, :span], lengths)
-            for k, v in zip(self._k, self._v, strict=True)
+        heads = self._heads  # (N, H): row * H + head
+        index = (heads[:n] * self.max_len + lengths[:, None]).reshape(-1)  # (N * H,)
+        layers = [
+            SlotLayerCache(k, v, n, span, index) for k, v in zip(self._k, self._v, strict=True)
         ]
         logits = self.model.logits(
             tokens.to(self.device)[:, None],  # (N, 1)
