@@ -17,11 +17,22 @@ import torch
 import zoo
 from zoo.nn.quant import QUANTIZE_MODES
 
+_FAMILY = {"n_layers": 2, "d_model": 128, "n_heads": 4, "n_kv_heads": 2, "d_ff": 256,
+           "vocab_size": 512, "context_length": 64}  # fmt: skip
+
 #: A small model of each architecture that declares a layout (width 128: int4's kernels take it).
 SMALL = {
     "gpt2": ("gpt2-124m", {"n_layers": 2, "d_model": 128, "n_heads": 4, "d_ff": 256}),
     "gpt1": ("gpt1", {"n_layers": 2, "d_model": 128, "n_heads": 4, "d_ff": 512}),
     "llama": ("llama-tiny", {"d_model": 128, "d_ff": 256}),
+    "qwen2": ("qwen2.5-0.5b-instruct", _FAMILY),
+    "qwen3": ("qwen3-0.6b", {**_FAMILY, "head_dim": 64}),
+    "mistral": ("mistral-7b-v0.3", _FAMILY),
+    "mixtral": ("mixtral-tiny", {"d_model": 128, "d_ff": 256, "n_experts": 2}),
+    "gpt-neox": (
+        "pythia-160m",
+        {"n_layers": 2, "d_model": 128, "n_heads": 4, "d_ff": 256, "vocab_size": 512},
+    ),
 }
 
 CHILD = textwrap.dedent(

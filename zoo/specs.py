@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import os
 import re
 import traceback
 import types
@@ -272,25 +271,6 @@ class ModelSpec:
 
 
 @dataclasses.dataclass(frozen=True)
-class RepoTokenizer:
-    """A tokenizer factory (:meth:`TokenizerSpec.from_repo`): the tokenizer files of the Hub
-    repo ``repo`` at ``revision``, read by :func:`zoo.tokenizers.repo.repo_tokenizer` (imported
-    on first call, so declaring one costs nothing)."""
-
-    repo: str
-    name: str
-    revision: str = "main"
-    extra: tuple[str, ...] = ()
-
-    def __call__(self, directory: str | os.PathLike[str] | None = None) -> Tokenizer:
-        from .tokenizers.repo import repo_tokenizer
-
-        return repo_tokenizer(
-            self.repo, name=self.name, revision=self.revision, extra=self.extra, directory=directory
-        )
-
-
-@dataclasses.dataclass(frozen=True)
 class TokenizerSpec:
     """A tokenizer a plugin supplies.
 
@@ -351,28 +331,6 @@ class TokenizerSpec:
             raise ValueError(
                 f"tokenizer {self.name!r}: checkpoint_files needs reads_checkpoint=True"
             )
-
-    @classmethod
-    def from_repo(
-        cls,
-        name: str,
-        repo: str,
-        *,
-        revision: str = "main",
-        extra: tuple[str, ...] = (),
-        description: str = "",
-    ) -> TokenizerSpec:
-        """The Hugging Face tokenizer of a Hub model repo (``tokenizer.json``,
-        ``tokenizer_config.json`` with its chat template, and ``extra`` files the repo has,
-        e.g. ``generation_config.json`` for its end ids) at ``revision``, fetched once and
-        cached; a checkpoint folder holding those files wins (``zoo.load`` passes it)."""
-        return cls(
-            name=name,
-            factory=RepoTokenizer(repo, name, revision, extra),
-            description=f"{description}, from {repo}" if description else f"from {repo}",
-            reads_checkpoint=True,
-            checkpoint_files=("tokenizer.json", "tokenizer_config.json"),
-        )
 
     @property
     def checkpoint_file_sets(self) -> tuple[tuple[str, ...], ...]:

@@ -10,6 +10,7 @@ from typing import ClassVar
 from zoo.config import DecoderConfig
 from zoo.hookspecs import hookimpl
 from zoo.specs import ArchitectureSpec, ModelSpec, TokenizerSpec, WeightsSource
+from zoo.tokenizers.repo import repo_tokenizer_spec
 
 REPO, REVISION = "EleutherAI/pythia-160m", "50f5173d932e8e61f858120bcb800b97af589f46"
 
@@ -51,6 +52,6 @@ def zoo_models() -> list[ModelSpec]:
 
 @hookimpl
 def zoo_tokenizers() -> list[TokenizerSpec]:
-    return [TokenizerSpec.from_repo(
+    return [repo_tokenizer_spec(
         "pythia", REPO, revision=REVISION, description="GPT-NeoX byte-level BPE (50277 ids)",
     )]  # fmt: skip

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from zoo.hookspecs import hookimpl
 from zoo.specs import ArchitectureSpec, ModelSpec, TokenizerSpec, WeightsSource
+from zoo.tokenizers.repo import repo_tokenizer_spec
 
 TINYLLAMA = "TinyLlama/TinyLlama-1.1B-Chat-v1.0"
 SMOLLM2_135M = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -74,7 +75,7 @@ def zoo_tokenizers() -> list[TokenizerSpec]:
             reads_checkpoint=True,
             checkpoint_files=("tokenizer.json",),
         ),
-        TokenizerSpec.from_repo(
+        repo_tokenizer_spec(
             "smollm2",
             SMOLLM2_135M,
             revision=SMOLLM2_REVISION,

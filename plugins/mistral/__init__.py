@@ -8,6 +8,7 @@ from typing import ClassVar
 
 from zoo.hookspecs import hookimpl
 from zoo.specs import ArchitectureSpec, ModelSpec, TokenizerSpec, WeightsSource
+from zoo.tokenizers.repo import repo_tokenizer_spec
 
 from ..llama.config import LlamaConfig
 
@@ -47,7 +48,7 @@ def zoo_models() -> list[ModelSpec]:
 
 @hookimpl
 def zoo_tokenizers() -> list[TokenizerSpec]:
-    return [TokenizerSpec.from_repo(
+    return [repo_tokenizer_spec(
         "mistral-v0.3", REPO, revision=REVISION,
         description="Mistral v0.3 SentencePiece BPE (32768 ids)",
     )]  # fmt: skip

@@ -8,6 +8,7 @@ from typing import ClassVar
 
 from zoo.hookspecs import hookimpl
 from zoo.specs import ArchitectureSpec, ModelSpec, TokenizerSpec, WeightsSource
+from zoo.tokenizers.repo import repo_tokenizer_spec
 
 from ..mistral import MistralConfig
 
@@ -52,6 +53,6 @@ def zoo_models() -> list[ModelSpec]:
 
 @hookimpl
 def zoo_tokenizers() -> list[TokenizerSpec]:
-    return [TokenizerSpec.from_repo(
+    return [repo_tokenizer_spec(
         "mixtral", REPO, revision=REVISION, description="Mixtral SentencePiece BPE (32000 ids)",
     )]  # fmt: skip

@@ -8,6 +8,7 @@ from typing import ClassVar
 
 from zoo.hookspecs import hookimpl
 from zoo.specs import ArchitectureSpec, ModelSpec, TokenizerSpec, WeightsSource
+from zoo.tokenizers.repo import repo_tokenizer_spec
 
 from ..qwen2 import Qwen2Config
 
@@ -48,7 +49,7 @@ def zoo_models() -> list[ModelSpec]:
 
 @hookimpl
 def zoo_tokenizers() -> list[TokenizerSpec]:
-    return [TokenizerSpec.from_repo(
+    return [repo_tokenizer_spec(
         "qwen3", REPO, revision=REVISION, extra=("generation_config.json",),
         description="Qwen3 byte-level BPE with its chat template",
     )]  # fmt: skip

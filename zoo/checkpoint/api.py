@@ -41,6 +41,7 @@ from .manifest import (
     FORMAT_VERSION,
     Manifest,
     read_config_json,
+    weights_record,
 )
 from .readers import (
     METADATA_KEY,
@@ -57,7 +58,6 @@ from .shards import (
     parse_max_shard_size,
     read_index,
     read_shards,
-    weights_record,
     write_weights,
 )
 

@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CheckpointError
+from .files import sha256_file
+from .shards import WrittenWeights, check_shard_name, is_index
 
 __all__ = [
     "CONFIG_FILE",
@@ -41,6 +43,7 @@ __all__ = [
     "Manifest",
     "plugin_distribution",
     "read_config_json",
+    "weights_record",
 ]
 
 CONFIG_FILE = "config.json"
@@ -158,8 +161,6 @@ def _is_sha256(value: Any) -> bool:
 
 def _shards_entry(shards: Any, file: str, where: str) -> dict[str, str | None] | None:
     """``weights.shards``: shard file name -> its sha256 (or ``None``); only beside an index."""
-    from .shards import check_shard_name, is_index
-
     if shards is None:
         return None
     if not isinstance(shards, Mapping) or not shards or not is_index(file):
@@ -228,3 +229,16 @@ def plugin_distribution(plugin: Mapping[str, Any] | None) -> str | None:
     recorded = (plugin or {}).get("distribution")
     name = recorded.split(" ")[0] if isinstance(recorded, str) else ""
     return name if _DISTRIBUTION_NAME.fullmatch(name) else None
+
+
+def weights_record(folder: Path, written: WrittenWeights) -> dict[str, Any]:
+    """The :class:`Manifest` fields for the weights :func:`~zoo.checkpoint.shards.
+    write_weights` wrote into ``folder``: the file and its sha256, each shard's sha256 when
+    sharded, and the format version that goes with them."""
+    sharded = bool(written.shards)
+    return {
+        "weights_file": written.file,
+        "sha256": sha256_file(folder / written.file),
+        "shards": {n: sha256_file(folder / n) for n in written.shards} if sharded else None,
+        "format_version": SHARDED_FORMAT_VERSION if sharded else FORMAT_VERSION,
+    }

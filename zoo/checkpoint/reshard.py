@@ -20,13 +20,12 @@ from typing import TYPE_CHECKING
 from ..errors import CheckpointError, ChecksumMismatchError
 from .commit import atomic_directory, pinned_version
 from .files import read_safetensors, sha256_file
-from .manifest import CONFIG_FILE, FORMAT, Manifest, read_config_json
+from .manifest import CONFIG_FILE, FORMAT, Manifest, read_config_json, weights_record
 from .shards import (
     is_index,
     parse_max_shard_size,
     read_index,
     read_shards,
-    weights_record,
     write_weights,
 )
 

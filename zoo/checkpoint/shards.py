@@ -46,7 +46,6 @@ __all__ = [
     "parse_max_shard_size",
     "read_index",
     "read_shards",
-    "weights_record",
     "write_weights",
 ]
 
@@ -319,18 +318,3 @@ def write_weights(
     text = json.dumps(index, indent=2, sort_keys=True) + "\n"
     (folder / INDEX_FILE).write_text(text, encoding="utf-8")
     return WrittenWeights(INDEX_FILE, tuple(split.filename_to_tensors))
-
-
-def weights_record(folder: Path, written: WrittenWeights) -> dict[str, Any]:
-    """The :class:`~zoo.checkpoint.manifest.Manifest` fields for the weights
-    :func:`write_weights` wrote into ``folder``: the file and its sha256, each shard's sha256
-    when sharded, and the format version that goes with them."""
-    from .manifest import FORMAT_VERSION, SHARDED_FORMAT_VERSION
-
-    sharded = bool(written.shards)
-    return {
-        "weights_file": written.file,
-        "sha256": sha256_file(folder / written.file),
-        "shards": {n: sha256_file(folder / n) for n in written.shards} if sharded else None,
-        "format_version": SHARDED_FORMAT_VERSION if sharded else FORMAT_VERSION,
-    }
