@@ -14,8 +14,8 @@ the time to the first text (p50, p95) and the whole request's latency (p50). The
 zoo at 8 clients reaches >= 3x the tokens/s of the same requests sent one at a time.
 
 ``transformers serve`` runs from ``--transformers-python`` (it needs ``accelerate``, which zoo
-does not), on the model exported in the Hugging Face layout (``zoo.export``), twice: as it
-starts by default, and with ``--continuous-batching``. A server that does not start is
+does not), on the model converted to the Hugging Face layout (``zoo convert --to hf-gpt2``),
+twice: as it starts by default, and with ``--continuous-batching``. A server that does not start is
 reported with the reason.
 """
 
