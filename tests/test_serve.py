@@ -206,7 +206,9 @@ def test_the_engine_admits_requests_between_steps_of_the_running_ones():
         engine.stop()
     assert sinks[0].finish is not None and sinks[0].finish.reason == "length"
     for prompt, sink in zip(prompts, sinks, strict=True):
-        assert "".join(sink.pieces) == zoo.generate(model, prompt, max_new_tokens=100, temperature=0)
+        assert "".join(sink.pieces) == zoo.generate(
+            model, prompt, max_new_tokens=100, temperature=0
+        )
     assert sizes[0] == 1 and max(sizes) == 4, f"the later requests did not join: {sizes[:20]}"
     assert engine.running == 0 and engine.waiting == 0
 
