@@ -722,20 +722,7 @@ def _add_serve(p: argparse.ArgumentParser) -> None:
         default=None,
         help="a named model's or a registered tokenizer's name (default: the model's own)",
     )
-    p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cpu)")
-    p.add_argument("--dtype", choices=_DTYPES, default=None, help="default: as stored")
-    p.add_argument(
-        "--quantize",
-        choices=QUANTIZE_MODES,
-        default=None,
-        help="quantize the linear layers while loading (default: none): "
-        + "; ".join(f"{mode}: {what}" for mode, what in QUANTIZE_MODE_HELP.items()),
-    )
-    p.add_argument(
-        "--random",
-        action="store_true",
-        help="serve a randomly initialised named model (no weights, works offline)",
-    )
+    _add_model_loading(p, compile=False)  # the batched step is not compiled
     p.add_argument("--seed", type=int, default=None, help="the random weights' seed (--random)")
 
 
@@ -767,9 +754,9 @@ def _add_sampling(p: argparse.ArgumentParser, max_new_tokens: int) -> None:
     )
 
 
-def _add_model_loading(p: argparse.ArgumentParser) -> None:
-    """``--device``, ``--dtype``, ``--quantize``, ``--compile`` and ``--random``: how
-    :func:`_load_for_generation` loads the model."""
+def _add_model_loading(p: argparse.ArgumentParser, *, compile: bool = True) -> None:
+    """``--device``, ``--dtype``, ``--quantize``, ``--compile`` (unless ``compile`` is false)
+    and ``--random``: how :func:`_load_for_generation` loads the model."""
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cpu)")
     p.add_argument("--dtype", choices=_DTYPES, default=None, help="default: as stored")
     p.add_argument(
@@ -779,12 +766,13 @@ def _add_model_loading(p: argparse.ArgumentParser) -> None:
         help="quantize the linear layers while loading (default: none): "
         + "; ".join(f"{mode}: {what}" for mode, what in QUANTIZE_MODE_HELP.items()),
     )
-    p.add_argument(
-        "--compile",
-        action="store_true",
-        help="compile the decoding step with torch.compile (CPU; needs a C++ compiler; the "
-        "first run compiles for a while, later ones reuse torch's cache)",
-    )
+    if compile:
+        p.add_argument(
+            "--compile",
+            action="store_true",
+            help="compile the decoding step with torch.compile (CPU; needs a C++ compiler; the "
+            "first run compiles for a while, later ones reuse torch's cache)",
+        )
     p.add_argument(
         "--random",
         action="store_true",
