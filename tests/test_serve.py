@@ -191,19 +191,26 @@ def test_the_engine_admits_requests_between_steps_of_the_running_ones():
         return step(tokens)
 
     engine.batch.step = counting_step  # type: ignore[method-assign]
+    flushes: list[int] = []  # a burst's events are flushed once, whoever emitted them
     engine.start()
     try:
         prompts = ["ROMEO:", "JULIET:\nO", "First Citizen:", "KING"]
         config = GenerationConfig(max_new_tokens=100, temperature=0)
         sinks = [Collect() for _ in prompts]
-        ends = tok.end_ids
-        engine.submit([Sequence(tok.encode(prompts[0]), config, tok, sinks[0], ends)])
+
+        def sequence(prompt: str, sink: Collect) -> Sequence:
+            return Sequence(tok.encode(prompt), config, tok, sink, tok.end_ids, flush)
+
+        def flush() -> None:
+            flushes.append(1)
+
+        engine.submit([sequence(prompts[0], sinks[0])])
         assert sinks[0].started.wait(30)
-        later = zip(prompts[1:], sinks[1:], strict=True)
-        engine.submit([Sequence(tok.encode(p), config, tok, sink, ends) for p, sink in later])
+        engine.submit([sequence(p, sink) for p, sink in zip(prompts[1:], sinks[1:], strict=True)])
         assert all(s.done.wait(60) for s in sinks)
     finally:
         engine.stop()
+    assert len(flushes) == len(sizes) + 2, "not one flush per step and per admission"
     assert sinks[0].finish is not None and sinks[0].finish.reason == "length"
     for prompt, sink in zip(prompts, sinks, strict=True):
         assert "".join(sink.pieces) == zoo.generate(
@@ -255,6 +262,9 @@ def test_pieces_that_wait_together_reach_the_client_as_one():
         a.emit("z")
         b.emit(done_b)
         a.emit(done_a)
+        with pytest.raises(TimeoutError):  # queued: nothing reaches the loop before a flush
+            await asyncio.wait_for(anext(run.events()), 0.05)
+        a.flush()  # the engine flushes once a step is done
         await asyncio.sleep(0)  # the loop delivers the burst
         return [item async for item in run.events()]
 

@@ -1,4 +1,4 @@
-"""The engine of ``zoo serve``: one thread that decodes every request's sequences together.
+"""The engine of ``zoo serve``: one loop that decodes every request's sequences together.
 
 Requests hand :class:`Sequence` s to :meth:`Engine.submit`; the engine's thread admits them
 into free slots of a :class:`zoo.nn.slots.SlotBatch` between two decoding steps (each prompt
@@ -74,6 +74,9 @@ class Sequence:
         tokenizer: decodes the new tokens.
         emit: called from the engine's thread with each :data:`Event`; must not block.
         end_ids: ids that end the sequence (not part of its text).
+        flush: called from the engine's thread after a burst of events (a step's, an
+            admission's), once per burst however many sequences share it: lets ``emit``
+            only queue its events and ``flush`` hand a whole step's on at once.
     """
 
     def __init__(
@@ -83,10 +86,12 @@ class Sequence:
         tokenizer: Tokenizer,
         emit: Callable[[Event], None],
         end_ids: Seq[int] = (),
+        flush: Callable[[], None] | None = None,
     ) -> None:
         self.prompt = list(prompt)
         self.config = config
         self.emit = emit
+        self.flush = flush
         self.end_ids = frozenset(end_ids)
         self.text = TextStream(tokenizer, self.prompt, config.stop)
         self.generator: torch.Generator | None = None
@@ -135,7 +140,14 @@ class Sequence:
 
 
 class Engine:
-    """Decodes submitted sequences in one continuously refilled batch, on its own thread.
+    """Decodes submitted sequences in one continuously refilled batch: in the thread that
+    calls :meth:`run`, or on a thread of its own after :meth:`start`.
+
+    ``zoo serve`` runs it on the process's main thread (the HTTP server has a thread of its
+    own): the main thread owns the OpenMP worker pool that PyTorch's CPU kernels use. Started
+    from any other thread once the main one has used it, each parallel kernel wakes a second
+    pool on a machine already full of threads, and a decoding step of 8 rows takes about 1.8x
+    as long (shakespeare-byte on 2 cores: 4.8 against 2.7 ms).
 
     Args:
         model: the decoder to serve (in eval mode from here on).
@@ -161,7 +173,7 @@ class Engine:
         self._waiting: collections.deque[Sequence] = collections.deque()
         self._cond = threading.Condition()
         self._stopping = False
-        self._thread = threading.Thread(target=self._run, name="zoo-serve-engine", daemon=True)
+        self._thread = threading.Thread(target=self.run, name="zoo-serve-engine", daemon=True)
 
     @property
     def max_len(self) -> int:
@@ -179,11 +191,12 @@ class Engine:
         return len(self._waiting)
 
     def start(self) -> None:
-        """Start the engine's thread."""
+        """Run the engine on a thread of its own (see :meth:`run`)."""
         self._thread.start()
 
     def stop(self, timeout: float | None = None) -> None:
-        """Take no more work, end what is left with an error, and wait for the thread."""
+        """Take no more work, end what is left with an error, and wait for the engine's own
+        thread if :meth:`start` started one (:meth:`run` returns soon after)."""
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
@@ -210,27 +223,32 @@ class Engine:
             self._waiting.extend(sequences)
             self._cond.notify_all()
 
-    # -- the engine's thread -----------------------------------------------------------------
-    def _run(self) -> None:
-        with torch.inference_mode():
-            while True:
-                with self._cond:
-                    while not self._waiting and not len(self.batch) and not self._stopping:
-                        self._cond.wait()
-                    if self._stopping:
-                        break
-                    admitted = [
-                        self._waiting.popleft()
-                        for _ in range(min(self.batch.free, len(self._waiting)))
-                    ]
-                for sequence in admitted:
-                    self._admit(sequence)
-                for sequence in [s for s in self.batch.keys if s.cancelled]:
-                    self.batch.remove(sequence)
-                    sequence.end("cancelled")
-                if len(self.batch):
-                    self._step()
-        self._fail_all("the server is shutting down")
+    def run(self) -> None:
+        """Decode in the calling thread until :meth:`stop`: admit waiting sequences into
+        free slots, run a step, repeat; idle while there is nothing to do."""
+        try:
+            with torch.inference_mode():
+                while True:
+                    with self._cond:
+                        while not self._waiting and not len(self.batch) and not self._stopping:
+                            self._cond.wait()
+                        if self._stopping:
+                            break
+                        admitted = [
+                            self._waiting.popleft()
+                            for _ in range(min(self.batch.free, len(self._waiting)))
+                        ]
+                    for sequence in admitted:
+                        self._admit(sequence)
+                    cancelled = [s for s in self.batch.keys if s.cancelled]
+                    for sequence in cancelled:
+                        self.batch.remove(sequence)
+                        sequence.end("cancelled")
+                    _flush([*admitted, *cancelled])
+                    if len(self.batch):
+                        _flush(self._step())
+        finally:  # stopped, or a bug: every request still open gets its answer
+            self._fail_all("the server is shutting down")
 
     def _admit(self, sequence: Sequence) -> None:
         if sequence.cancelled:
@@ -246,13 +264,15 @@ class Engine:
         except Exception as exc:  # this prompt only: the others go on
             self._fail([sequence], exc)
 
-    def _step(self) -> None:
+    def _step(self) -> list[Sequence]:
+        """One token for every sequence in the batch; returns them."""
         sequences = list(self.batch.keys)
         tokens = torch.tensor([s.last for s in sequences])
         try:
             self._advance(sequences, self.batch.step(tokens))
         except Exception as exc:  # e.g. out of memory: these requests fail, the server stays
             self._fail(sequences, exc)
+        return sequences
 
     def _advance(self, sequences: list[Sequence], logits: Tensor) -> None:
         """Pick each sequence's next token from its logits row ``(N, vocab)``; those that end
@@ -275,11 +295,19 @@ class Engine:
 
     def _fail_all(self, message: str) -> None:
         with self._cond:
+            self._stopping = True  # submit refuses from here on
             left = [*self.batch.keys, *self._waiting]
             self.batch.clear()
             self._waiting.clear()
         for sequence in left:
             sequence.end("error", message)
+        _flush(left)
+
+
+def _flush(sequences: list[Sequence]) -> None:
+    """Call the ``flush`` of ``sequences`` that have one, each distinct one once."""
+    for flush in {s.flush for s in sequences if s.flush is not None}:
+        flush()
 
 
 def _pick(sequences: list[Sequence], logits: Tensor) -> list[int]:

@@ -23,9 +23,10 @@ __all__ = ["Outbox", "Run"]
 
 
 class Outbox:
-    """Events from the engine's thread to one event loop, handed over in bursts: the first
-    event of a burst schedules one delivery on the loop and the others ride along, so a step
-    that advances many sequences wakes the loop once, not once per token."""
+    """Events from the engine's thread to one event loop, handed over in bursts: :meth:`put`
+    queues an event, and :meth:`flush` (called by the engine once a step has emitted all of
+    its events) schedules one delivery on the loop for all that wait, so a step that
+    advances many sequences wakes the loop once, not once per token."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -34,10 +35,14 @@ class Outbox:
         self._scheduled = False
 
     def put(self, queue: asyncio.Queue[Any], item: Any) -> None:
-        """Deliver ``item`` to ``queue`` on the loop (from any thread)."""
+        """Queue ``item`` for ``queue`` (from any thread); :meth:`flush` delivers it."""
         self._items.append((queue, item))
+
+    def flush(self) -> None:
+        """Deliver what is queued on the loop (from any thread), unless a delivery is
+        scheduled already (it takes what is queued when it runs)."""
         with self._lock:
-            if self._scheduled:
+            if self._scheduled or not self._items:
                 return
             self._scheduled = True
         # a closed loop (the server stopped) has nobody listening any more
@@ -61,8 +66,8 @@ class Run:
     """The sequences of one request (one per prompt) and their events, in arrival order.
 
     Made on the event loop; the engine's thread emits into an ``asyncio.Queue`` through the
-    loop's :class:`Outbox`. :meth:`cancel` (a client gone) drops every sequence that has not
-    finished.
+    loop's :class:`Outbox` (and flushes it after each step). :meth:`cancel` (a client gone)
+    drops every sequence that has not finished.
     """
 
     def __init__(
@@ -76,7 +81,7 @@ class Run:
         self._outbox = _outboxes.get(loop) or _outboxes.setdefault(loop, Outbox(loop))
         self._queue: asyncio.Queue[tuple[int, Event]] = asyncio.Queue()
         self.sequences = [
-            Sequence(prompt, config, tokenizer, self._emitter(i), end_ids)
+            Sequence(prompt, config, tokenizer, self._emitter(i), end_ids, self._outbox.flush)
             for i, prompt in enumerate(prompts)
         ]
 

@@ -1,9 +1,12 @@
 """Running the server: bind the socket, start the engine, serve with uvicorn until a signal,
 drain what is in flight, stop.
 
-SIGTERM (and Ctrl+C) close the listening socket at once, let every request in flight finish
-(up to ``drain_timeout`` seconds), then stop the engine; after SIGTERM :func:`serve` returns
-normally, so ``zoo serve`` exits 0.
+The engine decodes in the thread that calls :func:`serve` (for ``zoo serve``, the main
+thread, where PyTorch's CPU kernels run fastest: see :class:`~zoo.serve.engine.Engine`);
+uvicorn answers HTTP on a thread of its own. SIGTERM (and Ctrl+C) close the listening socket
+at once, let every request in flight finish (up to ``drain_timeout`` seconds), then stop the
+engine; after SIGTERM :func:`serve` returns normally, so ``zoo serve`` exits 0 (after Ctrl+C
+it raises ``KeyboardInterrupt``).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import socket
 import sys
 import threading
 from collections.abc import Callable
+from types import FrameType
 from typing import TYPE_CHECKING
 
 import uvicorn
@@ -94,23 +98,46 @@ def serve(
         server_header=False,
     )
     server = uvicorn.Server(config)
-    # uvicorn re-raises a signal that stopped it once it has drained; for SIGTERM this
-    # handler receives it, so a drained server ends normally (exit status 0)
+    failed: list[BaseException] = []
+
+    def http() -> None:
+        try:
+            server.run(sockets=[sock])
+        except BaseException as exc:  # raised again by the calling thread
+            failed.append(exc)
+        finally:
+            engine.stop()  # the requests have drained: the engine's loop below returns
+
+    # the engine decodes in this thread (the main one for `zoo serve`: see Engine), uvicorn
+    # answers on its own; signals reach the main thread, which tells uvicorn to drain
+    received: list[int] = []
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+        server.handle_exit(signum, frame)  # a second Ctrl+C stops without draining
+
     main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _drained) if main else None
-    engine.start()
+    previous = {sig: signal.signal(sig, on_signal) for sig in _SIGNALS} if main else {}
+    thread = threading.Thread(target=http, name="zoo-serve-http", daemon=True)
     try:
         (ready or _announce)(url)
-        server.run(sockets=[sock])
+        thread.start()
+        engine.run()
     finally:
-        engine.stop()
+        server.should_exit = True  # for when the engine failed: stop serving too
+        if thread.is_alive():
+            thread.join()
         sock.close()
-        if main:
-            signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if failed:
+        raise failed[0]
+    if signal.SIGINT in received:  # Ctrl+C: as Python reports it, once drained
+        raise KeyboardInterrupt
 
 
-def _drained(signum: int, frame: object) -> None:
-    """SIGTERM after uvicorn's graceful shutdown: nothing left to do."""
+#: The signals that stop the server after the requests in flight have finished.
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def _announce(url: str) -> None:
