@@ -354,29 +354,20 @@ def fetch(source: HubSource, *, token: str | bool | None = None, verify: bool = 
     for name in plan.others:
         _verify_small(download(name), (entries or {}).get(name), what)
     if is_index(weights_name):
-        index = download(weights_name)  # small: capped like config.json
-        _verify_small(index, entry, what)
-        if expected is not None and (actual := sha256_file(index)) != expected:
-            raise _mismatch(index, actual, expected, expected_from, what)
-        shards, verified = _fetch_shards(download, index, entries, plan.shards, verify, what)
-        return Snapshot(
-            source=source,
-            commit=commit,
-            directory=directory,
-            weights=index,
-            sha256=expected,
-            expected_from=expected_from,
-            verified=verified,
-            shards=shards,
-        )
-    weights = download(weights_name, large=True)
-    verified = False
-    if verify and expected is not None and not was_verified(weights, expected):
-        actual = sha256_file(weights)
-        if actual != expected:
+        weights = download(weights_name)  # the index, small: capped like config.json
+        _verify_small(weights, entry, what)
+        if expected is not None and (actual := sha256_file(weights)) != expected:
             raise _mismatch(weights, actual, expected, expected_from, what)
-        remember_verified(weights, expected)
-        verified = True
+        shards, verified = _fetch_shards(download, weights, entries, plan.shards, verify, what)
+    else:
+        weights = download(weights_name, large=True)
+        shards, verified = {}, False
+        if verify and expected is not None and not was_verified(weights, expected):
+            actual = sha256_file(weights)
+            if actual != expected:
+                raise _mismatch(weights, actual, expected, expected_from, what)
+            remember_verified(weights, expected)
+            verified = True
     return Snapshot(
         source=source,
         commit=commit,
@@ -385,6 +376,7 @@ def fetch(source: HubSource, *, token: str | bool | None = None, verify: bool = 
         sha256=expected,
         expected_from=expected_from,
         verified=verified,
+        shards=shards,
     )
 
 
