@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
-import sys
-import textwrap
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -140,51 +137,16 @@ def test_each_form_returns_exactly_its_type(gpt2):
     assert type(generate_ids(gpt2, torch.tensor([[1, 2, 3]]), None, config)) is torch.Tensor
 
 
-def test_the_declared_return_types_are_exact(tmp_path):
-    """mypy reads generate's overloads: each prompt form has its own return type."""
-    pytest.importorskip("mypy")
-    snippet = tmp_path / "use.py"
-    snippet.write_text(
-        textwrap.dedent(
-            """
-            from collections.abc import Iterator
-            from typing import Any
-            from typing_extensions import assert_type
-            import torch
-            from zoo.generation import GenerationConfig, generate, generate_ids, generate_text
-            from zoo.generation import generate_texts, stream_ids, stream_text
+def test_the_declared_return_types_are_checked_by_mypy():
+    """generate's overloads (each prompt form its own return type) are asserted in
+    tests/types_generate.py, which the test command's ``mypy`` reads: it must stay listed."""
+    import tomllib
 
-            m: Any = None
-            assert_type(generate(m, "hi"), str)
-            assert_type(generate(m, "hi", stream=True), Iterator[str])
-            assert_type(generate(m, ["a", "b"]), list[str])
-            assert_type(generate(m, torch.tensor([[1]])), torch.Tensor)
-            assert_type(generate(m, [1, 2]), list[int])
-            assert_type(generate(m, [[1, 2], [3]]), list[list[int]])
-            c = GenerationConfig()
-            assert_type(generate_ids(m, torch.tensor([[1]]), None, c), torch.Tensor)
-            assert_type(stream_ids(m, torch.tensor([[1]])), Iterator[torch.Tensor])
-            assert_type(generate_text(m, "hi", c), str)
-            assert_type(generate_texts(m, ["hi"], c), list[str])
-            assert_type(stream_text(m, "hi", c), Iterator[str])
-            """
-        )
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert "tests/types_generate.py" in pyproject["tool"]["mypy"]["files"]
+    assert "assert_type(generate(m, [1, 2]), list[int])" in (
+        Path(__file__).with_name("types_generate.py").read_text()
     )
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mypy",
-            "--no-incremental",
-            "--follow-imports=silent",
-            "--config-file=",
-            str(snippet),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=Path(__file__).parents[1],
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
 
 
 # -- streaming ------------------------------------------------------------------------------
