@@ -140,7 +140,10 @@ def test_each_form_returns_exactly_its_type(gpt2):
 def test_the_declared_return_types_are_checked_by_mypy():
     """generate's overloads (each prompt form its own return type) are asserted in
     tests/types_generate.py, which the test command's ``mypy`` reads: it must stay listed."""
-    import tomllib
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
 
     pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
     assert "tests/types_generate.py" in pyproject["tool"]["mypy"]["files"]
