@@ -106,6 +106,8 @@ def _small(command: str) -> str:
         command = re.sub(pattern, replacement, command)
     if " train " in f" {command} " and "--steps" not in command:
         command += " --steps 4"
+    if " train " in f" {command} ":
+        command += " --eval-batches 2"  # as SMALL_PYTHON's TrainConfig(eval_batches=2, ...)
     return command
 
 

@@ -307,6 +307,14 @@ def test_a_lock_left_by_a_killed_run_does_not_block_the_next(corpus, tmp_path):
     assert run(corpus, out).steps == 4
 
 
+def test_eval_batches_reaches_the_run_from_the_command_line(corpus, tmp_path, capsys):
+    from zoo.cli import main
+
+    assert main(zoo_train(corpus, tmp_path / "run", "--eval-batches", "0")) == 2
+    assert "TrainConfig.eval_batches must be at least 1" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()  # refused before anything was made
+
+
 @pytest.mark.parametrize("name", ["warmup", "eval_every", "checkpoint_every"])
 def test_negative_intervals_are_refused(corpus, tmp_path, name, capsys):
     from zoo.cli import main

@@ -552,6 +552,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         min_lr=args.min_lr if args.min_lr is not None else args.lr / 10,
         warmup=args.warmup,
         eval_every=args.eval_every,
+        eval_batches=args.eval_batches,
         checkpoint_every=args.checkpoint_every,
         seed=args.seed,
         time_budget=args.time_budget,
@@ -1004,6 +1005,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=200,
         help="steps between held-out evaluations, 0: only at the end (default: 200)",
+    )
+    p.add_argument(
+        "--eval-batches",
+        type=int,
+        default=20,
+        help="held-out batches per evaluation, the same ones each time (default: 20)",
     )
     p.add_argument(
         "--checkpoint-every",
