@@ -217,7 +217,7 @@ def real_file(link: Path) -> Path:
 def test_every_shard_is_verified_and_remembered(
     model, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from zoo.checkpoint import shards as shards_module
+    from zoo.checkpoint.files import BackgroundHash
 
     ckpt = tmp_path / "ckpt"
     zoo.save(model, ckpt, max_shard_size=SMALL_SHARDS)
@@ -226,12 +226,12 @@ def test_every_shard_is_verified_and_remembered(
         os.utime(real_file(ckpt / name), (1e9, 1e9))
     hashed: list[list[str]] = []
 
-    class Counting(shards_module.ShardHashes):
+    class Counting(BackgroundHash):
         def __init__(self, expected, **kwargs):  # type: ignore[no-untyped-def]
             hashed.append(sorted(p.name for p in expected))
             super().__init__(expected, **kwargs)
 
-    monkeypatch.setattr("zoo.checkpoint.api.ShardHashes", Counting)
+    monkeypatch.setattr("zoo.checkpoint.api.BackgroundHash", Counting)
     zoo.load(ckpt)
     assert hashed == [names]  # every shard, on one hasher
     zoo.load(ckpt)

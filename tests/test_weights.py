@@ -229,9 +229,9 @@ def test_verified_file_is_not_hashed_again_until_it_changes(tmp_path: Path, monk
     real = ckfiles.BackgroundHash
 
     class Counting(real):  # type: ignore[misc, valid-type]
-        def __init__(self, path: Path) -> None:
-            hashed.append(path)
-            super().__init__(path)
+        def __init__(self, expected: dict[Path, str], *, what: str) -> None:
+            hashed.extend(expected)
+            super().__init__(expected, what=what)
 
     monkeypatch.setattr("zoo.checkpoint.api.BackgroundHash", Counting)
     zoo.load(tmp_path)

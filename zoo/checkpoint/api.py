@@ -52,7 +52,6 @@ from .readers import (
     recognise,
 )
 from .shards import (
-    ShardHashes,
     index_file,
     is_index,
     parse_max_shard_size,
@@ -349,7 +348,7 @@ def _load_files(
     model_name = model_name or found.model_name
     expected = sha256 or found.sha256
     what = "the pinned sha256" if sha256 else str(shown / CONFIG_FILE)
-    hasher: _Hashing | None
+    hasher: BackgroundHash | None
     if is_index(weights):
         recorded = found.shards if shard_sha256 is None else shard_sha256
         where = "the caller (shard_sha256)" if shard_sha256 is not None else what
@@ -396,43 +395,26 @@ def _load_files(
     return model
 
 
-class _Hashing:
-    """The weights files a load hashes while it builds the model: one file on a
-    :class:`BackgroundHash`, or shards on a :class:`ShardHashes`."""
-
-    def __init__(
-        self, hasher: BackgroundHash | ShardHashes, expected: Mapping[Path, str], what: str
-    ) -> None:
-        self.hasher, self.expected, self.what = hasher, expected, what
-
-    def verify(self) -> None:
-        """Wait for the hashes; :class:`ChecksumMismatchError` unless they are as expected."""
-        if isinstance(self.hasher, ShardHashes):
-            self.hasher.verify()
-        else:
-            self.hasher.verify(next(iter(self.expected.values())), what=self.what)
-
-    def remember(self) -> None:
-        """Record the files as verified (see :func:`zoo.checkpoint.files.was_verified`)."""
-        for path, sha in self.expected.items():
-            remember_verified(path, sha)
-
-
 def _read_single(
     weights: Path, expected: str | None, what: str, verify: bool | None
-) -> tuple[dict[str, Tensor], _Hashing | None]:
-    """The tensors of one weights file, memory-mapped, and its hashing when it is verified."""
-    hasher = _hasher(weights, expected, verify)
-    hashing = None
-    if hasher is not None and expected is not None:  # (a hasher is only made for a known hash)
-        hashing = _Hashing(hasher, {weights: expected}, what)
+) -> tuple[dict[str, Tensor], BackgroundHash | None]:
+    """The tensors of one weights file, memory-mapped, and its hashing when it is verified:
+    always with ``verify=True`` (which needs a known hash), by default when not verified
+    before."""
+    if verify and expected is None:
+        raise CheckpointError(
+            f"verify=True but no sha256 is recorded or pinned for {weights}; pass sha256=..."
+        )
+    hasher = None
+    if expected and _to_hash(weights, expected, verify):
+        hasher = BackgroundHash({weights: expected}, what=what)
     try:
         tensors, _ = read_safetensors(weights)
     except CorruptCheckpointError:
-        if hashing is not None:
-            hashing.verify()  # a damaged file whose hash is known: say it does not match
+        if hasher is not None:
+            hasher.verify()  # a damaged file whose hash is known: say it does not match
         raise
-    return tensors, hashing
+    return tensors, hasher
 
 
 def _read_sharded(
@@ -443,14 +425,14 @@ def _read_sharded(
     recorded: Mapping[str, str | None] | None,
     recorded_by: str,
     verify: bool | None,
-) -> tuple[dict[str, Tensor], _Hashing | None]:
+) -> tuple[dict[str, Tensor], BackgroundHash | None]:
     """The tensors of every shard of ``index_path``, memory-mapped, and their hashing.
 
     The index is hashed at once when its sha256 is known (``expected``: pinned or recorded;
     it is small); each shard in the background against ``recorded`` (shard -> sha256, from
     ``config.json`` or the Hub), when ``verify`` is true or the shard was not verified
     before. ``verify=True`` needs a sha256 for every shard."""
-    if expected and (verify or (verify is None and not was_verified(index_path, expected))):
+    if expected and _to_hash(index_path, expected, verify):
         actual = sha256_file(index_path)
         if actual != expected.lower():
             raise ChecksumMismatchError(
@@ -473,19 +455,13 @@ def _read_sharded(
             f"{shown / index_path.name} (a transformers folder records none); pass "
             "verify=None to load it unverified, or save it with zoo.save"
         )
-    todo = {
-        path: sha
-        for path, sha in sums.items()
-        if sha and (verify or (verify is None and not was_verified(path, sha)))
-    }
-    hashing = None
-    if todo:
-        hashing = _Hashing(ShardHashes(todo, what=recorded_by), todo, recorded_by)
+    todo = {path: sha for path, sha in sums.items() if sha and _to_hash(path, sha, verify)}
+    hasher = BackgroundHash(todo, what=recorded_by) if todo else None
     try:
-        return read_shards(index, shown=shown), hashing
+        return read_shards(index, shown=shown), hasher
     except CheckpointError:
-        if hashing is not None:
-            hashing.verify()  # a damaged shard whose hash is known: say it does not match
+        if hasher is not None:
+            hasher.verify()  # a damaged shard whose hash is known: say it does not match
         raise
 
 
@@ -518,16 +494,10 @@ def _recognise(
     return found, directory
 
 
-def _hasher(weights: Path, expected: str | None, verify: bool | None) -> BackgroundHash | None:
-    """The background hash of ``weights`` when it is to be verified: always with
-    ``verify=True`` (which needs a known hash), by default when not verified before."""
-    if verify and expected is None:
-        raise CheckpointError(
-            f"verify=True but no sha256 is recorded or pinned for {weights}; pass sha256=..."
-        )
-    if expected and (verify or (verify is None and not was_verified(weights, expected))):
-        return BackgroundHash(weights)
-    return None
+def _to_hash(path: Path, sha: str, verify: bool | None) -> bool:
+    """Whether a file whose sha256 is known is hashed: always with ``verify=True``, never
+    with ``verify=False``, by default unless it was verified before and is unchanged."""
+    return bool(verify or (verify is None and not was_verified(path, sha)))
 
 
 def _warn_non_finite(model: ZooModel, what: str) -> None:

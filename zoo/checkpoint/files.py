@@ -86,37 +86,65 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
 
 
 class BackgroundHash:
-    """Hash a file on a background thread while the caller builds the model.
+    """Hash weights files on a background thread while the caller builds the model: one
+    file, or the shards of a sharded checkpoint one after another (one thread: several large
+    files read at once would compete for the disk).
 
     ``hashlib`` and file reads release the GIL, so on a warm page cache verification costs
     little more than the slower of the two jobs instead of their sum.
+
+    Args:
+        expected: file -> the sha256 it must have.
+        what: where the expected values come from, for messages.
     """
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._digest: str | None = None
-        self._error: BaseException | None = None
+    def __init__(self, expected: Mapping[Path, str], *, what: str) -> None:
+        self.expected = {path: sha.lower() for path, sha in expected.items()}
+        self.what = what
+        self._digests: dict[Path, str] = {}
+        self._error: tuple[Path, BaseException] | None = None
         self._thread = threading.Thread(target=self._run, name="zoo-sha256", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        try:
-            self._digest = sha256_file(self.path)
-        except BaseException as exc:  # reported to the caller by verify()
-            self._error = exc
+        for path in self.expected:
+            try:
+                self._digests[path] = sha256_file(path)
+            except BaseException as exc:  # reported to the caller by verify()
+                self._error = (path, exc)
+                return
 
-    def verify(self, expected: str, *, what: str) -> None:
-        """Wait for the hash and raise :class:`ChecksumMismatchError` unless it is
-        ``expected``; ``what`` says where the expected value came from."""
+    def verify(self) -> None:
+        """Wait for the hashes and raise :class:`ChecksumMismatchError` naming every file
+        that does not have its expected sha256."""
         self._thread.join()
         if self._error is not None:
-            raise CheckpointError(f"cannot read {self.path}: {self._error}") from self._error
-        if self._digest != expected.lower():
+            path, exc = self._error
+            raise CheckpointError(f"cannot read {path}: {exc}") from exc
+        wrong = [path for path, sha in self.expected.items() if self._digests.get(path) != sha]
+        if not wrong:
+            return
+        if len(self.expected) == 1:
+            (path,) = wrong
             raise ChecksumMismatchError(
-                f"{self.path} has sha256 {self._digest}, but {what} says {expected.lower()}: "
-                "the file is corrupted, truncated or not the one expected. Download or save it "
-                "again (or pass verify=False to load it anyway, at your own risk)."
+                f"{path} has sha256 {self._digests[path]}, but {self.what} says "
+                f"{self.expected[path]}: the file is corrupted, truncated or not the one "
+                "expected. Download or save it again (or pass verify=False to load it anyway, "
+                "at your own risk)."
             )
+        detail = "; ".join(
+            f"{p} has sha256 {self._digests[p]}, not {self.expected[p]}" for p in wrong
+        )
+        raise ChecksumMismatchError(
+            f"{len(wrong)} shard(s) do not have the sha256 expected by {self.what}: "
+            f"{detail}. They are corrupted, truncated or not the files expected. Download "
+            "or save them again (or pass verify=False to load them anyway, at your own risk)."
+        )
+
+    def remember(self) -> None:
+        """Record the files as verified (see :func:`was_verified`); after :meth:`verify`."""
+        for path, sha in self.expected.items():
+            remember_verified(path, sha)
 
 
 # -- the verification cache ----------------------------------------------------------------

@@ -23,13 +23,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CheckpointError, ChecksumMismatchError, UnsafeCheckpointError
-from .files import WEIGHTS_FILE, read_safetensors, sha256_file, write_safetensors
+from ..errors import CheckpointError, UnsafeCheckpointError
+from .files import WEIGHTS_FILE, read_safetensors, write_safetensors
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -37,7 +36,6 @@ if TYPE_CHECKING:
 __all__ = [
     "INDEX_FILE",
     "INDEX_SUFFIX",
-    "ShardHashes",
     "ShardIndex",
     "WrittenWeights",
     "check_shard_name",
@@ -210,51 +208,6 @@ def read_shards(index: ShardIndex, *, shown: Path | None = None) -> dict[str, Te
             + ("; ..." if len(absent) > _SHOW else "")
         )
     return tensors
-
-
-# -- verification ---------------------------------------------------------------------------
-class ShardHashes:
-    """Hash shards one after another on a background thread while the caller builds the
-    model (one thread: several large files read at once would compete for the disk).
-
-    Args:
-        expected: shard path -> the sha256 it must have.
-        what: where the expected values come from, for messages.
-    """
-
-    def __init__(self, expected: Mapping[Path, str], *, what: str) -> None:
-        self.expected = {path: sha.lower() for path, sha in expected.items()}
-        self.what = what
-        self._digests: dict[Path, str] = {}
-        self._error: tuple[Path, BaseException] | None = None
-        self._thread = threading.Thread(target=self._run, name="zoo-sha256-shards", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        for path in self.expected:
-            try:
-                self._digests[path] = sha256_file(path)
-            except BaseException as exc:  # reported to the caller by verify()
-                self._error = (path, exc)
-                return
-
-    def verify(self) -> None:
-        """Wait for the hashes and raise :class:`ChecksumMismatchError` naming every shard
-        that does not have its expected sha256."""
-        self._thread.join()
-        if self._error is not None:
-            path, exc = self._error
-            raise CheckpointError(f"cannot read {path}: {exc}") from exc
-        wrong = [path for path, sha in self.expected.items() if self._digests.get(path) != sha]
-        if wrong:
-            detail = "; ".join(
-                f"{p} has sha256 {self._digests[p]}, not {self.expected[p]}" for p in wrong
-            )
-            raise ChecksumMismatchError(
-                f"{len(wrong)} shard(s) do not have the sha256 expected by {self.what}: "
-                f"{detail}. They are corrupted, truncated or not the files expected. Download "
-                "or save them again (or pass verify=False to load them anyway, at your own risk)."
-            )
 
 
 # -- writing --------------------------------------------------------------------------------
