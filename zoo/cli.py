@@ -347,6 +347,27 @@ def _load_for_generation(args: argparse.Namespace) -> ZooModel:
     return loading.load(args.source, device=args.device, dtype=dtype, quantize=args.quantize)
 
 
+def _generation_config(args: argparse.Namespace, stop: tuple[str, ...] = ()) -> GenerationConfig:
+    """The sampling flags of ``zoo generate`` and ``zoo chat`` as a :class:`GenerationConfig`:
+    every setting checked before anything is loaded or seeded."""
+    from .generation import GenerationConfig
+
+    return GenerationConfig(
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        stop=stop,
+        compile=args.compile,
+    )
+
+
+def _given_tokenizer(args: argparse.Namespace) -> Tokenizer | None:
+    """The tokenizer ``--tokenizer`` names, or ``None``: the model's own."""
+    return api.tokenizer(args.tokenizer) if args.tokenizer else None
+
+
 def _check_utf8(text: str, what: str) -> None:
     """Python hands over argument bytes that are not UTF-8 as lone surrogates U+DC80..U+DCFF
     (``surrogateescape``); say which byte, before anything is loaded."""
@@ -360,22 +381,14 @@ def _check_utf8(text: str, what: str) -> None:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     """Generate text from a prompt, streaming it to the terminal."""
-    from .generation import GenerationConfig, stream_text
+    from .generation import stream_text
 
     _check_utf8(args.prompt, "the prompt")
     for stop in args.stop or ():
         _check_utf8(stop, "a --stop string")
-    config = GenerationConfig(  # every setting checked before anything is loaded or seeded
-        max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        seed=args.seed,
-        stop=tuple(args.stop or ()),
-        compile=args.compile,
-    )
+    config = _generation_config(args, stop=tuple(args.stop or ()))
     model = _load_for_generation(args)
-    tokenizer = api.tokenizer(args.tokenizer) if args.tokenizer else None
+    tokenizer = _given_tokenizer(args)
     # the tokenizer and the prompt are checked here, before anything is printed
     pieces = stream_text(model, args.prompt, config, tokenizer=tokenizer)
     print(args.prompt, end="", flush=True)
@@ -395,23 +408,14 @@ def cmd_chat(args: argparse.Namespace) -> int:
     """Chat with an instruct model: each line you type is a message, the reply streams back.
     The whole conversation goes through the model's chat template every turn; /reset starts
     over, /exit or end of input quits."""
-    from .generation import GenerationConfig
     from .generation.text import resolve_tokenizer
     from .tokenizers import ChatTemplateError
 
     if args.system is not None:
         _check_utf8(args.system, "--system")
-    config = GenerationConfig(  # every setting checked before anything is loaded or seeded
-        max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        seed=args.seed,
-        compile=args.compile,
-    )
+    config = _generation_config(args)
     model = _load_for_generation(args)
-    given = api.tokenizer(args.tokenizer) if args.tokenizer else None
-    tokenizer = resolve_tokenizer(model, given, "zoo chat")
+    tokenizer = resolve_tokenizer(model, _given_tokenizer(args), "zoo chat")
     if tokenizer.chat_template is None:
         raise ChatTemplateError(
             f"{args.source} has no chat template: its tokenizer ({tokenizer.name}) defines none "
@@ -631,9 +635,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     api_key = args.api_key if args.api_key is not None else Settings.from_env().api_key
     model = _load_for_generation(args)
     check_batchable(model)
-    tokenizer = resolve_tokenizer(
-        model, api.tokenizer(args.tokenizer) if args.tokenizer else None, "zoo serve"
-    )
+    tokenizer = resolve_tokenizer(model, _given_tokenizer(args), "zoo serve")
     from .serve import serve
     from .serve.server import LOOPBACK
 
