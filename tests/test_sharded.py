@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 import safetensors.torch
@@ -413,14 +414,20 @@ def test_a_sharded_export_loads_in_transformers(model, tmp_path: Path) -> None:
     assert_same_model(zoo.load(tmp_path / "hf"), model)
 
 
-def test_a_transformers_sharded_folder_loads(tmp_path: Path) -> None:
+def transformers_sharded_llama(folder: Path) -> Any:
+    """A small Llama saved by transformers into ``folder`` in shards of 100 KB; returned."""
     config = transformers.LlamaConfig(
         vocab_size=320, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
     )  # fmt: skip
     torch.manual_seed(0)
     theirs = transformers.LlamaForCausalLM(config).eval()
-    theirs.save_pretrained(tmp_path / "hf", max_shard_size="100KB")
+    theirs.save_pretrained(folder, max_shard_size="100KB")
+    return theirs
+
+
+def test_a_transformers_sharded_folder_loads(tmp_path: Path) -> None:
+    theirs = transformers_sharded_llama(tmp_path / "hf")
     assert len(shard_files(tmp_path / "hf")) >= 3
     ours = zoo.load(tmp_path / "hf")
     ids = torch.randint(0, 320, (2, 9), generator=torch.Generator().manual_seed(3))
@@ -529,13 +536,7 @@ def test_a_damaged_shard_in_a_directory_is_not_published(model, local_hub: Local
 
 
 def test_a_transformers_sharded_repo_loads_from_the_hub(local_hub: LocalHub, tmp_path: Path):
-    config = transformers.LlamaConfig(
-        vocab_size=320, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    theirs = transformers.LlamaForCausalLM(config).eval()
-    theirs.save_pretrained(tmp_path / "hf", max_shard_size="100KB")
+    theirs = transformers_sharded_llama(tmp_path / "hf")
     local_hub.add_files("org/llama", {p.name: p for p in (tmp_path / "hf").iterdir()})
     ours = zoo.load("hf:org/llama", verify=True)  # each shard against the Hub's LFS sha256
     ids = torch.randint(0, 320, (2, 9), generator=torch.Generator().manual_seed(3))
