@@ -52,6 +52,7 @@ from .readers import (
     recognise,
 )
 from .shards import (
+    check_recorded_shards,
     index_file,
     is_index,
     parse_max_shard_size,
@@ -442,11 +443,13 @@ def _read_sharded(
             )
         remember_verified(index_path, expected)
     index = read_index(index_path, shown=shown)
-    if recorded is not None and set(recorded) != set(index.shards):
-        raise CheckpointError(
-            f"{shown / index_path.name} names the shards {sorted(index.shards)}, but "
-            f"{recorded_by} records {sorted(recorded)}: the index is not the one saved"
-        )
+    check_recorded_shards(
+        index.shards,
+        recorded,
+        where=str(shown / index_path.name),
+        recorded_by=recorded_by,
+        hint="the index is not the one saved",
+    )
     sums = {index_path.parent / name: (recorded or {}).get(name) for name in index.shards}
     unknown = [path.name for path, sha in sums.items() if not sha]
     if verify and unknown:

@@ -22,6 +22,7 @@ from .commit import atomic_directory, pinned_version
 from .files import read_safetensors, sha256_file
 from .manifest import CONFIG_FILE, FORMAT, Manifest, read_config_json, weights_record
 from .shards import (
+    check_recorded_shards,
     is_index,
     parse_max_shard_size,
     read_index,
@@ -97,12 +98,14 @@ def _verified_tensors(
     expected = {weights: manifest.sha256}
     index = read_index(weights, shown=shown) if is_index(weights) else None
     if index is not None:
+        check_recorded_shards(
+            index.shards,
+            manifest.shards,
+            where=str(shown / weights.name),
+            recorded_by=CONFIG_FILE,
+            hint="the index is not the one saved",
+        )
         recorded = manifest.shards or {}
-        if manifest.shards is not None and set(recorded) != set(index.shards):
-            raise CheckpointError(
-                f"{shown / weights.name} names the shards {sorted(index.shards)}, but "
-                f"config.json records {sorted(recorded)}: the index is not the one saved"
-            )
         expected.update({folder / name: recorded.get(name) for name in index.shards})
     for path, sha in expected.items():
         if sha is not None and path.is_file() and sha256_file(path) != sha:

@@ -38,6 +38,7 @@ __all__ = [
     "INDEX_SUFFIX",
     "ShardIndex",
     "WrittenWeights",
+    "check_recorded_shards",
     "check_shard_name",
     "index_file",
     "is_index",
@@ -159,6 +160,24 @@ def read_index(path: Path, *, shown: Path | None = None) -> ShardIndex:
         check_shard_name(shard, f"{where} (tensor {key[:80]!r})")
     metadata = data.get("metadata")
     return ShardIndex(path, weight_map, metadata if isinstance(metadata, dict) else {})
+
+
+def check_recorded_shards(
+    shards: Sequence[str],
+    recorded: Mapping[str, Any] | None,
+    *,
+    where: str,
+    recorded_by: str,
+    hint: str,
+) -> None:
+    """Raise :class:`CheckpointError` unless the ``shards`` the index ``where`` names are the
+    ones ``recorded_by`` records (``recorded``: shard -> sha256; ``None`` records nothing to
+    compare); ``hint`` ends the message with what to do."""
+    if recorded is not None and set(recorded) != set(shards):
+        raise CheckpointError(
+            f"{where} names the shards {sorted(shards)}, but {recorded_by} records "
+            f"{sorted(recorded)}: {hint}"
+        )
 
 
 def read_shards(index: ShardIndex, *, shown: Path | None = None) -> dict[str, Tensor]:

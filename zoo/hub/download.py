@@ -37,9 +37,8 @@ from typing import Any
 
 from ..checkpoint.files import PICKLE_SUFFIXES, remember_verified, sha256_file, was_verified
 from ..checkpoint.manifest import CONFIG_FILE, Manifest, config_format, read_config_json
-from ..checkpoint.shards import index_file, is_index, read_index
+from ..checkpoint.shards import check_recorded_shards, index_file, is_index, read_index
 from ..errors import (
-    CheckpointError,
     ChecksumMismatchError,
     HubNotFoundError,
     UnsafeCheckpointError,
@@ -133,6 +132,21 @@ def _verify_small(path: Path, entry: Any, what: str) -> None:
         return
     if actual != expected:
         raise _mismatch(path, actual, expected, "the Hub's file metadata", what)
+
+
+def _verify_weights(
+    path: Path, expected: str | None, expected_from: str, verify: bool, what: str
+) -> bool:
+    """Hash a downloaded weights file (or shard) against ``expected`` unless ``verify`` is
+    off, nothing is expected or it was verified unchanged before; whether it was hashed now.
+    A mismatch deletes it from the cache (:func:`_mismatch`)."""
+    if not verify or expected is None or was_verified(path, expected):
+        return False
+    actual = sha256_file(path)
+    if actual != expected:
+        raise _mismatch(path, actual, expected, expected_from, what)
+    remember_verified(path, expected)
+    return True
 
 
 def _expected_sha256(
@@ -244,11 +258,13 @@ def _fetch_shards(
     shard is downloaded."""
     where = f"{what}: {index_path.name}"
     names = [check_filename(n, where) for n in read_index(index_path, shown=Path(what)).shards]
-    if recorded is not None and set(recorded) != set(names):
-        raise CheckpointError(
-            f"{where} names the shards {sorted(names)}, but {CONFIG_FILE} records "
-            f"{sorted(recorded)}: the repo is inconsistent; nothing of the weights was downloaded"
-        )
+    check_recorded_shards(
+        names,
+        recorded,
+        where=where,
+        recorded_by=CONFIG_FILE,
+        hint="the repo is inconsistent; nothing of the weights was downloaded",
+    )
     if entries is not None:
         missing = [n for n in names if n not in entries]
         if missing:
@@ -270,17 +286,10 @@ def _fetch_shards(
         )
         for name in names
     }
-    hashed = 0
-    for name in names:
-        path = download(name, large=True)
-        sha, sha_from = expected[name]
-        if verify and sha is not None and not was_verified(path, sha):
-            actual = sha256_file(path)
-            if actual != sha:
-                raise _mismatch(path, actual, sha, sha_from, what)
-            remember_verified(path, sha)
-            hashed += 1
-    return {name: sha for name, (sha, _) in expected.items()}, hashed == len(names)
+    hashed = [
+        _verify_weights(download(name, large=True), *expected[name], verify, what) for name in names
+    ]
+    return {name: sha for name, (sha, _) in expected.items()}, all(hashed)
 
 
 def fetch(source: HubSource, *, token: str | bool | None = None, verify: bool = True) -> Snapshot:
@@ -361,13 +370,8 @@ def fetch(source: HubSource, *, token: str | bool | None = None, verify: bool = 
         shards, verified = _fetch_shards(download, weights, entries, plan.shards, verify, what)
     else:
         weights = download(weights_name, large=True)
-        shards, verified = {}, False
-        if verify and expected is not None and not was_verified(weights, expected):
-            actual = sha256_file(weights)
-            if actual != expected:
-                raise _mismatch(weights, actual, expected, expected_from, what)
-            remember_verified(weights, expected)
-            verified = True
+        shards = {}
+        verified = _verify_weights(weights, expected, expected_from, verify, what)
     return Snapshot(
         source=source,
         commit=commit,

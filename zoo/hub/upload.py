@@ -12,7 +12,12 @@ from typing import TYPE_CHECKING
 from ..checkpoint.api import save
 from ..checkpoint.manifest import CONFIG_FILE, FORMAT, Manifest, read_config_json
 from ..checkpoint.reshard import reshard
-from ..checkpoint.shards import is_index, parse_max_shard_size, read_index
+from ..checkpoint.shards import (
+    check_recorded_shards,
+    is_index,
+    parse_max_shard_size,
+    read_index,
+)
 from ..errors import CheckpointError, ChecksumMismatchError, HubError, UnsafeCheckpointError
 from .card import DEFAULT_LICENSE, model_card
 from .failures import hub_errors
@@ -108,11 +113,13 @@ def _shards(directory: Path, manifest: Manifest, where: str) -> list[str]:
     if not index_path.is_file():
         return []  # reported with the other missing files
     shards = list(read_index(index_path, shown=directory).shards)
-    if manifest.shards is not None and set(manifest.shards) != set(shards):
-        raise CheckpointError(
-            f"{index_path} names the shards {sorted(shards)}, but {where} records "
-            f"{sorted(manifest.shards)}: save the model again with zoo.save()"
-        )
+    check_recorded_shards(
+        shards,
+        manifest.shards,
+        where=str(index_path),
+        recorded_by=where,
+        hint="save the model again with zoo.save()",
+    )
     return shards
 
 
