@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import api
@@ -392,12 +392,21 @@ def cmd_generate(args: argparse.Namespace) -> int:
     # the tokenizer and the prompt are checked here, before anything is printed
     pieces = stream_text(model, args.prompt, config, tokenizer=tokenizer)
     print(args.prompt, end="", flush=True)
+    _print_pieces(pieces)
+    return 0
+
+
+def _print_pieces(pieces: Iterable[str]) -> str:
+    """Print ``pieces`` as they arrive, then end the line (on an error too, so that it is
+    printed on a line of its own); returns the text printed."""
+    printed = []
     try:
         for piece in pieces:
             print(piece, end="", flush=True)
+            printed.append(piece)
     finally:
-        print(flush=True)  # end the line, so that an error is printed on a line of its own
-    return 0
+        print(flush=True)
+    return "".join(printed)
 
 
 #: The longest reply ``zoo chat`` generates by default (``--max-new-tokens``).
@@ -474,14 +483,7 @@ def _chat_turn(
     except ValueError as exc:  # ChatTemplateError, or a prompt the context cannot hold
         print(f"zoo: error: {_printable(exc)} (/reset starts over)", file=sys.stderr)
         return history
-    reply = []
-    try:
-        for piece in pieces:
-            print(piece, end="", flush=True)
-            reply.append(piece)
-    finally:
-        print(flush=True)
-    return [*turn, {"role": "assistant", "content": "".join(reply)}]
+    return [*turn, {"role": "assistant", "content": _print_pieces(pieces)}]
 
 
 def cmd_classify(args: argparse.Namespace) -> int:
