@@ -3,6 +3,7 @@ one set of generation defaults, `zoo classify`, `zoo info` on any source, a ligh
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -224,6 +225,18 @@ def test_the_tour_fits_in_one_gigabyte_and_shows_large_models_on_meta():
     assert "tinyllama-1.1b" in tour and "logits 1x16x32000 (shapes only)" in tour
     assert "parameters    1,100,048,384" in tour and "--max-mib 4197" in tour
     assert "gpt2-124m" in tour and "logits 1x16x50257\n" in tour  # built for real
+    # the closing line says how many were built with weights and which went to the meta device
+    summary = re.fullmatch(
+        r"(\d+) of (\d+) named models built on cpu; (\d+) over --max-mib 512 of float32 "
+        r"weights built on the meta device \(shapes only\): (.*)",
+        tour.rstrip().splitlines()[-1],
+    )
+    assert summary, tour[-400:]
+    built, total, n_meta = map(int, summary.groups()[:3])
+    meta = summary.group(4).split(", ")
+    headers = [line.split(":")[0] for line in tour.splitlines() if re.match(r"[\w.-]+: ", line)]
+    assert (built + n_meta, n_meta) == (total, len(meta)) and total == len(headers)
+    assert {"smollm2-135m-instruct", "tinyllama-1.1b"} <= set(meta) and "gpt2-124m" not in meta
 
 
 def test_info_describes_the_blocks_as_the_config_makes_them(capsys, tmp_path):
