@@ -216,24 +216,35 @@ def cmd_tour(args: argparse.Namespace) -> int:
     code is 1 when any failed). Models over --max-mib of float32 weights are built on the
     meta device: their parameter count and output shape, no numbers."""
     _conflict_notes()  # a model hidden by a conflict is named on stderr, not skipped silently
-    failed = []
-    for name in api.list_models():
+    failed, on_meta = [], []
+    names = api.list_models()
+    for name in names:
         try:
-            _tour_one(name, args.device, args.max_mib)
+            if _tour_one(name, args.device, args.max_mib):
+                on_meta.append(name)
         except KeyboardInterrupt:
             raise
         except Exception as exc:  # one broken model (or plugin) does not end the tour
             failed.append(name)
             print(f"{name}: FAILED: {_printable(exc)}", flush=True)
             print(flush=True)
+    built = len(names) - len(failed) - len(on_meta)
+    print(f"{built} of {len(names)} named models built on {args.device}", end="")
+    if on_meta:
+        print(
+            f"; {len(on_meta)} over --max-mib {args.max_mib:g} of float32 weights built on the "
+            f"meta device (shapes only): {', '.join(on_meta)}",
+            end="",
+        )
+    print(flush=True)
     if failed:
         print(f"zoo: {len(failed)} model(s) failed: {', '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0
 
 
-def _tour_one(name: str, device: str, max_mib: float) -> None:
+def _tour_one(name: str, device: str, max_mib: float) -> bool:
     """Build ``name``, run one forward pass, and print what it is made of; on the meta device
-    when its float32 weights exceed ``max_mib``."""
+    when its float32 weights exceed ``max_mib``. True when it was moved there for that."""
     import time
 
     import torch
@@ -275,6 +286,7 @@ def _tour_one(name: str, device: str, max_mib: float) -> None:
     for key, value in fields:
         print(f"  {key.ljust(12)}  {_printable(value)}")
     print(flush=True)
+    return mib > max_mib
 
 
 def cmd_push(args: argparse.Namespace) -> int:
