@@ -26,7 +26,7 @@ from torch import Tensor
 from ..nn.base import check_padding_mask, check_token_ids
 from ..settings import Settings
 from .config import GenerationConfig
-from .sampling import next_tokens
+from .sampling import limit_vocab, next_tokens
 
 if TYPE_CHECKING:
     from ..nn.base import ZooModel
@@ -137,12 +137,8 @@ def _start(
 
 def _pick(logits: Tensor, config: GenerationConfig, generator: torch.Generator | None) -> Tensor:
     """The next token of each row ``(B,)``, never one at or above ``config.vocab_limit``."""
-    limit = config.vocab_limit
-    if limit is not None and limit < logits.shape[-1]:
-        logits = logits.clone()
-        logits[:, limit:] = float("-inf")
     return next_tokens(
-        logits,
+        limit_vocab(logits, config.vocab_limit),
         temperature=config.temperature,
         top_k=config.top_k,
         top_p=config.top_p,

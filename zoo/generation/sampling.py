@@ -1,19 +1,51 @@
 """Picking the next token from logits: greedy, or a sample from the tempered distribution
-filtered to the top-k and the nucleus (top-p)."""
+filtered to the top-k and the nucleus (top-p).
+
+A sample always has at least one candidate, the most likely token, whatever the settings
+(any temperature, ``top_p`` down to the smallest float, any ``top_k``) and whatever the
+logits (``-inf`` for masked ids, ``+inf`` or huge values from float16/bfloat16, NaN): the
+distribution handed to ``torch.multinomial`` is never empty or ``nan``."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
-__all__ = ["filter_logits", "next_tokens"]
+__all__ = ["filter_logits", "limit_vocab", "next_tokens"]
+
+_FLOAT32 = torch.finfo(torch.float32)
+#: The smallest Python float that float32 rounds to ``inf`` (half an ulp above its largest):
+#: a temperature from here on divides float32 logits by ``inf``.
+_FLOAT32_OVERFLOW = 2.0**128 - 2.0**103
+
+
+def limit_vocab(logits: Tensor, limits: int | Sequence[int | None] | None) -> Tensor:
+    """``logits`` ``(B, V)`` with every id at or above its row's limit set to ``-inf``, so it
+    is never picked (a model vocabulary padded beyond its tokenizer's): one limit for every
+    row, or one per row (``None``: no limit). A copy when anything is masked."""
+    width = logits.shape[-1]
+    if limits is None or isinstance(limits, int):
+        if limits is None or limits >= width:
+            return logits
+        logits = logits.clone()
+        logits[:, limits:] = float("-inf")
+        return logits
+    masked = [(i, limit) for i, limit in enumerate(limits) if limit is not None and limit < width]
+    if masked:
+        logits = logits.clone()
+        for i, limit in masked:
+            logits[i, limit:] = float("-inf")
+    return logits
 
 
 def filter_logits(
     logits: Tensor, *, top_k: int | None = None, top_p: float | None = None
 ) -> Tensor:
     """Set to ``-inf`` every logit outside the top-``k`` and outside the nucleus: the smallest
-    set of most likely tokens whose probability reaches ``top_p``. ``(B, V) -> (B, V)``."""
+    set of most likely tokens whose probability reaches ``top_p``; the most likely token
+    always stays. ``(B, V) -> (B, V)``."""
     if top_k is not None and top_k < logits.shape[-1]:
         kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1)
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -21,10 +53,36 @@ def filter_logits(
         sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
         probs = sorted_logits.softmax(dim=-1)
         before = probs.cumsum(dim=-1) - probs  # probability mass ranked above each token
-        drop_sorted = before >= top_p  # the most likely token always stays (before = 0)
+        drop_sorted = before >= top_p
+        # the most likely token has nothing before it, but a top_p below float32's smallest
+        # number (1e-300) compares as 0 and would drop it too
+        drop_sorted[..., 0] = False
         drop = drop_sorted.scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
     return logits
+
+
+def _scores(logits: Tensor) -> tuple[Tensor, Tensor]:
+    """Each row's logits as float32 scores whose maximum is 0, and whether the row has any
+    candidate ``(B,)``. The logits equal to their row's maximum score 0 (every ``+inf`` one
+    when there are some: the others are infinitely less likely and score ``-inf``); NaN
+    scores ``-inf``. A row with nothing above ``-inf`` has no candidate and scores 0
+    everywhere (a valid distribution, which the caller replaces)."""
+    logits = logits.float()
+    clean = logits.masked_fill(logits.isnan(), float("-inf"))
+    top = clean.amax(dim=-1, keepdim=True)  # (B, 1)
+    scores = torch.where(clean == top, 0.0, clean - top)
+    return scores, top.squeeze(-1) > float("-inf")
+
+
+def _tempered(scores: Tensor, temperature: float) -> Tensor:
+    """``scores / temperature``: a temperature below float32's smallest normal number is
+    taken as that number (a tiny one sharpens towards greedy instead of dividing by 0), and
+    one that float32 rounds to ``inf`` gives the limit, every candidate alike (where
+    ``-inf / inf`` would be ``nan``)."""
+    if temperature >= _FLOAT32_OVERFLOW:
+        return scores.masked_fill(scores > float("-inf"), 0.0)
+    return scores / max(temperature, _FLOAT32.tiny)
 
 
 def next_tokens(
@@ -36,14 +94,14 @@ def next_tokens(
     generator: torch.Generator | None,
 ) -> Tensor:
     """Pick the next token of each row, ``(B, V) -> (B,)``: argmax when ``temperature`` is 0,
-    otherwise a sample from the filtered, tempered distribution. The logits are shifted so
-    their maximum is 0 and the temperature is kept above float32's smallest normal number, so
-    a tiny temperature sharpens towards greedy instead of producing ``nan``."""
+    otherwise a sample from the filtered, tempered distribution, which always keeps the most
+    likely token. The logits are shifted so their maximum is 0 and the temperature is kept
+    within float32's range, so no setting produces ``nan``; a row with no logit above
+    ``-inf`` (or only NaN) gets its argmax, as greedy would."""
     if temperature == 0:
         return logits.argmax(dim=-1)
-    logits = logits.float()
-    shifted = logits - logits.max(dim=-1, keepdim=True).values  # (B, V), max 0
-    tempered = shifted / max(temperature, torch.finfo(torch.float32).tiny)
-    filtered = filter_logits(tempered, top_k=top_k, top_p=top_p)
+    scores, candidates = _scores(logits)
+    filtered = filter_logits(_tempered(scores, temperature), top_k=top_k, top_p=top_p)
     probs = filtered.softmax(dim=-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+    sampled = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+    return torch.where(candidates, sampled, logits.argmax(dim=-1))

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from ..generation.sampling import next_tokens
+from ..generation.sampling import limit_vocab, next_tokens
 from ..nn.slots import SlotBatch
 from .text import TextStream
 
@@ -313,17 +313,8 @@ def _flush(sequences: list[Sequence]) -> None:
 def _pick(sequences: list[Sequence], logits: Tensor) -> list[int]:
     """Each sequence's next token from its row of ``logits`` ``(N, vocab)``: the argmax for
     greedy ones, a sample with its own generator for the others (as :func:`zoo.generate`
-    picks; never an id at or above its ``vocab_limit``)."""
-    width = logits.shape[-1]
-    limited = [
-        (i, limit)
-        for i, limit in enumerate(s.config.vocab_limit for s in sequences)
-        if limit is not None and limit < width
-    ]
-    if limited:
-        logits = logits.clone()
-        for i, limit in limited:
-            logits[i, limit:] = float("-inf")
+    picks, with its masking and sampler; never an id at or above its ``vocab_limit``)."""
+    logits = limit_vocab(logits, [s.config.vocab_limit for s in sequences])
     picked = logits.argmax(dim=-1).tolist()
     for i, sequence in enumerate(sequences):
         config = sequence.config
