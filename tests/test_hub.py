@@ -167,6 +167,40 @@ def test_push_refuses_what_is_not_a_zoo_checkpoint(local_hub: LocalHub, tmp_path
     assert not [r for r in local_hub.requests if "commit" in r.path]
 
 
+@pytest.mark.parametrize("inner", ["model", "checkpoint/model"])
+def test_push_takes_a_training_run_folder(inner: str, local_hub: LocalHub, tmp_path: Path) -> None:
+    """``zoo push runs/mine org/name`` (the README's quickstart): a run's folder stands for its
+    final ``model/``, or for ``checkpoint/model`` when the run stopped early, as in zoo.load."""
+    model = small("gpt2-124m")
+    zoo.save(model, tmp_path / "runs" / "mine" / inner)
+    assert main(["push", str(tmp_path / "runs" / "mine"), "org/from-a-run"]) == 0
+    assert_same_model(zoo.load("hf:org/from-a-run"), model)
+
+
+def test_push_of_a_hugging_face_folder_names_the_convert_command(
+    local_hub: LocalHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An exported Hugging Face folder is not published as if zoo had written it: the error
+    names the exact commands that do it, and those commands work."""
+    import shlex
+
+    model = small("gpt2-124m", vocab_size=50257)  # the size of the tokenizer exported with it
+    model.tokenizer = zoo.tokenizer("gpt2-124m")
+    zoo.export(model, tmp_path / "mine-hf")
+    assert main(["push", str(tmp_path / "mine-hf"), "org/exported"]) == 2
+    error = capsys.readouterr().err
+    assert "is a Hugging Face checkpoint (model_type 'gpt2')" in error, error
+    assert not [r for r in local_hub.requests if "commit" in r.path]
+    commands = re.search(r"Convert it first, then push the result: (.*) \(in Python", error)
+    assert commands, error
+    for command in commands.group(1).split(" && "):
+        argv = shlex.split(command)
+        assert argv[0] == "zoo" and main(argv[1:]) == 0, command
+    loaded = zoo.load("hf:org/exported")
+    assert_same_model(loaded, model)
+    assert loaded.tokenizer.encode("Every effort moves you") == [6109, 3626, 6100, 345]
+
+
 # -- official weights by name ---------------------------------------------------------------
 @pytest.fixture(scope="module")
 def hf_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, object]]:

@@ -290,7 +290,8 @@ def _tour_one(name: str, device: str, max_mib: float) -> bool:
 
 
 def cmd_push(args: argparse.Namespace) -> int:
-    """Publish a checkpoint directory (written by zoo.save) to a Hugging Face Hub repo."""
+    """Publish a checkpoint directory (written by zoo.save, or a training run's folder) to a
+    Hugging Face Hub repo."""
     from . import hub
 
     ref = hub.push(
@@ -1079,7 +1080,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="device to check on (repeatable); default: cpu, and cuda when available",
     )
     p = add("push", cmd_push)
-    p.add_argument("directory", metavar="DIR", help="a checkpoint directory written by zoo.save")
+    p.add_argument(
+        "directory",
+        metavar="DIR",
+        help="a checkpoint directory written by zoo.save or zoo convert, or a training run's "
+        "folder (zoo train --out)",
+    )
     p.add_argument("repo", metavar="REPO", help="Hub repo id, org/name")
     p.add_argument("--revision", help="branch to commit to (default: the main branch)")
     p.add_argument("--private", action="store_true", help="create the repo private")

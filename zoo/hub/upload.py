@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from ..checkpoint.api import save
 from ..checkpoint.manifest import CONFIG_FILE, FORMAT, Manifest, read_config_json
+from ..checkpoint.readers import model_folder
 from ..checkpoint.reshard import reshard
 from ..checkpoint.shards import (
     check_recorded_shards,
@@ -60,25 +61,27 @@ class CommitRef:
         return self.source
 
 
-def _read_checkpoint(directory: Path) -> tuple[Manifest, list[str]]:
+def _read_checkpoint(directory: Path, repo_id: str) -> tuple[Manifest, list[str]]:
     """The manifest of a :func:`zoo.save` directory and the files to upload from it."""
     if not directory.exists():
         raise CheckpointError(
-            f"{directory} does not exist: give the directory zoo.save() wrote (or push a model "
-            "object: zoo.push(model, repo_id))"
+            f"{directory} does not exist: give the directory zoo.save() wrote or a training "
+            "run's folder (or push a model object: zoo.push(model, repo_id))"
         )
     if not directory.is_dir():
         raise CheckpointError(
             f"{directory} is a file, not a checkpoint directory: give the directory zoo.save() "
-            "wrote"
+            "wrote or a training run's folder"
         )
     data = read_config_json(directory)
+    if data is not None and data.get("format") != FORMAT and "model_type" in data:
+        raise CheckpointError(_foreign_message(directory, str(data["model_type"]), repo_id))
     if data is None or data.get("format") != FORMAT:
-        kind = "a Hugging Face checkpoint" if data and "model_type" in data else "no zoo checkpoint"
         raise CheckpointError(
-            f"{directory} is {kind}: zoo.push publishes directories written by zoo.save() "
-            '(config.json with "format": "zoo"). Load it and push the model instead: '
-            "zoo.push(zoo.load(path), repo_id)."
+            f"{directory} is no zoo checkpoint: zoo.push publishes directories written by "
+            'zoo.save() (config.json with "format": "zoo") and training runs (their model/ or '
+            "checkpoint/model/ folder), and this folder has neither. Load what it holds and "
+            "push the model instead: zoo.push(zoo.load(path), repo_id)."
         )
     where = str(directory / CONFIG_FILE)
     manifest = Manifest.from_json(data, where=where)
@@ -102,6 +105,24 @@ def _read_checkpoint(directory: Path) -> tuple[Manifest, list[str]]:
             "model again with zoo.save()"
         )
     return manifest, files
+
+
+def _foreign_message(directory: Path, model_type: str, repo_id: str) -> str:
+    """Why a Hugging Face folder is not pushed as it is, and the exact commands that push it:
+    ``zoo convert`` to a zoo checkpoint (weights unchanged, tokenizer carried), then push
+    that. (A zoo repo's ``config.json`` and card record the architecture, the plugin and
+    each file's sha256, which is what ``zoo.load("hf:...")`` checks.)"""
+    import shlex
+
+    converted = directory.with_name(f"{directory.name}-zoo")
+    source, target = shlex.quote(str(directory)), shlex.quote(str(converted))
+    return (
+        f"{directory} is a Hugging Face checkpoint (model_type {model_type!r}), not a zoo "
+        "one: zoo push publishes zoo checkpoints, whose config.json and model card record the "
+        "architecture and each file's sha256. Convert it first, then push the result: "
+        f"zoo convert {source} {target} && zoo push {target} {shlex.quote(repo_id)} "
+        f"(in Python: zoo.push(zoo.load({str(directory)!r}), {repo_id!r}))"
+    )
 
 
 def _shards(directory: Path, manifest: Manifest, where: str) -> list[str]:
@@ -169,7 +190,10 @@ def push(
 
     Args:
         model_or_directory: a model built or loaded by zoo (saved with :func:`zoo.save`
-            first, tokenizer included), or a directory :func:`zoo.save` wrote.
+            first, tokenizer included), a directory :func:`zoo.save` wrote, or a training
+            run's folder (its final ``model/``, else its resumable ``checkpoint/model``). A
+            Hugging Face folder is refused with the ``zoo convert`` command that makes it
+            one.
         repo_id: ``"org/name"`` (``"name"``: in the token owner's namespace).
         revision: the branch to commit to (created from the default branch if missing);
             default: the default branch.
@@ -198,13 +222,14 @@ def push(
     with tempfile.TemporaryDirectory(prefix="zoo-push-") as staging:
         written = Path(staging) / "checkpoint"
         if isinstance(model_or_directory, (str, os.PathLike)):
-            directory = Path(os.path.expanduser(os.fspath(model_or_directory)))
+            # a training run's folder stands for its model, as in zoo.load and zoo generate
+            directory = model_folder(Path(os.path.expanduser(os.fspath(model_or_directory))))
             if max_shard_size is not None:
-                _read_checkpoint(directory)  # the same checks and messages as without
+                _read_checkpoint(directory, repo_id)  # the same checks and messages as without
                 directory = reshard(directory, written, max_shard_size=max_shard_size)
         else:
             directory = save(model_or_directory, written, max_shard_size=max_shard_size)
-        manifest, files = _read_checkpoint(directory)
+        manifest, files = _read_checkpoint(directory, repo_id)
         return _upload(
             directory,
             files,
