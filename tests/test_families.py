@@ -206,7 +206,8 @@ REFUSED = [
     ("qwen3", "layer_types", lambda d: d.update(layer_types=["sliding_attention"] * 2)),
     ("qwen3", "attention_bias", lambda d: d.update(attention_bias=True)),
     ("mixtral", "norm_topk_prob", lambda d: d.update(norm_topk_prob=False)),
-    ("mixtral", "experts_per_token", lambda d: d.update(num_experts_per_tok=9)),
+    ("mixtral", r"num_experts_per_tok = 9: must be in \[1, num_local_experts = 4\]",
+     lambda d: d.update(num_experts_per_tok=9)),  # named as written, not experts_per_token
     ("gpt-neox", "rope_scaling", lambda d: d.update(rope_scaling={"type": "linear", "factor": 2})),
     ("gpt-neox", "hidden_act", lambda d: d.update(hidden_act="gelu_new")),
     ("gpt-neox", "partial_rotary_factor",

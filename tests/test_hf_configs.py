@@ -5,6 +5,7 @@ naming it, never ignored."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -212,3 +213,133 @@ def test_llama_eps_spelled_as_layer_norm_is_refused(tmp_path):
     _edit(tmp_path, lambda d: d.update(layer_norm_eps=1e-3))
     with pytest.raises(CheckpointError, match=r"layer_norm_eps = 0\.001"):
         zoo.load(tmp_path)
+
+
+# -- every key zoo knows is type-checked, and named as written ----------------------------
+
+HUB_CONFIGS = sorted((Path(__file__).parent / "data" / "hub").rglob("config.json"))
+
+
+def _real_configs() -> list[tuple[str, dict]]:
+    """Each family's real config.json: the vendored Hub files, and GPT-2 / GPT-1 as the
+    installed transformers writes them."""
+    found = [(p.parent.name, json.loads(p.read_text())) for p in HUB_CONFIGS]
+    for cls in (transformers.GPT2Config, transformers.OpenAIGPTConfig):
+        found.append((cls.model_type, json.loads(cls().to_json_string())))
+    return found
+
+
+REAL_CONFIGS = _real_configs()
+#: per JSON type of a key's real value, values of other types, wrong for every key of that
+#: type (an int key holds no string, bool or object; a float key no string, bool or list...)
+WRONG = {int: ["7", True, {"v": 1}], float: ["0.5", True, [1.0]], bool: [1, "true", None],
+         str: [1, True, ["x"]], list: ["x", 1], dict: ["x", [1]], type(None): [True]}  # fmt: skip
+
+
+def _reader(data: dict):  # type: ignore[no-untyped-def]
+    """The installed layout's ``config_from_foreign`` for ``data``'s ``model_type``."""
+    from zoo.checkpoint.readers import foreign_layouts
+
+    arch, layout = foreign_layouts()[data["model_type"]]
+    return arch.checkpoint_layout(layout).config_from_foreign
+
+
+def _transformers_refuses(cls: type, data: dict) -> bool:
+    try:
+        cls.from_dict(data)  # type: ignore[attr-defined]
+    except Exception:  # its strict dataclass validation (a huggingface_hub error)
+        return True
+    return False
+
+
+@pytest.mark.parametrize(("name", "data"), REAL_CONFIGS, ids=[n for n, _ in REAL_CONFIGS])
+def test_every_known_key_of_a_real_config_is_type_checked(name, data):
+    """Property over each family's real config: every key is in the typed table, and each,
+    replaced by a value of a wrong type, is refused with a message naming that key as
+    written, whether or not the model uses it; the file itself still reads."""
+    from zoo.hf_config import KEY_TYPES, HFConfigError
+
+    read = _reader(data)
+    read(data)
+    assert sorted(set(data) - set(KEY_TYPES)) == []
+    for key, value in data.items():
+        for bad in WRONG[type(value)]:
+            if key == "early_stopping" and isinstance(bad, str):
+                continue  # transformers takes true, false or "never"
+            if bad is None and KEY_TYPES[key].null:
+                continue
+            with pytest.raises(HFConfigError, match=rf"(^|: |; ){re.escape(key)} = "):
+                read({**data, key: bad})
+
+
+@pytest.mark.parametrize(("name", "data"), REAL_CONFIGS, ids=[n for n, _ in REAL_CONFIGS])
+def test_zoo_refuses_the_wrong_types_transformers_refuses(name, data):
+    """Checked against the installed transformers: an integer key holding 2.5, or any key
+    holding null, that transformers' strict config refuses, zoo refuses too, naming it."""
+    from zoo.hf_config import HFConfigError
+
+    read = _reader(data)
+    config_class = type(transformers.AutoConfig.for_model(data["model_type"]))
+    checked = 0
+    for key, value in data.items():
+        for bad in ([2.5] if type(value) is int else []) + [None]:
+            mutated = {**data, key: bad}
+            if not _transformers_refuses(config_class, mutated):
+                continue
+            checked += 1
+            with pytest.raises(HFConfigError, match=rf"(^|: |; ){re.escape(key)} = "):
+                read(mutated)
+    assert checked > 3
+
+
+def test_the_typed_table_covers_every_key_a_layout_knows():
+    """Every key a layout reads, pins or calls inert has a type (so none escapes the check)."""
+    from zoo.checkpoint.readers import foreign_layouts
+    from zoo.hf_config import INERT_KEYS, KEY_TYPES
+
+    missing = set(INERT_KEYS) - set(KEY_TYPES)
+    for arch, layout in foreign_layouts().values():
+        fmt = getattr(arch.checkpoint_layout(layout).config_from_foreign, "__self__", None)
+        if fmt is None:
+            continue  # GPT-1/GPT-2: their keys are the real configs' (the property above)
+        keys = {fmt._spec(f).key for f in fmt.fields} | set(fmt.fixed) | set(fmt.checked)
+        missing |= (keys | fmt.inert) - set(KEY_TYPES)
+    assert sorted(missing) == []
+
+
+QWEN2_HUB = json.loads(
+    (Path(__file__).parent / "data/hub/Qwen/Qwen2.5-0.5B-Instruct/config.json").read_text()
+)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        # moot with use_sliding_window false, yet transformers refuses it: so does zoo
+        ({"sliding_window": "x"}, r"sliding_window = 'x' must be an integer or null"),
+        ({"max_window_layers": None}, r"max_window_layers = None must be an integer"),
+        # transformers 5 writes layer_types: the message names the key the user wrote
+        ({"num_hidden_layers": 0, "layer_types": ["full_attention"] * 24},
+         r"num_hidden_layers = 0 must be a positive integer"),
+        ({"num_key_value_heads": 3},
+         r"num_key_value_heads = 3: must divide num_attention_heads = 14"),
+        ({"num_attention_heads": 5}, r"hidden_size = 896: must be divisible by "
+         r"num_attention_heads = 5"),
+        ({"rms_norm_eps": 0.0}, r"rms_norm_eps = 0\.0 must be a positive number"),
+        ({"num_hidden_layers": 10**6}, r"num_hidden_layers = 1000000: must be at most"),
+    ],
+)  # fmt: skip
+def test_qwen2_refusals_name_the_key_as_written(tmp_path, change, message):
+    (tmp_path / "config.json").write_text(json.dumps({**QWEN2_HUB, **change}))
+    with pytest.raises(CheckpointError, match=message) as caught:
+        zoo.load(tmp_path)
+    assert not re.search(
+        r"\b(n_layers|n_kv_heads|n_heads|d_model|layer_norm_eps|layer_types)\b", str(caught.value)
+    )
+
+
+def test_gpt2_refusals_name_the_key_as_written():
+    read = _reader({"model_type": "gpt2"})
+    data = json.loads(transformers.GPT2Config(n_embd=30, n_head=4).to_json_string())
+    with pytest.raises(ValueError, match=r"n_embd = 30: must be divisible by n_head = 4"):
+        read(data)

@@ -24,18 +24,24 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import types
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .errors import ConfigError
+
 __all__ = [
     "INERT_KEYS",
+    "KEY_TYPES",
     "LLAMA_FIELDS",
+    "POSITIVE_INT",
     "HFConfigError",
     "HFConfigFormat",
     "HFConfigReader",
     "HFField",
+    "KeyType",
     "full_attention_only",
 ]
 
@@ -68,6 +74,133 @@ INERT_KEYS = frozenset(
 _MISSING = object()
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    """A JSON number: an int (JSON does not tell 1 from 1.0; JavaScript writers drop the
+    ``.0``) or a finite float; never a bool."""
+    return _is_int(value) or (isinstance(value, float) and math.isfinite(value))
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyType:
+    """What one ``config.json`` key may hold: a non-null value passes ``test``; null passes
+    only when ``null`` (transformers' annotation of the key allows None). ``what`` names the
+    type in messages (``"an integer"``)."""
+
+    what: str
+    test: Callable[[Any], bool]
+    null: bool = False
+
+    @property
+    def or_null(self) -> KeyType:
+        """The same type, null allowed."""
+        return dataclasses.replace(self, null=True)
+
+    def accepts(self, value: Any) -> bool:
+        """Whether ``value`` (parsed JSON) is of this type."""
+        return self.null if value is None else self.test(value)
+
+    def __str__(self) -> str:
+        return f"{self.what} or null" if self.null else self.what
+
+
+INT = KeyType("an integer", _is_int)
+POSITIVE_INT = KeyType("a positive integer", lambda v: _is_int(v) and v > 0)
+NUMBER = KeyType("a number", _is_number)
+POSITIVE_NUMBER = KeyType("a positive number", lambda v: _is_number(v) and v > 0)
+BOOL = KeyType("true or false", lambda v: isinstance(v, bool))
+STRING = KeyType("a string", lambda v: isinstance(v, str))
+STRINGS = KeyType(
+    "a list of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)
+)
+LIST = KeyType("a list", lambda v: isinstance(v, list))
+OBJECT = KeyType("an object", lambda v: isinstance(v, Mapping))
+TOKEN_IDS = KeyType(
+    "an integer or a list of integers",
+    lambda v: _is_int(v) or (isinstance(v, list) and all(_is_int(x) for x in v)),
+)
+FLAG_OR_STRING = KeyType("true, false or a string", lambda v: isinstance(v, (bool, str)))
+
+#: The type of every ``config.json`` key zoo knows (read, checked or inert), for every family:
+#: :class:`HFConfigReader` checks each key present against it before reading anything, so a
+#: value of the wrong type is refused naming the key as written even where another key makes
+#: it moot (``sliding_window: "x"`` with ``use_sliding_window: false``). The types are
+#: transformers' annotations (the union over the families; a layout narrows one with
+#: ``types``), except that an integer is a number (JSON does not tell 1 from 1.0). Sizes are
+#: positive, as zoo's configs require.
+KEY_TYPES: Mapping[str, KeyType] = {
+    # sizes, and the keys that change the arithmetic
+    **dict.fromkeys(
+        ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+         "num_attention_heads", "max_position_embeddings", "n_positions", "n_embd", "n_layer",
+         "n_head", "num_local_experts", "num_experts_per_tok"),
+        POSITIVE_INT,
+    ),
+    **dict.fromkeys(("num_key_value_heads", "head_dim", "n_inner"), POSITIVE_INT.or_null),
+    "sliding_window": INT.or_null, "max_window_layers": INT, "n_special": INT, "n_ctx": INT,
+    **dict.fromkeys(("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon"), POSITIVE_NUMBER),
+    **dict.fromkeys(("rope_theta", "rotary_emb_base"), POSITIVE_NUMBER.or_null),
+    **dict.fromkeys(("rotary_pct", "partial_rotary_factor"), NUMBER.or_null),
+    "rope_parameters": OBJECT.or_null, "rope_scaling": OBJECT.or_null,
+    "layer_types": STRINGS.or_null,
+    **dict.fromkeys(("hidden_act", "activation_function", "afn"), STRING),
+    **dict.fromkeys(
+        ("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window",
+         "use_parallel_residual", "rope_interleaved", "scale_attn_weights",
+         "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn", "add_cross_attention",
+         "is_encoder_decoder", "is_decoder", "is_llama_config", "predict_special_tokens",
+         "output_router_logits", "use_cache", "use_bfloat16", "torchscript", "tf_legacy_loss",
+         "summary_use_proj", "summary_proj_to_labels", "gradient_checkpointing"),
+        BOOL,
+    ),
+    # inert keys: bookkeeping, token ids, generation defaults, dropouts, labels
+    "_name_or_path": STRING, "model_type": STRING, "summary_type": STRING,
+    **dict.fromkeys(
+        ("transformers_version", "dtype", "torch_dtype", "_attn_implementation",
+         "_commit_hash", "problem_type", "finetuning_task", "tokenizer_class", "prefix",
+         "summary_activation"),
+        STRING.or_null,
+    ),
+    "architectures": STRINGS.or_null,
+    **dict.fromkeys(
+        ("bos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id",
+         "forced_bos_token_id", "forced_eos_token_id", "max_length", "min_length",
+         "num_beams", "num_beam_groups", "top_k", "no_repeat_ngram_size",
+         "encoder_no_repeat_ngram_size", "num_return_sequences", "pretraining_tp"),
+        INT.or_null,
+    ),
+    "eos_token_id": TOKEN_IDS.or_null, "chunk_size_feed_forward": INT, "num_labels": INT,
+    **dict.fromkeys(
+        ("return_dict", "output_attentions", "output_hidden_states", "do_sample",
+         "output_scores", "return_dict_in_generate", "remove_invalid_values"),
+        BOOL.or_null,
+    ),
+    "early_stopping": FLAG_OR_STRING.or_null,
+    **dict.fromkeys(
+        ("diversity_penalty", "temperature", "top_p", "typical_p", "repetition_penalty",
+         "length_penalty"),
+        NUMBER.or_null,
+    ),
+    **dict.fromkeys(
+        ("bad_words_ids", "suppress_tokens", "begin_suppress_tokens",
+         "exponential_decay_length_penalty"),
+        LIST.or_null,
+    ),
+    **dict.fromkeys(
+        ("initializer_range", "attn_pdrop", "embd_pdrop", "resid_pdrop", "attention_dropout",
+         "hidden_dropout", "summary_first_dropout", "router_aux_loss_coef",
+         "router_jitter_noise"),
+        NUMBER,
+    ),
+    "classifier_dropout": NUMBER.or_null,
+    **dict.fromkeys(("id2label", "label2id", "task_specific_params"), OBJECT.or_null),
+    "pruned_heads": OBJECT, "transformers.js_config": OBJECT,
+}  # fmt: skip
+
+
 class HFConfigError(ValueError):
     """A Hugging Face config holds a key zoo cannot honour, or a value of the wrong type."""
 
@@ -85,22 +218,47 @@ class HFConfigReader:
         family: the family's name, for error messages (``"Llama"``).
         inert: keys of this family known to leave the arithmetic alone, beyond
             :data:`INERT_KEYS`.
+        types: this family's types of keys, over :data:`KEY_TYPES` (a key it narrows).
+
+    Raises:
+        HFConfigError: naming each key of :data:`KEY_TYPES` (or ``types``) whose value is
+            of the wrong type, whether or not anything reads it.
     """
 
     def __init__(
-        self, data: Mapping[str, Any], *, family: str, inert: frozenset[str] = frozenset()
+        self,
+        data: Mapping[str, Any],
+        *,
+        family: str,
+        inert: frozenset[str] = frozenset(),
+        types: Mapping[str, KeyType] | None = None,
     ):
         self.data = data
         self.family = family
         self.inert = INERT_KEYS | inert
         self.read: set[str] = set()
+        self.keys: dict[str, str] = {}  # zoo field -> the key it was read from, as written
+        self._check_types({**KEY_TYPES, **(types or {})})
+
+    def _check_types(self, types: Mapping[str, KeyType]) -> None:
+        wrong = [
+            f"{key} = {_show(value)} must be {types[key]}"
+            for key, value in self.data.items()
+            if key in types and not types[key].accepts(value)
+        ]
+        if wrong:
+            raise self._error(f"{'; '.join(wrong)} (fix config.json)")
 
     def _error(self, message: str) -> HFConfigError:
         return HFConfigError(f"{self.family} config: {message}")
 
-    def get(self, key: str, default: Any = _MISSING) -> Any:
-        """The value of ``key`` (``default`` when absent or null; an error when required)."""
+    def get(self, key: str, default: Any = _MISSING, *, field: str | None = None) -> Any:
+        """The value of ``key`` (``default`` when absent or null; an error when required);
+        ``field``: the zoo config field it becomes (:meth:`finish` names ``key`` in that
+        field's errors)."""
         self.read.add(key)
+        if field is not None:
+            self.keys[field] = key
         value = self.data.get(key)
         if value is None:
             if default is _MISSING:
@@ -108,25 +266,25 @@ class HFConfigReader:
             return default
         return value
 
-    def integer(self, key: str, default: Any = _MISSING) -> int:
+    def integer(self, key: str, default: Any = _MISSING, *, field: str | None = None) -> int:
         """``key`` as an int (not a bool, a float or a string)."""
-        value = self.get(key, default)
+        value = self.get(key, default, field=field)
         if isinstance(value, bool) or not isinstance(value, int):
             raise self._error(f"{key} = {_show(value)} must be an integer")
         return value
 
-    def number(self, key: str, default: Any = _MISSING) -> float:
+    def number(self, key: str, default: Any = _MISSING, *, field: str | None = None) -> float:
         """``key`` as a finite float."""
-        value = self.get(key, default)
+        value = self.get(key, default, field=field)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise self._error(f"{key} = {_show(value)} must be a number")
         if not math.isfinite(value):
             raise self._error(f"{key} = {_show(value)} must be finite")
         return float(value)
 
-    def flag(self, key: str, default: Any = _MISSING) -> bool:
+    def flag(self, key: str, default: Any = _MISSING, *, field: str | None = None) -> bool:
         """``key`` as a JSON boolean."""
-        value = self.get(key, default)
+        value = self.get(key, default, field=field)
         if not isinstance(value, bool):
             raise self._error(f"{key} = {_show(value)} must be true or false")
         return value
@@ -178,7 +336,7 @@ class HFConfigReader:
                     f"rope_scaling = {_show(scaling)}: zoo implements only the default rotary "
                     "embedding (no scaled or extended variants)"
                 )
-        theta = self._both(theta_key, params, "rope_theta")
+        theta = self._both(theta_key, params, "rope_theta", field="rope_theta")
         if theta is None:
             return default
         if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
@@ -192,7 +350,7 @@ class HFConfigReader:
         partial_rotary_factor`` (transformers 5) or the top-level ``key`` (4.x spells it
         ``partial_rotary_factor``, or ``rotary_pct`` for GPT-NeoX)."""
         params = self._rope_parameters()
-        value = self._both(key, params, "partial_rotary_factor")
+        value = self._both(key, params, "partial_rotary_factor", field="rotary_fraction")
         if value is None:
             return default
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
@@ -210,11 +368,13 @@ class HFConfigReader:
             raise self._error(f"rope_parameters = {_show(params)} must be an object")
         return params
 
-    def _both(self, top_key: str, params: Mapping[str, Any], nested_key: str) -> Any:
+    def _both(self, top_key: str, params: Mapping[str, Any], nested_key: str, *, field: str) -> Any:
         """A rotary value spelled at the top level (4.x) and/or in ``rope_parameters`` (5):
-        either, or both when they agree."""
-        top = self.get(top_key, None)
+        either, or both when they agree; ``field``: the zoo field it becomes."""
+        top = self.get(top_key, None, field=field)
         nested = params.get(nested_key)
+        if nested is not None:
+            self.keys[field] = f"rope_parameters.{nested_key}"
         if top is not None and nested is not None and top != nested:
             raise self._error(
                 f"{top_key} = {_show(top)} and rope_parameters.{nested_key} = {_show(nested)} "
@@ -222,12 +382,14 @@ class HFConfigReader:
             )
         return nested if nested is not None else top
 
-    def finish(self, values: dict[str, Any]) -> dict[str, Any]:
-        """``values``, once every key of the file was read or is known to be inert.
+    def finish(self, values: dict[str, Any], config: type | None = None) -> dict[str, Any]:
+        """``values``, once every key of the file was read or is known to be inert, and
+        (given the family's ``config`` class) once they make a valid config.
 
         Raises:
             HFConfigError: naming each key (and value) nothing read; zoo refuses rather
-                than ignores a key that may change the arithmetic.
+                than ignores a key that may change the arithmetic. Or the config's own
+                error, each field it names spelled as the key it was read from.
         """
         unknown = sorted(k for k in self.data if k not in self.read and k not in self.inert)
         if unknown:
@@ -237,7 +399,21 @@ class HFConfigReader:
                 "ignores it (it may change the arithmetic). If it does not, remove it from "
                 "config.json; otherwise this checkpoint needs a layout that implements it."
             )
+        if config is not None:
+            try:
+                config.from_dict(values)  # type: ignore[attr-defined]
+            except ConfigError as exc:
+                raise self._error(self._as_written(str(exc), config.__name__)) from None
         return values
+
+    def _as_written(self, message: str, config_name: str) -> str:
+        """A config error's ``message`` with each field read from the file spelled as its
+        key there (``Qwen2Config.n_layers = 0`` -> ``num_hidden_layers = 0``)."""
+        message = message.replace(f"{config_name}.", "")
+        if not self.keys:
+            return message
+        words = "|".join(re.escape(field) for field in sorted(self.keys, key=len, reverse=True))
+        return re.sub(rf"\b(?:{words})\b", lambda m: self.keys[m[0]], message)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -289,7 +465,9 @@ class HFConfigFormat:
     are read through :meth:`HFConfigReader.rope_theta` / :meth:`~HFConfigReader.
     rotary_fraction`, so both transformers generations' spellings load. ``read_extra`` reads
     what a table cannot say (Qwen2's window switches) and returns more zoo values;
-    ``write_extra`` adds keys on export.
+    ``write_extra`` adds keys on export. Every key present is first type-checked against
+    :data:`KEY_TYPES`, narrowed by ``types`` (the family's own annotation, where it allows
+    less); a value the config class refuses is reported under the key it was read from.
 
     Example (a Llama-like family)::
 
@@ -308,6 +486,7 @@ class HFConfigFormat:
     fixed: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     checked: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     inert: frozenset[str] = frozenset()
+    types: Mapping[str, KeyType] = dataclasses.field(default_factory=dict)
     read_extra: Callable[[HFConfigReader], Mapping[str, Any]] | None = None
     write_extra: Callable[[Any], Mapping[str, Any]] | None = None
 
@@ -317,7 +496,7 @@ class HFConfigFormat:
 
     def read(self, data: Mapping[str, Any]) -> dict[str, Any]:
         """zoo config values of a transformers ``config.json`` (refusing what zoo lacks)."""
-        r = HFConfigReader(data, family=self.family, inert=self.inert)
+        r = HFConfigReader(data, family=self.family, inert=self.inert, types=self.types)
         for key, value in (*self.fixed.items(), *self.checked.items()):
             r.expect(key, value)
         hints = typing.get_type_hints(self.config)
@@ -328,7 +507,7 @@ class HFConfigFormat:
             "n_heads", 0
         ) == values.get("d_model"):
             values["head_dim"] = None  # d_model / n_heads, zoo's default: one spelling
-        return r.finish(values)
+        return r.finish(values, self.config)
 
     def _read(self, r: HFConfigReader, field: str, annotation: Any) -> Any:
         spec = self._spec(field)
@@ -340,10 +519,11 @@ class HFConfigFormat:
             return r.rotary_fraction(spec.key, 1.0 if spec.default is _MISSING else spec.default)
         kind, optional = _field_kind(annotation)
         default = None if optional and spec.default is _MISSING else spec.default
-        if optional and (spec.key in r.data or default is None) and r.get(spec.key, None) is None:
+        absent_or_null = optional and (spec.key in r.data or default is None)
+        if absent_or_null and r.get(spec.key, None, field=field) is None:
             return None  # null in the file (or absent, defaulting to null): "none" in zoo
         read = {int: r.integer, float: r.number, bool: r.flag}.get(kind, r.get)
-        return read(spec.key, default)
+        return read(spec.key, default, field=field)
 
     def write(self, config: Any) -> dict[str, Any]:
         """The transformers ``config.json`` of a zoo config."""

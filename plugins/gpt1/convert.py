@@ -8,6 +8,8 @@ from typing import Any
 from zoo.convert import KeyMap, KeyRule, openai_block_rules, openai_represents
 from zoo.hf_config import HFConfigReader
 
+from .config import GPT1Config
+
 # transformers' OpenAI GPT maps afn "gelu" to the tanh approximation (as the original GPT-1
 # code did), so zoo's gpt1 uses gelu_tanh.
 _ACTIVATIONS = {"gelu": "gelu_tanh", "relu": "relu"}
@@ -21,20 +23,21 @@ def config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     r.expect("afn", *_ACTIVATIONS)
     r.expect("n_special", 0)  # old files: extra embedding rows the vocabulary leaves out
     r.expect("is_encoder_decoder", False)
-    d_model = r.integer("n_embd", 768)
+    d_model = r.integer("n_embd", 768, field="d_model")
     return r.finish(
         {
-            "vocab_size": r.integer("vocab_size", 40478),
-            "context_length": r.integer("n_positions", 512),
+            "vocab_size": r.integer("vocab_size", 40478, field="vocab_size"),
+            "context_length": r.integer("n_positions", 512, field="context_length"),
             "d_model": d_model,
-            "n_heads": r.integer("n_head", 12),
-            "n_layers": r.integer("n_layer", 12),
+            "n_heads": r.integer("n_head", 12, field="n_heads"),
+            "n_layers": r.integer("n_layer", 12, field="n_layers"),
             "d_ff": 4 * d_model,
-            "dropout": r.number("resid_pdrop", 0.1),
+            "dropout": r.number("resid_pdrop", 0.1, field="dropout"),
             "activation": _ACTIVATIONS[act],
-            "layer_norm_eps": r.number("layer_norm_epsilon", 1e-5),
-            "tie_embeddings": r.flag("tie_word_embeddings", True),
-        }
+            "layer_norm_eps": r.number("layer_norm_epsilon", 1e-5, field="layer_norm_eps"),
+            "tie_embeddings": r.flag("tie_word_embeddings", True, field="tie_embeddings"),
+        },
+        GPT1Config,
     )
 
 

@@ -8,6 +8,8 @@ from typing import Any
 from zoo.convert import KeyMap, KeyRule, linear_rules, openai_block_rules, openai_represents
 from zoo.hf_config import HFConfigReader
 
+from .config import GPT2Config
+
 _ACTIVATIONS = {
     "gelu_new": "gelu_tanh",
     "gelu_pytorch_tanh": "gelu_tanh",
@@ -26,20 +28,21 @@ def config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     r.expect("scale_attn_weights", True)
     act = r.get("activation_function", "gelu_new")
     r.expect("activation_function", *_ACTIVATIONS)
-    d_model = r.integer("n_embd", 768)
+    d_model = r.integer("n_embd", 768, field="d_model")
     return r.finish(
         {
-            "vocab_size": r.integer("vocab_size", 50257),
-            "context_length": r.integer("n_positions", 1024),
+            "vocab_size": r.integer("vocab_size", 50257, field="vocab_size"),
+            "context_length": r.integer("n_positions", 1024, field="context_length"),
             "d_model": d_model,
-            "n_heads": r.integer("n_head", 12),
-            "n_layers": r.integer("n_layer", 12),
-            "d_ff": r.integer("n_inner", 4 * d_model),
-            "dropout": r.number("resid_pdrop", 0.1),
+            "n_heads": r.integer("n_head", 12, field="n_heads"),
+            "n_layers": r.integer("n_layer", 12, field="n_layers"),
+            "d_ff": r.integer("n_inner", 4 * d_model, field="d_ff"),
+            "dropout": r.number("resid_pdrop", 0.1, field="dropout"),
             "activation": _ACTIVATIONS[act],
-            "layer_norm_eps": r.number("layer_norm_epsilon", 1e-5),
-            "tie_embeddings": r.flag("tie_word_embeddings", True),
-        }
+            "layer_norm_eps": r.number("layer_norm_epsilon", 1e-5, field="layer_norm_eps"),
+            "tie_embeddings": r.flag("tie_word_embeddings", True, field="tie_embeddings"),
+        },
+        GPT2Config,
     )
 
 

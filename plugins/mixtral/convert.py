@@ -8,7 +8,7 @@ from zoo.convert import KeyRule, fused_linear, hf_layout
 from zoo.hf_config import HFConfigFormat, HFField
 
 from ..llama.convert import llama_qkv, llama_rules
-from ..mistral.convert import MISTRAL_FIELDS
+from ..mistral.convert import MISTRAL_FIELDS, MISTRAL_TYPES
 from . import MixtralConfig
 
 _MOE = "model.layers.{i}.block_sparse_moe"
@@ -18,7 +18,7 @@ MIXTRAL_CONFIG = HFConfigFormat(
     family="Mixtral", model_type="mixtral", architecture="MixtralForCausalLM",
     config=MixtralConfig, fields={**MISTRAL_FIELDS, "sliding_window": HFField("sliding_window"),
             "n_experts": "num_local_experts", "experts_per_token": "num_experts_per_tok"},
-    fixed={"hidden_act": "silu"},
+    fixed={"hidden_act": "silu"}, types=MISTRAL_TYPES,
     inert=frozenset({"router_aux_loss_coef", "output_router_logits", "router_jitter_noise"}),
 )  # fmt: skip
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from zoo.convert import hf_layout
-from zoo.hf_config import LLAMA_FIELDS, HFConfigFormat, full_attention_only
+from zoo.hf_config import LLAMA_FIELDS, POSITIVE_INT, HFConfigFormat, full_attention_only
 
 from ..llama.convert import DOWN, GATE_UP, llama_qkv, llama_rules
 from . import Qwen3Config
@@ -16,6 +16,7 @@ QWEN3_CONFIG = HFConfigFormat(
     config=Qwen3Config,
     fields=LLAMA_FIELDS,
     fixed={"hidden_act": "silu", "attention_bias": False},
+    types={"head_dim": POSITIVE_INT},  # transformers' Qwen3Config: not null
     read_extra=full_attention_only,
 )
 
