@@ -12,6 +12,8 @@ import pytest
 import tokenizers
 import torch
 import transformers
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import zoo
 from zoo.checkpoint.hf_tokenizer import TokenizerExportError, hf_tokenizer_files
@@ -223,8 +225,13 @@ def test_gpt2_folder_saved_by_transformers5_keeps_its_tokenizer(tmp_path, gpt2_f
         (folder / "tokenizer.json").write_text(json.dumps(data), encoding="utf-8")
         with pytest.raises(VocabularyFileError, match=reason):
             gpt2_tokenizer(directory=folder)
-    model = zoo.load(folder)  # the last: what zoo.load makes of it
-    assert model.tokenizer is None and "not a merge" in model.tokenizer_error
+    # the last: gpt2-bpe refuses it, so zoo.load uses the file as written (as transformers does)
+    model = zoo.load(folder)
+    assert isinstance(model.tokenizer, HFTokenizer) and model.tokenizer_error is None
+    library = tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
+    assert [model.tokenizer.encode(t) for t in TEXTS] == [
+        library.encode(t, add_special_tokens=False).ids for t in TEXTS
+    ]
 
 
 def test_checkpoint_files_may_list_alternative_sets():
@@ -242,3 +249,131 @@ def test_checkpoint_files_may_list_alternative_sets():
     for bad in ((("a.json",), "b.txt"), (("../a.json",),), ((),), "a.json"):
         with pytest.raises(ValueError, match="checkpoint_files"):
             spec(bad)
+
+
+# -- a tokenizer.json the tokenizers library reads is used as written --------------------------
+#: Text for the ids of a folder's tokenizer against the references: unicode, spaces, and the
+#: special token alone, inside words and repeated.
+SPECIAL_TEXTS = [
+    *TEXTS,
+    "",
+    " ",
+    "1234567 digits and 'LL 'Ve contractions",
+    "<|endoftext|>",
+    "a<|endoftext|>b <|endoftext|><|endoftext|> c",
+    "\u00a0\u2028x\u3000y\x00\ufeff",
+]
+
+
+@pytest.fixture(scope="module")
+def split_gpt2(tmp_path_factory, gpt2_files) -> tuple[Path, HFTokenizer, object, object]:
+    """A GPT-2 folder as transformers 5 saves one whose tokenizer.json came from its
+    TikTokenConverter: GPT-2's ranks, a Sequence[Split, ByteLevel] pre-tokenizer with the
+    converter's own split pattern (not GPT-2's). With zoo's tokenizer for it, transformers'
+    and the tokenizers library's."""
+    import inspect
+
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+
+    folder = tmp_path_factory.mktemp("split-gpt2")
+    _tiny_gpt2(folder)
+    data = json.loads(gpt2_files["tokenizer.json"])  # what the converter builds from the ranks
+    pattern = inspect.signature(TikTokenConverter).parameters["pattern"].default
+    data["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {"Regex": pattern}
+    library = tokenizers.Tokenizer.from_str(json.dumps(data))
+    library.post_processor = tokenizers.processors.ByteLevel(trim_offsets=False)
+    transformers.PreTrainedTokenizerFast(
+        tokenizer_object=library, bos_token="<|endoftext|>", eos_token="<|endoftext|>"
+    ).save_pretrained(folder)
+    assert not (folder / "vocab.json").exists()
+    model = zoo.load(folder)
+    auto = transformers.AutoTokenizer.from_pretrained(folder)
+    return (
+        folder,
+        model.tokenizer,
+        auto,
+        tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json")),
+    )
+
+
+def test_gpt2_folder_with_another_split_uses_its_tokenizer_json(split_gpt2, capsys):
+    """Issue 28 item 21: the folder loaded with "not GPT-2's tokenizer" and none. Its own
+    tokenizer.json is used as written: the ids of transformers and of the library (here not
+    GPT-2's: digits go in threes), its roles and end id; `zoo generate` needs no --tokenizer."""
+    folder, tok, auto, library = split_gpt2
+    assert isinstance(tok, HFTokenizer) and tok.eos_id == 50256 and tok.end_ids == (50256,)
+    for text in SPECIAL_TEXTS:
+        ids = tok.encode(text, allowed_special="all")
+        assert ids == auto.encode(text) == library.encode(text).ids, text
+        assert tok.encode(text, allowed_special="all", add_special_tokens=True) == ids
+        assert tok.decode(ids) == auto.decode(ids) == text
+        # user text is text: the special token's characters, as the library's split_special_tokens
+        split = auto(text, split_special_tokens=True)["input_ids"]
+        assert tok.encode(text) == split, text
+    digits = tok.encode("1234567")
+    assert digits == auto.encode("1234567") != zoo.tokenizer("gpt2-124m").encode("1234567")
+
+    from zoo.cli import main
+
+    args = ["generate", str(folder), "Hello", "--max-new-tokens", "2", "--temperature", "0"]
+    assert main(args) == 0
+    assert capsys.readouterr().out.startswith("Hello")
+
+
+@settings(max_examples=60, deadline=None)
+@given(text=st.lists(st.one_of(st.text(max_size=40), st.just("<|endoftext|>"))).map("".join))
+def test_a_folder_tokenizer_json_matches_transformers_on_any_text(split_gpt2, text):
+    _, tok, auto, library = split_gpt2
+    ids = tok.encode(text, allowed_special="all")
+    assert ids == auto.encode(text) == library.encode(text).ids
+    assert tok.decode(ids) == text
+
+
+def _word_level_folder(folder: Path, **options: object) -> tokenizers.Tokenizer:
+    """A small tokenizer.json (word level, whitespace split) alone in ``folder``."""
+    words = ["one", "two", "three", "four", "five", "six"]
+    vocab = {"[UNK]": 0, **{word: i + 1 for i, word in enumerate(words)}}
+    library = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
+    library.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    if options:
+        library.enable_truncation(max_length=4)
+        library.enable_padding(length=8, pad_id=0, pad_token="[UNK]")
+    library.save(str(folder / "tokenizer.json"))
+    return library
+
+
+def test_a_tokenizer_json_alone_beside_any_family_is_its_tokenizer(tmp_path):
+    """A tokenizer.json without tokenizer_config.json (what a Hub pull fetches) beside a model
+    no registered tokenizer fits is used as written, not dropped."""
+    _tiny_gpt2(tmp_path, vocab_size=64)
+    (tmp_path / "generation_config.json").unlink()  # (its eos id, 50256, is GPT-2's)
+    _word_level_folder(tmp_path)
+    model = zoo.load(tmp_path)
+    assert model.tokenizer is not None, model.tokenizer_error
+    assert model.tokenizer.encode("three one six") == [3, 1, 6]
+
+
+def test_truncation_and_padding_in_a_tokenizer_json_do_not_cut_or_pad_ids(tmp_path):
+    """A tokenizer.json may enable truncation and padding; transformers turns both off for an
+    encode that asks for neither, and so does zoo: every id of the text, none added (the
+    library cut each encoded piece to 4 ids and padded it to 8)."""
+    from zoo.tokenizers.pretrained import from_pretrained
+
+    library = _word_level_folder(tmp_path, truncation=True)
+    (tmp_path / "tokenizer_config.json").write_text('{"unk_token": "[UNK]"}', encoding="utf-8")
+    tok = from_pretrained(tmp_path)
+    auto = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    text = "one two three four five six"
+    assert tok.encode(text) == auto.encode(text) == [1, 2, 3, 4, 5, 6]
+    assert tok.encode("two") == auto.encode("two") == [2]
+    assert library.truncation is not None  # the caller's library tokenizer is left as it was
+
+
+def test_a_folder_file_neither_gpt2_nor_readable_is_refused_with_both_reasons(tmp_path):
+    _tiny_gpt2(tmp_path)
+    (tmp_path / "tokenizer.json").write_text('{"model": {"type": "Nope"}}', encoding="utf-8")
+    model = zoo.load(tmp_path)
+    assert model.tokenizer is None
+    assert "not GPT-2's tokenizer" in model.tokenizer_error
+    assert "nor can it be read as written" in model.tokenizer_error
+    assert "is not a valid tokenizers file" in model.tokenizer_error

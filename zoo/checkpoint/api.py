@@ -554,6 +554,49 @@ def _registry_tokenizer(
     return None
 
 
+def _own_tokenizer(
+    directory: Path, arch: ArchitectureSpec, config: Any, model_name: str | None, *, shown: Path
+) -> Any:
+    """The tokenizer of a checkpoint that names none, or ``None``: never a guess.
+
+    A Hugging Face ``tokenizer.json`` (beside the weights, or in the folder given: zoo keeps
+    a saved model's own files in a version folder inside it) is the tokenizer transformers
+    uses, and zoo uses it as written, through the ``tokenizers`` library, whichever family it
+    sits beside (:func:`~zoo.tokenizers.pretrained.from_pretrained`, with the roles, chat
+    template and end ids of the ``tokenizer_config.json`` and ``generation_config.json``
+    beside it). The registered tokenizer of the model named, or of a named model of the
+    architecture whose files the folder holds (:func:`_registry_tokenizer`), takes its place
+    only when its factory accepts the folder's files: ``gpt2-bpe`` checks them to be GPT-2's
+    own (the same ids, through tiktoken), Llama's reads that very ``tokenizer.json``. When
+    the factory refuses them, the file is used as written; only a file the library cannot
+    read is refused (both reasons are given).
+
+    Raises:
+        TokenizerError: the registered tokenizer cannot be made and the folder holds no
+            ``tokenizer.json`` the library reads.
+    """
+    from ..tokenizers import TokenizerError, VocabularyFileError
+    from ..tokenizers.hf_backend import TOKENIZER_FILE
+    from ..tokenizers.pretrained import from_pretrained
+
+    name = _registry_tokenizer(arch, config, model_name, directory)
+    folder = next((d for d in (directory, shown) if (d / TOKENIZER_FILE).is_file()), None)
+    if name is None:
+        return None if folder is None else from_pretrained(folder, name=model_name or shown.name)
+    factory = get_registry().tokenizer(name)
+    try:
+        return factory.load(directory=directory) if factory.reads_checkpoint else factory.load()
+    except TokenizerError as refused:
+        if folder is None:
+            raise
+        try:
+            own = from_pretrained(folder, name=model_name or shown.name)
+        except TokenizerError as exc:
+            raise VocabularyFileError(f"{refused}; nor can it be read as written: {exc}") from None
+        log.info("%s: %s; its %s is used as written", shown, refused, TOKENIZER_FILE)
+        return own
+
+
 def _load_tokenizer(
     spec: Mapping[str, Any] | None,
     directory: Path,
@@ -569,14 +612,12 @@ def _load_tokenizer(
     checkpoint is incomplete). A tokenizer named in the checkpoint or inferred from the
     registry is best effort: if it cannot be created here (e.g. its vocabulary is on the Hub
     and this machine is offline) the model still loads, with a warning and the reason in
-    ``model.tokenizer_error``. An inferred tokenizer whose spec ``reads_checkpoint`` is read
-    from the checkpoint directory (a Hugging Face GPT-1 directory holds ``vocab.json`` and
-    ``merges.txt``), never downloaded. With no such tokenizer, a Hugging Face tokenizer folder
-    in the checkpoint (``tokenizer.json`` + ``tokenizer_config.json``) is read, chat template
-    and end ids included. Every tokenizer must fit the model's vocabulary.
+    ``model.tokenizer_error``. A checkpoint that names no tokenizer gets its own
+    (:func:`_own_tokenizer`): a registered tokenizer that accepts its files (read from the
+    checkpoint directory, never downloaded), else its Hugging Face ``tokenizer.json`` as
+    written. Every tokenizer must fit the model's vocabulary.
     """
     from ..tokenizers import check_fits, load_tokenizer
-    from ..tokenizers.pretrained import from_pretrained, is_pretrained
 
     vocab_size = getattr(config, "vocab_size", None)
     if spec is not None and spec.get("files"):
@@ -593,26 +634,14 @@ def _load_tokenizer(
         if spec is not None:
             tokenizer = load_tokenizer(dict(spec), directory)
         else:
-            name = _registry_tokenizer(arch, config, model_name, directory)
-            # Hugging Face tokenizer files: beside the weights, or in the folder given (zoo
-            # keeps a saved model's own files in a version folder inside it)
-            folder = next((d for d in (directory, shown) if is_pretrained(d)), None)
-            if name is None and folder is not None:
-                tokenizer = from_pretrained(folder, name=model_name or shown.name)
-            elif name is None:
+            tokenizer = _own_tokenizer(directory, arch, config, model_name, shown=shown)
+            if tokenizer is None:
                 return None, (
                     f"{shown} holds no tokenizer zoo can read and names no model whose "
                     f"tokenizer fits its {vocab_size}-id vocabulary (zoo never guesses one); "
                     "give one with tokenizer=zoo.tokenizer(NAME) or `zoo generate "
                     "--tokenizer NAME`, save it with the weights (zoo.save(model, DIR, "
                     "tokenizer=...)), or pass token ids"
-                )
-            else:
-                factory = get_registry().tokenizer(name)
-                tokenizer = (
-                    factory.load(directory=directory)
-                    if factory.reads_checkpoint
-                    else factory.load()
                 )
         if vocab_size is not None:
             check_fits(tokenizer, vocab_size)

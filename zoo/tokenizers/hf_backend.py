@@ -102,6 +102,20 @@ def _library(call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         ) from None
 
 
+def _without_length_rules(tokenizer: tokenizers.Tokenizer) -> tokenizers.Tokenizer:
+    """``tokenizer``, or a copy of it without the truncation and padding its
+    ``tokenizer.json`` may enable: the library would cut every encoded piece at that length
+    and pad it, where ``transformers`` turns both off for an encode that asks for neither.
+    zoo's encode gives every id of the text, and its ``batch_encode`` pads by itself. The
+    tokenizer given is left as it is."""
+    if tokenizer.truncation is None and tokenizer.padding is None:
+        return tokenizer
+    copy = tokenizers.Tokenizer.from_str(tokenizer.to_str())
+    copy.no_truncation()
+    copy.no_padding()
+    return copy
+
+
 #: Name of the ``tokenizers`` serialisation in a saved tokenizer directory (the Hugging Face
 #: convention, so other tools can read it too).
 TOKENIZER_FILE = "tokenizer.json"
@@ -125,7 +139,7 @@ class HFTokenizer(Tokenizer):
     kind = "tokenizers"
 
     def __init__(self, tokenizer: tokenizers.Tokenizer, **kwargs: Any) -> None:
-        self.tokenizer = tokenizer
+        self.tokenizer = _without_length_rules(tokenizer)
         config = _cut_config(tokenizer)
         #: Where texts may be cut (a :mod:`~zoo.tokenizers.chunking` rule, or ``None``) and
         #: the strings no cut may split (every added token).
