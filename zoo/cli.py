@@ -672,6 +672,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_len=args.max_model_len,
         max_body_bytes=args.max_body_bytes,
         drain_timeout=args.drain_timeout,
+        header_timeout=args.header_timeout,
+        body_timeout=args.body_timeout,
+        keep_alive=args.keep_alive,
+        max_connections=args.max_connections,
         log_level=args.log_level,
     )
     return 0
@@ -727,6 +731,32 @@ def _add_serve(p: argparse.ArgumentParser) -> None:
         type=float,
         default=60.0,
         help="seconds the requests in flight may take to finish after SIGTERM (default: 60)",
+    )
+    p.add_argument(
+        "--header-timeout",
+        type=_seconds,
+        default=10.0,
+        help="seconds a client may take to send a request's headers; then 408 (default: 10)",
+    )
+    p.add_argument(
+        "--body-timeout",
+        type=_seconds,
+        default=30.0,
+        help="seconds a client may take to send a request's body after its headers; then 408 "
+        "(default: 30)",
+    )
+    p.add_argument(
+        "--keep-alive",
+        type=_seconds,
+        default=5.0,
+        help="seconds an idle connection stays open between requests (default: 5)",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=_positive,
+        default=None,
+        help="connections open at once; beyond it the one idle longest is closed, or 503 when "
+        "every one has a request in progress (default: 1024, or less to stay under ulimit -n)",
     )
     p.add_argument(
         "--log-level",
@@ -834,6 +864,13 @@ def _non_negative(text: str) -> int:
     value = int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not 0 < value < float("inf"):  # not NaN either
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
     return value
 
 

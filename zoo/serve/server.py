@@ -18,22 +18,27 @@ import sys
 import threading
 from collections.abc import Callable
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
 from .app import create_app
 from .engine import Engine
 from .guard import DEFAULT_MAX_BODY_BYTES
+from .limits import ACCEPT_BURST, Limits, bounded_protocol, connection_cap
 
 if TYPE_CHECKING:
     from ..nn.decoder import DecoderLM
     from ..tokenizers import Tokenizer
 
-__all__ = ["LOOPBACK", "bind", "serve"]
+__all__ = ["LOOPBACK", "bind", "http_server", "serve"]
 
 #: Hosts only this machine reaches.
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+#: Connections the kernel queues until the server accepts them.
+BACKLOG = 2048
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -43,7 +48,7 @@ def bind(host: str, port: int) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
-        sock.listen(2048)
+        sock.listen(BACKLOG)
     except OSError:
         sock.close()
         raise
@@ -64,6 +69,10 @@ def serve(
     max_len: int | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     drain_timeout: float | None = 60.0,
+    header_timeout: float = 10.0,
+    body_timeout: float = 30.0,
+    keep_alive: float = 5.0,
+    max_connections: int | None = None,
     log_level: str = "info",
     ready: Callable[[str], None] | None = None,
 ) -> None:
@@ -79,9 +88,15 @@ def serve(
         max_body_bytes: larger request bodies are refused (413).
         drain_timeout: seconds requests in flight may take to finish after SIGTERM
             (``None``: as long as they need).
+        header_timeout, body_timeout, keep_alive: seconds a client may take to send a
+            request's headers and its body, and an idle connection stays open: see
+            :class:`~zoo.serve.limits.Limits`.
+        max_connections: connections open at once (``None``: as many as the open-file
+            limit leaves room for, at most 1024; see :func:`~zoo.serve.limits.connection_cap`).
         log_level: uvicorn's (``"warning"`` drops the line per request).
         ready: called with the base URL once the socket listens (default: print it).
     """
+    limits = Limits(header_timeout, body_timeout, keep_alive, connection_cap(max_connections))
     engine = Engine(model, max_batch=max_batch, max_queue=max_queue, max_len=max_len)
     app = create_app(
         engine, tokenizer, model_id=model_id, api_key=api_key, max_body_bytes=max_body_bytes
@@ -90,14 +105,7 @@ def serve(
     bound = sock.getsockname()[1]
     where = f"[{host}]" if ":" in host else host
     url = f"http://{where}:{bound}/v1"
-    config = uvicorn.Config(
-        app,
-        log_level=log_level,
-        timeout_graceful_shutdown=None if drain_timeout is None else math.ceil(drain_timeout),
-        lifespan="off",
-        server_header=False,
-    )
-    server = uvicorn.Server(config)
+    server = http_server(app, limits, drain_timeout=drain_timeout, log_level=log_level)
     failed: list[BaseException] = []
 
     def http() -> None:
@@ -134,6 +142,42 @@ def serve(
         raise failed[0]
     if signal.SIGINT in received:  # Ctrl+C: as Python reports it, once drained
         raise KeyboardInterrupt
+
+
+def http_server(
+    app: Any, limits: Limits, *, drain_timeout: float | None = None, log_level: str = "info"
+) -> uvicorn.Server:
+    """The uvicorn server of ``app``, its connections bounded by ``limits``; run it with
+    ``server.run(sockets=[bind(host, port)])``.
+
+    Args:
+        app: the ASGI application.
+        limits: deadlines and the connection cap (see :mod:`zoo.serve.limits`).
+        drain_timeout: seconds the requests in flight may take to finish once told to stop.
+        log_level: uvicorn's.
+    """
+    config = uvicorn.Config(
+        app,
+        log_level=log_level,
+        timeout_graceful_shutdown=None if drain_timeout is None else math.ceil(drain_timeout),
+        lifespan="off",
+        server_header=False,
+        http=bounded_protocol(limits),
+        ws="none",
+        backlog=ACCEPT_BURST,  # asyncio accepts this many per wake-up (see _Server)
+    )
+    return _Server(config)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, with the kernel's queue of connections back at :data:`BACKLOG`
+    once serving: asyncio uses its ``backlog`` both for ``listen`` and as the most
+    connections it accepts at one wake-up, before the protocol can count them."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        for sock in sockets or []:
+            sock.listen(BACKLOG)
 
 
 #: The signals that stop the server after the requests in flight have finished.
