@@ -16,9 +16,6 @@ from torch import Tensor
 __all__ = ["filter_logits", "limit_vocab", "next_tokens"]
 
 _FLOAT32 = torch.finfo(torch.float32)
-#: The smallest Python float that float32 rounds to ``inf`` (half an ulp above its largest):
-#: a temperature from here on divides float32 logits by ``inf``.
-_FLOAT32_OVERFLOW = 2.0**128 - 2.0**103
 
 
 def limit_vocab(logits: Tensor, limits: int | Sequence[int | None] | None) -> Tensor:
@@ -76,13 +73,12 @@ def _scores(logits: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def _tempered(scores: Tensor, temperature: float) -> Tensor:
-    """``scores / temperature``: a temperature below float32's smallest normal number is
-    taken as that number (a tiny one sharpens towards greedy instead of dividing by 0), and
-    one that float32 rounds to ``inf`` gives the limit, every candidate alike (where
-    ``-inf / inf`` would be ``nan``)."""
-    if temperature >= _FLOAT32_OVERFLOW:
-        return scores.masked_fill(scores > float("-inf"), 0.0)
-    return scores / max(temperature, _FLOAT32.tiny)
+    """``scores / temperature`` with the temperature kept within float32's range: one below
+    its smallest normal number is taken as that number (a tiny one sharpens towards greedy
+    instead of dividing by 0), one above its largest as its largest (float32 would round it
+    to ``inf``: every score 0 and ``-inf / inf`` ``nan``, so neither top-k nor top-p could
+    tell the most likely token from the others)."""
+    return scores / min(max(temperature, _FLOAT32.tiny), _FLOAT32.max)
 
 
 def next_tokens(
