@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import queue
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 from chat_folders import MODELS, TEMPLATES, library_tokenizer, token_id, write_folder
@@ -403,12 +405,182 @@ def test_hostile_templates_are_refused_by_the_sandbox():
         assert outcome == "refused", f"{name} was rendered: {detail!r}"
         assert seconds < 20, f"{name} took {seconds:.1f} s"
     assert "unsafe" in results["class"][1] and "unsafe" in results["globals"][1]
-    assert "loop iterations" in results["nested-loops"][1]
-    assert "loop iterations" in results["nested-string-loops"][1]
+    assert "1,000,000 (MAX_STEPS steps)" in results["nested-loops"][1]
+    assert "1,000,000 (MAX_STEPS steps)" in results["nested-string-loops"][1]
     assert "Range too big" in results["huge-range"][1]
-    assert "bits" in results["huge-power"][1]
-    assert "items" in results["huge-string"][1] and "items" in results["doubling"][1]
-    assert "characters" in results["output"][1]
+    assert "MAX_POWER_BITS" in results["huge-power"][1]
+    assert "16,777,216 (MAX_SIZE characters)" in results["huge-string"][1]
+    assert "16,777,216 (MAX_SIZE characters)" in results["doubling"][1]
+    assert "wrote more characters than" in results["output"][1]
+
+
+#: Templates that would hang, exhaust memory or crash the process without a bound on steps,
+#: sizes (checked before a value is built), bytes or time (issue 28 items 1-5, and more).
+HOSTILE_BUDGETS = {
+    "macro-2^40": (
+        "{% macro f(n) %}{% if n < 40 %}{{ f(n+1) }}{{ f(n+1) }}{% endif %}{% endmacro %}{{ f(0) }}"
+    ),
+    "sum-quadratic": "{{ ([['x'*1000]*10000]*10000)|sum(start=[])|length }}",
+    "sum-long": "{{ ([[1]*1000]*1000)|sum(start=[])|sum(start=[[0]])|length }}",
+    "center": "{{ 'x'|center(1999999999) }}",
+    "join-doubling": (
+        "{% set ns = namespace(s='ab') %}{% for i in range(40) %}"
+        "{% set ns.s = [ns.s, ns.s]|join %}{% endfor %}"
+    ),
+    "percent-width": "{{ '%01999999999d' % 1 }}",
+    "format-filter-width": "{{ '%1999999999s'|format('a') }}",
+    "indent": "{{ ('x\n' * 1000000)|indent(3000) }}",
+    "tojson": "{{ (['x' * 1000000] * 10000)|tojson }}",
+    "string": "{{ (['x' * 16000000] * 300)|string }}",
+    "str-format-width": "{{ '{:>1999999999}'.format(1) }}",
+    "macro-recursion": "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+    "nested-macros": (
+        "{% macro b() %}{% for i in range(1000) %}{{ i }}{% endfor %}{% endmacro %}"
+        "{% macro a() %}{% for i in range(1000) %}{{ b() }}{% endfor %}{% endmacro %}{{ a() }}"
+    ),
+    "string-times": "{{ 'ab' * 9000000 }}",
+    "concat-tilde": "{{ ('x' * 9000000) ~ ('y' * 9000000) }}",
+    "namespace-dict": (
+        "{% set ns = namespace(d={}) %}{% for i in range(100000) %}"
+        "{% set ns.d = dict(ns.d, **{('k' ~ i): 'v' * 10000}) %}{% endfor %}"
+    ),
+    "list-doubling": (
+        "{% set ns = namespace(l=[1]) %}{% for i in range(64) %}{% set ns.l = ns.l + ns.l %}"
+        "{% endfor %}"
+    ),
+    "shared-list-compare": (
+        "{% set ns = namespace(a=[1], b=[1]) %}{% for i in range(64) %}"
+        "{% set ns.a = [ns.a, ns.a] %}{% set ns.b = [ns.b, ns.b] %}{% endfor %}"
+        "{{ ns.a == ns.b }}"
+    ),
+    "shared-tuple-hash": (
+        "{% set ns = namespace(t=(1,)) %}{% for i in range(64) %}{% set ns.t = (ns.t, ns.t) %}"
+        "{% endfor %}{{ {ns.t: 1} }}"
+    ),
+    "deep-nesting": (
+        "{% set ns = namespace(l=[]) %}{% for i in range(10000) %}{% set ns.l = [ns.l] %}"
+        "{% endfor %}{{ ns.l }}"
+    ),
+    "namespace-cycle": "{% set ns = namespace() %}{% set ns.me = [ns] %}{{ ns }}",
+    "replace-filter": "{{ ('x' * 1000000)|replace('x', 'y' * 1000) }}",
+    "replace-method": "{{ ('x' * 4000).replace('', 'y' * 10000) }}",
+    "wordwrap": "{{ ('x ' * 100000)|wordwrap(1, wrapstring='y' * 1000) }}",
+    "percent-precision": "{{ '%.1999999999f' % 1.0 }}",
+    "percent-star": "{{ '%*d' % (1999999999, 1) }}",
+    "str-format-fill": "{{ '{:0>1999999999}'.format(1) }}",
+    "str-format-nested": "{{ '{:{}}'.format(1, 1999999999) }}",
+    "str-format-map": "{{ '{a:>1999999999}'.format_map({'a': 1}) }}",
+    "list-times": "{{ [1] * 10**9 }}",
+    "list-of-lists-times": "{{ [[1] * 1000000] * 1000 }}",
+    "batch-fill": "{{ [1]|batch(1999999999, 0)|list }}",
+    "slice": "{{ [1]|slice(1999999999)|list }}",
+    "batch-each": "{{ ('x' * 16000000)|batch(1)|list|length }}",
+    "unique": "{{ ('x' * 16000000)|unique|list }}",
+    "sort": "{{ (range(100000)|list * 20)|sort|length }}",
+    "map-select": "{{ ('x' * 16000000)|map('upper')|select|list|length }}",
+    "map-chain": (
+        "{% for i in range(1000) %}{{ range(100000)|map('string')|map('center', 100)|join }}"
+        "{% endfor %}"
+    ),
+    "loop-cycle": ("{% for i in range(100000) %}{{ loop.cycle('a' * 10000, 'b') }}{% endfor %}"),
+    "recursive-loop": "{% for x in range(100000) recursive %}{{ loop(range(100000)) }}{% endfor %}",
+    "pprint": (
+        "{% set ns = namespace(l=[1]) %}{% for i in range(30) %}{% set ns.l = [ns.l, ns.l] %}"
+        "{% endfor %}{{ ns.l|pprint }}"
+    ),
+    "lipsum": "{{ lipsum(1999999999) }}",
+    "strftime-width": "{{ strftime_now('%1999999999Y') }}",
+    "expandtabs": "{{ ('\t' * 1000000).expandtabs(1000) }}",
+    "split": "{{ (',' * 16000000).split(',')|length }}",
+    "ljust": "{{ 'x'.ljust(16000000) ~ 'x'.ljust(16000000) }}",
+    "translate": "{{ ('x' * 1000000).translate({120: 'y' * 1000}) }}",
+    "kept-by-frames": (
+        "{% macro f(n) %}{% set s = 'x' * 16000000 ~ n %}{% if n < 100 %}{{ f(n + 1) }}"
+        "{% endif %}{% endmacro %}{{ f(0) }}"
+    ),
+    "macro-output": (
+        "{% macro f() %}{% for i in range(20000) %}{{ 'x' * 1000 }}{% endfor %}{% endmacro %}"
+        "{{ f()|length }}"
+    ),
+    "set-block": "{% set s %}{% for i in range(20000) %}{{ 'x' * 1000 }}{% endfor %}{% endset %}",
+    "int-product": (
+        "{% set ns = namespace(n=3) %}{% for i in range(40) %}{% set ns.n = ns.n * ns.n %}"
+        "{% endfor %}"
+    ),
+    "slices": (
+        "{% set ns = namespace(l=[]) %}{% set s = 'x' * 16000000 %}{% for i in range(100) %}"
+        "{% set ns.l = ns.l + [s[i:]] %}{% endfor %}"
+    ),
+}
+
+#: Runs each template of a corpus in this child, under a 1 GiB address-space cap, with the
+#: step and time budgets cut to 20,000 steps and 1 s (so that the step-bound cases are cheap;
+#: the size and byte budgets are the real ones). One line per template, as it ends.
+_BUDGET_CHILD = textwrap.dedent(
+    """
+    import json, resource, sys, time
+    resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+    from zoo.tokenizers import ChatTemplate, ChatTemplateError, chat_limits
+    chat_limits.MAX_STEPS, chat_limits.MAX_SECONDS = 20_000, 1.0
+    for name, source in json.loads(sys.argv[1]).items():
+        start = time.perf_counter()
+        try:
+            ChatTemplate({"default": source}).render([{"role": "user", "content": "x"}])
+            outcome = "rendered"
+        except ChatTemplateError as exc:
+            outcome = "refused: " + str(exc)
+        except BaseException as exc:  # MemoryError, RecursionError: what must not escape
+            outcome = f"{type(exc).__name__}: {exc}"
+        print(json.dumps([name, outcome[:300], time.perf_counter() - start]), flush=True)
+    """
+)
+
+
+def _outcomes(child: str, corpus: dict[str, str], timeout: float) -> dict[str, list]:
+    """Each template's [outcome, seconds] from ``child``, run on ``corpus``; a template that
+    does not end within ``timeout`` seconds (or a child that dies) ends the run, leaving it
+    and the rest out."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", child, json.dumps(corpus)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:
+        for line in process.stdout:
+            lines.put(line)
+        lines.put("")  # the end: no more outcomes
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    outcomes = {}
+    try:
+        for _ in corpus:
+            name, *outcome = json.loads(lines.get(timeout=timeout))
+            outcomes[name] = outcome
+    except (queue.Empty, json.JSONDecodeError):  # hung, or died (EOF gives no line)
+        pass
+    finally:
+        process.kill()
+        process.wait()
+        reader.join()
+    return outcomes
+
+
+def test_hostile_templates_end_in_a_chat_template_error_within_the_budgets():
+    """Issue 28: every template of the corpus ends in a ChatTemplateError that names the
+    budget it broke, each within 10 s (in practice well under 1 s), under 1 GiB of address
+    space: no hang, no MemoryError, no dead process."""
+    results = _outcomes(_BUDGET_CHILD, HOSTILE_BUDGETS, timeout=10)
+    missing = [name for name in HOSTILE_BUDGETS if name not in results]
+    assert not missing, f"the child hung or died before ending {missing}"
+    budgets = ("MAX_STEPS", "MAX_SECONDS", "MAX_SIZE", "MAX_ITEMS", "MAX_ALLOCATED",
+               "MAX_DEPTH", "MAX_POWER_BITS", "RecursionError")  # fmt: skip
+    for name, (outcome, _) in results.items():
+        assert outcome.startswith("refused: "), f"{name}: {outcome}"
+        assert any(budget in outcome for budget in budgets), f"{name}: {outcome}"
 
 
 def test_the_limits_leave_ordinary_templates_alone():
@@ -422,21 +594,28 @@ def test_the_limits_leave_ordinary_templates_alone():
     assert len(big) > 1_000_000
 
 
-def test_the_loop_budget_counts_iterations_exactly():
-    """Every pass through a for loop's body counts one step, nested loops and all, whatever
-    the body holds (an if, a loop filter); one step over the budget is refused."""
+def test_the_step_budget_counts_iterations_calls_filters_and_operators_exactly():
+    """Every pass through a for loop's body, call, filter, test and operator counts one
+    step, nested loops and all, whatever the body holds (an if, a loop filter); one step
+    over the budget is refused."""
     from zoo.tokenizers import ChatTemplate
-    from zoo.tokenizers.chat import MAX_LOOP_STEPS
+    from zoo.tokenizers.chat import MAX_STEPS
 
-    def loops(inner: int) -> ChatTemplate:
+    def loops(last: int) -> ChatTemplate:
         body = "{% if j %}{% endif %}{% if not j %}{% endif %}"
-        source = f"{{% for i in range(1000) if i >= 0 %}}{{% for j in range({inner}) %}}{body}"
-        return ChatTemplate({"default": source + "{% endfor %}{% endfor %}done"})
+        source = (
+            "{% set inner = range(998)|list %}"  # 2 steps: a call, a filter
+            "{% for i in range(1000) if i >= 0 %}{% for j in inner %}"  # 1 + 1,000 + 998,000
+            f"{body}{{% endfor %}}{{% endfor %}}"
+            f"{{% for k in range({last}) %}}{{% endfor %}}"  # 1 + last
+            "{% if 'a' is string and 1 + 1 == 2 %}done{% endif %}"  # a test, an operator
+        )
+        return ChatTemplate({"default": source})
 
-    assert MAX_LOOP_STEPS == 1000 + 1000 * 999
-    assert loops(999).render([USER]) == "done"
-    with pytest.raises(ChatTemplateError, match="more than 1,000,000 loop iterations"):
-        loops(1000).render([USER])
+    assert MAX_STEPS == 2 + 1 + 1000 + 998 * 1000 + 1 + 994 + 2
+    assert loops(994).render([USER]) == "done"
+    with pytest.raises(ChatTemplateError, match=r"1,000,000 \(MAX_STEPS steps\)"):
+        loops(995).render([USER])
 
 
 def test_a_template_that_is_not_jinja_is_a_clear_error():

@@ -11,21 +11,20 @@ reasoning copied under the names templates read). The template's variables are t
 ``tools``, ``documents``, ``add_generation_prompt``, the special-token strings
 (``bos_token``, ``eos_token``...) and any extra keyword (``enable_thinking=False``).
 
-A template is code from the Hub, so it runs with limits ``transformers`` does not set, which
-change no output of a template that keeps to them: at most :data:`MAX_LOOP_STEPS` loop
-iterations per rendering (nested loops cannot multiply); at most :data:`MAX_SIZE` characters
-of output, items in a string or list built with ``+``, ``*`` or ``~``, and as the integer
-argument of a string's method (``ljust``, ``center``); no power beyond
-:data:`MAX_POWER_BITS` bits. Whatever breaks the sandbox or a limit is a
-:class:`~zoo.tokenizers.ChatTemplateError`, before anything runs away.
+A template is code from the Hub, so it renders within budgets that ``transformers`` does not
+set, and which change no output of a template that keeps to them (:mod:`.chat_limits`):
+:data:`MAX_STEPS` steps (loop iterations, calls, filters, tests, operators), :data:`MAX_SECONDS`
+seconds, :data:`MAX_SIZE` characters in any string, output or value's text and
+:data:`MAX_ITEMS` items in any list (both checked before the value is built),
+:data:`MAX_ALLOCATED` bytes built in all, and :data:`MAX_POWER_BITS` bits in an integer.
+Whatever breaks the sandbox or a limit is a :class:`~zoo.tokenizers.ChatTemplateError`,
+before anything runs away.
 """
 
 from __future__ import annotations
 
-import contextvars
 import dataclasses
 import functools
-import json
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
@@ -36,59 +35,59 @@ import jinja2.compiler
 import jinja2.ext
 import jinja2.nodes
 import jinja2.utils
+import markupsafe
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from . import chat_limits as limits
+from .chat_limits import (
+    MAX_ALLOCATED,
+    MAX_ITEMS,
+    MAX_POWER_BITS,
+    MAX_SECONDS,
+    MAX_SIZE,
+    MAX_STEPS,
+)
 from .errors import ChatTemplateError
 
 __all__ = [
+    "MAX_ALLOCATED",
+    "MAX_ITEMS",
     "MAX_LOOP_STEPS",
     "MAX_POWER_BITS",
+    "MAX_SECONDS",
     "MAX_SIZE",
+    "MAX_STEPS",
     "ChatTemplate",
     "compile_template",
     "plain_messages",
 ]
 
-#: Loop iterations one rendering may run, over all its ``for`` loops.
-MAX_LOOP_STEPS = 1_000_000
-#: Longest output, string or list a template may build, and largest integer argument.
-MAX_SIZE = 1 << 24
-#: Largest result of ``**``, in bits.
-MAX_POWER_BITS = 4096
+#: The former name of :data:`MAX_STEPS`, when only loop iterations were counted.
+MAX_LOOP_STEPS = MAX_STEPS
 
 #: Reasoning is passed under these names; templates read the first (transformers 5).
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 #: Appended to the final message with ``continue_final_message`` to find where it ends.
 _CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
-
-#: The loop steps left in the rendering under way (``None`` outside :meth:`ChatTemplate.render`).
-_steps: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar(
-    "zoo_chat_steps", default=None
-)
-
-
-def _refuse(what: str) -> jinja2.exceptions.SecurityError:
-    return jinja2.exceptions.SecurityError(f"{what}; the chat template is refused")
+#: Filters replaced by bounded equivalents (same results).
+_REPLACED_FILTERS: dict[str, Callable[..., Any]] = {
+    "sum": limits.do_sum,
+    "wordcount": limits.do_wordcount,
+    "tojson": limits.tojson,
+}
 
 
-def _size(value: Any) -> int:
-    """The length of a string or list (what ``+``, ``*`` and ``~`` can grow), else 0."""
-    return len(value) if isinstance(value, (str, bytes, list, tuple)) else 0
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _check_size(size: int) -> None:
-    if size > MAX_SIZE:
-        raise _refuse(f"the template built a value of {size:,} items (at most {MAX_SIZE:,})")
+def _plain_output(frame: jinja2.compiler.Frame) -> bool:
+    """Whether output in ``frame`` is plain ``str`` (no autoescape, which chat templates
+    never turn on)."""
+    return not (frame.eval_ctx.volatile or frame.eval_ctx.autoescape)
 
 
 class _CodeGenerator(jinja2.compiler.CodeGenerator):
-    """Jinja's compiler, with one statement more: each pass through a ``for`` loop's body
-    counts a step (``environment.loop_step()``), and every ``~`` concatenation is
-    size-checked."""
+    """Jinja's compiler, with the budgets' hooks: each pass through a ``for`` loop's body
+    counts a step (``environment.loop_step()``); every ``~``, ``{{ value }}`` and literal
+    list, tuple or dict is measured before it is built (``environment.join_texts``,
+    ``environment.text``, ``environment.built``)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -107,9 +106,39 @@ class _CodeGenerator(jinja2.compiler.CodeGenerator):
         super().blockvisit(nodes, frame)
 
     def visit_Concat(self, node: jinja2.nodes.Concat, frame: jinja2.compiler.Frame) -> None:
-        self.write("environment.checked(")
-        super().visit_Concat(node, frame)
+        if not _plain_output(frame):
+            super().visit_Concat(node, frame)
+            return
+        self.write("environment.join_texts((")
+        for part in node.nodes:
+            self.visit(part, frame)
+            self.write(", ")
+        self.write("))")
+
+    def _output_child_pre(
+        self, node: jinja2.nodes.Expr, frame: jinja2.compiler.Frame, finalize: Any
+    ) -> None:
+        if not _plain_output(frame) or finalize.src is not None:
+            super()._output_child_pre(node, frame, finalize)
+        else:
+            self.write("environment.text(")
+
+    def _built(self, visit: Callable[..., None], node: Any, frame: Any) -> None:
+        if getattr(node, "ctx", "load") != "load":  # an assignment's target
+            visit(node, frame)
+            return
+        self.write("environment.built(")
+        visit(node, frame)
         self.write(")")
+
+    def visit_List(self, node: jinja2.nodes.List, frame: jinja2.compiler.Frame) -> None:
+        self._built(super().visit_List, node, frame)
+
+    def visit_Tuple(self, node: jinja2.nodes.Tuple, frame: jinja2.compiler.Frame) -> None:
+        self._built(super().visit_Tuple, node, frame)
+
+    def visit_Dict(self, node: jinja2.nodes.Dict, frame: jinja2.compiler.Frame) -> None:
+        self._built(super().visit_Dict, node, frame)
 
 
 class _Generation(jinja2.ext.Extension):
@@ -129,65 +158,70 @@ class _Generation(jinja2.ext.Extension):
 
 
 class _Sandbox(ImmutableSandboxedEnvironment):
-    """``transformers``' environment (an immutable sandbox) with the limits of this module."""
+    """``transformers``' environment (an immutable sandbox) with the budgets of
+    :mod:`.chat_limits`: every operator, call, filter and test is a step, measured before it
+    runs and checked after."""
 
     code_generator_class = _CodeGenerator
-    intercepted_binops = frozenset({"+", "*", "**"})
+    intercepted_binops = frozenset({"+", "-", "*", "/", "//", "%", "**"})
+    concat = staticmethod(limits.concat)  # macro, block and {% set %} bodies
 
-    def loop_step(self) -> None:
-        left = _steps.get()
-        if left is None:
-            return
-        left[0] -= 1
-        if left[0] < 0:
-            raise _refuse(f"the template ran more than {MAX_LOOP_STEPS:,} loop iterations")
-
-    def checked(self, value: Any) -> Any:
-        """``value`` (a ``~`` concatenation's result), unless it is too long."""
-        _check_size(_size(value))
-        return value
+    loop_step = staticmethod(limits.step)
+    built = staticmethod(limits.built)
+    text = staticmethod(limits.text)
+    join_texts = staticmethod(limits.join_texts)
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-        """``left operator right``, refused when the result would be too large."""
-        if operator == "**" and _is_int(left) and _is_int(right):
-            if right > 0 and abs(left) > 1 and left.bit_length() * right > MAX_POWER_BITS:
-                raise _refuse(f"{left} ** {right} is above {MAX_POWER_BITS} bits")
-        elif operator == "*" and _is_int(right) and _size(left):
-            _check_size(_size(left) * right)
-        elif operator == "*" and _is_int(left) and _size(right):
-            _check_size(_size(right) * left)
-        elif operator == "+":
-            _check_size(_size(left) + _size(right))
-        return super().call_binop(context, operator, left, right)
+        """``left operator right``: a step, refused when the result would be too large."""
+        limits.step()
+        limits.check_binop(operator, left, right)
+        result = super().call_binop(context, operator, left, right)
+        return limits.after_binop(operator, left, right, result)
 
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
-        """A call from the template; a string's or list's method (``ljust``, ``center``,
-        ``zfill``...) is refused an integer argument above :data:`MAX_SIZE`."""
-        if isinstance(getattr(__obj, "__self__", None), (str, bytes, list, tuple)):
-            for value in (*args, *kwargs.values()):
-                if _is_int(value) and abs(value) > MAX_SIZE:
-                    raise _refuse(f"an argument of {value} is above {MAX_SIZE:,}")
-        return super().call(__context, __obj, *args, **kwargs)
+        """A call from the template (macro, method, global, ``caller``, ``loop``): a step,
+        refused when a string's method would build too much (``ljust``, ``replace``...)."""
+        limits.step()
+        limits.check_call(__obj, args, kwargs)
+        return limits.built(super().call(__context, __obj, *args, **kwargs))
+
+    def getitem(self, obj: Any, argument: Any) -> Any:
+        """``obj[argument]``; a slice is a new value, charged."""
+        value = super().getitem(obj, argument)
+        if isinstance(argument, slice):
+            limits.step()
+            return limits.built(value)
+        return value
+
+    def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
+        """``str.format`` and ``format_map`` through :class:`.chat_limits.BoundedFormatter`."""
+        wrapper = super().wrap_str_format(value)
+        if wrapper is None:
+            return None
+        owner = value.__self__
+        formatter: limits.BoundedFormatter
+        if isinstance(owner, markupsafe.Markup):
+            formatter = limits.BoundedEscapeFormatter(self, escape=owner.escape)
+        else:
+            formatter = limits.BoundedFormatter(self)
+        is_format_map = value.__name__ == "format_map"
+
+        def bounded(*args: Any, **kwargs: Any) -> str:
+            if not is_format_map:
+                return type(owner)(formatter.vformat(owner, args, kwargs))
+            if kwargs or len(args) != 1:
+                return wrapper(*args, **kwargs)  # the error str.format_map raises
+            return type(owner)(formatter.vformat(owner, (), args[0]))
+
+        return functools.update_wrapper(bounded, value)
 
 
 def _raise_exception(message: str) -> None:
     raise jinja2.exceptions.TemplateError(message)
 
 
-def _tojson(
-    value: Any,
-    ensure_ascii: bool = False,
-    indent: int | None = None,
-    separators: tuple[str, str] | None = None,
-    sort_keys: bool = False,
-) -> str:
-    # transformers' own: Jinja's escapes HTML characters
-    return json.dumps(
-        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
-    )
-
-
 def _strftime_now(format: str) -> str:
+    limits.check_text(limits.strftime_size(format), "strftime_now() would write a string of")
     return datetime.now().strftime(format)
 
 
@@ -236,7 +270,9 @@ def compile_template(source: str) -> jinja2.Template:
         lstrip_blocks=True,
         extensions=[_Generation, jinja2.ext.loopcontrols],
     )
-    env.filters["tojson"] = _tojson
+    env.filters.update(_REPLACED_FILTERS)
+    env.filters = {name: limits.bounded_filter(name, f) for name, f in env.filters.items()}
+    env.tests = {name: limits.bounded_test(test) for name, test in env.tests.items()}
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
     env.globals["dict"] = _TemplateDict()
@@ -246,6 +282,11 @@ def compile_template(source: str) -> jinja2.Template:
     except jinja2.exceptions.TemplateSyntaxError as exc:
         raise ChatTemplateError(
             f"the chat template is not valid Jinja (line {exc.lineno}: {exc.message})"
+        ) from None
+    except (RecursionError, MemoryError) as exc:  # a source nested beyond the parser's stack
+        raise ChatTemplateError(
+            f"the chat template could not be compiled ({type(exc).__name__}): it is nested too "
+            "deeply or too large"
         ) from None
 
 
@@ -483,16 +524,15 @@ def _cut_final(text: str, final: str) -> str:
 
 
 def _render(template: jinja2.Template, **variables: Any) -> str:
-    """Render within the limits: the loop budget for this rendering, the output size."""
-    token = _steps.set([MAX_LOOP_STEPS])
+    """Render within the budgets of :mod:`.chat_limits`, the output's size among them."""
+    token = limits.start()
     pieces: list[str] = []
     size = 0
     try:
         parts: Iterator[str] = template.generate(**variables)
         for piece in parts:
             size += len(piece)
-            if size > MAX_SIZE:
-                raise _refuse(f"the template wrote more than {MAX_SIZE:,} characters")
+            limits.check_text(size, "the template wrote more characters than")
             pieces.append(piece)
     except jinja2.exceptions.SecurityError as exc:
         raise ChatTemplateError(f"the chat template was stopped by the sandbox: {exc}") from None
@@ -500,7 +540,8 @@ def _render(template: jinja2.Template, **variables: Any) -> str:
         raise ChatTemplateError(f"the chat template refused the conversation: {exc}") from None
     except (RecursionError, MemoryError, OverflowError) as exc:  # range() beyond MAX_RANGE
         raise ChatTemplateError(
-            f"the chat template was stopped: {type(exc).__name__}: {exc}"
+            f"the chat template was stopped: {type(exc).__name__}: {exc or 'out of memory'} "
+            "(calls nested too deeply, or a value too large for this machine)"
         ) from None
     except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
         raise ChatTemplateError(
@@ -508,5 +549,5 @@ def _render(template: jinja2.Template, **variables: Any) -> str:
             "check the messages' roles and content"
         ) from None
     finally:
-        _steps.reset(token)
+        limits.stop(token)
     return "".join(pieces)
