@@ -433,6 +433,10 @@ HOSTILE_BUDGETS = {
     "tojson": "{{ (['x' * 1000000] * 10000)|tojson }}",
     "string": "{{ (['x' * 16000000] * 300)|string }}",
     "str-format-width": "{{ '{:>1999999999}'.format(1) }}",
+    "filter-block": "{% filter center(1999999999) %}x{% endfilter %}",
+    "attr-format": "{{ ('{:>1999999999}'|attr('format'))(1) }}",
+    "tojson-indent": "{{ [1, [2]]|tojson(indent=1999999999) }}",
+    "tojson-separators": "{{ (range(100000)|list)|tojson(separators=(',' * 1000, ':')) }}",
     "macro-recursion": "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
     "nested-macros": (
         "{% macro b() %}{% for i in range(1000) %}{{ i }}{% endfor %}{% endmacro %}"
@@ -616,6 +620,55 @@ def test_the_step_budget_counts_iterations_calls_filters_and_operators_exactly()
     assert loops(994).render([USER]) == "done"
     with pytest.raises(ChatTemplateError, match=r"1,000,000 \(MAX_STEPS steps\)"):
         loops(995).render([USER])
+
+
+#: Ordinary uses of what the budgets hook (operators, formats, filters, methods, macros,
+#: literals), each rendered as a plain Jinja sandbox renders it.
+ORDINARY = (
+    "{{ 1 + 2 }} {{ 7 - 10 }} {{ 7 / 2 }} {{ 7 // 2 }} {{ 7 % 3 }} {{ 2 ** 10 }} {{ 3 * 4 }}",
+    "{{ 'ab' * 3 }} {{ [1, 2] * 2 }} {{ [1] + [2] }} {{ (1,) + (2,) }} {{ 'a' ~ 1 ~ none }}",
+    "{{ '%5.2f|%-4s|%03d|%x|%r|%%' % (3.14159, 'a', 7, 255, 'q') }} {{ '%(a)s' % {'a': 1} }}",
+    "{{ '{:>6}|{:^7.3f}|{!r}|{a[0]}|{:,}'.format('x', 2.5, 'y', 1234567, a=[9]) }}",
+    "{{ '{x}'.format_map({'x': 1}) }} {{ '%s and %s'|format('a', 'b') }}",
+    "{{ 'x'|center(9) }}|{{ 'a\nb'|indent(2, true) }}|{{ 'abc'|replace('b', 'BB') }}",
+    "{{ [1, 2, 3]|join(', ') }} {{ 'abc'|join('-') }} {{ [[1], [2, 3]]|sum(start=[]) }}",
+    "{{ [1, 2]|sum }} {{ [(1,), (2,)]|sum(start=()) }} {{ 'a b  c'|wordcount }}",
+    "{{ {'b': [1, 'ü'], 'a': none}|tojson }} {{ [1, {'a': 2}]|tojson(indent=2) }}",
+    "{{ {'a': 1}|tojson(separators=(',', ':'), sort_keys=true) }} {{ [1, [2]]|pprint }}",
+    "{{ 'some words to wrap here'|wordwrap(10) }} {{ 'x'|urlize }} {{ 'a<b'|e }}",
+    "{{ [3, 1, 2]|sort|list }} {{ [1, 1, 2]|unique|list }} {{ [1, 2, 3, 4, 5]|batch(2)|list }}",
+    "{{ [1, 2, 3]|slice(2)|list }} {{ ['a', 'b']|map('upper')|list }} {{ [0, 1]|select|list }}",
+    "{{ 'a,b'.split(',') }} {{ 'x'.ljust(3) }}| {{ 'a\tb'.expandtabs(4) }} {{ '-'.join('ab') }}",
+    "{{ 'abc'.translate({97: 'A'}) }} {{ 'a\nb'.splitlines() }} {{ 'abc'[::-1] }} {{ [1, 2][1:] }}",
+    "{% macro f(n) %}{{ n }}{% if n %}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(3) }}",
+    "{% set ns = namespace(s='') %}{% for i in range(3) %}{% set ns.s = ns.s ~ i %}{% endfor %}"
+    "{{ ns.s }} {{ {'a': (1, [2])} }} {{ dict(a=1) }} {{ [none, true, 1.5] }}",
+    "{% set b %}block{% endset %}{{ b }}{% filter upper %}up{% endfilter %}"
+    "{% for x in [[1, [2]]] recursive %}{{ x }}{% endfor %}{{ range(3)|list }}",
+)
+
+
+def test_the_budgets_leave_ordinary_renderings_exactly_as_jinja_renders_them():
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    from zoo.tokenizers import ChatTemplate
+    from zoo.tokenizers.chat_limits import tojson
+
+    plain = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    plain.filters["tojson"] = tojson
+    for source in ORDINARY:
+        expected = plain.from_string(source).render(messages=[USER])
+        assert ChatTemplate({"default": source}).render([USER]) == expected, source
+
+
+def test_a_template_past_its_deadline_or_failing_is_a_chat_template_error(monkeypatch):
+    from zoo.tokenizers import ChatTemplate, chat_limits
+
+    with pytest.raises(ChatTemplateError, match="division by zero"):
+        ChatTemplate({"default": "{{ 1 / 0 }}"}).render([USER])
+    monkeypatch.setattr(chat_limits, "MAX_SECONDS", -1.0)  # a deadline already past
+    with pytest.raises(ChatTemplateError, match=r"more than -1 seconds \(MAX_SECONDS\)"):
+        ChatTemplate({"default": "{{ 1 + 1 }}"}).render([USER])
 
 
 def test_a_template_that_is_not_jinja_is_a_clear_error():

@@ -543,7 +543,7 @@ def _render(template: jinja2.Template, **variables: Any) -> str:
             f"the chat template was stopped: {type(exc).__name__}: {exc or 'out of memory'} "
             "(calls nested too deeply, or a value too large for this machine)"
         ) from None
-    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
+    except Exception as exc:  # TypeError, ZeroDivisionError...: the template's own failure
         raise ChatTemplateError(
             f"the chat template failed on this conversation ({type(exc).__name__}: {exc}); "
             "check the messages' roles and content"

@@ -304,6 +304,12 @@ def text_size(value: Any) -> int:
     return _Measure(_METER.get()).size(value, 0)[0]
 
 
+def _size_and_height(value: Any) -> tuple[int, int]:
+    """The text size of ``value`` (:func:`text_size`) and how deeply it nests."""
+    size, height, _ = _Measure(_METER.get()).size(value, 0)
+    return size, height
+
+
 def sum_size(value: Any, left: Any, right: Any) -> None:
     """Remember the text size of ``value == left + right`` (or ``left * n`` with ``right``
     an int) without walking it; refuse it above :data:`MAX_SIZE`."""
@@ -612,6 +618,11 @@ def _urlize_size(value: Any, trim_url_limit: Any = None, nofollow: Any = False,
     return 5 * size + urls * (64 + text_size(target) + text_size(rel))
 
 
+def _pprint_size(value: Any) -> int:
+    size, height = _size_and_height(value)
+    return size * (2 + height)  # each line indented by its depth
+
+
 def _batch_items(value: Any, linecount: Any = 1, fill_with: Any = None) -> int:
     n = len(value) if isinstance(value, Sized) else 0
     size = max(1, as_int(linecount, 1))
@@ -637,7 +648,7 @@ _FILTER_SIZES: dict[str, Callable[..., int]] = {
     "format": lambda value, *args, **kwargs: percent_size(str(value), kwargs or args),
     "indent": _indent_size,
     "join": _join_size,
-    "pprint": lambda value: 4 * text_size(value),
+    "pprint": _pprint_size,
     "replace": _replace_size,
     "urlencode": lambda value: 12 * text_size(value),
     "urlize": _urlize_size,
@@ -747,13 +758,18 @@ def do_wordcount(s: Any) -> int:
 def tojson(
     value: Any,
     ensure_ascii: bool = False,
-    indent: int | None = None,
+    indent: int | str | None = None,
     separators: tuple[str, str] | None = None,
     sort_keys: bool = False,
 ) -> str:
     """``transformers``' ``tojson`` (Jinja's escapes HTML characters), refused before it
     writes more than :data:`MAX_SIZE` characters."""
-    check_text(text_size(value) * (6 if ensure_ascii else 1), "tojson would write a string of")
+    size, height = _size_and_height(value)
+    size *= 6 if ensure_ascii else 1
+    if isinstance(separators, (tuple, list)) and all(isinstance(x, str) for x in separators):
+        size += (size // 2 + 1) * max(0, sum(map(len, separators)) - 4)
+    step = len(indent) if isinstance(indent, str) else abs(as_int(indent))
+    check_text(size + step * (height + 1), "tojson would write a string of")
     encoder = json.JSONEncoder(
         ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
     )
