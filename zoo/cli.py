@@ -555,6 +555,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     import torch
 
     from . import loading
+    from .devices import check_computes
     from .train import TrainConfig, classifier, labels_in, train, train_tokenizer
 
     if (args.model is None) == (args.source is None):
@@ -562,7 +563,8 @@ def cmd_train(args: argparse.Namespace) -> int:
             "name the model once: NAME for a new model with random weights, or --from SOURCE "
             "(a checkpoint directory, hf:org/name, or a named model with weights) to fine-tune"
         )
-    api.check_device(args.device)  # before anything is loaded; the check zoo generate makes
+    # before anything is loaded: the checks zoo generate makes (the meta device included)
+    check_computes(api.check_device(args.device), None, "train", "zoo train --device cpu")
     config = TrainConfig(  # its errors too, before a model is built or a tokenizer trained
         steps=args.steps,
         batch_size=args.batch_size,

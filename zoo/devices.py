@@ -8,8 +8,9 @@ from .errors import ConfigError
 
 if TYPE_CHECKING:
     import torch
+    from torch import nn
 
-__all__ = ["check_device", "check_dtype"]
+__all__ = ["check_computes", "check_device", "check_dtype"]
 
 
 def check_dtype(dtype: Any) -> None:
@@ -46,3 +47,14 @@ def check_device(device: Any) -> torch.device:
     if target.type == "mps" and not torch.backends.mps.is_available():
         raise ConfigError(f"device {device!r}: MPS is not available here; use device='cpu'")
     return target
+
+
+def check_computes(device: torch.device, model: nn.Module | None, doing: str, fix: str) -> None:
+    """Raise :class:`ConfigError` (a ``ValueError``) when ``device`` is the meta device, or
+    ``model`` (when given) holds a parameter there: shapes without values, on which a model
+    cannot ``doing`` (``"generate"``, ``"train"``); ``fix`` is the command that works."""
+    if device.type == "meta" or (model is not None and any(p.is_meta for p in model.parameters())):
+        raise ConfigError(
+            "on the meta device a model's parameters have shapes but no values, so it cannot "
+            f"{doing} there; build or load it on 'cpu' or 'cuda' ({fix})"
+        )

@@ -18,8 +18,9 @@ import typing
 from typing import Any, Literal
 
 from .errors import ConfigError
+from .options import SEED_RANGE
 
-__all__ = ["check_fields", "check_value", "describe_type"]
+__all__ = ["check_fields", "check_seed", "check_value", "describe_type", "short_int"]
 
 
 def describe_type(tp: Any) -> str:
@@ -108,3 +109,23 @@ def check_fields(instance: Any) -> None:
             f"{name}.{field.name}", hints[field.name], getattr(instance, field.name)
         )
         object.__setattr__(instance, field.name, value)
+
+
+def check_seed(seed: int | None) -> None:
+    """Raise :class:`~zoo.errors.ConfigError` (a ``ValueError``) unless ``seed`` is ``None``
+    or an integer a ``torch.Generator`` takes (:data:`SEED_RANGE`)."""
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ConfigError(f"seed must be an integer or None, got {seed!r}")
+    if seed is not None and not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
+        raise ConfigError(
+            f"seed must be an integer from 0 to 2**64 - 1 ({SEED_RANGE[1]}) (negative ones "
+            f"down to -2**63 wrap around modulo 2**64), got {short_int(seed)}"
+        )
+
+
+def short_int(number: int) -> str:
+    """``number`` in decimal, or its size when the decimal would be long (or beyond the
+    digits Python's ``str`` converts)."""
+    return (
+        str(number) if number.bit_length() <= 256 else f"an integer of {number.bit_length()} bits"
+    )

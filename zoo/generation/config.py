@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..errors import ConfigError
-from ..fields import check_fields
+from ..fields import check_fields, check_seed
 from ..options import GENERATION_DEFAULTS, SEED_RANGE
 
 __all__ = ["DEFAULTS", "SEED_RANGE", "GenerationConfig", "check_seed", "check_text"]
@@ -28,26 +28,6 @@ def check_text(text: str, what: str = "the prompt") -> None:
             "not a Unicode character (undecodable bytes kept by errors='surrogateescape'); "
             "decode the source bytes as UTF-8, or with errors='replace'"
         ) from None
-
-
-def check_seed(seed: int | None) -> None:
-    """Raise :class:`~zoo.errors.ConfigError` (a ``ValueError``) unless ``seed`` is ``None``
-    or an integer a ``torch.Generator`` takes (:data:`SEED_RANGE`)."""
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise ConfigError(f"seed must be an integer or None, got {seed!r}")
-    if seed is not None and not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
-        raise ConfigError(
-            f"seed must be an integer from 0 to 2**64 - 1 ({SEED_RANGE[1]}) (negative ones "
-            f"down to -2**63 wrap around modulo 2**64), got {_short(seed)}"
-        )
-
-
-def _short(number: int) -> str:
-    """``number`` in decimal, or its size when the decimal would be long (or beyond the
-    digits Python's ``str`` converts)."""
-    return (
-        str(number) if number.bit_length() <= 256 else f"an integer of {number.bit_length()} bits"
-    )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from ..devices import check_computes
 from ..nn.base import check_padding_mask, check_token_ids
 from ..settings import Settings
 from .config import GenerationConfig
@@ -50,15 +51,10 @@ def left_pad(rows: Sequence[Sequence[int]], device: torch.device) -> tuple[Tenso
 
 
 def _check_runs(model: ZooModel) -> torch.device:
-    """The device of ``model``'s parameters, or a ``ValueError`` when they hold no numbers
-    (the meta device: shapes only) and so cannot pick a token."""
+    """The device of ``model``'s parameters, or a ``ConfigError`` (a ``ValueError``) when
+    they hold no numbers (the meta device: shapes only) and so cannot pick a token."""
     device = next(model.parameters()).device
-    if device.type == "meta" or any(p.is_meta for p in model.parameters()):
-        raise ValueError(
-            "the model is on the meta device (its parameters have shapes but no values), so "
-            "it cannot generate; build or load it on 'cpu' or 'cuda' (zoo generate --device "
-            "cpu)"
-        )
+    check_computes(device, model, "generate", "zoo generate --device cpu")
     return device
 
 

@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 from ..errors import ConfigError
-from ..fields import check_fields
+from ..fields import check_fields, check_seed, short_int
 
 __all__ = ["TrainConfig"]
 
@@ -17,6 +17,11 @@ _ZERO = {
     "checkpoint_every": "checkpoint only at the end and on a signal",
 }
 _FLOATS = ("lr", "min_lr", "weight_decay", "clip", "val_fraction", "time_budget", "loss_target")
+_COUNTS = (
+    "steps", "batch_size", "grad_accum", "warmup", "eval_every", "eval_batches", "checkpoint_every"
+)  # fmt: skip
+#: The largest count a run takes: torch's int64 (a batch is a tensor size, a step a tensor).
+MAX_COUNT = 2**63 - 1
 _MAY_CHANGE_ON_RESUME = frozenset(
     {"eval_every", "eval_batches", "checkpoint_every", "time_budget", "loss_target"}
 )
@@ -40,7 +45,9 @@ class TrainConfig:
         eval_batches: batches per evaluation.
         checkpoint_every: steps between resumable checkpoints (0: only at the end and on a
             signal); ``None`` (the default): at every evaluation, every ``eval_every`` steps.
-        seed: makes the run repeatable (initialisation, data order, dropout).
+        seed: makes the run repeatable (initialisation, data order, dropout): an integer
+            from 0 to 2**64 - 1 (negative ones down to -2**63 wrap around), as
+            :func:`zoo.generate` takes.
         val_fraction: the last part of the data held out for evaluation.
         time_budget: seconds of wall time for one call (data preparation included; 0: no
             budget): a step that would end past it, with the final evaluation and
@@ -96,6 +103,14 @@ class TrainConfig:
             )
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
             raise ConfigError(f"TrainConfig.betas must be two numbers in [0, 1), got {self.betas}")
+        for name in _COUNTS:
+            value = getattr(self, name)
+            if value is not None and value > MAX_COUNT:
+                raise ConfigError(
+                    f"TrainConfig.{name} must be at most 2**63 - 1 ({MAX_COUNT}), got "
+                    f"{short_int(value)}"
+                )
+        check_seed(self.seed)  # the range zoo generate takes: the one a torch.Generator takes
 
     @property
     def checkpoint_interval(self) -> int:

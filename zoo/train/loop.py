@@ -32,6 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from ..checkpoint import save
+from ..devices import check_computes, check_device
 from ..nn.base import ZooModel
 from ..tokenizers.base import check_fits
 from .budget import Budget, stop_reason
@@ -168,13 +169,15 @@ def train(
         zoo.train.ResumeError: ``<out>/checkpoint/`` is damaged, or was written for another
             model or with other settings.
         zoo.train.RunLockedError: another run is training into ``out``.
-        zoo.errors.ConfigError: ``device`` is not one this machine has.
+        zoo.errors.ConfigError: ``device`` is not one this machine has, or is the meta device
+            (or ``model`` is on it: shapes without values).
     """
     clock = time.monotonic()  # the time budget counts from here
     if strategy not in ("ddp", "fsdp"):
         raise ValueError(f"strategy must be 'ddp' or 'fsdp', got {strategy!r}")
     config = config or TrainConfig()
     out = Path(out)
+    check_computes(check_device(device), model, "train", "zoo train --device cpu")
     world = join(device)
     with contextlib.ExitStack() as stack:
         lock = _lock(out) if world.main else None
@@ -271,6 +274,12 @@ def _parallel(
     return model
 
 
+def _seed(config: TrainConfig, offset: int) -> int:
+    """The seed ``offset`` after ``config.seed``, wrapped modulo 2**64 as torch wraps a
+    negative one (the same seed as ``config.seed + offset`` wherever that is in range)."""
+    return (config.seed + offset) % 2**64
+
+
 def _start(
     model: ZooModel,
     data: str | os.PathLike[str],
@@ -303,7 +312,7 @@ def _start(
     wrapped = _parallel(model, spec, world, strategy, say)
     optimizer = _optimizer(model, config)  # after sharding: it holds the shards
     generator = torch.Generator().manual_seed(config.seed)
-    torch.manual_seed(config.seed + world.rank)
+    torch.manual_seed(_seed(config, world.rank))
     start, history = 0, list[dict[str, Any]]()
     if has_state(out):
         start, history = load_state(out, model, optimizer, generator, config)
@@ -547,7 +556,7 @@ def _evaluate(
     model: ZooModel, source: DataSource, config: TrainConfig, world: World, spec: TaskSpec
 ) -> float:
     """Mean loss on the same ``eval_batches`` held-out windows every time (its own seed)."""
-    generator = torch.Generator().manual_seed(config.seed + 1)
+    generator = torch.Generator().manual_seed(_seed(config, 1))
     model.eval()
     total = 0.0
     with torch.no_grad():

@@ -241,14 +241,15 @@ def _what_fits(
         )
 
     options = []
-    smaller = next((b for b in range(micro - 1, 0, -1) if fits(estimate(b))), None)
+    smaller = _largest(micro - 1, lambda b: fits(estimate(b)))
     if smaller is not None:
         batch = smaller * config.grad_accum * processes
         options.append(f"--batch-size {batch}")
+        first = max(config.grad_accum + 1, -(-config.batch_size // (processes * smaller)))
         accum = next(
             (
-                k
-                for k in range(config.grad_accum + 1, config.batch_size + 1)
+                k  # the first k that can do; a bounded search (a batch may be 2**62)
+                for k in range(first, min(config.batch_size, first + _ACCUM_TRIES) + 1)
                 if config.batch_size % (k * processes) == 0
                 and config.batch_size // k // processes <= smaller
             ),
@@ -274,3 +275,16 @@ def _what_fits(
             + "."
         )
     return "Settings that fit: " + "; or ".join(options) + "."
+
+
+_ACCUM_TRIES = 2**16  # --grad-accum values tried for the advice
+
+
+def _largest(high: int, ok: Any) -> int | None:
+    """The largest ``n`` in ``1..high`` with ``ok(n)``, where ``ok`` holds up to some ``n``
+    and not beyond (an estimate grows with the batch), by bisection; ``None`` if none."""
+    low = 0  # ok(low) is taken as true; ok(high + 1) false
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if ok(mid) else (low, mid - 1)
+    return low or None
