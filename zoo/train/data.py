@@ -56,14 +56,14 @@ def train_tokenizer(path: str | os.PathLike[str], vocab_size: int) -> Any:
     """A byte-level BPE (:class:`zoo.tokenizers.SubwordBPE`) of at most ``vocab_size`` ids
     learnt from training data: the text files, each tab-separated column apart (so the
     source and target of pairs share it). For a model whose tokenizer has no fixed
-    vocabulary, such as ``transformer-encdec``."""
+    vocabulary, such as ``transformer-encdec``. Files are read one at a time, and the
+    trainer's memory and time stay bounded whatever their size and shape
+    (:meth:`~zoo.tokenizers.SubwordBPE.train`)."""
     from ..tokenizers.subword import SubwordBPE
 
-    texts = []
-    for file in text_files(path):
-        for line in _read_text(file).splitlines():
-            texts.extend(line.split("\t"))  # a pair's (or a label file's) columns apart
-    return SubwordBPE.train(texts, vocab_size)
+    texts = (_read_text(file) for file in text_files(path))
+    # split_lines: a pair's (or a label file's) columns apart, each line apart
+    return SubwordBPE.train(texts, vocab_size, split_lines=True)
 
 
 def _read_text(path: Path) -> str:
