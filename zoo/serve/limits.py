@@ -13,9 +13,10 @@ from the moment it is accepted, before any header is read (so before the API key
   the headers; past either, the client gets 408 and the connection closes;
 * at most ``max_connections`` connections are open. A new one beyond that closes the connection
   that has waited longest for a request's headers or body (idle keep-alive connections
-  included): a connection whose request is complete is never closed for another. When every
-  connection has a complete request (requests in the engine, responses streaming), the new
-  connection is answered 503 and closed.
+  included) if it has waited ``grace`` seconds; a connection whose request is complete is
+  never closed for another. When none has (every connection has a request in progress, or
+  more connections came within ``grace`` than the cap holds), the new connection is answered
+  503 and closed.
 
 :func:`connection_cap` keeps ``max_connections`` below the open-file limit with room for the
 sockets accepted but not yet counted, so ``accept`` never runs out of descriptors.
@@ -49,14 +50,16 @@ __all__ = [
 #: The most connections accepted at one wake-up of the event loop (asyncio's ``backlog``
 #: argument): sockets that are open before the protocol counts them.
 ACCEPT_BURST = 64
+#: Connections answered 503 that may linger at once; beyond, one is closed once answered.
+LINGERING = ACCEPT_BURST
 #: Descriptors kept free beyond ``max_connections``: up to four bursts of sockets accepted
-#: but not yet counted or closed but not yet released, and the process's own later files.
-RESERVED_FILES = 4 * ACCEPT_BURST + 64
+#: but not yet counted or closed but not yet released, the connections lingering after a
+#: 503, and the process's own later files.
+RESERVED_FILES = 4 * ACCEPT_BURST + LINGERING + 64
 #: The default cap when the open-file limit allows it (each connection costs a few KiB; the
 #: engine holds ``max_batch + max_queue`` requests, and every request beyond gets 429).
 DEFAULT_MAX_CONNECTIONS = 1024
-#: Seconds a connection answered 503 may go on sending before it is closed (closing a socket
-#: with unread bytes resets it, and the client would lose the answer).
+#: Seconds a connection answered 503 may go on sending before it is closed.
 LINGER = 1.0
 
 
@@ -70,12 +73,16 @@ class Limits:
         body_timeout: seconds from the end of the headers to the end of the body.
         keep_alive: seconds an idle connection stays open between requests.
         max_connections: connections open at once (see :func:`connection_cap`).
+        grace: seconds a connection may wait for its request before a new connection
+            beyond ``max_connections`` may close it (a client's request follows its
+            connection at once; the time covers a busy event loop).
     """
 
     header_timeout: float = 10.0
     body_timeout: float = 30.0
     keep_alive: float = 5.0
     max_connections: int = DEFAULT_MAX_CONNECTIONS
+    grace: float = 0.5
 
     def __post_init__(self) -> None:
         for option, value in (
@@ -83,6 +90,7 @@ class Limits:
             ("--body-timeout", self.body_timeout),
             ("--keep-alive", self.keep_alive),
             ("--max-connections", self.max_connections),
+            ("grace", self.grace),
         ):
             if not value > 0:  # NaN too
                 raise ValueError(f"{option} must be a positive number, not {value}")
@@ -139,25 +147,29 @@ def bounded_protocol(limits: Limits) -> type[BoundedH11Protocol]:
 
 
 class _Shared:
-    """One server's connections: how many are open, and which wait for a request's headers
-    or body (oldest first), the ones a new connection beyond the cap may close."""
+    """One server's connections: how many are open, how many linger after a 503, and which
+    wait for a request's headers or body, with since when (oldest first)."""
 
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
         self.open = 0
-        self.waiting: dict[BoundedH11Protocol, None] = {}  # insertion order: oldest first
+        self.lingering = 0
+        self.waiting: dict[BoundedH11Protocol, float] = {}  # insertion order: oldest first
 
-    def evict(self) -> bool:
-        """Close the connection that has waited longest; ``False`` when none waits."""
-        if not self.waiting:
-            return False
-        next(iter(self.waiting)).close()
-        return True
+    def make_room(self, now: float) -> bool:
+        """Close the connection that has waited longest for its request, if it has waited
+        ``grace`` seconds; ``False`` when none has."""
+        for oldest, since in self.waiting.items():
+            if now - since < self.limits.grace:
+                return False
+            oldest.close()
+            return True
+        return False
 
 
-#: What a connection waits for: a request's headers, its body, nothing (its request is
-#: complete: the response is under way), or its close (it was answered 503).
-_HEAD, _BODY, _BUSY, _REFUSED = "head", "body", "busy", "refused"
+#: What a connection waits for: a request's headers, its body, or nothing (its request is
+#: complete and the response under way, or it was answered 503).
+_HEAD, _BODY, _DONE = "head", "body", "done"
 
 
 class BoundedH11Protocol(H11Protocol):
@@ -169,9 +181,11 @@ class BoundedH11Protocol(H11Protocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.timeout_keep_alive = self.shared.limits.keep_alive  # type: ignore[assignment]
-        self._phase = _BUSY
+        self._phase = _DONE
         self._deadline: asyncio.TimerHandle | None = None
         self._counted = False
+        self._refused = False
+        self._lingering = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         """Count the connection; beyond the cap, close the longest-waiting one or refuse."""
@@ -179,14 +193,14 @@ class BoundedH11Protocol(H11Protocol):
         shared = self.shared
         shared.open += 1
         self._counted = True
-        if shared.open > shared.limits.max_connections and not shared.evict():
+        if shared.open > shared.limits.max_connections and not shared.make_room(self.loop.time()):
             self._refuse()
         else:
             self._enter(_HEAD)
 
     def data_received(self, data: bytes) -> None:
         """Parse as uvicorn does (nothing, once refused), then follow the request's state."""
-        if self._phase == _REFUSED:
+        if self._refused:
             return
         super().data_received(data)
         self._follow()
@@ -202,7 +216,7 @@ class BoundedH11Protocol(H11Protocol):
         super().connection_lost(exc)
 
     def close(self) -> None:
-        """Close the connection now (it waited longest when the server was full)."""
+        """Close the connection now."""
         self._forget()
         self.transport.close()
 
@@ -211,21 +225,22 @@ class BoundedH11Protocol(H11Protocol):
             self._forget()
             return
         state = self.conn.their_state
-        phase = _HEAD if state is h11.IDLE else _BODY if state is h11.SEND_BODY else _BUSY
+        phase = _HEAD if state is h11.IDLE else _BODY if state is h11.SEND_BODY else _DONE
         if phase != self._phase:
             self._enter(phase)
 
     def _enter(self, phase: str) -> None:
-        """Wait for ``phase`` (its deadline starts now); a waiting connection is the newest
-        a full server may close."""
+        """Wait for ``phase``, its deadline counted from now; a waiting connection is the
+        newest a full server may close."""
         self._cancel()
         self._phase = phase
-        self.shared.waiting.pop(self, None)
-        if phase == _BUSY:
+        waiting = self.shared.waiting
+        waiting.pop(self, None)
+        if phase == _DONE:
             return
-        self.shared.waiting[self] = None
+        waiting[self] = self.loop.time()
         limits = self.shared.limits
-        seconds = {_HEAD: limits.header_timeout, _BODY: limits.body_timeout}.get(phase, LINGER)
+        seconds = limits.header_timeout if phase == _HEAD else limits.body_timeout
         self._deadline = self.loop.call_later(seconds, self._expire)
 
     def _expire(self) -> None:
@@ -247,17 +262,24 @@ class BoundedH11Protocol(H11Protocol):
         )
 
     def _refuse(self) -> None:
-        """503, then read and drop what the client sends until it closes or ``LINGER``."""
-        limits = self.shared.limits
+        """503, then read and drop what the client sends until it closes, or for ``LINGER``
+        seconds (closing a socket with unread bytes resets it, and the client could lose the
+        answer); at once when :data:`LINGERING` connections linger already."""
+        self._refused = True
+        limits, shared = self.shared.limits, self.shared
         self._answer(
             503,
             f"the server holds {limits.max_connections} connections, each with a request in "
-            "progress (--max-connections); retry shortly",
+            "progress or just opened (--max-connections); retry shortly",
             "too_many_connections",
         )
-        if self.transport.can_write_eof():
-            self.transport.write_eof()
-        self._enter(_REFUSED)
+        if shared.lingering >= LINGERING or not self.transport.can_write_eof():
+            self.close()
+            return
+        self.transport.write_eof()
+        shared.lingering += 1
+        self._lingering = True
+        self._deadline = self.loop.call_later(LINGER, self.close)
 
     def _answer(self, status: int, message: str, code: str) -> None:
         """Write a whole JSON error response, outside h11 (no request may have been read)."""
@@ -277,6 +299,9 @@ class BoundedH11Protocol(H11Protocol):
         if self._counted:
             self._counted = False
             self.shared.open -= 1
+        if self._lingering:
+            self._lingering = False
+            self.shared.lingering -= 1
 
     def _cancel(self) -> None:
         if self._deadline is not None:
