@@ -581,7 +581,7 @@ def test_hostile_templates_end_in_a_chat_template_error_within_the_budgets():
     missing = [name for name in HOSTILE_BUDGETS if name not in results]
     assert not missing, f"the child hung or died before ending {missing}"
     budgets = ("MAX_STEPS", "MAX_SECONDS", "MAX_SIZE", "MAX_ITEMS", "MAX_ALLOCATED",
-               "MAX_DEPTH", "MAX_POWER_BITS", "RecursionError")  # fmt: skip
+               "MAX_DEPTH", "MAX_CALL_DEPTH", "MAX_POWER_BITS")  # fmt: skip
     for name, (outcome, _) in results.items():
         assert outcome.startswith("refused: "), f"{name}: {outcome}"
         assert any(budget in outcome for budget in budgets), f"{name}: {outcome}"
@@ -666,6 +666,9 @@ def test_a_template_past_its_deadline_or_failing_is_a_chat_template_error(monkey
 
     with pytest.raises(ChatTemplateError, match="division by zero"):
         ChatTemplate({"default": "{{ 1 / 0 }}"}).render([USER])
+    for deep in ("(" * 5000 + "1" + ")" * 5000, "[" * 5000 + "]" * 5000):  # the parser's stack
+        with pytest.raises(ChatTemplateError, match=r"could not be compiled \(RecursionError\)"):
+            ChatTemplate({"default": "{{ " + deep + " }}"}).render([USER])
     monkeypatch.setattr(chat_limits, "MAX_SECONDS", -1.0)  # a deadline already past
     with pytest.raises(ChatTemplateError, match=r"more than -1 seconds \(MAX_SECONDS\)"):
         ChatTemplate({"default": "{{ 1 + 1 }}"}).render([USER])

@@ -179,11 +179,15 @@ class _Sandbox(ImmutableSandboxedEnvironment):
         return limits.after_binop(operator, left, right, result)
 
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
-        """A call from the template (macro, method, global, ``caller``, ``loop``): a step,
-        refused when a string's method would build too much (``ljust``, ``replace``...)."""
-        limits.step()
-        limits.check_call(__obj, args, kwargs)
-        return limits.built(super().call(__context, __obj, *args, **kwargs))
+        """A call from the template (macro, method, global, ``caller``, ``loop``): a step and
+        a level of nesting, refused when a string's method would build too much (``ljust``,
+        ``replace``...)."""
+        meter = limits.enter_call()
+        try:
+            limits.check_call(__obj, args, kwargs)
+            return limits.built(super().call(__context, __obj, *args, **kwargs))
+        finally:
+            limits.leave_call(meter)
 
     def getitem(self, obj: Any, argument: Any) -> Any:
         """``obj[argument]``; a slice is a new value, charged."""

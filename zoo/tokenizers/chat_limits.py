@@ -50,6 +50,7 @@ from jinja2.utils import _PassArg
 
 __all__ = [
     "MAX_ALLOCATED",
+    "MAX_CALL_DEPTH",
     "MAX_DEPTH",
     "MAX_ITEMS",
     "MAX_POWER_BITS",
@@ -74,6 +75,8 @@ MAX_ALLOCATED = 1 << 28
 MAX_POWER_BITS = 4096
 #: Deepest nesting of lists, dicts and namespaces a value may have when it is measured.
 MAX_DEPTH = 200
+#: Deepest nesting of calls (a macro calling a macro, a recursive loop...).
+MAX_CALL_DEPTH = 64
 
 #: Characters written for a value the measure does not know (a function, a loop...).
 _OTHER_SIZE = 200
@@ -127,6 +130,7 @@ class Meter:
         self.steps = MAX_STEPS
         self.deadline = time.monotonic() + MAX_SECONDS
         self.allocated = 0
+        self.depth = 0  # calls under way
         self.sizes: dict[int, tuple[Any, int, int]] = {}  # id -> (container, size, height)
         self.counted: dict[int, Any] = {}  # large values already charged, by id
 
@@ -158,7 +162,7 @@ class Meter:
 
     def charge_value(self, value: Any) -> None:
         """Charge a string or container the template built (a large one once only)."""
-        if not isinstance(value, (str, bytes, list, tuple, dict)):
+        if not isinstance(value, (str, bytes, list, tuple, dict, int)):
             return
         size = sys.getsizeof(value)
         if size >= 1 << 16:
@@ -190,15 +194,37 @@ def step() -> None:
         meter.step()
 
 
+def enter_call() -> Meter | None:
+    """A call starts: one step, one level deeper (give the result to :func:`leave_call`);
+    refused past :data:`MAX_CALL_DEPTH` levels."""
+    meter = _METER.get()
+    if meter is not None:
+        meter.step()
+        meter.depth += 1
+        if meter.depth > MAX_CALL_DEPTH:
+            raise _over("the template nested calls", meter.depth, MAX_CALL_DEPTH,
+                        "MAX_CALL_DEPTH levels")  # fmt: skip
+    return meter
+
+
+def leave_call(meter: Meter | None) -> None:
+    """The call :func:`enter_call` started is over."""
+    if meter is not None:
+        meter.depth -= 1
+
+
 def built(value: Any) -> Any:
     """``value``, a result the template built, once its sizes are checked and its bytes
     charged."""
     kind = type(value)
-    if kind is str or kind is bytes:
+    if kind is bool or kind is float or value is None:
+        return value
+    if kind is int:
+        if value.bit_length() <= 64:
+            return value
+    elif isinstance(value, (str, bytes)):
         if len(value) > MAX_SIZE:
             check_text(len(value))
-    elif kind is int or kind is bool or value is None or kind is float:
-        return value
     elif isinstance(value, (list, tuple, dict)):
         check_items(len(value))
         check_text(text_size(value), "the template would build a value whose text is")
