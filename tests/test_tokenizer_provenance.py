@@ -194,7 +194,8 @@ def test_hf_repo_keeps_the_tokenizer_it_ships(local_hub, tmp_path):
 
 def test_gpt2_folder_saved_by_transformers5_keeps_its_tokenizer(tmp_path, gpt2_files):
     """transformers 5 saves GPT-2's tokenizer as tokenizer.json alone: checked to be GPT-2's,
-    it gives gpt2-bpe; the same file with another pre-tokenizer or vocabulary gives none."""
+    it gives gpt2-bpe (tiktoken); the same file with another pre-tokenizer, vocabulary or
+    <|endoftext|> is not GPT-2's, and zoo.load uses it as written (as transformers does)."""
     _tiny_gpt2(tmp_path / "model")
     src = tmp_path / "src"
     src.mkdir()
@@ -205,33 +206,53 @@ def test_gpt2_folder_saved_by_transformers5_keeps_its_tokenizer(tmp_path, gpt2_f
     )
     folder = tmp_path / "model"
     assert not (folder / "vocab.json").exists() and (folder / "tokenizer.json").exists()
-    assert zoo.load(folder).tokenizer.encode("Hello world") == [15496, 995]
+    tok = zoo.load(folder).tokenizer
+    assert tok.name == "gpt2-bpe" and tok.encode("Hello world") == [15496, 995]
 
     original = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
-    changes = {
-        "pre_tokenizer": lambda d: d["pre_tokenizer"].update(add_prefix_space=True),
-        "normalizer": lambda d: d.update(normalizer={"type": "Lowercase"}),
-        "added_tokens": lambda d: d["added_tokens"].append({"id": 50257, "content": "<pad>"}),
-        "not GPT-2's vocabulary": lambda d: d["model"]["vocab"].pop("Hello"),
-        "not a merge": lambda d: d["model"].update(merges=d["model"]["merges"][::-1]),
-    }
+    exported = json.loads(gpt2_files["tokenizer.json"])["pre_tokenizer"]  # tiktoken's split
+    regex_twice = json.loads(json.dumps(exported))
+    regex_twice["pretokenizers"][1]["use_regex"] = True  # GPT-2's regex again on each piece
+
+    def endoftext(**flags: object):  # type: ignore[no-untyped-def]
+        return lambda d: d["added_tokens"][0].update(flags)
+
+    changes = [
+        ("pre_tokenizer", lambda d: d["pre_tokenizer"].update(add_prefix_space=True)),
+        ("normalizer", lambda d: d.update(normalizer={"type": "Lowercase"})),
+        ("added_tokens", lambda d: d["added_tokens"].append({"id": 50257, "content": "<pad>"})),
+        ("not GPT-2's vocabulary", lambda d: d["model"]["vocab"].pop("Hello")),
+        ("not a merge", lambda d: d["model"].update(merges=d["model"]["merges"][::-1])),
+        ("added_tokens", endoftext(lstrip=True)),
+    ]
+    from zoo_plugins.gpt2.tokenizer import _check_pipeline
     from zoo_plugins.gpt2.tokenizer import load as gpt2_tokenizer
 
     from zoo.tokenizers import VocabularyFileError
 
-    for reason, change in changes.items():
+    pipeline = {k: v for k, v in original.items() if k != "model"}  # (cheap: no vocabulary)
+    for reason, change in [
+        ("pre_tokenizer", lambda d: d.update(pre_tokenizer=regex_twice)),
+        ("added_tokens", endoftext(special=False)),
+        ("added_tokens", endoftext(rstrip=True)),
+    ]:
+        data = json.loads(json.dumps(pipeline))
+        change(data)
+        with pytest.raises(VocabularyFileError, match=reason):
+            _check_pipeline({**data, "model": original["model"]}, "tokenizer.json")
+    _check_pipeline({**pipeline, "pre_tokenizer": exported, "model": original["model"]}, "-")
+    for reason, change in changes:
         data = json.loads(json.dumps(original))
         change(data)
         (folder / "tokenizer.json").write_text(json.dumps(data), encoding="utf-8")
         with pytest.raises(VocabularyFileError, match=reason):
             gpt2_tokenizer(directory=folder)
-    # the last: gpt2-bpe refuses it, so zoo.load uses the file as written (as transformers does)
+    # the last: gpt2-bpe refuses it (tiktoken keeps the space in "a <|endoftext|>", the file's
+    # lstrip takes it), so zoo.load uses the file as written
     model = zoo.load(folder)
     assert isinstance(model.tokenizer, HFTokenizer) and model.tokenizer_error is None
-    library = tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
-    assert [model.tokenizer.encode(t) for t in TEXTS] == [
-        library.encode(t, add_special_tokens=False).ids for t in TEXTS
-    ]
+    assert model.tokenizer.encode("a <|endoftext|>", allowed_special="all") == [64, 50256]
+    assert model.tokenizer.encode("a <|endoftext|>") == [64, 1279, 91, 437, 1659, 5239, 91, 29]
 
 
 def test_checkpoint_files_may_list_alternative_sets():
@@ -375,5 +396,5 @@ def test_a_folder_file_neither_gpt2_nor_readable_is_refused_with_both_reasons(tm
     model = zoo.load(tmp_path)
     assert model.tokenizer is None
     assert "not GPT-2's tokenizer" in model.tokenizer_error
-    assert "nor can it be read as written" in model.tokenizer_error
+    assert "right one; nor can zoo use it as written" in model.tokenizer_error
     assert "is not a valid tokenizers file" in model.tokenizer_error

@@ -144,7 +144,8 @@ _BYTE_LEVEL = {"type": "ByteLevel", "add_prefix_space": False}
 
 
 def _pre_tokenizer(pre: dict[str, Any]) -> bool:
-    """GPT-2's byte-level split: transformers' own form, or tiktoken's regex then bytes."""
+    """GPT-2's byte-level split: transformers' own form (GPT-2's regex in ``ByteLevel``), or
+    tiktoken's regex then bytes alone (``use_regex`` off: no second split)."""
     if _BYTE_LEVEL.items() <= pre.items() and pre.get("use_regex") is True:
         return True
     steps = pre.get("pretokenizers") or []
@@ -153,6 +154,7 @@ def _pre_tokenizer(pre: dict[str, Any]) -> bool:
         and len(steps) == 2
         and steps[0] == _SPLIT
         and _BYTE_LEVEL.items() <= steps[1].items()
+        and steps[1].get("use_regex") is False
     )
 
 
@@ -169,15 +171,24 @@ def _post_processor(post: dict[str, Any] | None) -> bool:
     )
 
 
+def _endoftext(added: Any) -> bool:
+    """``<|endoftext|>`` = 50256 as tiktoken matches it: a special token that takes no space
+    around it (``lstrip`` would take the space before it: "a <|endoftext|>" without " ")."""
+    return (
+        isinstance(added, dict)
+        and added.get("content") == ENDOFTEXT
+        and added.get("id") == 50256
+        and added.get("special") is True
+        and not any(added.get(k) for k in ("lstrip", "rstrip", "single_word"))
+    )
+
+
 #: Each part of a ``tokenizer.json`` and what GPT-2's must be.
 _PIPELINE: dict[str, Callable[[Any], bool]] = {
     "normalizer": lambda normalizer: normalizer is None,
     "pre_tokenizer": lambda pre: _pre_tokenizer(pre or {}),
     "model": lambda model: _plain_bpe(model or {}),
-    "added_tokens": lambda added: all(
-        isinstance(t, dict) and t.get("content") == ENDOFTEXT and t.get("id") == 50256
-        for t in added or []
-    ),
+    "added_tokens": lambda added: all(_endoftext(t) for t in added or []),
     "decoder": lambda decoder: (decoder or {}).get("type") == "ByteLevel",
     "post_processor": _post_processor,
 }

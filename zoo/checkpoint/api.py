@@ -592,7 +592,9 @@ def _own_tokenizer(
         try:
             own = from_pretrained(folder, name=model_name or shown.name)
         except TokenizerError as exc:
-            raise VocabularyFileError(f"{refused}; nor can it be read as written: {exc}") from None
+            raise VocabularyFileError(
+                f"{str(refused).rstrip('.')}; nor can zoo use it as written: {exc}"
+            ) from None
         log.info("%s: %s; its %s is used as written", shown, refused, TOKENIZER_FILE)
         return own
 
