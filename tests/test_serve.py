@@ -460,6 +460,34 @@ def test_stop_strings_and_seeded_sampling(byte_server):
     assert a == reference
 
 
+def test_the_extremes_of_every_sampling_field_are_answered(byte_server):
+    """Issue 28 item 7: ``"temperature": 1, "top_p": 1e-300`` (in the documented range) was
+    a 500 (``probability tensor contains either inf, nan or element < 0``). Every extreme a
+    request may hold is a 200; those that leave only the most likely token give the greedy
+    text."""
+    client = byte_server.client()
+    as_greedy = [
+        {"temperature": 0},
+        {"temperature": 1, "top_p": 1e-300},
+        {"temperature": 2, "top_p": 5e-324, "seed": 2**64 - 1},
+        {"temperature": 5e-324, "top_p": 1.0, "top_k": 10**30, "seed": -(2**63)},
+        {"temperature": 2, "top_k": 1},
+    ]
+    sampling = [{"temperature": 2, "top_p": 1.0, "top_k": 256, "seed": 0}]
+
+    def complete(fields: dict[str, Any]) -> Any:  # the fields sent as they are given
+        return client.completions.create(
+            model="shakespeare-byte", prompt="ROMEO:", max_tokens=8, extra_body=fields
+        ).choices[0]
+
+    with ThreadPoolExecutor(len(as_greedy) + len(sampling)) as pool:  # decoded together
+        outs = list(pool.map(complete, as_greedy + sampling))
+    greedy = outs[0].text
+    for fields, out in zip(as_greedy + sampling, outs, strict=True):
+        assert out.finish_reason == "length", fields
+        assert out.text == greedy or fields in sampling, fields
+
+
 def _error(call: Any, expected: type[openai.APIStatusError]) -> dict[str, Any]:
     with pytest.raises(expected) as caught:
         call()

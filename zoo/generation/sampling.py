@@ -59,13 +59,24 @@ def filter_logits(
     return logits
 
 
-def _scores(logits: Tensor) -> tuple[Tensor, Tensor]:
-    """Each row's logits as float32 scores whose maximum is 0, and whether the row has any
-    candidate ``(B,)``. The logits equal to their row's maximum score 0 (every ``+inf`` one
-    when there are some: the others are infinitely less likely and score ``-inf``); NaN
-    scores ``-inf``. A row with nothing above ``-inf`` has no candidate and scores 0
-    everywhere (a valid distribution, which the caller replaces)."""
+def _scores(logits: Tensor) -> tuple[Tensor, Tensor | None]:
+    """Each row's logits as float32 scores whose maximum is 0, and which rows have any
+    candidate ``(B,)`` (``None``: all of them). Logits that are all numbers, some finite,
+    are shifted by their maximum (the usual case, checked on ``B`` numbers); others go
+    through :func:`_odd_scores`."""
     logits = logits.float()
+    top = logits.amax(dim=-1, keepdim=True)  # (B, 1): nan for a row holding a nan
+    if bool(torch.isfinite(top).all()):
+        return logits - top, None
+    return _odd_scores(logits)
+
+
+def _odd_scores(logits: Tensor) -> tuple[Tensor, Tensor]:
+    """:func:`_scores` of rows with a NaN, a ``+inf`` or nothing above ``-inf``: the logits
+    equal to their row's maximum score 0 (every ``+inf`` one when there are some: the
+    others are infinitely less likely and score ``-inf``), NaN scores ``-inf``. A row with
+    nothing above ``-inf`` has no candidate and scores 0 everywhere (a valid distribution,
+    which the caller replaces)."""
     clean = logits.masked_fill(logits.isnan(), float("-inf"))
     top = clean.amax(dim=-1, keepdim=True)  # (B, 1)
     scores = torch.where(clean == top, 0.0, clean - top)
@@ -100,4 +111,6 @@ def next_tokens(
     filtered = filter_logits(_tempered(scores, temperature), top_k=top_k, top_p=top_p)
     probs = filtered.softmax(dim=-1)
     sampled = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+    if candidates is None:
+        return sampled
     return torch.where(candidates, sampled, logits.argmax(dim=-1))
