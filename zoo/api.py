@@ -251,8 +251,7 @@ def _checkpoint_info(source: str) -> ModelInfo:
 
     from .checkpoint.files import WEIGHTS_FILE
     from .checkpoint.manifest import read_config_json
-    from .checkpoint.readers import Request, model_folder, recognise
-    from .errors import CheckpointError
+    from .checkpoint.readers import Request, existing_checkpoint, recognise
 
     layout, model_name = "auto", None
     if source.startswith("hf:"):
@@ -264,9 +263,7 @@ def _checkpoint_info(source: str) -> ModelInfo:
         directory, weights, file_given = snapshot.directory, snapshot.weights, False
         layout, model_name = hub_source.layout, hub_source.model_name
     else:
-        path = model_folder(Path(os.path.expanduser(source)))
-        if not path.exists():
-            raise CheckpointError(f"checkpoint {path} does not exist")
+        path = existing_checkpoint(Path(os.path.expanduser(source)))
         file_given = path.is_file()
         directory, weights = (path.parent, path) if file_given else (path, path / WEIGHTS_FILE)
     request = Request(
@@ -316,6 +313,24 @@ def _tokenizer_description(name: str | None) -> str | None:
         return f"not available: {exc}"
 
 
+def _unknown_tokenizer(exc: UnknownModelError) -> UnknownModelError:
+    """:func:`tokenizer`'s error for a name that is no model, no tokenizer and no folder."""
+    known = ", ".join(get_registry().tokenizers()) or "none"
+    return UnknownModelError(f"{exc} Registered tokenizers: {known}.")
+
+
+def check_tokenizer(name: str | os.PathLike[str]) -> None:
+    """Refuse, as :func:`tokenizer` would, a name that is neither a named model, a registered
+    tokenizer nor a folder; nothing is loaded (no torch), so a typo is reported at once."""
+    registry = get_registry()
+    name = os.fspath(name)
+    try:
+        registry.model(name)
+    except UnknownModelError as exc:
+        if name not in registry.tokenizers() and not os.path.isdir(name):
+            raise _unknown_tokenizer(exc) from None
+
+
 def tokenizer(name: str | os.PathLike[str], **kwargs: Any) -> Tokenizer:
     """The tokenizer of a named model (or alias), a registered tokenizer by its own name, or
     the tokenizer in a folder.
@@ -347,8 +362,7 @@ def tokenizer(name: str | os.PathLike[str], **kwargs: Any) -> Tokenizer:
             from .tokenizers import load_folder
 
             return load_folder(name)
-        known = ", ".join(registry.tokenizers()) or "none"
-        raise UnknownModelError(f"{exc} Registered tokenizers: {known}.") from None
+        raise _unknown_tokenizer(exc) from None
     if spec.tokenizer is None:
         raise ZooError(f"model {spec.name!r} declares no tokenizer")
     try:

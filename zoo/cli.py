@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .generation import GenerationConfig
     from .nn.base import ZooModel
     from .tokenizers import Tokenizer
+    from .train import TrainConfig
 
 __all__ = ["main"]
 
@@ -194,8 +195,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from .testing import run_conformance
 
     failed = 0
-    for name in args.names:
-        api.resolve_config(name)  # unknown names fail fast with suggestions
+    for name in args.names:  # each name known: _check_names said so, before torch
         for r in run_conformance(name, devices=args.device or None):
             failed += not r.ok
             status = "ok" if r.ok else "FAILED"
@@ -396,10 +396,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     """Generate text from a prompt, streaming it to the terminal."""
     from .generation import stream_text
 
-    _check_utf8(args.prompt, "the prompt")
-    for stop in args.stop or ():
-        _check_utf8(stop, "a --stop string")
-    config = _generation_config(args, stop=tuple(args.stop or ()))
+    config = _generate_config(args)
     model = _load_for_generation(args)
     tokenizer = _given_tokenizer(args)
     # the tokenizer and the prompt are checked here, before anything is printed
@@ -407,6 +404,14 @@ def cmd_generate(args: argparse.Namespace) -> int:
     print(args.prompt, end="", flush=True)
     _print_pieces(pieces)
     return 0
+
+
+def _generate_config(args: argparse.Namespace) -> GenerationConfig:
+    """``zoo generate``'s prompt, stop strings and sampling flags, checked (no torch)."""
+    _check_utf8(args.prompt, "the prompt")
+    for stop in args.stop or ():
+        _check_utf8(stop, "a --stop string")
+    return _generation_config(args, stop=tuple(args.stop or ()))
 
 
 def _print_pieces(pieces: Iterable[str]) -> str:
@@ -433,9 +438,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from .generation.text import resolve_tokenizer
     from .tokenizers import ChatTemplateError
 
-    if args.system is not None:
-        _check_utf8(args.system, "--system")
-    config = _generation_config(args)
+    config = _chat_config(args)
     model = _load_for_generation(args)
     tokenizer = resolve_tokenizer(model, _given_tokenizer(args), "zoo chat")
     if tokenizer.chat_template is None:
@@ -461,6 +464,13 @@ def cmd_chat(args: argparse.Namespace) -> int:
         if text:
             history = _chat_turn(model, tokenizer, config, history, line)
     return 0
+
+
+def _chat_config(args: argparse.Namespace) -> GenerationConfig:
+    """``zoo chat``'s system message and sampling flags, checked (no torch)."""
+    if args.system is not None:
+        _check_utf8(args.system, "--system")
+    return _generation_config(args)
 
 
 def _input_lines(prompt: bool) -> Iterator[str]:
@@ -506,8 +516,6 @@ def cmd_classify(args: argparse.Namespace) -> int:
 
     from . import loading
 
-    for i, text in enumerate(args.texts):
-        _check_utf8(text, f"text {i + 1}")
     model = loading.load(args.checkpoint, device=args.device)
     labels = getattr(model.config, "labels", None)
     if not isinstance(labels, list):
@@ -556,47 +564,24 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     from . import loading
     from .devices import check_computes
-    from .train import TrainConfig, classifier, labels_in, train, train_tokenizer
+    from .train import classifier, labels_in, train, train_tokenizer
 
-    if (args.model is None) == (args.source is None):
-        raise ValueError(
-            "name the model once: NAME for a new model with random weights, or --from SOURCE "
-            "(a checkpoint directory, hf:org/name, or a named model with weights) to fine-tune"
-        )
     # before anything is loaded: the checks zoo generate makes (the meta device included)
     check_computes(api.check_device(args.device), None, "train", "zoo train --device cpu")
-    config = TrainConfig(  # its errors too, before a model is built or a tokenizer trained
-        steps=args.steps,
-        batch_size=args.batch_size,
-        grad_accum=args.grad_accum,
-        lr=args.lr,
-        min_lr=args.min_lr if args.min_lr is not None else args.lr / 10,
-        warmup=args.warmup,
-        eval_every=args.eval_every,
-        eval_batches=args.eval_batches,
-        checkpoint_every=args.checkpoint_every,
-        seed=args.seed,
-        time_budget=args.time_budget,
-        loss_target=args.loss_target,
-        bf16=args.bf16,
-    )
+    config = _train_config(args)  # its errors too, before a model is built or a tokenizer trained
     overrides = dict(_override(item) for item in args.set or ())
     tok = None
     if args.tokenizer is not None:
         from .tokenizers import load_directory
 
         tok = load_directory(args.tokenizer)
-    elif args.train_tokenizer is not None:
-        if args.source is not None:
-            raise ValueError("--train-tokenizer makes a new vocabulary: it needs a new model")
+    elif args.train_tokenizer is not None:  # with a new model: _check_train said so
         tok = train_tokenizer(args.data, args.train_tokenizer)
         overrides.setdefault("vocab_size", tok.vocab_size)
     if args.source is None:
         torch.manual_seed(args.seed)
         model = api.build(args.model, **overrides)
-    else:
-        if overrides:
-            raise ValueError("--set changes the config of a new model: it cannot go with --from")
+    else:  # without --set: _check_train said so
         model = loading.load(args.source)
     if args.task == "classify":  # a linear head over the labels the data uses
         model = classifier(model, labels_in(args.data))
@@ -613,6 +598,27 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"val loss {result.val_loss:.4f} after {result.steps} steps")
     print(f"model: {result.checkpoint}")
     return 128 + result.signal if result.signal else 0  # 130 (SIGINT), 143 (SIGTERM)
+
+
+def _train_config(args: argparse.Namespace) -> TrainConfig:
+    """``zoo train``'s training flags as a checked :class:`~zoo.train.TrainConfig` (no torch)."""
+    from .train import TrainConfig
+
+    return TrainConfig(
+        steps=args.steps,
+        batch_size=args.batch_size,
+        grad_accum=args.grad_accum,
+        lr=args.lr,
+        min_lr=args.min_lr if args.min_lr is not None else args.lr / 10,
+        warmup=args.warmup,
+        eval_every=args.eval_every,
+        eval_batches=args.eval_batches,
+        checkpoint_every=args.checkpoint_every,
+        seed=args.seed,
+        time_budget=args.time_budget,
+        loss_target=args.loss_target,
+        bf16=args.bf16,
+    )
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
@@ -1144,10 +1150,100 @@ def _version() -> str:
     return __version__
 
 
+def _check_model(args: argparse.Namespace) -> None:
+    """``zoo generate``, ``chat`` and ``serve``: the model (a named model with ``--random``)
+    and ``--tokenizer`` exist, as loading them will require."""
+    from . import loading
+
+    if args.random:
+        api.resolve_config(args.source)
+    else:
+        loading.check_source(args.source)
+    if args.tokenizer:
+        api.check_tokenizer(args.tokenizer)
+
+
+def _check_generate(args: argparse.Namespace) -> None:
+    _generate_config(args)
+    _check_model(args)
+
+
+def _check_chat(args: argparse.Namespace) -> None:
+    _chat_config(args)
+    _check_model(args)
+
+
+def _check_serve(args: argparse.Namespace) -> None:
+    if not 0 <= args.port <= 65535:
+        raise ValueError(f"--port must be from 0 to 65535 (0 picks a free port), got {args.port}")
+    _check_model(args)
+
+
+def _check_classify(args: argparse.Namespace) -> None:
+    from . import loading
+
+    for i, text in enumerate(args.texts):
+        _check_utf8(text, f"text {i + 1}")
+    loading.check_source(args.checkpoint)
+    if args.tokenizer:
+        api.check_tokenizer(args.tokenizer)
+
+
+def _check_train(args: argparse.Namespace) -> None:
+    from . import loading
+    from .tokenizers.files import read_manifest
+    from .train.files import text_files
+
+    if (args.model is None) == (args.source is None):
+        raise ValueError(
+            "name the model once: NAME for a new model with random weights, or --from SOURCE "
+            "(a checkpoint directory, hf:org/name, or a named model with weights) to fine-tune"
+        )
+    if args.model is not None:
+        api.resolve_config(args.model, **dict(_override(item) for item in args.set or ()))
+    else:
+        if args.train_tokenizer is not None:
+            raise ValueError("--train-tokenizer makes a new vocabulary: it needs a new model")
+        if args.set:
+            raise ValueError("--set changes the config of a new model: it cannot go with --from")
+        loading.check_source(args.source)
+    text_files(args.data)
+    if args.tokenizer is not None:
+        read_manifest(args.tokenizer)
+    _train_config(args)
+
+
+def _check_names(args: argparse.Namespace) -> None:
+    for name in args.names:
+        api.resolve_config(name)  # unknown names fail fast with suggestions
+
+
+def _check_convert(args: argparse.Namespace) -> None:
+    from . import loading
+
+    loading.check_source(args.source)
+
+
+#: Each command's checks of its arguments that need no torch (names known, files present,
+#: numbers in range), made before the command runs: a typo is reported in a fraction of a
+#: second, not after torch has loaded. They call what the command relies on later, so the
+#: messages are the same. (list, info, plugins, pull and push import no torch at all.)
+_CHECKS: dict[str, Callable[[argparse.Namespace], None]] = {
+    "generate": _check_generate,
+    "chat": _check_chat,
+    "serve": _check_serve,
+    "classify": _check_classify,
+    "train": _check_train,
+    "check": _check_names,
+    "convert": _check_convert,
+}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``zoo`` console script."""
     args = build_parser().parse_args(argv)
     try:
+        _CHECKS.get(args.command, lambda args: None)(args)
         return args.func(args)
     except (ZooError, KeyError, ValueError, OSError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc

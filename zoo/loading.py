@@ -14,16 +14,19 @@ from typing import TYPE_CHECKING, Any
 
 from .checkpoint.api import WEIGHTS_DIR_ENV, export, load_local, local_weights_path, save
 from .checkpoint.files import PICKLE_SUFFIXES, WEIGHTS_FILE
+from .checkpoint.readers import existing_checkpoint
 from .errors import CheckpointError, UnknownModelError
 from .hub.load import load_hf, load_named
+from .hub.source import PREFIX, parse_hf_source
 from .registry import get_registry
 
 if TYPE_CHECKING:
     import torch
 
     from .nn.base import ZooModel
+    from .specs import ModelSpec
 
-__all__ = ["convert_checkpoint", "load"]
+__all__ = ["check_source", "convert_checkpoint", "load"]
 
 
 def _looks_like_path(source: str) -> bool:
@@ -112,13 +115,30 @@ def load(
     return model
 
 
-def _load_named(name: str, **kwargs: Any) -> ZooModel:
+def check_source(source: str) -> None:
+    """Refuse what :func:`load` would refuse before reading anything: a malformed ``hf:``
+    source, a path that does not exist, a name no registry knows. Nothing is read or
+    imported (no torch), so the command line reports a typo at once."""
+    if source.startswith(PREFIX):
+        parse_hf_source(source)
+    elif _looks_like_path(source):
+        existing_checkpoint(Path(os.path.expanduser(source)))
+    else:
+        _named_spec(source)
+
+
+def _named_spec(name: str) -> ModelSpec:
+    """The registry entry of named model ``name``; unknown, the error says what else loads."""
     try:
-        spec = get_registry().model(name)
+        return get_registry().model(name)
     except UnknownModelError as exc:
         raise UnknownModelError(
             f"{exc} (zoo.load also accepts a checkpoint directory; {name!r} is not one)"
         ) from None
+
+
+def _load_named(name: str, **kwargs: Any) -> ZooModel:
+    spec = _named_spec(name)
     path = local_weights_path(spec.name)
     if path is None and spec.weights is not None and spec.weights.repo:
         return load_named(spec.name, **kwargs)

@@ -143,6 +143,14 @@ def model_folder(path: Path) -> Path:
     return path
 
 
+def existing_checkpoint(path: Path) -> Path:
+    """The checkpoint ``path`` stands for (:func:`model_folder`), which must exist."""
+    path = model_folder(path)
+    if not path.exists():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    return path
+
+
 # -- the readers -----------------------------------------------------------------------------
 def read_zoo(request: Request) -> Recognised | None:
     """A zoo checkpoint: ``config.json`` is a :class:`Manifest`."""

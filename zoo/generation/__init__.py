@@ -8,17 +8,51 @@ return types stand on it (:mod:`zoo.generation.text`): :func:`generate_text` (``
 (``str`` -> ``Iterator[str]``) and :func:`stream_continuation` (prompt ids ->
 ``Iterator[str]``, for chat prompts). :func:`zoo.generate` takes every form in one call and
 routes it (:mod:`zoo.generation.dispatch`).
+
+Importing the package imports no torch: :class:`GenerationConfig` and its checks are plain
+Python (``zoo generate`` checks its flags with them before torch loads); the rest is
+imported on first use.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..options import GenerationDefaults
 from .config import DEFAULTS, SEED_RANGE, GenerationConfig, check_seed, check_text
-from .core import _session_options as _session_options  # what ZOO_CUDA_GRAPHS reaches
-from .core import generate_ids, left_pad, stream_ids
-from .dispatch import generate
-from .sampling import filter_logits, next_tokens
-from .text import generate_text, generate_texts, stream_continuation, stream_text
+
+if TYPE_CHECKING:  # type checkers see the real names (and generate's overloads)
+    from .core import _session_options as _session_options  # what ZOO_CUDA_GRAPHS reaches
+    from .core import generate_ids, left_pad, stream_ids
+    from .dispatch import generate
+    from .sampling import filter_logits, next_tokens
+    from .text import generate_text, generate_texts, stream_continuation, stream_text
+
+#: Imported on first use: they import torch.
+_LAZY = {
+    "_session_options": "zoo.generation.core:_session_options",
+    "generate_ids": "zoo.generation.core:generate_ids",
+    "left_pad": "zoo.generation.core:left_pad",
+    "stream_ids": "zoo.generation.core:stream_ids",
+    "generate": "zoo.generation.dispatch:generate",
+    "filter_logits": "zoo.generation.sampling:filter_logits",
+    "next_tokens": "zoo.generation.sampling:next_tokens",
+    "generate_text": "zoo.generation.text:generate_text",
+    "generate_texts": "zoo.generation.text:generate_texts",
+    "stream_continuation": "zoo.generation.text:stream_continuation",
+    "stream_text": "zoo.generation.text:stream_text",
+}
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        from .._lazy import resolve
+
+        value = resolve(_LAZY[name])
+        globals()[name] = value  # once: later lookups find it without this hook
+        return value
+    raise AttributeError(f"module 'zoo.generation' has no attribute {name!r}")
+
 
 __all__ = [
     "DEFAULTS",

@@ -11,17 +11,49 @@ What differs between tasks (decoder LM, classifier, encoder-decoder: the data, t
 blocks FSDP2 shards) is a :class:`TaskSpec` the model's class declares (``train_task``); a
 plugin adds a task with a spec of its own (:mod:`zoo.train.task`).
 
-This package imports torch; ``import zoo`` does not import it.
+Importing the package imports no torch: :class:`TrainConfig`, :class:`DataError` and the
+errors are plain Python (``zoo train`` checks its arguments with them before torch loads);
+the rest is imported on first use.
 """
 
-from ..nn.base import ZooModel
-from ..nn.classifier import SequenceClassifier
-from ..nn.parts import Parts
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from .config import TrainConfig
-from .data import DataError, TokenData, labels_in, train_tokenizer
 from .errors import DivergedError, ResumeError, RunLockedError
-from .loop import TrainResult, train
-from .task import TaskSpec
+from .files import DataError
+
+if TYPE_CHECKING:  # type checkers see the real names
+    from ..nn.base import ZooModel
+    from ..nn.classifier import SequenceClassifier
+    from .data import TokenData, labels_in, train_tokenizer
+    from .loop import TrainResult, train
+    from .task import TaskSpec
+
+#: Imported on first use: they import torch.
+_LAZY = {
+    "ZooModel": "zoo.nn.base:ZooModel",
+    "SequenceClassifier": "zoo.nn.classifier:SequenceClassifier",
+    "Parts": "zoo.nn.parts:Parts",
+    "TokenData": "zoo.train.data:TokenData",
+    "labels_in": "zoo.train.data:labels_in",
+    "train_tokenizer": "zoo.train.data:train_tokenizer",
+    "TrainResult": "zoo.train.loop:TrainResult",
+    "train": "zoo.train.loop:train",
+    "TaskSpec": "zoo.train.task:TaskSpec",
+}
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        from .._lazy import resolve
+
+        value = resolve(_LAZY[name])
+        globals()[name] = value  # once: later lookups find it without this hook
+        return value
+    raise AttributeError(f"module 'zoo.train' has no attribute {name!r}")
+
 
 __all__ = [
     "DataError",
@@ -47,6 +79,8 @@ def classifier(model: ZooModel, labels: list[str]) -> SequenceClassifier:
 
     from ..api import tokenizer as named_tokenizer
     from ..errors import ZooError
+    from ..nn.classifier import SequenceClassifier
+    from ..nn.parts import Parts
     from ..registry import get_registry
 
     registry = get_registry()

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..errors import ZooError
+from .files import DataError, text_files
 
 __all__ = [
     "Batch",
@@ -33,23 +33,6 @@ __all__ = [
 #: positions to ignore (padding) hold ``IGNORE``.
 Batch = tuple[dict[str, Tensor], Tensor]
 IGNORE = -100
-
-
-class DataError(ZooError, ValueError):
-    """Training data that cannot be used: missing, empty, not UTF-8, shorter than a window."""
-
-
-def text_files(path: str | os.PathLike[str]) -> list[Path]:
-    """``path`` itself, or the ``*.txt`` files under a folder (sorted)."""
-    path = Path(path)
-    if path.is_dir():
-        files = sorted(p for p in path.rglob("*.txt") if p.is_file())
-        if not files:
-            raise DataError(f"{path} holds no .txt file; give a text file or a folder of them")
-        return files
-    if not path.is_file():
-        raise DataError(f"{path} does not exist; give a text file or a folder of .txt files")
-    return [path]
 
 
 def train_tokenizer(path: str | os.PathLike[str], vocab_size: int) -> Any:
