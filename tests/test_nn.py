@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 
 import pytest
@@ -137,3 +138,43 @@ def test_a_loaded_cpu_model_runs_on_onednn(tmp_path):
     assert kinds == ({OneDNNLinear} if available() else {Linear})
     plain = zoo.load(tmp_path, onednn=False)
     assert {type(m) for m in plain.modules() if isinstance(m, torch.nn.Linear)} == {Linear}
+
+
+def _rank_cases() -> list[tuple[str, tuple[int, ...], str]]:
+    """(model kind, shape of the ids, what the hint says) for each wrong rank."""
+    hints = {(): "torch.tensor([[id, ...]])", (5,): ".unsqueeze(0)"}
+    shapes = [(), (5,), (2, 5, 3), (2, 2, 5, 3)]
+    return [
+        (kind, shape, hints.get(shape, "not embeddings or one-hot"))
+        for kind in ("decoder", "encoder-decoder source", "encoder-decoder target", "classifier")
+        for shape in shapes
+    ]
+
+
+@functools.cache
+def _small_model(kind: str) -> torch.nn.Module:
+    from zoo.testing import small_overrides
+    from zoo.train import classifier
+
+    name = "transformer-encdec-tiny" if kind.startswith("encoder-decoder") else "gpt2-124m"
+    model = zoo.build(name, **small_overrides(name))
+    return classifier(model, ["a", "b"]) if kind == "classifier" else model
+
+
+@pytest.mark.parametrize(("kind", "shape", "hint"), _rank_cases())
+def test_ids_of_the_wrong_rank_get_a_hint_that_fits_the_rank(kind, shape, hint):
+    """Issue 28 item 20: (2, 2, 2) ids were told to ``unsqueeze(0)``, which makes them 4-D."""
+    ids = torch.zeros(shape, dtype=torch.long)
+    good = torch.zeros(2, 5, dtype=torch.long)
+    model = _small_model(kind)
+    args, name = (ids,), "input_ids"
+    if kind.startswith("encoder-decoder"):
+        args = (ids, good) if kind.endswith("source") else (good, ids)
+        name = "src_ids" if kind.endswith("source") else "tgt_ids"
+    with pytest.raises(ValueError) as error:
+        model(*args)
+    message = str(error.value)
+    assert message.startswith(f"{name} must have shape (batch, seq_len)"), message
+    assert f"got a {len(shape)}-D tensor of shape {shape}" in message, message
+    assert hint in message, message
+    assert ("unsqueeze" in message) == (len(shape) == 1), message

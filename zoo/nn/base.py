@@ -175,8 +175,8 @@ def check_token_ids(
         raise ValueError(f"{name} must hold integer token ids (torch.long), got dtype {ids.dtype}")
     if ids.ndim != 2:
         raise ValueError(
-            f"{name} must have shape (batch, seq_len), got {tuple(ids.shape)}; "
-            "add a batch dimension with ids.unsqueeze(0)"
+            f"{name} must have shape (batch, seq_len): a 2-D tensor of token ids (torch.long); "
+            f"got a {ids.ndim}-D tensor of shape {tuple(ids.shape)}. {_rank_hint(ids.ndim, name)}"
         )
     if ids.shape[1] == 0:
         raise ValueError(f"{name} is empty (seq_len 0); give at least one token")
@@ -191,6 +191,19 @@ def check_token_ids(
             bad = low if low < 0 else high
             raise ValueError(f"{name} holds id {bad}, outside the vocabulary [0, {vocab_size})")
     return ids.long()
+
+
+def _rank_hint(ndim: int, name: str) -> str:
+    """What to do with ids of rank ``ndim`` instead of 2."""
+    if ndim == 0:
+        return f"Give a sequence: {name} = torch.tensor([[id, ...]])"
+    if ndim == 1:
+        return f"Add the batch dimension: {name}.unsqueeze(0) (one sequence)"
+    return (
+        "Pass token ids, not embeddings or one-hot vectors (one-hot rows: "
+        f"{name}.argmax(-1)); sequences nested in more dimensions: "
+        f"{name}.reshape(-1, {name}.shape[-1])"
+    )
 
 
 def check_position_ids(positions: Any, shape: tuple[int, ...], context_length: int) -> Tensor:
