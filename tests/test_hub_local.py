@@ -42,7 +42,7 @@ def _start(root: Path) -> tuple[subprocess.Popen[str], dict[str, str], list[str]
 def test_try_the_hub_offline(tmp_path: Path) -> None:
     torch.manual_seed(0)
     model = zoo.build("gpt2-124m", **small_overrides("gpt2-124m")).eval()
-    zoo.save(model, tmp_path / "ckpt")
+    zoo.save(model, tmp_path / "runs" / "mine" / "model")  # a run folder, as docs/hub.md has
     server, exports, lines = _start(tmp_path / "hub-root")
     try:
         assert set(exports) == {"HF_ENDPOINT", "HF_HUB_DISABLE_XET", "HF_TOKEN"}, lines
@@ -51,7 +51,7 @@ def test_try_the_hub_offline(tmp_path: Path) -> None:
         base = {k: v for k, v in os.environ.items() if not k.startswith(_CLEAN)}
         env = {**base, **exports, "ZOO_CACHE_DIR": str(tmp_path / "zoo-cache")}
         push = subprocess.run(
-            [sys.executable, "-m", "zoo.cli", "push", str(tmp_path / "ckpt"), "org/tiny"],
+            [sys.executable, "-m", "zoo.cli", "push", str(tmp_path / "runs" / "mine"), "org/tiny"],
             env={**env, "HF_HOME": str(tmp_path / "home-push")},
             capture_output=True, text=True, timeout=120,
         )  # fmt: skip

@@ -14,7 +14,9 @@ everything runs in a few minutes on 2 cores; and a Python ``zoo.load("gpt2-124m"
 beforehand (same tokenizer and vocabulary). A command or a
 line of Python whose comment says ``needs the Hub``, ``several machines`` or ``needs a GPU``
 is checked to be marked, not run; one that says ``tested in tests/test_x.py`` (a first
-compilation, too slow to repeat here) must name a test file that exists.
+compilation, too slow to repeat here) must name a test file that exists. One that says
+``needs the Hub (or a local one...)`` runs against a local Hub (``zoo.hub.local``) started for
+the document, seeded with the repos its lines read before they push (:data:`HUB_SEEDS`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import IO
 import pytest
 from docblocks import (
     DOCS,
+    LOCAL_HUB,
     NOT_HERE,
     README,
     ROOT,
@@ -45,7 +48,10 @@ from docblocks import (
     guide_text,
     links,
     python_to_run,
+    runs_here,
 )
+from hub_fixtures import HUB_TOKEN, hub_client_env
+from hubserver import LocalHub
 
 SHAKESPEARE = ROOT / "plugins" / "shakespeare" / "data" / "tinyshakespeare.txt"
 
@@ -72,6 +78,16 @@ SMALL_GPT2 = (
     "import zoo\n"
     'zoo.save(zoo.build("gpt2-124m", n_layers=2, d_model=64, n_heads=2, d_ff=128), "gpt2-small")\n'
 )
+
+#: What a document's lines read from the local Hub before anything is pushed to it: the
+#: source they name -> the code that publishes it there (a small gpt2-124m, as SMALL_GPT2).
+HUB_SEEDS = {
+    '"hf:org/name@v1"': (
+        "import zoo\n"
+        'zoo.push(zoo.build("gpt2-124m", n_layers=2, d_model=64, n_heads=2, d_ff=128), '
+        '"org/name", revision="v1")\n'
+    ),
+}
 
 #: Runs a document's Python blocks one request at a time in one namespace; answers on the
 #: original stdout while the blocks' own output goes to stderr.
@@ -153,6 +169,7 @@ def test_the_readme_is_a_front_page_that_links_every_guide():
 def test_every_command_and_python_line_is_marked_or_runnable():
     commands_found = all_commands()
     assert len(readme_commands()) >= 10, "the README's commands were not found"
+    assert any(LOCAL_HUB in comment for _, comment in readme_commands()), "no local-Hub line"
     assert len(commands_found) > len(readme_commands()), "the guides' commands were not found"
     for command, comment in commands_found:
         if "hf:" in command or command.startswith(("zoo pull", "zoo push")):
@@ -230,11 +247,17 @@ def _run_python(kernel: subprocess.Popen[str], code: str, where: str) -> str | N
     return None if reply["ok"] else reply["error"]
 
 
-def _run_sh(block: Block, work: Path, env: dict[str, str]) -> list[str]:
+def _run_sh(
+    block: Block, work: Path, env: dict[str, str], hub_env: dict[str, str] | None
+) -> list[str]:
+    """Run the commands of ``block`` that run here; those marked :data:`LOCAL_HUB` with
+    ``hub_env`` (the local Hub's)."""
     failures = []
     for command, comment in commands(block):
-        if any(mark in comment for mark in NOT_HERE):
+        if not runs_here(comment):
             continue
+        if LOCAL_HUB in comment:
+            assert hub_env is not None, "no local Hub was started for this document"
         argv = shlex.split(_small(command))
         if argv[0] == "zoo":
             argv = [sys.executable, "-m", "zoo.cli", *argv[1:]]
@@ -242,7 +265,14 @@ def _run_sh(block: Block, work: Path, env: dict[str, str]) -> list[str]:
             argv = [shutil.which("torchrun", path=env["PATH"]) or "torchrun", *argv[1:]]
         elif argv[0] == "python":
             argv = [sys.executable, *argv[1:]]
-        run = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=600)
+        run = subprocess.run(
+            argv,
+            cwd=work,
+            env=hub_env if LOCAL_HUB in comment and hub_env else env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         if run.returncode != 0:
             failures.append(
                 f"{block.where}: $ {command}\n(exit {run.returncode})\n{run.stderr[-1500:]}"
@@ -285,15 +315,25 @@ def test_document_runs_as_written(document, tmp_path):
     }
     found = [b for b in blocks(document) if b.language in ("sh", "python")]
     failures: list[str] = []
+    hub = _local_hub(found, tmp_path)
+    hub_env = None
+    if hub is not None:
+        offline = {k: v for k, v in env.items() if k != "HF_HUB_OFFLINE"}
+        hub_env = {**offline, **hub_client_env(hub.endpoint, HUB_TOKEN, tmp_path / "hf")}
+    python_hub = any(LOCAL_HUB in b.text for b in found if b.language == "python")
     with open(tmp_path / "python.log", "w") as log:
-        kernel = _start_python(work, env, log)
+        kernel = _start_python(work, hub_env if python_hub and hub_env else env, log)
         try:
             if any('zoo.load("gpt2-124m"' in python_to_run(b) for b in found):
                 error = _run_python(kernel, SMALL_GPT2, "setup")
                 assert error is None, error
+            for source, seed in HUB_SEEDS.items():
+                if any(source in python_to_run(b) for b in found):
+                    error = _run_python(kernel, seed, f"seed {source}")
+                    assert error is None, error
             for block in found:
                 if block.language == "sh":
-                    failures += _run_sh(block, work, env)
+                    failures += _run_sh(block, work, env, hub_env)
                     continue
                 error = _run_python(kernel, _small_python(python_to_run(block)), block.where)
                 if error is not None:
@@ -301,4 +341,13 @@ def test_document_runs_as_written(document, tmp_path):
         finally:
             kernel.kill()
             kernel.wait()
+            if hub is not None:
+                hub.close()
     assert not failures, "\n\n".join(failures)
+
+
+def _local_hub(found: list[Block], tmp_path: Path) -> LocalHub | None:
+    """A running local Hub when a block has a line marked :data:`LOCAL_HUB`, else None."""
+    if not any(LOCAL_HUB in b.text for b in found):
+        return None
+    return LocalHub(token=HUB_TOKEN, root=tmp_path / "localhub").start()
