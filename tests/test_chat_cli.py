@@ -127,6 +127,31 @@ def test_a_turn_the_template_refuses_is_reported_and_the_chat_goes_on(tmp_path, 
     assert err.count("zoo: error: the chat template refused the conversation: no user") == 2
 
 
+#: zoo chat's sampling flags at their extremes: each leaves only the most likely token.
+AS_GREEDY = [
+    ("--temperature", "1", "--top-p", "1e-300"),  # issue 28 item 7: torch.multinomial failed
+    ("--temperature", "1e300", "--top-p", "5e-324", "--seed", "18446744073709551615"),
+    ("--temperature", "5e-324", "--top-k", str(10**30), "--seed=-9223372036854775808"),
+    ("--temperature", "1.7e308", "--top-k", "1", "--top-p", "1"),
+]
+
+
+def test_chat_keeps_the_most_likely_token_at_every_extreme(checkpoint, capsys):
+    """Each extreme of zoo chat's sampling flags gives the greedy reply; ones that sample
+    among every token give a reply too (in-process: one load per run, no interpreter)."""
+    from zoo.cli import main
+
+    greedy = replies(checkpoint, ["Hi"])
+    runs = [*AS_GREEDY, ("--temperature", "1e300", "--top-k", "100000", "--top-p", "1")]
+    for flags in runs:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr("sys.stdin", _Lines("Hi\n"))
+            code = main(["chat", str(checkpoint), "--max-new-tokens", "8", *flags])
+        out, err = capsys.readouterr()
+        assert code == 0 and err == "", (flags, err)
+        assert out == greedy or (flags not in AS_GREEDY and out.endswith("\n")), flags
+
+
 class _Lines:
     """A text standard input without a byte buffer (as a test or an embedding program
     gives)."""
