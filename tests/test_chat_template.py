@@ -434,6 +434,17 @@ HOSTILE_BUDGETS = {
     "string": "{{ (['x' * 16000000] * 300)|string }}",
     "str-format-width": "{{ '{:>1999999999}'.format(1) }}",
     "filter-block": "{% filter center(1999999999) %}x{% endfilter %}",
+    "join-method-lazy": "{{ ('x' * 16000000).join(range(100000)|map('string')) }}",
+    "join-filter-lazy": "{{ range(100000)|map('string')|join('x' * 16000000) }}",
+    "title": "{{ ('a ' * 8000000)|title }}",
+    "striptags": "{{ ('a ' * 8000000)|striptags }}",
+    "urlencode": "{{ ('%' * 16000000)|urlencode }}",
+    "list-growth": (
+        "{% set ns = namespace(a=[]) %}{% for i in range(100000) %}{% set ns.a = ns.a + [i] %}"
+        "{% endfor %}"
+    ),
+    "fields": "{{ '{0}{0}{0}{0}'.format('x' * 5000000) }}",
+    "fill-batch": "{% set x = 'x' * 100000 %}{{ [x]|batch(1000, x)|list }}",
     "attr-format": "{{ ('{:>1999999999}'|attr('format'))(1) }}",
     "tojson-indent": "{{ [1, [2]]|tojson(indent=1999999999) }}",
     "tojson-separators": "{{ (range(100000)|list)|tojson(separators=(',' * 1000, ':')) }}",
@@ -446,7 +457,7 @@ HOSTILE_BUDGETS = {
     "concat-tilde": "{{ ('x' * 9000000) ~ ('y' * 9000000) }}",
     "namespace-dict": (
         "{% set ns = namespace(d={}) %}{% for i in range(100000) %}"
-        "{% set ns.d = dict(ns.d, **{('k' ~ i): 'v' * 10000}) %}{% endfor %}"
+        "{% set ns.d = dict(ns.d, **{('k' ~ i): 'v' * 100000}) %}{% endfor %}"
     ),
     "list-doubling": (
         "{% set ns = namespace(l=[1]) %}{% for i in range(64) %}{% set ns.l = ns.l + ns.l %}"
@@ -518,14 +529,14 @@ HOSTILE_BUDGETS = {
 }
 
 #: Runs each template of a corpus in this child, under a 1 GiB address-space cap, with the
-#: step and time budgets cut to 20,000 steps and 1 s (so that the step-bound cases are cheap;
+#: step and time budgets cut to 10,000 steps and 0.5 s (so that the step-bound cases are cheap;
 #: the size and byte budgets are the real ones). One line per template, as it ends.
 _BUDGET_CHILD = textwrap.dedent(
     """
     import json, resource, sys, time
     resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
     from zoo.tokenizers import ChatTemplate, ChatTemplateError, chat_limits
-    chat_limits.MAX_STEPS, chat_limits.MAX_SECONDS = 20_000, 1.0
+    chat_limits.MAX_STEPS, chat_limits.MAX_SECONDS = 10_000, 0.5
     for name, source in json.loads(sys.argv[1]).items():
         start = time.perf_counter()
         try:
@@ -661,7 +672,7 @@ def test_the_budgets_leave_ordinary_renderings_exactly_as_jinja_renders_them():
         assert ChatTemplate({"default": source}).render([USER]) == expected, source
 
 
-def test_a_template_past_its_deadline_or_failing_is_a_chat_template_error(monkeypatch):
+def test_a_template_past_its_bytes_or_deadline_or_failing_is_a_chat_template_error(monkeypatch):
     from zoo.tokenizers import ChatTemplate, chat_limits
 
     with pytest.raises(ChatTemplateError, match="division by zero"):
@@ -669,6 +680,14 @@ def test_a_template_past_its_deadline_or_failing_is_a_chat_template_error(monkey
     for deep in ("(" * 5000 + "1" + ")" * 5000, "[" * 5000 + "]" * 5000):  # the parser's stack
         with pytest.raises(ChatTemplateError, match=r"could not be compiled \(RecursionError\)"):
             ChatTemplate({"default": "{{ " + deep + " }}"}).render([USER])
+    kept = (  # each macro frame keeps 200,000 characters alive
+        "{% macro f(n) %}{% set s = 'x' * 200000 ~ n %}{% if n < 20 %}{{ f(n + 1) }}{% endif %}"
+        "{% endmacro %}{{ f(0) }}"
+    )
+    assert ChatTemplate({"default": kept}).render([USER]) == ""
+    monkeypatch.setattr(chat_limits, "MAX_ALLOCATED", 2_000_000)
+    with pytest.raises(ChatTemplateError, match=r"2,000,000 \(MAX_ALLOCATED bytes\)"):
+        ChatTemplate({"default": kept}).render([USER])
     monkeypatch.setattr(chat_limits, "MAX_SECONDS", -1.0)  # a deadline already past
     with pytest.raises(ChatTemplateError, match=r"more than -1 seconds \(MAX_SECONDS\)"):
         ChatTemplate({"default": "{{ 1 + 1 }}"}).render([USER])

@@ -184,7 +184,7 @@ class _Sandbox(ImmutableSandboxedEnvironment):
         ``replace``...)."""
         meter = limits.enter_call()
         try:
-            limits.check_call(__obj, args, kwargs)
+            args = limits.prepare_call(__obj, args, kwargs)
             return limits.built(super().call(__context, __obj, *args, **kwargs))
         finally:
             limits.leave_call(meter)
@@ -542,11 +542,13 @@ def _render(template: jinja2.Template, **variables: Any) -> str:
         raise ChatTemplateError(f"the chat template was stopped by the sandbox: {exc}") from None
     except jinja2.exceptions.TemplateError as exc:  # raise_exception(...) and undefined names
         raise ChatTemplateError(f"the chat template refused the conversation: {exc}") from None
-    except (RecursionError, MemoryError, OverflowError) as exc:  # range() beyond MAX_RANGE
+    except (RecursionError, MemoryError) as exc:  # what the budgets did not foresee
         raise ChatTemplateError(
             f"the chat template was stopped: {type(exc).__name__}: {exc or 'out of memory'} "
             "(calls nested too deeply, or a value too large for this machine)"
         ) from None
+    except OverflowError as exc:  # range() beyond MAX_RANGE, a float too large
+        raise ChatTemplateError(f"the chat template was stopped: {exc}") from None
     except Exception as exc:  # TypeError, ZeroDivisionError...: the template's own failure
         raise ChatTemplateError(
             f"the chat template failed on this conversation ({type(exc).__name__}: {exc}); "

@@ -571,26 +571,31 @@ _METHOD_SIZES: dict[str, Callable[..., int | None]] = {
 _CONTEXT_ARGUMENTS = frozenset({"_loop_vars", "_block_vars"})
 
 
-def check_call(obj: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """Refuse a call of a string's method or of ``lipsum`` whose result would be too large,
-    before it runs."""
+def prepare_call(obj: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """The arguments of a call of a string's method or of ``lipsum``, refused when its
+    result would be too large, before it runs (the lazy iterable of a ``join`` is drawn
+    first, one step per item, to be measured)."""
     owner = getattr(obj, "__self__", None)
     if isinstance(owner, (str, bytes)):
         kwargs = {k: v for k, v in kwargs.items() if k not in _CONTEXT_ARGUMENTS}
+        name = getattr(obj, "__name__", "")
+        if name == "join" and args and not isinstance(args[0], Collection):
+            args = (list(counted(args[0])), *args[1:])
         for value in (*args, *kwargs.values()):
             if is_int(value) and abs(value) > MAX_SIZE:
                 raise _over("a string method was given the number", value, MAX_SIZE, "MAX_SIZE")
-        estimate = _METHOD_SIZES.get(getattr(obj, "__name__", ""))
+        estimate = _METHOD_SIZES.get(name)
         if estimate is not None:
             size = estimate(owner, *args, **kwargs)
             if size is not None:
-                check_text(size, f"{obj.__name__}() would build a string of")
+                check_text(size, f"{name}() would build a string of")
     elif obj is jinja2.utils.generate_lorem_ipsum:
         kwargs = {k: v for k, v in kwargs.items() if k not in _CONTEXT_ARGUMENTS}
         bound = inspect.signature(obj).bind(*args, **kwargs)
         bound.apply_defaults()
         size = as_int(bound.arguments["n"]) * (as_int(bound.arguments["max"]) + 2) * 16
         check_text(size, "lipsum() would write a string of")
+    return args
 
 
 # -- filters ---------------------------------------------------------------------------------
@@ -631,14 +636,12 @@ def _join_size(value: Any, d: Any = "", attribute: Any = None) -> int:
 def _wordwrap_size(value: Any, width: Any = 79, break_long_words: Any = True,
                    wrapstring: Any = None, *_: Any, **__: Any) -> int:  # fmt: skip
     size = text_size(value)
-    check_items(size, "wordwrap would wrap a text of")
     return size + (size + 1) * (1 + text_size(wrapstring or ""))
 
 
 def _urlize_size(value: Any, trim_url_limit: Any = None, nofollow: Any = False,
                  target: Any = None, rel: Any = None, *_: Any, **__: Any) -> int:  # fmt: skip
     size = text_size(value)
-    check_items(size, "urlize would split a text of")
     s = _string_of(value)
     urls = sum(s.count(c) for c in ".:@") if s is not None else size
     return 5 * size + urls * (64 + text_size(target) + text_size(rel))
@@ -688,6 +691,8 @@ _FREE_FILTERS = frozenset(
     {"abs", "attr", "count", "d", "default", "first", "float", "int", "last", "length",
      "random", "reverse", "round", "filesizeformat", "tojson"}
 )  # fmt: skip
+#: Filters that split their value's text into a list of words, characters or bytes.
+_SPLIT_FILTERS = frozenset({"striptags", "title", "urlencode", "urlize", "wordwrap"})
 #: Filters that walk their value item by item: at most :data:`MAX_ITEMS` of them.
 _ITEM_FILTERS = frozenset(
     {"batch", "dictsort", "groupby", "items", "join", "list", "map", "max", "min", "reject",
@@ -700,6 +705,8 @@ def check_filter(name: str, value: Any, args: tuple[Any, ...], kwargs: dict[str,
     large."""
     if name in _ITEM_FILTERS and isinstance(value, Sized):
         check_items(len(value), f"the {name} filter would walk")
+    elif name in _SPLIT_FILTERS:
+        check_items(text_size(value), f"the {name} filter would split a text of")
     elif name not in _FREE_FILTERS:
         check_text(text_size(value), f"the {name} filter would read a text of")
     estimate = _FILTER_SIZES.get(name)
@@ -719,6 +726,8 @@ def bounded_filter(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
         step()
         if name in _ITEM_FILTERS and isinstance(value, Iterator):
             value = counted(value)
+            if name == "join":  # to be measured before it is joined
+                value = list(value)
         check_filter(name, value, args, kwargs)
         if pass_arg is _PassArg.context:
             result = func(context, value, *args, **kwargs)
