@@ -48,7 +48,7 @@ from .readers import (
     Recognised,
     Request,
     architecture,
-    model_folder,
+    existing_checkpoint,
     recognise,
 )
 from .shards import (
@@ -300,9 +300,7 @@ def load_local(
     if quantize is not None and quantize not in QUANTIZE_MODES:
         raise ValueError(f"quantize must be one of {', '.join(QUANTIZE_MODES)}, got {quantize!r}")
     target = _target_device(device)
-    path = model_folder(Path(path))  # a training run's folder stands for its model
-    if not path.exists():
-        raise CheckpointError(f"checkpoint {path} does not exist")
+    path = existing_checkpoint(Path(path))  # a training run's folder stands for its model
     folder = path.parent if path.is_file() else path
     clean_stale(folder)  # versions a killed zoo.save left behind (never one in progress)
     with pinned_version(folder) as version:
