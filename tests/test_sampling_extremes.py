@@ -3,13 +3,15 @@ every sampling setting (temperature from the smallest float to the largest, ``to
 the smallest float to 1, ``top_k`` from 1 to beyond the vocabulary, seeds at both ends of
 their range) on every kind of logits (masked ``-inf`` ids, +-3e38, float16/bfloat16, ``+inf``,
 NaN, a row with nothing above ``-inf``) picks a valid id among the most likely ones, through
-:func:`zoo.generation.next_tokens` and through :func:`zoo.generate`. ``zoo serve`` and
-``zoo chat`` are tested in tests/test_serve.py and tests/test_chat_cli.py."""
+:func:`zoo.generation.next_tokens`, :func:`zoo.generate` and zoo serve's picker; ``zoo
+serve`` and ``zoo chat`` themselves are tested in tests/test_serve.py and
+tests/test_chat_cli.py."""
 
 from __future__ import annotations
 
 import itertools
 import math
+import types
 from collections.abc import Iterator
 
 import pytest
@@ -18,7 +20,9 @@ from test_generation import small
 
 import zoo
 from zoo.generation import GenerationConfig, generate_ids, next_tokens
+from zoo.generation.sampling import limit_vocab
 from zoo.options import SEED_RANGE
+from zoo.serve.engine import _pick as engine_pick
 
 INF, NAN = math.inf, math.nan
 V = 12  # vocabulary of the unit cases
@@ -100,6 +104,31 @@ def test_every_extreme_setting_picks_one_of_the_most_likely_tokens(kind):
         )
         assert picked.shape == (logits.shape[0],) and picked.dtype == torch.long, settings
         for row, token in zip(logits, picked.tolist(), strict=True):
+            assert token in _allowed(row, temperature, top_k, top_p), settings
+
+
+@pytest.mark.parametrize("kind", list(LOGITS))
+def test_the_servers_picker_keeps_the_most_likely_token_of_each_row(kind):
+    """zoo serve picks each row with its own settings, generator and vocab_limit (the
+    masking and sampler zoo.generate uses): the same guarantee, row by row (every 7th
+    setting of the grid: all of each field's values, fewer combinations)."""
+    logits = LOGITS[kind]
+    limits = [None, 5, V - 1][: logits.shape[0]]
+    masked = limit_vocab(logits, limits)
+    grid = itertools.product(TEMPERATURES, TOP_KS, TOP_PS)
+    for i, (temperature, top_k, top_p) in enumerate(itertools.islice(grid, 0, None, 7)):
+        settings = f"{kind}: temperature={temperature} top_k={top_k} top_p={top_p}"
+        rows = [
+            types.SimpleNamespace(
+                config=GenerationConfig(
+                    temperature=temperature, top_k=top_k, top_p=top_p, vocab_limit=limit
+                ),
+                generator=torch.Generator().manual_seed(SEEDS[(i + j) % len(SEEDS)]),
+            )
+            for j, limit in enumerate(limits)
+        ]
+        picked = engine_pick(rows, logits)  # type: ignore[arg-type]
+        for row, token in zip(masked, picked, strict=True):
             assert token in _allowed(row, temperature, top_k, top_p), settings
 
 
