@@ -14,6 +14,7 @@ change no output of a template that keeps to them:
   ``%`` or ``format`` spec, so that nothing large is allocated first;
 - :data:`MAX_ALLOCATED` bytes allocated in all by the values the template builds (what it
   could keep alive at once, in variables, macro frames or namespaces);
+- :data:`MAX_DEPTH` levels of nesting in a value, :data:`MAX_CALL_DEPTH` levels of calls;
 - :data:`MAX_POWER_BITS` bits in an integer built with ``*`` or ``**``.
 
 A template past any of them gets a :class:`LimitError` (a Jinja ``SecurityError``) that names
@@ -576,8 +577,8 @@ def prepare_call(obj: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tup
     result would be too large, before it runs (the lazy iterable of a ``join`` is drawn
     first, one step per item, to be measured)."""
     owner = getattr(obj, "__self__", None)
+    kwargs = {k: v for k, v in kwargs.items() if k not in _CONTEXT_ARGUMENTS}
     if isinstance(owner, (str, bytes)):
-        kwargs = {k: v for k, v in kwargs.items() if k not in _CONTEXT_ARGUMENTS}
         name = getattr(obj, "__name__", "")
         if name == "join" and args and not isinstance(args[0], Collection):
             args = (list(counted(args[0])), *args[1:])
@@ -590,7 +591,6 @@ def prepare_call(obj: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tup
             if size is not None:
                 check_text(size, f"{name}() would build a string of")
     elif obj is jinja2.utils.generate_lorem_ipsum:
-        kwargs = {k: v for k, v in kwargs.items() if k not in _CONTEXT_ARGUMENTS}
         bound = inspect.signature(obj).bind(*args, **kwargs)
         bound.apply_defaults()
         size = as_int(bound.arguments["n"]) * (as_int(bound.arguments["max"]) + 2) * 16
@@ -715,6 +715,18 @@ def check_filter(name: str, value: Any, args: tuple[Any, ...], kwargs: dict[str,
         check_text(size, f"the {name} filter would write a string of")
 
 
+def _run(pass_arg: Any, func: Callable[..., Any], context: Any, *args: Any, **kwargs: Any) -> Any:
+    """``func(*args, **kwargs)``, given first what it asks for (Jinja's ``pass_context``,
+    ``pass_eval_context``, ``pass_environment``)."""
+    if pass_arg is _PassArg.context:
+        return func(context, *args, **kwargs)
+    if pass_arg is _PassArg.eval_context:
+        return func(context.eval_ctx, *args, **kwargs)
+    if pass_arg is _PassArg.environment:
+        return func(context.environment, *args, **kwargs)
+    return func(*args, **kwargs)
+
+
 def bounded_filter(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
     """Filter ``func`` as the sandbox calls it: one step, checked before it runs, its result
     checked and charged, and a lazy result drawn one step per item. Takes the context, so
@@ -729,14 +741,7 @@ def bounded_filter(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
             if name == "join":  # to be measured before it is joined
                 value = list(value)
         check_filter(name, value, args, kwargs)
-        if pass_arg is _PassArg.context:
-            result = func(context, value, *args, **kwargs)
-        elif pass_arg is _PassArg.eval_context:
-            result = func(context.eval_ctx, value, *args, **kwargs)
-        elif pass_arg is _PassArg.environment:
-            result = func(context.environment, value, *args, **kwargs)
-        else:
-            result = func(value, *args, **kwargs)
+        result = _run(pass_arg, func, context, value, *args, **kwargs)
         if isinstance(result, Iterator) and not isinstance(result, (str, bytes)):
             return counted(result)
         return built(result)
@@ -753,13 +758,7 @@ def bounded_test(func: Any) -> Callable[..., Any]:
     @jinja2.pass_context
     def run(context: Any, value: Any, *args: Any, **kwargs: Any) -> Any:
         step()
-        if pass_arg is _PassArg.context:
-            return func(context, value, *args, **kwargs)
-        if pass_arg is _PassArg.eval_context:
-            return func(context.eval_ctx, value, *args, **kwargs)
-        if pass_arg is _PassArg.environment:
-            return func(context.environment, value, *args, **kwargs)
-        return func(value, *args, **kwargs)
+        return _run(pass_arg, func, context, value, *args, **kwargs)
 
     return run
 
