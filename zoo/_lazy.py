@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import importlib
+import sys
+from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["resolve"]
+__all__ = ["lazy_attributes", "resolve"]
 
 
 def resolve(ref: Any) -> Any:
@@ -23,3 +25,18 @@ def resolve(ref: Any) -> Any:
         except AttributeError:
             raise ImportError(f"module {module_name!r} has no attribute {attribute!r}") from None
     return obj
+
+
+def lazy_attributes(module: str, refs: Mapping[str, str]) -> Callable[[str], Any]:
+    """A ``__getattr__`` for ``module`` (PEP 562) that imports each name of ``refs`` (name ->
+    ``"package.module:attribute"``) on first use and keeps it in the module's namespace, so
+    that importing the package imports none of them (nor torch, when they need it)."""
+
+    def __getattr__(name: str) -> Any:
+        if name not in refs:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        value = resolve(refs[name])
+        setattr(sys.modules[module], name, value)  # once: later lookups skip this hook
+        return value
+
+    return __getattr__

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .._lazy import lazy_attributes
 from ..options import GenerationDefaults
 from .config import DEFAULTS, SEED_RANGE, GenerationConfig, check_seed, check_text
 
@@ -44,14 +45,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> object:
-    if name in _LAZY:
-        from .._lazy import resolve
-
-        value = resolve(_LAZY[name])
-        globals()[name] = value  # once: later lookups find it without this hook
-        return value
-    raise AttributeError(f"module 'zoo.generation' has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _LAZY)
 
 
 __all__ = [

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .._lazy import lazy_attributes
 from .config import TrainConfig
 from .errors import DivergedError, ResumeError, RunLockedError
 from .files import DataError
@@ -45,14 +46,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> object:
-    if name in _LAZY:
-        from .._lazy import resolve
-
-        value = resolve(_LAZY[name])
-        globals()[name] = value  # once: later lookups find it without this hook
-        return value
-    raise AttributeError(f"module 'zoo.train' has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _LAZY)
 
 
 __all__ = [
