@@ -11,12 +11,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from test_train_seams import BYTE, CONFIG, ENV, WORDS, run, zoo_train
 
 import zoo
 from zoo.cli import main
 from zoo.errors import ConfigError
 from zoo.train import TrainConfig, train
+from zoo.train.budget import Budget, stop_reason
+from zoo.train.world import World
+
+CPU = torch.device("cpu")
 
 SEED_RANGE_WORDS = "seed must be an integer from 0 to 2**64 - 1 (18446744073709551615)"
 
@@ -101,3 +106,112 @@ def test_the_memory_advice_for_a_huge_batch_is_immediate():
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("--batch-size "), done.stdout
     assert 1 <= int(done.stdout.split()[1].rstrip(".;")) < 2**62
+
+
+# -- 15. the time budget (a fake clock: no timing) ---------------------------------------------
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def simulate(
+    budget_s: float, first: float, step: float, batch: float, slower_after: int = 0
+) -> tuple[int, float]:
+    """A run on a fake clock: 5 s of data preparation, the held-out batch timed before step
+    1 (``batch`` s), a first step of ``first`` s then steps of ``step`` s, 20 held-out
+    batches per evaluation, checkpoints of 50 MB written at 100 MB/s (0.5 s). After
+    ``slower_after`` steps (0: never) the machine gets 4 times slower. Returns the steps
+    taken and when the final evaluation and the two saves ended."""
+    now = FakeClock()
+    budget = Budget(config(eval_batches=20, time_budget=budget_s), World(0, 1, CPU), 0.0, now=now)
+    now.t = 5.0 + batch
+    budget.probed(batch, 50 * 10**6)
+    assert budget.cannot_start() is None
+    steps = 0
+    while True:
+        if steps == slower_after > 0:
+            step, batch = 4 * step, 4 * batch
+        seconds = first if steps == 0 else step
+        now.t += seconds
+        budget.stepped(seconds)
+        steps += 1
+        if budget.exhausted(now_eval=False, now_save=False):
+            break
+    return steps, now.t + 20 * batch + 2 * 0.5
+
+
+def test_a_budget_trains_every_step_that_fits_with_the_final_evaluation_and_save():
+    """A slow first step (10 s: warm-up) and 3 s steps, a 60 s budget: after 8 steps 37 s
+    are used and the evaluation (20 s) and saves (1 s) end at 58 s; a ninth step would end
+    them at 61 s. The old budget took each held-out batch to last as long as the longest of
+    the last ten steps (200 s for the evaluation): it stopped after step 1."""
+    steps, ended = simulate(60, first=10.0, step=3.0, batch=1.0)
+    assert steps == 8 and ended == 58.0
+
+
+@pytest.mark.parametrize("step", [0.5, 2.0, 7.0])
+def test_the_budget_is_kept_whatever_the_step_time(step):
+    _, ended = simulate(120, first=3 * step, step=step, batch=step / 3)
+    assert ended <= 120 < ended + step  # kept, and no room for another step
+
+
+def test_the_evaluation_estimate_follows_a_machine_that_slows_down():
+    """After 5 steps the machine is 4 times slower: the evaluation timed at the start (20 s)
+    would now take 80 s; the estimate follows the steps, and the run ends at 193 s."""
+    steps, ended = simulate(200, first=10.0, step=3.0, batch=1.0, slower_after=5)
+    assert steps == 12 and ended == 193.0, (steps, ended)  # a 13th step: 205 s
+
+
+def test_a_budget_that_cannot_fit_one_step_says_so_with_the_figures():
+    now = FakeClock()
+    budget = Budget(config(eval_batches=20, time_budget=60), World(0, 1, CPU), 0.0, now=now)
+    now.t = 50.0  # data preparation
+    budget.probed(1.0, 10**8)  # 20 held-out batches: ~20 s
+    refusal = budget.cannot_start()
+    assert refusal is not None and refusal.startswith("time budget (60 s) cannot fit one step: ")
+    assert "50.0 s are used already" in refusal and "~20.0 s" in refusal
+    assert "Give --time-budget 75 or more" in refusal  # 50 + 3 x 1 + 20 + 2 x 1
+
+
+def test_a_first_step_longer_than_the_budget_still_says_so():
+    now = FakeClock()
+    budget = Budget(config(time_budget=10), World(0, 1, CPU), 0.0, now=now)
+    budget.probed(0.1, 0)
+    now.t = 30.0
+    budget.stepped(29.0)
+    assert budget.exhausted(now_eval=False, now_save=False)
+    assert "the first step alone ended past it, 30.0 s after" in stop_reason(
+        "time_budget", None, None, budget.config, budget
+    )
+
+
+# -- 16, 19. what the run says before its first step -----------------------------------------
+def test_a_warm_up_as_long_as_the_run_and_a_missing_plot_are_said_first(
+    corpus, tmp_path, monkeypatch
+):
+    """`--steps 40` with the default `--warmup 100` never reached the peak nor decayed,
+    silently; without matplotlib, no loss.png was said only at the end of the run."""
+    from zoo.train import loop
+
+    monkeypatch.setattr(loop, "can_plot", lambda: False)
+    lines: list[str] = []
+    result = run(corpus, tmp_path / "run", config=config(steps=2, warmup=5), log=lines.append)
+    assert lines[0] == (
+        "warning: the warm-up (5 steps) is not shorter than the run (2 steps): the learning "
+        "rate reaches 0.0012 (the peak is 0.003) at the last step and never decays to 0.0003; "
+        "a tenth of the steps (--warmup 0) reaches the peak, then decays"
+    )
+    assert lines[1].startswith("no loss.png: matplotlib is not installed (pip install ")
+    assert "'torch-zoo[train]')" in lines[1]
+    assert result.steps == 2 and not (tmp_path / "run" / "loss.png").exists()
+
+
+def test_a_run_longer_than_its_warm_up_says_nothing_first():
+    from zoo.train.loop import _opening_lines
+
+    assert _opening_lines(TrainConfig(), plotting=True) == []
+    assert _opening_lines(TrainConfig(steps=101, warmup=100), plotting=True) == []
+    assert len(_opening_lines(TrainConfig(steps=100, warmup=100), plotting=True)) == 1

@@ -37,7 +37,8 @@ class TrainConfig:
         grad_accum: micro-batches per optimizer step (``batch_size`` must divide by
             ``grad_accum`` times the number of processes).
         lr: peak learning rate; ``min_lr`` is where the cosine ends.
-        warmup: steps of linear warm-up from 0 to ``lr``.
+        warmup: steps of linear warm-up from 0 to ``lr`` (a run that is not longer than its
+            warm-up never reaches ``lr`` nor decays: it says so in its first lines).
         weight_decay: AdamW decay of the matrices (never of norms, biases, embeddings).
         betas: AdamW betas.
         clip: gradient-norm clipping (0: none).
@@ -51,7 +52,9 @@ class TrainConfig:
         val_fraction: the last part of the data held out for evaluation.
         time_budget: seconds of wall time for one call (data preparation included; 0: no
             budget): a step that would end past it, with the final evaluation and
-            checkpoint, is not started.
+            checkpoint, is not started (estimated from measured steps, evaluations and
+            saves, and one held-out batch timed before step 1); a budget that cannot fit
+            one step with them is refused before it.
         loss_target: stop once the evaluated loss is at most this (0: no target).
         bf16: run forward and loss under bfloat16 autocast (weights and optimizer state stay
             float32); CUDA and recent CPUs support it.

@@ -33,6 +33,7 @@ from torch import Tensor, nn
 
 from ..checkpoint import save
 from ..devices import check_computes, check_device
+from ..errors import ConfigError
 from ..nn.base import ZooModel
 from ..tokenizers.base import check_fits
 from .budget import Budget, stop_reason
@@ -170,7 +171,8 @@ def train(
             model or with other settings.
         zoo.train.RunLockedError: another run is training into ``out``.
         zoo.errors.ConfigError: ``device`` is not one this machine has, or is the meta device
-            (or ``model`` is on it: shapes without values).
+            (or ``model`` is on it: shapes without values); or ``config.time_budget`` cannot
+            fit one step with the final evaluation and checkpoint (said before step 1).
     """
     clock = time.monotonic()  # the time budget counts from here
     if strategy not in ("ddp", "fsdp"):
@@ -321,10 +323,14 @@ def _start(
     plotting = world.main and can_plot()  # the import is paid here, not in a timed step
     began = time.monotonic()
     budget = Budget(config, world, clock)
+    if config.time_budget and start < config.steps:
+        _probe(budget, model, source, config, world, spec)
     progress = Progress(total=config.steps, initial=start, enabled=world.main and log is not None)
     stack.callback(progress.close)
     if progress.bar is not None and log is print:  # lines above the bar, not through it
         say = progress.write
+    for line in _opening_lines(config, plotting):
+        say(line)
     return _Run(
         model, wrapped, spec, source, optimizer, generator, config, world, out, tok, context,
         history, metrics, progress, budget, say,
@@ -336,6 +342,47 @@ def _start(
         plotting=plotting,
         began=began,
     )  # fmt: skip
+
+
+def _opening_lines(config: TrainConfig, plotting: bool) -> list[str]:
+    """What a run says before its first step about what it will not do as one might expect:
+    a warm-up as long as the run (the learning rate never peaks nor decays), no loss plot."""
+    lines = []
+    if config.warmup >= config.steps:
+        reached = config.lr_at(config.steps - 1)
+        lines.append(
+            f"warning: the warm-up ({config.warmup} steps) is not shorter than the run "
+            f"({config.steps} steps): the learning rate reaches {reached:.3g} (the peak is "
+            f"{config.lr:g}) at the last step and never decays to {config.min_lr:g}; a tenth "
+            f"of the steps (--warmup {config.steps // 10}) reaches the peak, then decays"
+        )
+    if not plotting:
+        lines.append(
+            "no loss.png: matplotlib is not installed (pip install 'torch-zoo[train]'); "
+            "metrics.jsonl records every step"
+        )
+    return lines
+
+
+def _probe(
+    budget: Budget,
+    model: ZooModel,
+    source: DataSource,
+    config: TrainConfig,
+    world: World,
+    spec: TaskSpec,
+) -> None:
+    """Before step 1 of a run with a time budget: time one held-out batch (the first of
+    every evaluation: no random state moves), from which the budget estimates the final
+    evaluation; refuse the run when even one step with that evaluation and the checkpoint
+    cannot end in time (every rank together)."""
+    began = time.monotonic()
+    _evaluate(model, source, config, world, spec, batches=1)
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    budget.probed(time.monotonic() - began, 3 * weights)  # weights and AdamW's two moments
+    refusal = budget.cannot_start()
+    if any_rank(refusal is not None, world):
+        raise ConfigError(refusal or "time budget: another process cannot fit one step")
 
 
 def _train(run: _Run) -> TrainResult:
@@ -553,15 +600,22 @@ def _loss(
 
 
 def _evaluate(
-    model: ZooModel, source: DataSource, config: TrainConfig, world: World, spec: TaskSpec
+    model: ZooModel,
+    source: DataSource,
+    config: TrainConfig,
+    world: World,
+    spec: TaskSpec,
+    batches: int | None = None,
 ) -> float:
-    """Mean loss on the same ``eval_batches`` held-out windows every time (its own seed)."""
+    """Mean loss on the same ``eval_batches`` held-out windows every time (its own seed);
+    the first ``batches`` of them when given."""
     generator = torch.Generator().manual_seed(_seed(config, 1))
+    count = config.eval_batches if batches is None else batches
     model.eval()
     total = 0.0
     with torch.no_grad():
-        for _ in range(config.eval_batches):
+        for _ in range(count):
             inputs, targets = source.batch("val", config.batch_size // config.grad_accum, generator)
             total += float(_loss(model, inputs, targets, world.device, spec.loss))
     model.train()
-    return total / config.eval_batches  # every rank computes the same batches: no reduce
+    return total / count  # every rank computes the same batches: no reduce
