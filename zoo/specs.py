@@ -295,7 +295,8 @@ class TokenizerSpec:
             names no model gets a tokenizer only from its own files: this one when its
             architecture's named model declares it and every file of a set is in the
             directory (never downloaded, never chosen because a vocabulary size happens to
-            match); the factory then checks the files it is given.
+            match); the factory then checks the files it is given, and where it refuses
+            them, the directory's own ``tokenizer.json`` is used as written.
     """
 
     name: str
