@@ -5,6 +5,7 @@ stays bounded for text split by newlines, tabs, runs of spaces, or no whitespace
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -216,3 +217,138 @@ def test_wordpiece_memory_is_bounded_for_every_shape(shape):
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["tokens"] > 1_000_000
     assert result["grew_mb"] < 200, result
+
+
+# Training a tokenizer (issue 28, item 9): 20 MB of text with double spaces took 2.9 GB, a
+# run of letters without a break took time in the square of its length, and text of distinct
+# words (random words, random Unicode) took the trainer ~100 bytes per byte.
+
+
+def _library_trained(texts: list[str], vocab_size: int) -> str:
+    """tokenizer.json of the library's own training on ``texts``, pre-tokenized whole: what
+    SubwordBPE.train did before it cut texts and bounded words."""
+    import tokenizers
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    from zoo.tokenizers.subword import SPECIAL_TOKENS
+
+    library = tokenizers.Tokenizer(models.BPE())
+    library.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    library.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=2,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    library.train_from_iterator(texts, trainer=trainer)
+    return library.to_str()
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    text=st.lists(
+        st.sampled_from(ALPHABET) | st.characters(exclude_categories=("Cs",)), max_size=200
+    ).map("".join),
+)
+def test_training_learns_what_the_whole_text_teaches(text, small_training_pieces):
+    """Cut into pieces of 3 characters, words bounded, lines dropped or not: the same
+    tokenizer.json as the library trained on the whole text, or on its lines and columns."""
+    from zoo.tokenizers.subword import SubwordBPE
+
+    texts = [text * 3, text]
+    assert SubwordBPE.train(texts, 300).tokenizer.to_str() == _library_trained(texts, 300)
+    columns = [part for t in texts for line in t.splitlines() for part in line.split("\t")]
+    trained = SubwordBPE.train(iter(texts), 300, split_lines=True).tokenizer.to_str()
+    assert trained == _library_trained(columns, 300)
+
+
+@pytest.fixture(scope="module")
+def small_training_pieces():
+    import zoo.tokenizers.subword as subword
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(subword, "TRAIN_PIECE_CHARS", 3)
+    yield
+    mp.undo()
+
+
+def test_training_words_are_bounded():
+    """A run of 1,000 letters (or spaces, digits, marks) reaches the trainer as words of at
+    most MAX_WORD_CHARS; encoding still splits words as GPT-2 does."""
+    from zoo.tokenizers.subword import MAX_WORD_CHARS, SubwordBPE, _training_pre_tokenizer
+
+    pre = _training_pre_tokenizer(split_lines=False)
+    for run in ["a" * 1000, " " * 1000 + "b", "7" * 1000, "!" * 1000]:
+        words = [word for word, _ in pre.pre_tokenize_str(run)]
+        assert max(map(len, words)) <= MAX_WORD_CHARS + 1, (run[:5], list(map(len, words)))
+        assert len("".join(words)) == len(run.encode())
+    tok = SubwordBPE.train(["a" * 1000], 300)
+    assert tok.tokenizer.pre_tokenizer.pre_tokenize_str("a" * 1000)[0][0] == "a" * 1000
+    assert tok.decode(tok.encode("a" * 1000)) == "a" * 1000
+
+
+def test_training_stops_at_the_distinct_words_budget():
+    """Reading stops, with a warning that says where and how to go further, before the
+    distinct words pass max_distinct_bytes; below it nothing is said and nothing left out."""
+    from zoo.tokenizers import TokenizerError
+    from zoo.tokenizers.subword import SubwordBPE
+
+    texts = [f"word{i} and more words" for i in range(2000)]
+    with pytest.warns(UserWarning, match=r"first [\d,]+ characters.*max_distinct_bytes=2,000"):
+        small = SubwordBPE.train(iter(texts), 400, max_distinct_bytes=2_000)
+    whole = SubwordBPE.train(texts, 400, max_distinct_bytes=None)
+    assert small.vocab_size < whole.vocab_size
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        bounded = SubwordBPE.train(texts, 400)
+    assert bounded.tokenizer.to_str() == whole.tokenizer.to_str()
+    for bad in [0, -1, 1.5, True, "2MB"]:
+        with pytest.raises(TokenizerError, match="max_distinct_bytes must be"):
+            SubwordBPE.train(texts, 400, max_distinct_bytes=bad)
+
+
+def test_runs_of_whitespace_count_against_the_budget():
+    """Runs of mixed whitespace are words to the trainer too: distinct ones count."""
+    import random
+
+    from zoo.tokenizers.subword import SubwordBPE
+
+    rng = random.Random(0)
+    spaces = [" ", "\u3000", "\xa0", "\u2002", "\t", "\n"]
+    texts = ["x" + "".join(rng.choices(spaces, k=12)) + "y" for _ in range(500)]
+    with pytest.warns(UserWarning, match="max_distinct_bytes=5,000"):
+        SubwordBPE.train(texts, 300, max_distinct_bytes=5_000)
+
+
+TRAIN_CHILD = textwrap.dedent(
+    """
+    import resource, sys
+    sys.path.insert(0, sys.argv[1])
+    resource.setrlimit(resource.RLIMIT_AS, (256 << 20, 256 << 20))
+    from zoo.tokenizers.subword import SubwordBPE
+    from test_tokenizer_memory import shaped
+    letters = "".join(chr(97 + (i * i + 7 * i) % 26) for i in range(300_000))
+    tok = SubwordBPE.train([shaped("double", 1_500_000), letters], 2000)
+    print(tok.vocab_size)
+    """
+)
+
+
+def test_training_on_hostile_text_stays_bounded():
+    """1.5 MB on one line with double spaces took 315 MB of address space (the cap is
+    256 MB), and 300,000 letters without a break took minutes; both train in seconds now."""
+    env = {**os.environ, "MALLOC_ARENA_MAX": "2", "RAYON_NUM_THREADS": "2"}
+    out = subprocess.run(
+        [sys.executable, "-c", TRAIN_CHILD, str(ROOT / "tests")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        env=env,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert int(out.stdout.split()[-1]) > 300  # merges learnt

@@ -11,6 +11,7 @@ so the model's special ids are the usual four.
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -44,16 +45,18 @@ MAX_VOCAB = 1 << 24
 
 #: Training text reaches the trainer in pieces of about this many characters, cut where the
 #: pre-tokenizer always ends a word (:mod:`~zoo.tokenizers.chunking`, as encoding cuts), so
-#: the trainer counts the words of the whole text; a run with no such place is cut at twice
-#: this length. One 20 MB piece took the trainer 2.9 GB to split into words.
+#: the trainer counts the words of the whole text (a run with no such place is cut at twice
+#: this length). One 20 MB piece took the trainer 2.9 GB to split into words.
 TRAIN_PIECE_CHARS = 1 << 16
+#: The longest piece: text with no place to cut for this long is cut anyway.
+_MOST_PIECE_CHARS = 1 << 17
 #: The longest word the trainer sees, in characters: a longer run of letters, digits,
 #: punctuation or whitespace is learnt as words of this length. Each merge rewrites a word
 #: once per occurrence of its pair, so one long word cost time in the square of its length
 #: (2 MB of letters without a break ran for over 2 minutes). Encoding is not affected.
 MAX_WORD_CHARS = 256
 #: Default of :meth:`SubwordBPE.train`'s ``max_distinct_bytes``: what the trainer holds grows
-#: with the distinct words it has seen, about 100 bytes per byte of them on text made of
+#: with the distinct words it has seen, up to ~120 bytes per byte of them on text made of
 #: distinct words (random words, random Unicode), however often each word comes back.
 MAX_DISTINCT_BYTES = 2_000_000
 #: Memory of a distinct word in the trainer beyond its bytes, counted against the budget.
@@ -69,6 +72,8 @@ _BOUNDED_WORDS = (
 _LINE_BREAKS = "\t\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 #: ``str.split()`` splits at ``\x1c``-``\x1f`` as well, which GPT-2's ``\s`` does not.
 _NOT_SPACE = str.maketrans(dict.fromkeys("\x1c\x1d\x1e\x1f", "\x1a"))
+#: Runs of whitespace (after :data:`_NOT_SPACE`): GPT-2's whitespace words.
+_SPACE_RUNS = re.compile(r"\s\s+")
 
 
 class SubwordBPE(HFTokenizer):
@@ -119,8 +124,8 @@ class SubwordBPE(HFTokenizer):
                 ``split("\t")`` would (what ``zoo train --train-tokenizer`` does with files).
             max_distinct_bytes: stop reading ``texts`` before the distinct
                 whitespace-separated strings seen exceed this many UTF-8 bytes (plus
-                8 per string): the trainer's memory grows with them, by up to about 100
-                bytes per byte (random words or Unicode). Ordinary text stays far below the
+                8 per string): the trainer's memory grows with them, by up to ~120 bytes
+                per byte (random words or Unicode). Ordinary text stays far below the
                 default (tinyshakespeare's 1.1 MB: 0.39 MB). ``None``: no limit.
 
         Raises:
@@ -158,8 +163,8 @@ class SubwordBPE(HFTokenizer):
                 f"SubwordBPE.train learnt from the first {feed.chars:,} characters of text "
                 f"only: there its distinct words reached max_distinct_bytes="
                 f"{max_distinct_bytes:,} and the rest was not read. Pass a larger "
-                "max_distinct_bytes (the trainer takes up to ~100 bytes of memory per byte of "
-                "it) or None for no limit",
+                "max_distinct_bytes to SubwordBPE.train (the trainer takes up to ~120 bytes of "
+                "memory per byte of it), or None for no limit",
                 stacklevel=2,
             )
         # Encoding splits words with the plain pre-tokenizer: the same words up to
@@ -200,11 +205,12 @@ def _training_pre_tokenizer(split_lines: bool) -> pre_tokenizers.PreTokenizer:
 
 class _DistinctWords:
     """The UTF-8 bytes (plus :data:`_WORD_OVERHEAD` each) of the distinct
-    whitespace-separated strings of the pieces admitted so far, at most ``limit``.
+    whitespace-separated strings and runs of whitespace of the pieces admitted so far, at
+    most ``limit``.
 
     The pre-tokenizer's words never cross whitespace (but for a leading space), so each
-    distinct word is a leading space and part of one of these strings, or whitespace: the
-    trainer's distinct words are bounded by them, whatever the text's shape.
+    distinct word is a leading space and part of one of these strings, or part of a run of
+    whitespace: the trainer's distinct words are bounded by them, whatever the text's shape.
     """
 
     def __init__(self, limit: int | None) -> None:
@@ -217,7 +223,9 @@ class _DistinctWords:
         limit (counting nothing)."""
         if self.limit is None:
             return True
-        fresh = set(piece.translate(_NOT_SPACE).split())
+        text = piece.translate(_NOT_SPACE)
+        fresh = set(text.split())
+        fresh.update(_SPACE_RUNS.findall(text))  # (one character: at most ~25 words)
         fresh -= self._seen
         size = self.size + sum(
             len(word.encode("utf-8", "surrogatepass")) + _WORD_OVERHEAD for word in fresh
@@ -230,8 +238,8 @@ class _DistinctWords:
 
 
 class _Feed:
-    """The trainer's input: ``texts`` checked and cut into pieces of at most twice
-    :data:`TRAIN_PIECE_CHARS`, until ``budget`` admits no more."""
+    """The trainer's input: ``texts`` checked and cut into pieces (:func:`_bounded_pieces`),
+    until ``budget`` admits no more."""
 
     def __init__(self, texts: Iterable[str], budget: _DistinctWords) -> None:
         self._texts = texts
@@ -258,8 +266,8 @@ class _Feed:
 
 def _bounded_pieces(text: str) -> Iterator[str]:
     """``text`` in pieces of about :data:`TRAIN_PIECE_CHARS` cut between words, a piece with
-    no such cut cut every ``2 * TRAIN_PIECE_CHARS`` characters."""
-    most = 2 * TRAIN_PIECE_CHARS
+    no such cut cut every ``_MOST_PIECE_CHARS`` characters."""
+    most = _MOST_PIECE_CHARS
     for piece in pieces(text, TRAIN_PIECE_CHARS, CUT_WORDS):
         if len(piece) <= most:
             yield piece
