@@ -693,6 +693,18 @@ def test_a_template_past_its_bytes_or_deadline_or_failing_is_a_chat_template_err
         ChatTemplate({"default": "{{ 1 + 1 }}"}).render([USER])
 
 
+def test_a_template_too_long_or_too_large_to_compile_is_refused_before_it_compiles():
+    """Compiling is bounded too: a 1 MB template of dense statements took 12 s and 500 MB."""
+    from zoo.tokenizers import ChatTemplate
+
+    long = "x" * (1 << 18) + "x"
+    with pytest.raises(ChatTemplateError, match=r"262,145, above .* \(MAX_SOURCE characters\)"):
+        ChatTemplate({"default": long}).render([USER])
+    with pytest.raises(ChatTemplateError, match=r"more than 20,000 syntax nodes \(MAX_NODES\)"):
+        ChatTemplate({"default": "{{x}}" * 21_000}).render([USER])
+    assert ChatTemplate({"default": "{{x}}" * 100}).render([USER]) == ""
+
+
 def test_a_template_that_is_not_jinja_is_a_clear_error():
     from zoo.tokenizers import ChatTemplate
 

@@ -270,7 +270,9 @@ def compile_template(source: str) -> jinja2.Template:
     """The compiled template of ``source`` (cached), in the sandbox described above.
 
     Raises:
-        ChatTemplateError: ``source`` is not valid Jinja.
+        ChatTemplateError: ``source`` is not valid Jinja, or is longer than
+            :data:`.chat_limits.MAX_SOURCE` characters or :data:`.chat_limits.MAX_NODES`
+            syntax nodes.
     """
     env = _Sandbox(
         trim_blocks=True,
@@ -285,7 +287,12 @@ def compile_template(source: str) -> jinja2.Template:
     env.globals["dict"] = _TemplateDict()
     env.globals["namespace"] = _TemplateNamespace
     try:
-        return env.from_string(source)
+        limits.check_source(source)
+        tree = env.parse(source)
+        limits.check_nodes(tree)
+        return env.from_string(tree)
+    except limits.LimitError as exc:
+        raise ChatTemplateError(f"the chat template is refused before it compiles: {exc}") from None
     except jinja2.exceptions.TemplateSyntaxError as exc:
         raise ChatTemplateError(
             f"the chat template is not valid Jinja (line {exc.lineno}: {exc.message})"

@@ -15,7 +15,9 @@ change no output of a template that keeps to them:
 - :data:`MAX_ALLOCATED` bytes allocated in all by the values the template builds (what it
   could keep alive at once, in variables, macro frames or namespaces);
 - :data:`MAX_DEPTH` levels of nesting in a value, :data:`MAX_CALL_DEPTH` levels of calls;
-- :data:`MAX_POWER_BITS` bits in an integer built with ``*`` or ``**``.
+- :data:`MAX_POWER_BITS` bits in an integer built with ``*`` or ``**``;
+- and, before a template compiles, :data:`MAX_SOURCE` characters and :data:`MAX_NODES`
+  syntax nodes (:func:`check_source`, :func:`check_nodes`).
 
 A template past any of them gets a :class:`LimitError` (a Jinja ``SecurityError``) that names
 the limit and its value; :func:`zoo.tokenizers.chat._render` turns it into a
@@ -45,6 +47,7 @@ from typing import Any
 
 import jinja2.exceptions
 import jinja2.filters
+import jinja2.nodes
 import jinja2.sandbox
 import jinja2.utils
 from jinja2.utils import _PassArg
@@ -54,9 +57,11 @@ __all__ = [
     "MAX_CALL_DEPTH",
     "MAX_DEPTH",
     "MAX_ITEMS",
+    "MAX_NODES",
     "MAX_POWER_BITS",
     "MAX_SECONDS",
     "MAX_SIZE",
+    "MAX_SOURCE",
     "MAX_STEPS",
     "LimitError",
     "Meter",
@@ -78,6 +83,10 @@ MAX_POWER_BITS = 4096
 MAX_DEPTH = 200
 #: Deepest nesting of calls (a macro calling a macro, a recursive loop...).
 MAX_CALL_DEPTH = 64
+#: Longest template source, in characters (real ones are a few thousand).
+MAX_SOURCE = 1 << 18
+#: Most syntax nodes in a template (real ones have a few hundred): compiling is bounded too.
+MAX_NODES = 20_000
 
 #: Characters written for a value the measure does not know (a function, a loop...).
 _OTHER_SIZE = 200
@@ -120,6 +129,25 @@ def as_int(value: Any, default: int = 0) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return default
     return int(value) if abs(value) < 1e30 else sys.maxsize
+
+
+def check_source(source: str) -> None:
+    """Refuse a template source longer than :data:`MAX_SOURCE` before it is parsed."""
+    if len(source) > MAX_SOURCE:
+        raise _over("the template's source is", len(source), MAX_SOURCE, "MAX_SOURCE characters")
+
+
+def check_nodes(tree: jinja2.nodes.Node) -> None:
+    """Refuse a parsed template of more than :data:`MAX_NODES` nodes before it compiles."""
+    count, pending = 0, [tree]
+    while pending:
+        count += 1
+        if count > MAX_NODES:
+            raise LimitError(
+                f"the template has more than {MAX_NODES:,} syntax nodes (MAX_NODES); the chat "
+                "template is refused"
+            )
+        pending.extend(pending.pop().iter_child_nodes())
 
 
 # -- the meter of the rendering under way ----------------------------------------------------
