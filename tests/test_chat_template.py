@@ -411,7 +411,7 @@ def test_hostile_templates_are_refused_by_the_sandbox():
     assert "MAX_POWER_BITS" in results["huge-power"][1]
     assert "16,777,216 (MAX_SIZE characters)" in results["huge-string"][1]
     assert "16,777,216 (MAX_SIZE characters)" in results["doubling"][1]
-    assert "wrote more characters than" in results["output"][1]
+    assert "output reached" in results["output"][1]
 
 
 #: Templates that would hang, exhaust memory or crash the process without a bound on steps,

@@ -546,7 +546,7 @@ def _render(template: jinja2.Template, **variables: Any) -> str:
         parts: Iterator[str] = template.generate(**variables)
         for piece in parts:
             size += len(piece)
-            limits.check_text(size, "the template wrote more characters than")
+            limits.check_text(size, "the template's output reached")
             pieces.append(piece)
     except jinja2.exceptions.SecurityError as exc:
         raise ChatTemplateError(f"the chat template was stopped by the sandbox: {exc}") from None
