@@ -126,12 +126,13 @@ def error(response: bytes) -> dict[str, Any]:
 
 
 def test_headers_and_bodies_that_never_end_get_408_and_idle_connections_close():
-    with local(keep_alive=0.3) as server, ExitStack() as stack:
+    with local(keep_alive=1) as server, ExitStack() as stack:
         silent, slow, stalled, idle = (stack.enter_context(server.connect()) for _ in range(4))
         slow.sendall(HEAD)
         stalled.sendall(b"POST /ok HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
         idle.sendall(HEAD + b"\r\n")
         assert answer(idle).startswith(b"HTTP/1.1 200")
+        answered = time.monotonic()
         for _ in range(4):  # a header line every 0.1 s does not extend the deadline
             time.sleep(0.1)
             slow.sendall(b"X-Slow: 1\r\n")
@@ -143,6 +144,7 @@ def test_headers_and_bodies_that_never_end_get_408_and_idle_connections_close():
         assert "--body-timeout" in error(got)["message"]
         assert closed_after(silent, 2)[1] == b"", "a connection that says nothing: closed"
         assert closed_after(idle, 2)[1] == b"", "an idle keep-alive connection: closed"
+        assert 0.9 < time.monotonic() - answered < 2, "after --keep-alive, not the 0.5 s"
         server.wait_open(0)
         assert server.get() == (200, b"ok")
 

@@ -9,8 +9,9 @@ waits. :class:`BoundedH11Protocol`, uvicorn's h11 protocol with deadlines, sees 
 from the moment it is accepted, before any header is read (so before the API key is checked):
 
 * the request's headers must be complete within ``header_timeout`` seconds of the connection
-  opening or of the previous response ending, and its body within ``body_timeout`` seconds of
-  the headers; past either, the client gets 408 and the connection closes;
+  opening (of the previous response's end plus ``keep_alive``, the idle time uvicorn bounds),
+  and its body within ``body_timeout`` seconds of the headers; past either, the client gets
+  408 and the connection closes;
 * at most ``max_connections`` connections are open. A new one beyond that closes the connection
   that has waited longest for a request's headers or body (idle keep-alive connections
   included) if it has waited ``grace`` seconds; a connection whose request is complete is
@@ -68,8 +69,8 @@ class Limits:
     """How long a client may take and how many connections are open at once.
 
     Args:
-        header_timeout: seconds from a connection's opening (or its previous response's end)
-            to the end of a request's headers.
+        header_timeout: seconds from a connection's opening to the end of a request's
+            headers (after a response: from the response's end plus ``keep_alive``).
         body_timeout: seconds from the end of the headers to the end of the body.
         keep_alive: seconds an idle connection stays open between requests.
         max_connections: connections open at once (see :func:`connection_cap`).
@@ -206,9 +207,10 @@ class BoundedH11Protocol(H11Protocol):
         self._follow()
 
     def on_response_complete(self) -> None:
-        """The response is sent: the connection waits for the next request's headers."""
+        """The response is sent: the connection waits for the next request's headers (idle
+        for up to ``keep_alive`` seconds, then ``header_timeout`` more)."""
         super().on_response_complete()
-        self._follow()
+        self._follow(idle=self.shared.limits.keep_alive)
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Forget the connection, then let uvicorn end its request."""
@@ -220,18 +222,19 @@ class BoundedH11Protocol(H11Protocol):
         self._forget()
         self.transport.close()
 
-    def _follow(self) -> None:
+    def _follow(self, idle: float = 0.0) -> None:
         if self.transport.is_closing():
             self._forget()
             return
         state = self.conn.their_state
         phase = _HEAD if state is h11.IDLE else _BODY if state is h11.SEND_BODY else _DONE
         if phase != self._phase:
-            self._enter(phase)
+            self._enter(phase, idle)
 
-    def _enter(self, phase: str) -> None:
-        """Wait for ``phase``, its deadline counted from now; a waiting connection is the
-        newest a full server may close."""
+    def _enter(self, phase: str, idle: float = 0.0) -> None:
+        """Wait for ``phase``, its deadline counted from now (plus ``idle`` seconds the
+        keep-alive timer bounds); a waiting connection is the newest a full server may
+        close."""
         self._cancel()
         self._phase = phase
         waiting = self.shared.waiting
@@ -240,7 +243,7 @@ class BoundedH11Protocol(H11Protocol):
             return
         waiting[self] = self.loop.time()
         limits = self.shared.limits
-        seconds = limits.header_timeout if phase == _HEAD else limits.body_timeout
+        seconds = limits.header_timeout + idle if phase == _HEAD else limits.body_timeout
         self._deadline = self.loop.call_later(seconds, self._expire)
 
     def _expire(self) -> None:
