@@ -41,7 +41,8 @@ SMALL = {
 
 CHILD = textwrap.dedent(
     """
-    import json, sys, torch, zoo
+    import json, sys, warnings, torch, zoo
+    warnings.simplefilter("error", RuntimeWarning)  # ordinary weights: no "saturate" warning
     folder, modes = sys.argv[1], sys.argv[2:]
     ids = torch.tensor([[1, 5, 9, 3, 7, 2]])
     with torch.no_grad():
@@ -136,37 +137,47 @@ def test_release_pages_gives_back_a_file_mapping(tmp_path: Path):
 EXTREME = textwrap.dedent(
     """
     import sys, warnings, torch, zoo
-    folder = sys.argv[1]
+    from zoo.nn.quant import QUANTIZE_MODES
     ids = torch.tensor([[1, 5, 9, 3, 7, 2]])
+    folder, names = sys.argv[1], sys.argv[2:]
     with torch.no_grad():
         want = zoo.load(folder, tokenizer=False)(ids)
-        for mode in sys.argv[2:]:
-            got = zoo.load(folder, tokenizer=False, quantize=mode)(ids)
+        for mode in QUANTIZE_MODES:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                got = zoo.load(folder, tokenizer=False, quantize=mode)(ids)
             # where the float model's outputs are not finite, neither are the quantized ones
             assert got.shape == want.shape, mode
             assert bool(torch.isfinite(got).all()) <= bool(torch.isfinite(want).all()), mode
-            print("ok", mode, flush=True)
+            said = " ".join(str(w.message) for w in caught if w.category is RuntimeWarning)
+            named = "saturate" in said and all(name in said for name in names)
+            print("ok", mode, "named" if named else "silent", flush=True)
     """
 )
 
 
-def test_weights_of_3e38_quantize_and_run_in_every_mode(tmp_path):
+def test_weights_of_3e38_quantize_run_and_warn_in_every_mode(tmp_path):
     """Weights at float32's edge overflow the float model to NaN; the quantized model gives
-    NaN too rather than FBGEMM's raw ``RuntimeError: In ChooseQuantizationParams``."""
+    NaN too rather than FBGEMM's raw ``RuntimeError: In ChooseQuantizationParams``, and
+    quantizing warns, naming the weights, in every mode: a whole matrix of ±3e38 (its
+    dequantized products overflow float32) and a single 3e38 among ordinary weights (its
+    row overflows for inputs past 1.1)."""
     torch.manual_seed(0)
     model = zoo.build("gpt2-124m", n_layers=2, d_model=128, n_heads=4, d_ff=256)
     with torch.no_grad():
         model.blocks[0].ffn.fc.weight.fill_(3e38)
         model.blocks[0].ffn.fc.weight[::2] = -3e38
+        model.blocks[1].attn.proj.weight[3, 5] = 3e38
     zoo.save(model, tmp_path)
+    names = ["blocks.0.ffn.fc.weight", "blocks.1.attn.proj.weight"]
     run = subprocess.run(
-        [sys.executable, "-c", EXTREME, str(tmp_path), *QUANTIZE_MODES],
+        [sys.executable, "-c", EXTREME, str(tmp_path), *names],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert run.returncode == 0, run.stderr[-2000:]
-    assert run.stdout.split() == [w for m in QUANTIZE_MODES for w in ("ok", m)]
+    assert run.stdout.split() == [w for m in QUANTIZE_MODES for w in ("ok", m, "named")]
 
 
 def test_nan_activations_give_nan_from_the_dynamic_int8_layer():
@@ -176,6 +187,44 @@ def test_nan_activations_give_nan_from_the_dynamic_int8_layer():
     layer = dynamic_int8(Linear(64, 32))
     out = layer(torch.full((2, 64), float("nan")))
     assert out.shape == (2, 32) and bool(out.isnan().all())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_ordinary_weights_quantize_without_a_warning(dtype):
+    """No false alarm: a random model in each dtype (in float16 the check leaves inputs a
+    headroom of 4: a row's absolute sum may reach 1.6e4) and the trained shakespeare-byte
+    quantize in every mode without a warning."""
+    import copy
+    import warnings
+
+    from zoo.nn.quant import quantize_
+
+    models = [zoo.build("gpt2-124m", n_layers=1, d_model=128, n_heads=4, d_ff=256)]
+    if dtype == torch.float32:
+        models.append(zoo.load("shakespeare-byte", tokenizer=False))
+    for model in models:
+        for mode in QUANTIZE_MODES:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", RuntimeWarning)
+                quantize_(copy.deepcopy(model).to(dtype), mode)
+
+
+@pytest.mark.parametrize("mode", QUANTIZE_MODES)
+def test_saturating_weights_are_named_apart_from_nan_ones(mode):
+    """On a built model (zoo.quantize_, as ``--quantize --random`` and the loads use it): a
+    NaN weight and a ±3e38 one get one warning each, each naming its own tensor."""
+    from zoo.nn.quant import quantize_
+
+    model = zoo.build("gpt2-124m", n_layers=1, d_model=128, n_heads=4, d_ff=256).eval()
+    with torch.no_grad():
+        model.blocks[0].ffn.proj.weight[0, 0] = float("nan")
+        model.blocks[0].attn.qkv.weight[7] = -3e38
+    with pytest.warns(RuntimeWarning) as caught:
+        quantize_(model, mode)
+    said = sorted(str(w.message) for w in caught)
+    assert len(said) == 2, said
+    assert "NaN" in said[0] and "(blocks.0.ffn.proj.weight)" in said[0]
+    assert f"saturate when quantized to {mode} (blocks.0.attn.qkv.weight)" in said[1]
 
 
 @pytest.mark.parametrize("mode", QUANTIZE_MODES)

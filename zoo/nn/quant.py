@@ -18,6 +18,7 @@ one weight at a time; a head tied to the token embedding shares its int8 rows wi
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import warnings
 from typing import Any
@@ -33,10 +34,12 @@ from .onednn import cpu_linear as float_linear
 __all__ = [
     "INT4_GROUP",
     "QUANTIZE_MODES",
+    "Flaws",
     "Int4Linear",
     "Int8Embedding",
     "Int8Linear",
     "dynamic_int8",
+    "input_headroom",
     "int8_rows",
     "quantize_",
     "release_pages",
@@ -49,6 +52,13 @@ _INNER_K_TILES = 8  # int4 packing layout (the kernels support 2, 4, 8)
 
 _CHUNK = 2048  # rows quantized at a time: temporaries stay small
 _FEW_ROWS = 16  # up to this many input rows, the int8 kernel beats dequantizing the weight
+
+
+def input_headroom(dtype: torch.dtype) -> float:
+    """The input magnitude a quantized row must take without overflowing ``dtype``: the
+    eighth root of its largest value (about 6.6e4 in float32 and bfloat16, 4 in float16),
+    beyond any real model's activations (:class:`Flaws`)."""
+    return float(torch.finfo(dtype).max) ** (1 / 8)
 
 
 def _in_file_mapping(start: int, end: int) -> bool:
@@ -92,21 +102,84 @@ def release_pages(tensor: Tensor) -> None:
     libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), 4)  # MADV_DONTNEED
 
 
+@dataclasses.dataclass
+class Flaws:
+    """What quantizing one weight lost (:meth:`check`, as its rows are quantized):
+    ``nonfinite``, it holds NaN or inf; ``saturated``, the format cannot hold it: a code's
+    value, dequantized as the kernel computes it, is off by more than one quantization step
+    (a scale or zero point that overflows, or underflows to zero or a subnormal, in the
+    kernel's dtype), or a row's outputs overflow for inputs of magnitude
+    :func:`input_headroom` (weights near float32's limit, such as ±3e38)."""
+
+    nonfinite: bool = False
+    saturated: bool = False
+
+    def check(
+        self,
+        weights: Tensor,
+        exact: Tensor,
+        kernel: Tensor,
+        step: Tensor,
+        row_sum: Tensor,
+        dtype: torch.dtype,
+        out: torch.dtype,
+    ) -> None:
+        """One chunk of rows. Each row's or group's extreme codes: ``exact``, the values they
+        stand for (float64), and ``kernel``, the same dequantized in ``dtype`` as the kernel
+        does; the error of every other code lies between (dequantizing is affine in the
+        code). ``weights``: NaN or inf exactly where the rows' weights are (their extremes,
+        or scales computed from them): ``nonfinite``; ``step``: the quantization step,
+        broadcast against ``exact``; ``row_sum``: ``(rows,)``, the absolute sum of each
+        dequantized row (or a bound on it), what an input of ones gives; ``out``: the dtype
+        of the kernel's outputs."""
+        if not bool(torch.isfinite(weights).all()):
+            self.nonfinite = True
+            return
+        info = torch.finfo(dtype)  # the kernel dtype's own rounding is not saturation
+        slack = step + info.eps * exact.abs() + info.tiny
+        off = ~((kernel.double() - exact).abs() <= slack)  # NaN or inf: off too
+        self.saturated |= bool(off.any()) or bool(_overflows(row_sum, dtype, out).any())
+
+
+def _overflows(row_sum: Tensor, dtype: torch.dtype, out: torch.dtype) -> Tensor:
+    """``(rows,)``: whether a row of absolute sum ``row_sum`` overflows a kernel computing in
+    ``dtype`` into ``out`` for inputs of magnitude :func:`input_headroom` (NaN: it does)."""
+    largest = min(torch.finfo(dtype).max, torch.finfo(out).max)
+    return ~(row_sum * input_headroom(out) < largest)
+
+
 def int8_rows(weight: Tensor, *, release: bool = False) -> tuple[Tensor, Tensor]:
     """Symmetric int8 per row: ``weight ~ q * scale[:, None]``, ``(N, K) -> (N, K), (N,)``,
     ``_CHUNK`` rows at a time; ``release`` gives each chunk's float pages back as it goes
     (:func:`release_pages`: only for weights mapped from a file)."""
+    q, scale, _ = _int8_rows(weight, release=release)
+    return q, scale
+
+
+def _int8_rows(weight: Tensor, *, release: bool = False) -> tuple[Tensor, Tensor, Flaws]:
+    """:func:`int8_rows`, and its :class:`Flaws` for a model computing in ``weight``'s dtype
+    (as :class:`Int8Linear` and :class:`Int8Embedding` do), checked chunk by chunk while
+    the rows are read."""
+    dtype = weight.dtype
+    flaws = Flaws()
     q = torch.empty(weight.shape, dtype=torch.int8, device=weight.device)
     scale = torch.empty(weight.shape[0], dtype=torch.float32, device=weight.device)
     for start in range(0, weight.shape[0], _CHUNK):
         rows = weight.detach()[start : start + _CHUNK]
         w = rows.float()
         s = w.abs().amax(dim=1).clamp(min=1e-12) / 127.0  # (rows,)
-        q[start : start + _CHUNK] = torch.round(w / s[:, None]).clamp(-127, 127)
+        qs = torch.round(w / s[:, None]).clamp(-127, 127)
+        top = torch.tensor(127.0, dtype=dtype) * s.to(dtype)  # as Int8Linear's forward does
+        row_sum = s.double() * 127 * w.shape[1]  # a bound (every code at 127), and where
+        near = _overflows(row_sum, dtype, dtype)  # that may overflow, the exact sum
+        if bool(near.any()):
+            row_sum[near] = s.double()[near] * qs[near].abs().sum(dim=1, dtype=torch.float64)
+        flaws.check(s, s.double() * 127, top, s.double(), row_sum, dtype, dtype)
+        q[start : start + _CHUNK] = qs
         scale[start : start + _CHUNK] = s
         if release:
             release_pages(rows)
-    return q, scale
+    return q, scale, flaws
 
 
 class Int8Linear(nn.Module):
@@ -226,15 +299,17 @@ class Int4Linear(nn.Module):
         scale = ((high - low) / 15).clamp(min=1e-6)  # (N, K / G)
         zero = low + scale * 8  # the kernels dequantize (q - 8) * scale + zero
         q = torch.round((groups - low[..., None]) / scale[..., None]).clamp(0, 15).to(torch.int32)
-        q = q.view(self.out_features, self.in_features)
         cuda = w.is_cuda
+        dtype = torch.bfloat16 if cuda else torch.float32  # of the kernels' scales and zeros
+        #: what quantizing lost (:class:`Flaws`), for a model computing in the weight's dtype
+        self.flaws = _int4_flaws(low, high, scale.to(dtype), zero.to(dtype), linear.weight.dtype)
+        q = q.view(self.out_features, self.in_features)
         if cuda:
             pairs = (q[:, ::2] << 4 | q[:, 1::2]).to(torch.uint8)  # (N, K / 2)
             packed = torch._convert_weight_to_int4pack(pairs, _INNER_K_TILES)
         else:
             packed = torch._convert_weight_to_int4pack_for_cpu(q, _INNER_K_TILES)
         self.register_buffer("packed", packed)
-        dtype = torch.bfloat16 if cuda else torch.float32
         zeros = torch.stack((scale, zero), dim=-1).transpose(0, 1).contiguous()  # (K/G, N, 2)
         self.register_buffer("scales_and_zeros", zeros.to(dtype))
         bias = linear.bias
@@ -252,6 +327,25 @@ class Int4Linear(nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int4"
+
+
+def _int4_flaws(
+    low: Tensor, high: Tensor, scale: Tensor, zero: Tensor, out_dtype: torch.dtype
+) -> Flaws:
+    """:class:`Flaws` of int4 groups of weights from ``low`` to ``high`` (``(N, K / G)``),
+    coded ``low + q * step`` with ``q`` in 0..15, which the kernels dequantize as ``(q - 8) *
+    scale + zero`` with the ``scale`` and ``zero`` they hold (in their dtype), into outputs
+    of ``out_dtype``."""
+    step = ((high - low) / 15).clamp(min=1e-6).double()
+    codes = torch.tensor([0.0, 15.0], dtype=torch.float64)  # the extreme codes
+    exact = low.double()[..., None] + codes * step[..., None]  # (N, K / G, 2)
+    kernel = (codes - 8).to(scale.dtype) * scale[..., None] + zero[..., None]
+    row_sum = INT4_GROUP * kernel.double().abs().amax(dim=-1).sum(dim=-1)  # a bound
+    flaws = Flaws()
+    flaws.check(
+        torch.stack((low, high)), exact, kernel, step[..., None], row_sum, scale.dtype, out_dtype
+    )
+    return flaws
 
 
 def supports_int4(linear: nn.Linear) -> bool:
@@ -277,7 +371,9 @@ def quantize_(model: nn.Module, mode: str, *, release: bool = False) -> nn.Modul
     tied = _tied_embedding(model)
     tied_weight = tied[1].weight if tied is not None else None
     names = {id(m): n for n, m in model.named_modules()}
-    bad: list[str] = []
+    dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+    nonfinite: list[str] = []
+    saturated: list[str] = []
     for owner in list(model.modules()):
         for name, child in list(owner.named_children()):
             if not isinstance(child, Linear):
@@ -288,26 +384,44 @@ def quantize_(model: nn.Module, mode: str, *, release: bool = False) -> nn.Modul
                 new = Int4Linear(child)
                 if release:
                     release_pages(child.weight)
-                scales = new.scales_and_zeros  # NaN or inf where a group held one
-            else:
-                rows = int8_rows(child.weight, release=release)  # read once, chunk by chunk
-                scales = rows[1]  # a row's scale is NaN or inf where the row holds one
-                new = dynamic_int8(child, rows=rows) if dynamic else Int8Linear(*rows, child.bias)
+                flaws = new.flaws
+            else:  # read once, chunk by chunk
+                q, scale, flaws = _int8_rows(child.weight, release=release)
+                new = (
+                    dynamic_int8(child, rows=(q, scale))
+                    if dynamic
+                    else Int8Linear(q, scale, child.bias)
+                )
                 if tied is not None and child.weight is tied[1].weight:  # shares the int8 rows
-                    setattr(tied[0], tied[2], Int8Embedding(*rows, child.weight.dtype))
-            if not bool(torch.isfinite(scales).all()):
-                bad.append(f"{names[id(child)]}.weight")
+                    setattr(tied[0], tied[2], Int8Embedding(q, scale, child.weight.dtype))
+            if flaws.nonfinite or flaws.saturated:
+                (nonfinite if flaws.nonfinite else saturated).append(f"{names[id(child)]}.weight")
             setattr(owner, name, new)
-    if bad:
-        warnings.warn(
-            f"{len(bad)} weight(s) hold NaN or infinite values ({', '.join(bad[:5])}"
-            f"{', ...' if len(bad) > 5 else ''}); the {mode} model's outputs will not be "
-            "finite",
-            RuntimeWarning,
-            stacklevel=2,
-        )
+    _warn(
+        nonfinite, "hold NaN or infinite values", f"the {mode} model's outputs will not be finite"
+    )
+    _warn(
+        saturated,
+        f"saturate when quantized to {mode}",
+        "once dequantized as the kernels compute, a value is off by more than one "
+        "quantization step, or a row's outputs overflow for inputs of magnitude "
+        f"{input_headroom(dtype):.2g} (weights near the limit of {dtype}, such as ±3e38); "
+        "the quantized model's outputs will not be finite or not close to the float "
+        "model's. Check these weights",
+    )
     model.quantized = mode  # type: ignore[assignment]
     return model
+
+
+def _warn(weights: list[str], what: str, consequence: str) -> None:
+    """A ``RuntimeWarning`` naming (up to five of) ``weights`` that ``what``, unless none."""
+    if weights:
+        shown = ", ".join(weights[:5]) + (", ..." if len(weights) > 5 else "")
+        warnings.warn(
+            f"{len(weights)} weight(s) {what} ({shown}); {consequence}",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 def _tied_embedding(model: nn.Module) -> tuple[nn.Module, nn.Embedding, str] | None:
