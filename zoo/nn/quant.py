@@ -124,20 +124,20 @@ class Flaws:
         dtype: torch.dtype,
         out: torch.dtype,
     ) -> None:
-        """One chunk of rows. Each row's or group's extreme codes: ``exact``, the values they
-        stand for (float64), and ``kernel``, the same dequantized in ``dtype`` as the kernel
-        does; the error of every other code lies between (dequantizing is affine in the
-        code). ``weights``: NaN or inf exactly where the rows' weights are (their extremes,
-        or scales computed from them): ``nonfinite``; ``step``: the quantization step,
-        broadcast against ``exact``; ``row_sum``: ``(rows,)``, the absolute sum of each
-        dequantized row (or a bound on it), what an input of ones gives; ``out``: the dtype
-        of the kernel's outputs."""
+        """Rows of one weight. Each row's or group's extreme codes: ``exact``, the values they
+        stand for (float64, or float32: the slack covers its rounding), and ``kernel``, the
+        same dequantized in ``dtype`` as the kernel does; the error of every other code lies
+        between (dequantizing is affine in the code). ``weights``: NaN or inf exactly where
+        the rows' weights are (their extremes, or scales computed from them): ``nonfinite``;
+        ``step``: the quantization step, broadcast against ``exact``; ``row_sum``:
+        ``(rows,)``, the absolute sum of each dequantized row (or a bound on it), what an
+        input of ones gives; ``out``: the dtype of the kernel's outputs."""
         if not bool(torch.isfinite(weights).all()):
             self.nonfinite = True
             return
         info = torch.finfo(dtype)  # the kernel dtype's own rounding is not saturation
         slack = step + info.eps * exact.abs() + info.tiny
-        off = ~((kernel.double() - exact).abs() <= slack)  # NaN or inf: off too
+        off = ~((kernel.to(exact.dtype) - exact).abs() <= slack)  # NaN or inf: off too
         self.saturated |= bool(off.any()) or bool(_overflows(row_sum, dtype, out).any())
 
 
@@ -158,28 +158,33 @@ def int8_rows(weight: Tensor, *, release: bool = False) -> tuple[Tensor, Tensor]
 
 def _int8_rows(weight: Tensor, *, release: bool = False) -> tuple[Tensor, Tensor, Flaws]:
     """:func:`int8_rows`, and its :class:`Flaws` for a model computing in ``weight``'s dtype
-    (as :class:`Int8Linear` and :class:`Int8Embedding` do), checked chunk by chunk while
-    the rows are read."""
-    dtype = weight.dtype
-    flaws = Flaws()
+    (as :class:`Int8Linear` and :class:`Int8Embedding` do)."""
     q = torch.empty(weight.shape, dtype=torch.int8, device=weight.device)
     scale = torch.empty(weight.shape[0], dtype=torch.float32, device=weight.device)
     for start in range(0, weight.shape[0], _CHUNK):
         rows = weight.detach()[start : start + _CHUNK]
         w = rows.float()
         s = w.abs().amax(dim=1).clamp(min=1e-12) / 127.0  # (rows,)
-        qs = torch.round(w / s[:, None]).clamp(-127, 127)
-        top = torch.tensor(127.0, dtype=dtype) * s.to(dtype)  # as Int8Linear's forward does
-        row_sum = s.double() * 127 * w.shape[1]  # a bound (every code at 127), and where
-        near = _overflows(row_sum, dtype, dtype)  # that may overflow, the exact sum
-        if bool(near.any()):
-            row_sum[near] = s.double()[near] * qs[near].abs().sum(dim=1, dtype=torch.float64)
-        flaws.check(s, s.double() * 127, top, s.double(), row_sum, dtype, dtype)
-        q[start : start + _CHUNK] = qs
+        q[start : start + _CHUNK] = torch.round(w / s[:, None]).clamp(-127, 127)
         scale[start : start + _CHUNK] = s
         if release:
             release_pages(rows)
-    return q, scale, flaws
+    return q, scale, _int8_flaws(q, scale, weight.dtype)
+
+
+def _int8_flaws(q: Tensor, scale: Tensor, dtype: torch.dtype) -> Flaws:
+    """:class:`Flaws` of int8 rows ``q`` ``(N, K)`` with ``scale`` ``(N,)``, which the kernels
+    dequantize in ``dtype`` as ``q * scale``: from the scales alone (the exact absolute
+    sum of a row only where the bound ``127 * K * scale`` may overflow)."""
+    s = scale.double()
+    top = torch.tensor(127.0, dtype=dtype) * scale.to(dtype)  # as Int8Linear's forward does
+    row_sum = s * 127 * q.shape[1]
+    near = _overflows(row_sum, dtype, dtype)
+    if bool(near.any()):
+        row_sum[near] = s[near] * q[near].abs().sum(dim=1, dtype=torch.float64)
+    flaws = Flaws()
+    flaws.check(scale, s * 127, top, s, row_sum, dtype, dtype)
+    return flaws
 
 
 class Int8Linear(nn.Module):
@@ -336,11 +341,11 @@ def _int4_flaws(
     coded ``low + q * step`` with ``q`` in 0..15, which the kernels dequantize as ``(q - 8) *
     scale + zero`` with the ``scale`` and ``zero`` they hold (in their dtype), into outputs
     of ``out_dtype``."""
-    step = ((high - low) / 15).clamp(min=1e-6).double()
-    codes = torch.tensor([0.0, 15.0], dtype=torch.float64)  # the extreme codes
-    exact = low.double()[..., None] + codes * step[..., None]  # (N, K / G, 2)
+    step = ((high - low) / 15).clamp(min=1e-6)  # float32: eps * |exact| covers its rounding
+    codes = torch.tensor([0.0, 15.0])  # the extreme codes
+    exact = low[..., None] + codes * step[..., None]  # (N, K / G, 2)
     kernel = (codes - 8).to(scale.dtype) * scale[..., None] + zero[..., None]
-    row_sum = INT4_GROUP * kernel.double().abs().amax(dim=-1).sum(dim=-1)  # a bound
+    row_sum = INT4_GROUP * kernel.abs().amax(dim=-1).sum(dim=-1, dtype=torch.float64)  # a bound
     flaws = Flaws()
     flaws.check(
         torch.stack((low, high)), exact, kernel, step[..., None], row_sum, scale.dtype, out_dtype
