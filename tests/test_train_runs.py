@@ -4,6 +4,8 @@ and `zoo info` of a run's folder."""
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -215,3 +217,66 @@ def test_a_run_longer_than_its_warm_up_says_nothing_first():
     assert _opening_lines(TrainConfig(), plotting=True) == []
     assert _opening_lines(TrainConfig(steps=101, warmup=100), plotting=True) == []
     assert len(_opening_lines(TrainConfig(steps=100, warmup=100), plotting=True)) == 1
+
+
+# -- 19. zoo info of a run's folder ----------------------------------------------------------
+@pytest.fixture(scope="module")
+def resumed_run(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """A run stopped at its loss target after 2 of 4 steps, then resumed to the end; the
+    first call's run.json is returned with it."""
+    out = tmp_path_factory.mktemp("runs") / "run"
+    first = run(corpus, out, config=config(loss_target=100.0))
+    assert first.stopped == "loss_target" and first.steps == 2
+    record = json.loads((out / "run.json").read_text())
+    assert run(corpus, out).steps == 4
+    return out, record
+
+
+def info_rows(capsys: pytest.CaptureFixture[str], folder: Path) -> dict[str, str]:
+    """``zoo info FOLDER``'s ``run:`` rows, by name."""
+    assert main(["info", str(folder)]) == 0
+    out = capsys.readouterr().out
+    section = out.split("\n  run:\n")[1]
+    rows = (line.strip().split("  ", 1) for line in section.splitlines())
+    return {name: value.strip() for name, value in rows}
+
+
+def test_zoo_info_of_a_run_folder_shows_the_run(resumed_run, corpus, capsys):
+    out, first = resumed_run
+    assert first["stopped"] == "loss_target" and first["step"] == 2
+    record = json.loads((out / "run.json").read_text())
+    assert record["started"] == first["started"] and record["seconds"] > first["seconds"]
+    rows = info_rows(capsys, out)
+    losses = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    vals = [r["val_loss"] for r in losses if "val_loss" in r]
+    assert rows["steps"] == "4 of 4 (all done)"
+    assert rows["last loss"] == f"{losses[-1]['loss']:.4f} (training, step 4)"
+    assert rows["last val loss"] == f"{vals[-1]:.4f} (held-out, step 4)"
+    assert rows["best val loss"].startswith(f"{min(vals):.4f} (step ")
+    assert rows["data"] == str(corpus.resolve())
+    assert rows["tokens seen"] == f"{4 * 4 * 16:,} (4 x 16 a step)"
+    assert rows["wall time"].endswith(" s") and rows["started"] == first["started"]
+
+
+def test_zoo_info_of_an_older_or_damaged_run_folder_says_what_it_can(resumed_run, tmp_path, capsys):
+    out, _ = resumed_run
+    old = tmp_path / "old"
+    shutil.copytree(out, old)
+    (old / "run.json").unlink()  # a run from before run.json
+    with open(old / "metrics.jsonl", "a") as f:
+        f.write('{"step": 5, "lo')  # a run killed mid-line
+    rows = info_rows(capsys, old)
+    assert rows["steps"] == "4 of 4" and "not recorded" in rows["data, time"]
+    assert rows["metrics.jsonl"] == "1 line(s) that are not a step's record"
+    (old / "run.json").write_text("[1, 2")
+    assert info_rows(capsys, old)["run.json"].startswith("unreadable (")
+
+
+def test_zoo_info_of_a_run_with_no_model_yet_shows_the_run(tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "metrics.jsonl").write_text('{"step": 1, "loss": 5.5, "lr": 0.001}\n')
+    assert main(["info", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"{out}: a training run (no model saved yet)\n  run:\n")
+    assert "    last loss   5.5000 (training, step 1)\n" in text

@@ -17,6 +17,8 @@ from .options import GENERATION_DEFAULTS, QUANTIZE_MODE_HELP, QUANTIZE_MODES
 from .registry import get_registry
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from .generation import GenerationConfig
     from .nn.base import ZooModel
     from .tokenizers import Tokenizer
@@ -121,7 +123,16 @@ def _tokenizer_line(info: api.ModelInfo) -> str:
 
 def cmd_info(args: argparse.Namespace) -> int:
     """Describe a model: a named model, a checkpoint directory or hf:org/name (reads its
-    config, not its weights)."""
+    config, not its weights); for a training run's folder (zoo train --out), the run too."""
+    from pathlib import Path
+
+    from .checkpoint.readers import model_folder
+    from .train.report import is_run_folder
+
+    run = Path(args.name) if is_run_folder(Path(args.name)) else None
+    if run is not None and model_folder(run) == run:  # no checkpoint written yet
+        print(f"{args.name}: a training run (no model saved yet)")
+        return _print_run(run)
     info = api.info(args.name)
     print(f"{info.name}: {_printable(info.description)}")
     fields = [
@@ -144,6 +155,18 @@ def cmd_info(args: argparse.Namespace) -> int:
     print("  config:")
     for key, value in info.config.items():
         print(f"    {key} = {value!r}")
+    return _print_run(run) if run is not None else 0
+
+
+def _print_run(folder: Path) -> int:
+    """The ``run:`` section of ``zoo info RUN_FOLDER``."""
+    from .train.report import run_summary
+
+    rows = run_summary(folder)
+    width = max(len(k) for k, _ in rows)
+    print("  run:")
+    for key, value in rows:
+        print(f"    {key.ljust(width)}  {_printable(value)}")
     return 0
 
 
@@ -1087,8 +1110,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=0.0,
         help="seconds of training, data preparation included; no step is started that "
-        "would end past it, with the final evaluation and checkpoint "
-        "(default: 0, no budget)",
+        "would end past it, with the final evaluation and checkpoint, and a budget that "
+        "cannot fit one is refused before it (default: 0, no budget)",
     )
     p.add_argument(
         "--loss-target",

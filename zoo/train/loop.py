@@ -41,7 +41,15 @@ from .config import TrainConfig
 from .data import IGNORE, DataError
 from .errors import DivergedError, RunLockedError
 from .memory import check_training_memory
-from .report import MetricsLog, Progress, can_plot, plot_losses
+from .report import (
+    MetricsLog,
+    Progress,
+    can_plot,
+    plot_losses,
+    read_run_record,
+    utc_now,
+    write_run_record,
+)
 from .state import has_state, load_state, plain_model, save_state
 from .task import DataRequest, DataSource, TaskSpec, task_of, token_loss
 from .world import World, any_rank, barrier, join, max_rank, mean
@@ -242,6 +250,8 @@ class _Run:
     plotting: bool = False
     plotted: int = -1  # the length of the history last drawn
     began: float = 0.0
+    record: dict[str, Any] = dataclasses.field(default_factory=dict)  # run.json
+    earlier: float = 0.0  # wall seconds of the earlier calls this run resumed
 
     @property
     def micro(self) -> int:
@@ -331,7 +341,7 @@ def _start(
         say = progress.write
     for line in _opening_lines(config, plotting):
         say(line)
-    return _Run(
+    run = _Run(
         model, wrapped, spec, source, optimizer, generator, config, world, out, tok, context,
         history, metrics, progress, budget, say,
         title=f"{model.name or 'model'} on {data}",
@@ -342,6 +352,42 @@ def _start(
         plotting=plotting,
         began=began,
     )  # fmt: skip
+    _open_record(run, data)
+    return run
+
+
+def _open_record(run: _Run, data: str | os.PathLike[str]) -> None:
+    """Start ``<out>/run.json`` (rank 0): the data, the settings ``zoo info`` shows, when
+    the run began and the wall time of the calls it resumed."""
+    from .files import text_files
+
+    if not run.world.main:
+        return
+    earlier = read_run_record(run.out) if run.start else {}  # a new run starts a new record
+    seconds = earlier.get("seconds")
+    run.earlier = float(seconds) if isinstance(seconds, (int, float)) and run.start else 0.0
+    started = earlier.get("started")
+    run.record = {
+        "model": run.model.name,
+        "task": run.spec.name,
+        "data": str(Path(data).resolve()),
+        "files": len(text_files(data)),
+        "steps": run.config.steps,
+        "batch_size": run.config.batch_size,
+        "context": run.context,
+        "started": started if isinstance(started, str) else utc_now(),
+    }
+    _write_record(run, "running")
+
+
+def _write_record(run: _Run, state: str) -> None:
+    """Bring ``<out>/run.json`` up to date: steps done, wall time, ``state`` (``"running"``
+    or why the run stopped)."""
+    if not run.world.main:
+        return
+    seconds = run.earlier + run.budget.used()
+    run.record.update(step=run.step, seconds=round(seconds, 3), updated=utc_now(), stopped=state)
+    write_run_record(run.out, run.record)
 
 
 def _opening_lines(config: TrainConfig, plotting: bool) -> list[str]:
@@ -516,6 +562,7 @@ def _checkpoint(run: _Run, lr: float) -> None:
     )  # fmt: skip
     run.saved_at = run.step
     run.budget.saved(time.monotonic() - save_began)
+    _write_record(run, "running")
 
 
 def _finish(run: _Run, stopped: str, signum: int | None) -> TrainResult:
@@ -534,6 +581,7 @@ def _finish(run: _Run, stopped: str, signum: int | None) -> TrainResult:
             run.say("matplotlib is not installed: no loss.png (pip install 'torch-zoo[train]')")
         elif run.plotted != len(run.history):
             plot_losses(run.out / "loss.png", run.history, title=run.title)
+        _write_record(run, stopped)
     barrier(world)
     return TrainResult(
         run.model, checkpoint, run.losses, run.val_loss, run.step, seconds, stopped, signum
