@@ -1,6 +1,7 @@
 """Long text of any shape is encoded in pieces cut where no token can cross (issue 19, item
 10): the pieces give exactly the ids of one unchunked encode, for every backend, and memory
-stays bounded for text split by newlines, tabs, runs of spaces, or no whitespace at all."""
+stays bounded for text split by newlines, tabs, runs of spaces, or no whitespace at all.
+Training a tokenizer on such text is bounded too (issue 28, item 9)."""
 
 from __future__ import annotations
 
@@ -221,7 +222,7 @@ def test_wordpiece_memory_is_bounded_for_every_shape(shape):
 
 # Training a tokenizer (issue 28, item 9): 20 MB of text with double spaces took 2.9 GB, a
 # run of letters without a break took time in the square of its length, and text of distinct
-# words (random words, random Unicode) took the trainer ~100 bytes per byte.
+# words (random words, random Unicode) took the trainer ~100-120 bytes per byte.
 
 
 def _library_trained(texts: list[str], vocab_size: int) -> str:
@@ -339,8 +340,9 @@ TRAIN_CHILD = textwrap.dedent(
 
 
 def test_training_on_hostile_text_stays_bounded():
-    """1.5 MB on one line with double spaces took 315 MB of address space (the cap is
-    256 MB), and 300,000 letters without a break took minutes; both train in seconds now."""
+    """1.5 MB on one line with double spaces took 417 MB of address space (the cap is
+    256 MB; now 175 MB), and 300,000 letters without a break ran past 60 s; both train in
+    seconds now."""
     env = {**os.environ, "MALLOC_ARENA_MAX": "2", "RAYON_NUM_THREADS": "2"}
     out = subprocess.run(
         [sys.executable, "-c", TRAIN_CHILD, str(ROOT / "tests")],
