@@ -253,26 +253,19 @@ def _library_trained(texts: list[str], vocab_size: int) -> str:
         st.sampled_from(ALPHABET) | st.characters(exclude_categories=("Cs",)), max_size=200
     ).map("".join),
 )
-def test_training_learns_what_the_whole_text_teaches(text, small_training_pieces):
+def test_training_learns_what_the_whole_text_teaches(text):
     """Cut into pieces of 3 characters, words bounded, lines dropped or not: the same
     tokenizer.json as the library trained on the whole text, or on its lines and columns."""
-    from zoo.tokenizers.subword import SubwordBPE
-
-    texts = [text * 3, text]
-    assert SubwordBPE.train(texts, 300).tokenizer.to_str() == _library_trained(texts, 300)
-    columns = [part for t in texts for line in t.splitlines() for part in line.split("\t")]
-    trained = SubwordBPE.train(iter(texts), 300, split_lines=True).tokenizer.to_str()
-    assert trained == _library_trained(columns, 300)
-
-
-@pytest.fixture(scope="module")
-def small_training_pieces():
     import zoo.tokenizers.subword as subword
 
-    mp = pytest.MonkeyPatch()
-    mp.setattr(subword, "TRAIN_PIECE_CHARS", 3)
-    yield
-    mp.undo()
+    texts = [text * 3, text]
+    columns = [part for t in texts for line in t.splitlines() for part in line.split("\t")]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(subword, "TRAIN_PIECE_CHARS", 3)
+        trained = subword.SubwordBPE.train(texts, 300).tokenizer.to_str()
+        assert trained == _library_trained(texts, 300)
+        trained = subword.SubwordBPE.train(iter(texts), 300, split_lines=True).tokenizer.to_str()
+        assert trained == _library_trained(columns, 300)
 
 
 def test_training_words_are_bounded():
