@@ -121,12 +121,13 @@ class SubwordBPE(HFTokenizer):
             name: registry name stored with the tokenizer.
             split_lines: learn each line, and each tab-separated column of a line, as a text
                 of its own: line breaks and tabs are dropped, as ``str.splitlines`` and
-                ``split("\t")`` would (what ``zoo train --train-tokenizer`` does with files).
+                ``split("\\t")`` would (what ``zoo train --train-tokenizer`` does with files).
             max_distinct_bytes: stop reading ``texts`` before the distinct
-                whitespace-separated strings seen exceed this many UTF-8 bytes (plus
-                8 per string): the trainer's memory grows with them, by up to ~120 bytes
-                per byte (random words or Unicode). Ordinary text stays far below the
-                default (tinyshakespeare's 1.1 MB: 0.39 MB). ``None``: no limit.
+                whitespace-separated strings and runs of whitespace seen exceed this many
+                UTF-8 bytes (plus 8 each): the trainer's memory grows with them, by up to
+                ~120 bytes per byte (random words or Unicode). Ordinary text stays below the
+                default (tinyshakespeare's 1.1 MB: 0.39 MB); varied prose of many MB can
+                reach it, and is then learnt from its beginning. ``None``: no limit.
 
         Raises:
             TokenizerError: ``vocab_size`` too small or above :data:`MAX_VOCAB`,
