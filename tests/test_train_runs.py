@@ -66,10 +66,32 @@ def test_a_seed_out_of_range_names_the_range_zoo_generate_names(corpus, tmp_path
         TrainConfig(seed=seed)
 
 
+@pytest.fixture
+def no_training(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Training fails the test at once: a count the old code took trained (or evaluated, or
+    searched for a batch that fits) for 2**70 rounds."""
+    import zoo.train.loop
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the run was started")
+
+    monkeypatch.setattr(zoo.train.loop, "train", refuse)
+    monkeypatch.setattr(zoo.train, "train", refuse, raising=False)  # the lazy name, if bound
+
+
 @pytest.mark.parametrize(
-    "name", ["steps", "batch_size", "grad_accum", "warmup", "eval_every", "eval_batches"]
+    "name",
+    [
+        "steps",
+        "batch_size",
+        "grad_accum",
+        "warmup",
+        "eval_every",
+        "eval_batches",
+        "checkpoint_every",
+    ],
 )
-def test_every_count_beyond_int64_is_refused_by_name(corpus, tmp_path, capsys, name):
+def test_every_count_beyond_int64_is_refused_by_name(corpus, tmp_path, capsys, no_training, name):
     flag = "--" + name.replace("_", "-")
     assert main(zoo_train(corpus, tmp_path / "run", flag, str(2**70))) == 2
     assert f"TrainConfig.{name} must be at most 2**63 - 1" in capsys.readouterr().err
