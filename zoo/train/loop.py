@@ -329,12 +329,12 @@ def _start(
     if has_state(out):
         start, history = load_state(out, model, optimizer, generator, config)
         say(f"resumed {out / 'checkpoint'} at step {start}")
-    metrics = stack.enter_context(MetricsLog(out / "metrics.jsonl", history, enabled=world.main))
     plotting = world.main and can_plot()  # the import is paid here, not in a timed step
-    began = time.monotonic()
     budget = Budget(config, world, clock)
-    if config.time_budget and start < config.steps:
+    if config.time_budget and start < config.steps:  # a refusal leaves no metrics behind
         _probe(budget, model, source, config, world, spec)
+    metrics = stack.enter_context(MetricsLog(out / "metrics.jsonl", history, enabled=world.main))
+    began = time.monotonic()
     progress = Progress(total=config.steps, initial=start, enabled=world.main and log is not None)
     stack.callback(progress.close)
     if progress.bar is not None and log is print:  # lines above the bar, not through it
