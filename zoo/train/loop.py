@@ -419,13 +419,16 @@ def _probe(
     spec: TaskSpec,
 ) -> None:
     """Before step 1 of a run with a time budget: time one held-out batch (the first of
-    every evaluation: no random state moves), from which the budget estimates the final
-    evaluation; refuse the run when even one step with that evaluation and the checkpoint
-    cannot end in time (every rank together)."""
-    began = time.monotonic()
-    _evaluate(model, source, config, world, spec, batches=1)
+    every evaluation: no random state moves), twice, the first pass paying for warm-up, from
+    which the budget estimates the final evaluation; refuse the run when even one step with
+    that evaluation and the checkpoint cannot end in time (every rank together)."""
+    seconds = []
+    for _ in range(2):
+        began = time.monotonic()
+        _evaluate(model, source, config, world, spec, batches=1)
+        seconds.append(time.monotonic() - began)
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    budget.probed(time.monotonic() - began, 3 * weights)  # weights and AdamW's two moments
+    budget.probed(min(seconds), 3 * weights)  # weights and AdamW's two moments
     refusal = budget.cannot_start()
     if any_rank(refusal is not None, world):
         raise ConfigError(refusal or "time budget: another process cannot fit one step")
