@@ -143,8 +143,9 @@ def _no_room(soft: int, wanted: int, room: int, requested: int | None) -> int:
 def bounded_protocol(limits: Limits) -> type[BoundedH11Protocol]:
     """The HTTP protocol class for one server (``uvicorn.Config(http=...)``): every
     connection it makes shares ``limits`` and one count of open connections."""
-    shared = _Shared(limits)
-    return type("BoundedH11Protocol", (BoundedH11Protocol,), {"shared": shared})
+    protocol: type[BoundedH11Protocol] = type("BoundedH11Protocol", (BoundedH11Protocol,), {})
+    protocol.shared = _Shared(limits)
+    return protocol
 
 
 class _Shared:
