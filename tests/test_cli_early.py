@@ -38,6 +38,10 @@ CASES = [
         "new",
     ),
     (["train", "--data", "DATA", "--out", "o"], "name the model once"),
+    (
+        ["train", "gpt2", "--data", "DATA", "--out", "o", "--tokenizer-max-distinct", "9"],
+        "--tokenizer-max-distinct goes with --train-tokenizer",
+    ),
     (["check", "gpt2-12m"], "unknown model 'gpt2-12m'"),
     (["convert", "runs/none", "out"], "checkpoint runs/none does not exist"),
     (["info", "gpt2-12m"], "unknown model 'gpt2-12m'"),

@@ -305,6 +305,18 @@ def test_training_stops_at_the_distinct_words_budget():
             SubwordBPE.train(texts, 400, max_distinct_bytes=bad)
 
 
+def test_zoo_train_passes_its_budget_and_its_warning_names_the_flag(tmp_path):
+    """``zoo train --tokenizer-max-distinct`` reaches the trainer (through train_tokenizer),
+    and the warning names that flag, so a command-line user can go further."""
+    from zoo.train import train_tokenizer
+
+    data = tmp_path / "data.txt"
+    data.write_text("".join(f"word{i} and more words\n" for i in range(2000)))
+    with pytest.warns(UserWarning, match="zoo train --tokenizer-max-distinct"):
+        small = train_tokenizer(data, 400, 2_000)
+    assert small.vocab_size < train_tokenizer(data, 400).vocab_size
+
+
 def test_runs_of_whitespace_count_against_the_budget():
     """Runs of mixed whitespace are words to the trainer too: distinct ones count."""
     import random

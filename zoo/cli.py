@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import api
 from .errors import ZooError
-from .options import GENERATION_DEFAULTS, QUANTIZE_MODE_HELP, QUANTIZE_MODES
+from .options import GENERATION_DEFAULTS, MAX_DISTINCT_BYTES, QUANTIZE_MODE_HELP, QUANTIZE_MODES
 from .registry import get_registry
 
 if TYPE_CHECKING:
@@ -599,7 +599,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
         tok = load_directory(args.tokenizer)
     elif args.train_tokenizer is not None:  # with a new model: _check_train said so
-        tok = train_tokenizer(args.data, args.train_tokenizer)
+        tok = train_tokenizer(
+            args.data, args.train_tokenizer, args.tokenizer_max_distinct or MAX_DISTINCT_BYTES
+        )
         overrides.setdefault("vocab_size", tok.vocab_size)
     if args.source is None:
         torch.manual_seed(args.seed)
@@ -1061,6 +1063,14 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: none)",
     )
     p.add_argument(
+        "--tokenizer-max-distinct",
+        type=_positive,
+        metavar="BYTES",
+        help="with --train-tokenizer: learn from the data until its distinct words take this "
+        "many bytes, then warn and stop reading; the trainer holds up to ~120 bytes of memory "
+        f"per byte of it (default: {MAX_DISTINCT_BYTES:,})",
+    )
+    p.add_argument(
         "--set",
         action="append",
         metavar="KEY=VALUE",
@@ -1222,6 +1232,8 @@ def _check_train(args: argparse.Namespace) -> None:
             "name the model once: NAME for a new model with random weights, or --from SOURCE "
             "(a checkpoint directory, hf:org/name, or a named model with weights) to fine-tune"
         )
+    if args.tokenizer_max_distinct is not None and args.train_tokenizer is None:
+        raise ValueError("--tokenizer-max-distinct goes with --train-tokenizer")
     if args.model is not None:
         api.resolve_config(args.model, **dict(_override(item) for item in args.set or ()))
     else:

@@ -4,7 +4,9 @@
 - :data:`GENERATION_DEFAULTS`: the defaults of :func:`zoo.generate` and ``zoo generate``;
 - :data:`SEED_RANGE`: the seeds a ``torch.Generator`` takes;
 - :data:`QUANTIZE_MODES`: what ``zoo.load(..., quantize=...)`` and ``--quantize`` accept,
-  with a line on each.
+  with a line on each;
+- :data:`MAX_DISTINCT_BYTES`: how much distinct text a tokenizer is trained on by default
+  (``SubwordBPE.train``, ``zoo train --tokenizer-max-distinct``).
 """
 
 from __future__ import annotations
@@ -14,11 +16,18 @@ from types import MappingProxyType
 
 __all__ = [
     "GENERATION_DEFAULTS",
+    "MAX_DISTINCT_BYTES",
     "QUANTIZE_MODES",
     "QUANTIZE_MODE_HELP",
     "SEED_RANGE",
     "GenerationDefaults",
 ]
+
+
+#: Default of ``SubwordBPE.train``'s ``max_distinct_bytes``: what the trainer holds grows
+#: with the distinct words it has seen, up to ~120 bytes per byte of them on text made of
+#: distinct words (random words, random Unicode), however often each word comes back.
+MAX_DISTINCT_BYTES = 2_000_000
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,6 +19,7 @@ from typing import Any
 import tokenizers
 from tokenizers import Regex, decoders, models, pre_tokenizers, trainers
 
+from ..options import MAX_DISTINCT_BYTES
 from .chunking import CUT_WORDS, pieces
 from .errors import TokenizerError, TokenizerInputError
 from .hf_backend import HFTokenizer
@@ -55,10 +56,6 @@ _MOST_PIECE_CHARS = 1 << 17
 #: once per occurrence of its pair, so one long word cost time in the square of its length
 #: (2 MB of letters without a break ran for over 2 minutes). Encoding is not affected.
 MAX_WORD_CHARS = 256
-#: Default of :meth:`SubwordBPE.train`'s ``max_distinct_bytes``: what the trainer holds grows
-#: with the distinct words it has seen, up to ~120 bytes per byte of them on text made of
-#: distinct words (random words, random Unicode), however often each word comes back.
-MAX_DISTINCT_BYTES = 2_000_000
 #: Memory of a distinct word in the trainer beyond its bytes, counted against the budget.
 _WORD_OVERHEAD = 8
 
@@ -164,8 +161,9 @@ class SubwordBPE(HFTokenizer):
                 f"SubwordBPE.train learnt from the first {feed.chars:,} characters of text "
                 f"only: there its distinct words reached max_distinct_bytes="
                 f"{max_distinct_bytes:,} and the rest was not read. Pass a larger "
-                "max_distinct_bytes to SubwordBPE.train (the trainer takes up to ~120 bytes of "
-                "memory per byte of it), or None for no limit",
+                "max_distinct_bytes to SubwordBPE.train (zoo train --tokenizer-max-distinct; "
+                "the trainer takes up to ~120 bytes of memory per byte of it), or None for no "
+                "limit",
                 stacklevel=2,
             )
         # Encoding splits words with the plain pre-tokenizer: the same words up to

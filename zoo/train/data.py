@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..options import MAX_DISTINCT_BYTES
 from .files import DataError, text_files
 
 __all__ = [
@@ -35,18 +36,22 @@ Batch = tuple[dict[str, Tensor], Tensor]
 IGNORE = -100
 
 
-def train_tokenizer(path: str | os.PathLike[str], vocab_size: int) -> Any:
+def train_tokenizer(
+    path: str | os.PathLike[str], vocab_size: int, max_distinct_bytes: int = MAX_DISTINCT_BYTES
+) -> Any:
     """A byte-level BPE (:class:`zoo.tokenizers.SubwordBPE`) of at most ``vocab_size`` ids
     learnt from training data: the text files, each tab-separated column apart (so the
     source and target of pairs share it). For a model whose tokenizer has no fixed
     vocabulary, such as ``transformer-encdec``. Files are read one at a time, and the
     trainer's memory and time stay bounded whatever their size and shape
-    (:meth:`~zoo.tokenizers.SubwordBPE.train`)."""
+    (:meth:`~zoo.tokenizers.SubwordBPE.train`, with its ``max_distinct_bytes`` budget)."""
     from ..tokenizers.subword import SubwordBPE
 
     texts = (_read_text(file) for file in text_files(path))
     # split_lines: a pair's (or a label file's) columns apart, each line apart
-    return SubwordBPE.train(texts, vocab_size, split_lines=True)
+    return SubwordBPE.train(
+        texts, vocab_size, split_lines=True, max_distinct_bytes=max_distinct_bytes
+    )
 
 
 def _read_text(path: Path) -> str:
