@@ -140,6 +140,23 @@ def test_a_loaded_cpu_model_runs_on_onednn(tmp_path):
     assert {type(m) for m in plain.modules() if isinstance(m, torch.nn.Linear)} == {Linear}
 
 
+def test_a_compiled_onednn_linear_is_one_graph_with_no_break():
+    """torch.compile traces cpu_linear without a graph break (it broke at every layer on
+    oneDNN's availability check, and recompiled for each weight shape), and computes what the
+    eager layer does."""
+    from zoo.nn import onednn
+
+    layers = torch.nn.Sequential(Linear(512, 768), Linear(768, 512))
+    if onednn.use_onednn(layers) == 0:  # a torch without oneDNN: F.linear, nothing to trace
+        assert not onednn.available()
+        return
+    x = torch.randn(2, 3, 512)
+    with torch.no_grad():
+        explained = torch._dynamo.explain(layers)(x)
+        assert explained.graph_break_count == 0 and explained.graph_count == 1
+        assert torch.allclose(torch.compile(layers)(x), layers(x), atol=1e-5)
+
+
 def _rank_cases() -> list[tuple[str, tuple[int, ...], str]]:
     """(model kind, shape of the ids, what the hint says) for each wrong rank."""
     hints = {(): "torch.tensor([[id, ...]])", (5,): ".unsqueeze(0)"}

@@ -55,11 +55,14 @@ def _kernel() -> Callable[..., Any] | None:
         return None
 
 
+@torch.compiler.assume_constant_result  # torch.compile reads it once, without tracing it
 def available() -> bool:
-    """Whether this torch has oneDNN's linear kernel."""
-    return _kernel() is not None
+    """Whether this torch has oneDNN's linear kernel (and, where it has, the custom op
+    ``zoo::onednn_linear`` that ``torch.compile`` calls it through is registered)."""
+    return _kernel() is not None and _compilable() is not None
 
 
+@torch.compiler.assume_constant_result
 @functools.cache
 def native_bf16() -> bool:
     """Whether this CPU multiplies bfloat16 matrices natively (oneDNN's own check)."""
@@ -87,9 +90,8 @@ def cpu_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     ):
         wide = cpu_linear(x.float(), weight.float(), None if bias is None else bias.float())
         return wide.to(torch.bfloat16)
-    kernel = _kernel()
     if (
-        kernel is not None
+        available()
         and x.is_cpu
         and x.dtype is torch.float32
         and weight.dtype is torch.float32
@@ -97,7 +99,9 @@ def cpu_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         and not (torch.is_grad_enabled() and (weight.requires_grad or x.requires_grad))
     ):
         if torch.compiler.is_compiling():
-            return _compilable()(x, weight, bias)
+            return torch.ops.zoo.onednn_linear(x, weight, bias)  # registered by available()
+        kernel = _kernel()
+        assert kernel is not None  # available() found it
         return kernel(x, weight, bias, "none", [], "")
     return F.linear(x, weight, bias)
 
