@@ -167,6 +167,9 @@ class StaticDecoderSession(DecoderSession):
         self._record = record and device.type == "cuda" and not compile
         self._logits: Callable[..., Tensor] = model.logits
         if compile:  # the code around the kernels in C++ too; dynamo's guards check shapes
+            from .onednn import prepare_compile
+
+            prepare_compile()
             self._logits = torch.compile(
                 self._logits, dynamic=False, options={"cpp_wrapper": True, "size_asserts": False}
             )

@@ -36,7 +36,15 @@ from torch import Tensor, nn
 
 from .linear import Linear
 
-__all__ = ["MIN_WEIGHTS", "UPCAST_ROWS", "OneDNNLinear", "available", "cpu_linear", "use_onednn"]
+__all__ = [
+    "MIN_WEIGHTS",
+    "UPCAST_ROWS",
+    "OneDNNLinear",
+    "available",
+    "cpu_linear",
+    "prepare_compile",
+    "use_onednn",
+]
 
 #: Smaller weights (under 1 MiB of float32) keep ``F.linear``: oneDNN's call costs ~40 us
 #: more, which a small matrix does not earn back (a 12-layer decoder of width 64 decodes a
@@ -55,14 +63,26 @@ def _kernel() -> Callable[..., Any] | None:
         return None
 
 
-@torch.compiler.assume_constant_result  # torch.compile reads it once, without tracing it
 def available() -> bool:
-    """Whether this torch has oneDNN's linear kernel (and, where it has, the custom op
-    ``zoo::onednn_linear`` that ``torch.compile`` calls it through is registered)."""
-    return _kernel() is not None and _compilable() is not None
+    """Whether this torch has oneDNN's linear kernel."""
+    return _kernel() is not None
 
 
-@torch.compiler.assume_constant_result
+def _registered() -> bool:
+    """Registers the custom op ``zoo::onednn_linear`` that compiled code calls the kernel
+    through (only while compiling)."""
+    return _compilable() is not None
+
+
+def prepare_compile() -> None:
+    """Let ``torch.compile`` trace :func:`cpu_linear` in one graph: it runs the checks below
+    once, as constants, instead of tracing into them (``torch.backends.mkldnn.is_available``
+    broke the graph at every layer). Called where zoo compiles, not at import: marking them
+    imports ~90 MB of torch's compiler, which an eager load must not pay."""
+    for check in (available, native_bf16, _registered):
+        torch.compiler.assume_constant_result(check)  # marks the function itself
+
+
 @functools.cache
 def native_bf16() -> bool:
     """Whether this CPU multiplies bfloat16 matrices natively (oneDNN's own check)."""
@@ -98,8 +118,8 @@ def cpu_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         and weight.numel() >= MIN_WEIGHTS
         and not (torch.is_grad_enabled() and (weight.requires_grad or x.requires_grad))
     ):
-        if torch.compiler.is_compiling():
-            return torch.ops.zoo.onednn_linear(x, weight, bias)  # registered by available()
+        if torch.compiler.is_compiling() and _registered():
+            return torch.ops.zoo.onednn_linear(x, weight, bias)
         kernel = _kernel()
         assert kernel is not None  # available() found it
         return kernel(x, weight, bias, "none", [], "")
