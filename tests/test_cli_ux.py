@@ -180,7 +180,7 @@ def test_info_shows_only_the_config_fields_that_take_effect(capsys):
     assert "rope_theta" in out
     code, out, _ = run(capsys, "info", "gpt2-124m")
     assert code == 0 and "activation = 'gelu_tanh'" in out
-    assert "rope_theta" not in out and "rotary_fraction" not in out
+    assert "rope_theta" not in out and "rotary_dim" not in out
 
 
 def test_inert_fields_follow_what_components_declare(use_registry):
@@ -191,7 +191,7 @@ def test_inert_fields_follow_what_components_declare(use_registry):
     def config(**overrides):
         return resolve_config("gpt2-124m", n_layers=1, **overrides)[2]
 
-    assert inert_fields(config(ffn="geglu")) == {"rope_theta", "rotary_fraction"}
+    assert inert_fields(config(ffn="geglu")) == {"rope_theta", "rotary_dim", "rope_local_theta"}
     assert "activation" in inert_fields(config(ffn="swiglu"))
     supplies = _Supplies(
         ComponentSpec("ffn", "undeclared", _identity),  # reads=None: may read anything

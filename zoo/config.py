@@ -26,6 +26,7 @@ __all__ = [
     "MAX_WIDTH",
     "Activation",
     "DecoderConfig",
+    "LayerType",
     "ModelConfig",
     "TransformerConfig",
 ]
@@ -33,6 +34,9 @@ __all__ = [
 C = TypeVar("C", bound="ModelConfig")
 
 Activation = Literal["gelu", "gelu_tanh", "relu", "silu"]
+
+#: What one layer's self-attention sees, as transformers' ``layer_types`` spells it.
+LayerType = Literal["full_attention", "sliding_attention"]
 
 #: Upper bounds on sizes, far beyond any real model, so that a hostile or mistaken config
 #: (``n_layers = 10**9``, ``context_length = 2**62``) is refused before anything is built.
@@ -75,6 +79,12 @@ class ModelConfig:
 
     # -- construction -----------------------------------------------------------------------
     @classmethod
+    def upgrade(cls, values: Mapping[str, Any]) -> Mapping[str, Any]:
+        """``values`` as written by an older zoo, in today's fields (:meth:`from_dict` calls
+        it first); subclasses that renamed a field map the old spelling here."""
+        return values
+
+    @classmethod
     def field_names(cls) -> tuple[str, ...]:
         """The names of the config fields, in declaration order."""
         return tuple(f.name for f in dataclasses.fields(cls))
@@ -93,6 +103,7 @@ class ModelConfig:
     @classmethod
     def from_dict(cls: type[C], values: Mapping[str, Any]) -> C:
         """Create a config from a mapping, refusing unknown and reporting missing fields."""
+        values = cls.upgrade(values)
         cls._check_names(values)
         missing = [
             f.name
@@ -152,7 +163,6 @@ class TransformerConfig(ModelConfig):
         bias: the linear layers inside the blocks (and LayerNorms) have biases.
         qkv_bias: the query/key/value projections have biases (``None``: ``bias``).
         rope_theta: base of the rotary angles.
-        rotary_fraction: share of each head's features that rotary positions turn (1: all).
         sliding_window: each query sees at most this many most recent keys (``None``: all).
         head_dim: features per attention head (``None``: ``d_model / n_heads``). Set apart
             (Qwen3, Gemma), queries are ``n_heads * head_dim`` wide and the output projection
@@ -163,6 +173,29 @@ class TransformerConfig(ModelConfig):
             every block, with a router choosing ``experts_per_token`` of them per token
             (Mixtral); ``None``: one dense feed-forward.
         experts_per_token: experts each token is routed to (with ``n_experts``).
+        block: block component each layer is built from: ``transformer`` (the norm placement
+            ``norm_first``/``parallel_residual`` say), ``sandwich`` (a norm before and after
+            each branch: Gemma 2/3), ``post_branch`` (a norm after each branch, inside the
+            residual: OLMo-2), ``parallel_shared`` (one norm feeding attention and
+            feed-forward side by side: GPT-J, Cohere), or one a plugin supplies.
+        layer_types: per layer, ``"full_attention"`` or ``"sliding_attention"`` (as
+            transformers writes it); sliding layers see ``sliding_window`` keys, full ones
+            every key. ``None``: every layer is sliding when ``sliding_window`` is set.
+        rope_local_theta: rotary base of the sliding layers (Gemma 3); ``None``: ``rope_theta``.
+        rotary_dim: features of each head that rotary positions turn, an even count up to
+            ``head_size`` (partial rotary: GPT-J, GPT-NeoX, Phi); ``None``: all of them.
+        attn_scale: the factor on attention scores (``None``: ``head_size ** -0.5``; Gemma
+            uses ``query_pre_attn_scalar ** -0.5``).
+        attn_softcap: attention scores become ``cap * tanh(score / cap)`` before the mask
+            and softmax (Gemma 2); ``None``: no cap.
+        final_softcap: the logits become ``cap * tanh(logits / cap)`` (Gemma 2); ``None``: no cap.
+        logit_scale: the logits are multiplied by this (Cohere).
+        attn_out_bias: the attention output projection has a bias (``None``: ``bias``).
+        mlp_bias: the feed-forward's linear layers have biases (``None``: ``bias``).
+        norm_bias: LayerNorms have a bias (``None``: ``bias``).
+        qk_norm_scope: with ``qk_norm``, ``"head"`` normalises each head's features
+            (Qwen3, Gemma 3), ``"full"`` all heads' queries (and keys) together, over
+            ``n_heads * head_size`` features (OLMo-2).
     """
 
     vocab_size: int
@@ -187,12 +220,40 @@ class TransformerConfig(ModelConfig):
     bias: bool = True
     qkv_bias: bool | None = None
     rope_theta: float = 10000.0
-    rotary_fraction: float = 1.0
     sliding_window: int | None = None
     head_dim: int | None = None
     qk_norm: bool = False
     n_experts: int | None = None
     experts_per_token: int = 2
+    block: str = "transformer"
+    layer_types: tuple[LayerType, ...] | None = None
+    rope_local_theta: float | None = None
+    rotary_dim: int | None = None
+    attn_scale: float | None = None
+    attn_softcap: float | None = None
+    final_softcap: float | None = None
+    logit_scale: float = 1.0
+    attn_out_bias: bool | None = None
+    mlp_bias: bool | None = None
+    norm_bias: bool | None = None
+    qk_norm_scope: Literal["head", "full"] = "head"
+
+    @classmethod
+    def upgrade(cls, values: Mapping[str, Any]) -> dict[str, Any]:
+        """Checkpoints saved before ``rotary_dim`` stored ``rotary_fraction``: it becomes
+        the count those models turned (``int(head_size * fraction)``, rounded down to even)."""
+        values = dict(values)
+        if "rotary_fraction" in values and "rotary_fraction" not in cls.field_names():
+            fraction = values.pop("rotary_fraction")
+            if values.get("rotary_dim") is None and fraction != 1:
+                if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
+                    raise ConfigError(f"{cls.__name__}: rotary_fraction = {fraction!r} must be a number")
+                heads, width = values.get("n_heads"), values.get("d_model")
+                head = values.get("head_dim") or (
+                    width // heads if isinstance(width, int) and isinstance(heads, int) and heads > 0 else 0
+                )
+                values["rotary_dim"] = int(head * fraction) // 2 * 2
+        return values
 
     @property
     def head_size(self) -> int:
@@ -241,9 +302,38 @@ class TransformerConfig(ModelConfig):
                 f"must divide n_heads = {self.n_heads}",
             )
         self._require(self.rope_theta > 0, "rope_theta", "must be positive")
-        self._require(0 < self.rotary_fraction <= 1, "rotary_fraction", "must be in (0, 1]")
+        if self.rotary_dim is not None:
+            self._require(
+                0 < self.rotary_dim <= self.head_size and self.rotary_dim % 2 == 0,
+                "rotary_dim",
+                f"must be an even count in [2, head_size = {self.head_size}]",
+            )
         if self.sliding_window is not None:
             self._require(self.sliding_window > 0, "sliding_window", "must be positive")
+        if self.rope_local_theta is not None:
+            self._require(self.rope_local_theta > 0, "rope_local_theta", "must be positive")
+        for name in ("attn_scale", "attn_softcap", "final_softcap"):
+            if getattr(self, name) is not None:
+                self._require(getattr(self, name) > 0, name, "must be positive (or None)")
+        self._require(self.logit_scale != 0, "logit_scale", "must not be 0")
+        self._require(bool(self.block), "block", "must name a block component")
+
+    def layer_type(self, layer: int) -> LayerType:
+        """What layer ``layer``'s self-attention sees: ``layer_types[layer]``, else sliding
+        for every layer when ``sliding_window`` is set."""
+        if self.layer_types is not None:
+            return self.layer_types[layer]
+        return "full_attention" if self.sliding_window is None else "sliding_attention"
+
+    def layer_window(self, layer: int) -> int | None:
+        """The keys layer ``layer`` sees back from each query (``None``: all)."""
+        return self.sliding_window if self.layer_type(layer) == "sliding_attention" else None
+
+    def layer_rope_theta(self, layer: int) -> float:
+        """The rotary base of layer ``layer``: ``rope_local_theta`` on sliding layers when set."""
+        if self.rope_local_theta is not None and self.layer_type(layer) == "sliding_attention":
+            return self.rope_local_theta
+        return self.rope_theta
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -260,3 +350,15 @@ class DecoderConfig(TransformerConfig):
         super().validate()
         self._require_positive("n_layers")
         self._require_at_most(MAX_LAYERS, "n_layers")
+        if self.layer_types is not None:
+            self._require(
+                len(self.layer_types) == self.n_layers,
+                "layer_types",
+                f"must name one type per layer (n_layers = {self.n_layers}), "
+                f"got {len(self.layer_types)}",
+            )
+            self._require(
+                self.sliding_window is not None or "sliding_attention" not in self.layer_types,
+                "layer_types",
+                "names sliding layers: set sliding_window",
+            )

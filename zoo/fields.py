@@ -4,7 +4,7 @@ the instance is created, and a wrong type is a :class:`~zoo.errors.ConfigError` 
 class, the field, what was expected and what was given.
 
 Annotations understood: ``int``, ``float`` (ints are widened; NaN and infinities refused),
-``bool``, ``str``, ``dict``, ``list``, ``tuple`` (``tuple[A, B]`` item by item),
+``bool``, ``str``, ``dict``, ``list``, ``tuple`` (``tuple[A, B]`` item by item; ``tuple[A, ...]`` from a tuple or a list),
 ``Literal[...]`` and ``X | None``. A
 ``bool`` is never accepted for an ``int`` or ``float`` field.
 """
@@ -75,6 +75,13 @@ def _tuple(where: str, tp: Any, value: Any) -> tuple[Any, ...]:
     return tuple(check_value(f"{where}[{i}]", t, v) for i, (t, v) in pairs)
 
 
+def _sequence(where: str, item: Any, value: Any) -> tuple[Any, ...]:
+    """A ``tuple[A, ...]``: a tuple or a list (as JSON writes it), each item checked."""
+    if not isinstance(value, (tuple, list)):
+        raise ConfigError(f"{where} must be a list of {describe_type(item)}, got {value!r}")
+    return tuple(check_value(f"{where}[{i}]", item, v) for i, v in enumerate(value))
+
+
 def _wrong(where: str, tp: Any, value: Any) -> Any:
     raise ConfigError(f"{where} must be {describe_type(tp)}, got {type(value).__name__} {value!r}")
 
@@ -91,6 +98,8 @@ def check_value(where: str, tp: Any, value: Any) -> Any:
         return _number(where, tp, value)
     if origin is tuple and typing.get_args(tp) and Ellipsis not in typing.get_args(tp):
         return _tuple(where, tp, value)
+    if origin is tuple and typing.get_args(tp)[1:] == (Ellipsis,):
+        return _sequence(where, typing.get_args(tp)[0], value)
     check = origin or tp
     if isinstance(check, type) and isinstance(value, check):
         return value

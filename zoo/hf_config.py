@@ -500,7 +500,11 @@ class HFConfigFormat:
         for key, value in (*self.fixed.items(), *self.checked.items()):
             r.expect(key, value)
         hints = typing.get_type_hints(self.config)
-        values = {field: self._read(r, field, hints[field]) for field in self.fields}
+        values = {
+            field: self._read(r, field, hints[field]) for field in self.fields if field != "rotary_dim"
+        }
+        if "rotary_dim" in self.fields:
+            values["rotary_dim"] = self._rotary_dim(r, values)
         if self.read_extra is not None:
             values.update(self.read_extra(r))
         if values.get("head_dim") is not None and values["head_dim"] * values.get(
@@ -513,10 +517,8 @@ class HFConfigFormat:
         spec = self._spec(field)
         if field == "rope_theta":
             default = 10000.0 if spec.default is _MISSING else spec.default
-            partial = "rotary_fraction" in self.fields
+            partial = "rotary_dim" in self.fields and self._spec("rotary_dim").key != "rotary_dim"
             return r.rope_theta(default, theta_key=spec.key, partial=partial)
-        if field == "rotary_fraction":
-            return r.rotary_fraction(spec.key, 1.0 if spec.default is _MISSING else spec.default)
         kind, optional = _field_kind(annotation)
         default = None if optional and spec.default is _MISSING else spec.default
         absent_or_null = optional and (spec.key in r.data or default is None)
@@ -525,11 +527,54 @@ class HFConfigFormat:
         read = {int: r.integer, float: r.number, bool: r.flag}.get(kind, r.get)
         return read(spec.key, default, field=field)
 
+    def _rotary_dim(self, r: HFConfigReader, values: Mapping[str, Any]) -> int | None:
+        """``rotary_dim`` as transformers computes it: the count itself (key ``rotary_dim``,
+        GPT-J), or ``int(head_size * fraction)`` of a fraction key (``rotary_pct``,
+        ``partial_rotary_factor``); ``None`` when every feature turns. An odd count (which
+        zoo's rotate-half rotation cannot turn) is refused, naming the key."""
+        spec = self._spec("rotary_dim")
+        heads, width = values.get("n_heads"), values.get("d_model")
+        if not (isinstance(heads, int) and isinstance(width, int) and heads > 0):
+            return None  # the config's own check names the bad size
+        head = values.get("head_dim") or width // heads
+        if spec.key == "rotary_dim":
+            count = r.get(spec.key, None if spec.default is _MISSING else spec.default)
+            if count is not None and (isinstance(count, bool) or not isinstance(count, int)):
+                raise r._error(f"rotary_dim = {_show(count)} must be an integer")
+            key = spec.key
+        else:
+            fraction = r.rotary_fraction(spec.key, 1.0 if spec.default is _MISSING else spec.default)
+            count = int(head * fraction)
+            key = r.keys.get("rotary_fraction", spec.key)
+        if count is None or count == head:
+            return None
+        if count % 2 or not 0 < count <= head:
+            raise r._error(
+                f"{key} gives {count} rotary features of a {head}-feature head; zoo turns an "
+                "even count in [2, head size] (rotate-half pairs features i and i + n/2)"
+            )
+        return count
+
+    def _write_rotary(self, config: Any) -> float | int:
+        """``rotary_dim`` as the file spells it: the count, or the fraction ``f`` that gives
+        it back under transformers' ``int(head_size * f)``."""
+        head = config.head_size
+        count = head if config.rotary_dim is None else config.rotary_dim
+        if self._spec("rotary_dim").key == "rotary_dim":
+            return count
+        fraction = count / head
+        while int(head * fraction) < count:  # float rounding: the next float up
+            fraction = math.nextafter(fraction, 2.0)
+        return fraction
+
     def write(self, config: Any) -> dict[str, Any]:
         """The transformers ``config.json`` of a zoo config."""
         out: dict[str, Any] = {"model_type": self.model_type, "architectures": [self.architecture]}
         for field in self.fields:
             spec = self._spec(field)
+            if field == "rotary_dim" and spec.write is None:
+                out[spec.key] = self._write_rotary(config)
+                continue
             out[spec.key] = spec.write(config) if spec.write else getattr(config, field)
         out.update(self.fixed)
         if self.write_extra is not None:

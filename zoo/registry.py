@@ -57,7 +57,15 @@ S = TypeVar("S", ArchitectureSpec, ModelSpec, TokenizerSpec, ComponentSpec)
 #: What the registry holds: architectures, models, tokenizers, and the components of
 #: :data:`zoo.specs.COMPONENT_KINDS` (each kind its own namespace).
 Kind = Literal[
-    "architecture", "model", "tokenizer", "positions", "norm", "ffn", "attention", "cross_attention"
+    "architecture",
+    "model",
+    "tokenizer",
+    "positions",
+    "norm",
+    "ffn",
+    "attention",
+    "cross_attention",
+    "block",
 ]
 
 #: Source label of the models shipped in zoo's own ``registry.toml``.

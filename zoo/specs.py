@@ -402,8 +402,9 @@ class TokenizerSpec:
 
 #: The kinds of component a Transformer is composed of; each is also the config field that
 #: names the component (``positions = "rotary"``, ``norm = "rmsnorm"``, ``ffn = "swiglu"``,
-#: ``attention = "mha"``, and ``cross_attention = "mha"`` in an encoder-decoder's config).
-COMPONENT_KINDS = ("positions", "norm", "ffn", "attention", "cross_attention")
+#: ``attention = "mha"``, ``block = "sandwich"``, and ``cross_attention = "mha"`` in an
+#: encoder-decoder's config).
+COMPONENT_KINDS = ("positions", "norm", "ffn", "attention", "cross_attention", "block")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -419,7 +420,11 @@ class ComponentSpec:
     - ``norm``: a module ``(*, d_model) -> (*, d_model)``;
     - ``ffn``: a module ``(*, d_model) -> (*, d_model)``, its output projection named ``proj``;
     - ``attention``: a self-attention module with :class:`zoo.nn.MultiHeadAttention`'s
-      ``forward`` and an output projection named ``proj``.
+      ``forward`` and an output projection named ``proj``;
+    - ``block``: one layer of the shared decoder. Its factory is called as
+      ``factory(config, parts, layer)`` (``parts``: a :class:`zoo.nn.Parts` to build the
+      block's components from; ``layer``: its index) and returns a module with
+      :class:`zoo.nn.TransformerBlock`'s ``forward`` and ``attn``/``ffn`` attributes.
 
     Args:
         kind: one of :data:`COMPONENT_KINDS`.
@@ -435,7 +440,7 @@ class ComponentSpec:
 
     kind: str
     name: str
-    factory: Callable[[Any], Any] | str
+    factory: Callable[..., Any] | str
     description: str = ""
     reads: tuple[str, ...] | None = None
 
@@ -453,11 +458,12 @@ class ComponentSpec:
             )
         _check_name(f"{self.kind} component", self.name)
 
-    def build(self, config: Any) -> Any:
-        """The component for ``config`` (imports its implementation on first use)."""
+    def build(self, config: Any, *args: Any) -> Any:
+        """The component for ``config`` (imports its implementation on first use); a block
+        also takes ``parts`` and ``layer``."""
         from torch import nn
 
-        module = resolve(self.factory)(config)
+        module = resolve(self.factory)(config, *args)
         if not isinstance(module, nn.Module):
             raise PluginContractError(
                 f"{self.kind} component {self.name!r}: its factory returned "

@@ -22,7 +22,6 @@ class GPTNeoXConfig(DecoderConfig):
     architecture: ClassVar[str] = "gpt-neox"
 
     positions: str = "rotary"
-    rotary_fraction: float = 0.25
     parallel_residual: bool = True
     tie_embeddings: bool = False
 
@@ -43,7 +42,7 @@ def zoo_models() -> list[ModelSpec]:
         name="pythia-160m", architecture="gpt-neox", tokenizer="pythia",
         description="Pythia 160M: 12 layers, width 768, 12 heads, rotary on 25%",
         config={"vocab_size": 50304, "context_length": 2048, "d_model": 768, "n_heads": 12,
-                "n_layers": 12, "d_ff": 3072},
+                "n_layers": 12, "d_ff": 3072, "rotary_dim": 16},
         weights=WeightsSource(  # revision and sha256 as several public projects pin them
             repo=REPO, revision=REVISION, layout="hf-gpt-neox",
             sha256="29d2e457a664e41c12c735f20a36dc0956a665f614a54ce5db21a32e75965270"),

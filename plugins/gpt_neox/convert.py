@@ -20,7 +20,7 @@ NEOX_CONFIG = HFConfigFormat(
         "n_layers": "num_hidden_layers", "d_ff": "intermediate_size",
         "layer_norm_eps": HFField("layer_norm_eps", 1e-5),
         "rope_theta": HFField("rotary_emb_base", 10000.0),
-        "rotary_fraction": HFField("rotary_pct", 0.25),
+        "rotary_dim": HFField("rotary_pct", 0.25),
         "parallel_residual": HFField("use_parallel_residual", True),
         "tie_embeddings": HFField("tie_word_embeddings", False),
     },

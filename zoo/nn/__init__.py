@@ -23,7 +23,7 @@ from .decoding import DecoderSession, StaticDecoderSession, start_session
 from .feedforward import FeedForward, GatedFeedForward, activation
 from .linear import Linear
 from .masks import causal_self_mask, positions_from_mask, sdpa_mask, self_attention_mask
-from .norms import RMSNorm
+from .norms import RMSNorm, UnitOffsetRMSNorm
 from .parts import BUILTIN_COMPONENTS, ComponentFactory, Parts, make_positions, parts_for
 from .positions import (
     LearnedPositions,
@@ -52,6 +52,7 @@ __all__ = [
     "Parts",
     "PositionScheme",
     "RMSNorm",
+    "UnitOffsetRMSNorm",
     "RecomputeSession",
     "RotaryPositions",
     "Rotation",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -34,9 +35,14 @@ class MultiHeadAttention(nn.Module):
         cross: build the cross-attention variant.
         bias: the query/key/value projections have biases.
         out_bias: the output projection has a bias (default: ``bias``).
+        scale: the factor on the scores (default ``head_dim ** -0.5``).
+        softcap: scores become ``softcap * tanh(score / softcap)`` before the mask and the
+            softmax (Gemma 2), computed outside the fused kernel.
 
     ``q_norm`` and ``k_norm`` (``None`` unless set) are the seams for a normalisation of
-    each head's queries and keys before rotary positions (e.g. ``RMSNorm(head_dim)``).
+    each head's queries and keys before rotary positions (e.g. ``RMSNorm(head_dim)``); with
+    ``norm_across_heads = True`` they normalise all heads' queries (keys) together instead,
+    ``(B, T, n_heads * head_dim)`` (OLMo-2).
 
     Shape:
         - x: ``(B, T, d_model)``; memory: ``(B, S, d_model)`` (cross-attention only).
@@ -55,6 +61,8 @@ class MultiHeadAttention(nn.Module):
         cross: bool = False,
         bias: bool = True,
         out_bias: bool | None = None,
+        scale: float | None = None,
+        softcap: float | None = None,
     ) -> None:
         super().__init__()
         n_kv_heads = n_kv_heads or n_heads
@@ -70,6 +78,8 @@ class MultiHeadAttention(nn.Module):
         self.kv_width = n_kv_heads * self.head_dim
         self.dropout = dropout
         self.cross = cross
+        self.scale = scale
+        self.softcap = softcap
         if cross:
             self.q = Linear(d_model, self.q_width, bias=bias)
             self.kv = Linear(d_model, 2 * self.kv_width, bias=bias)
@@ -83,6 +93,7 @@ class MultiHeadAttention(nn.Module):
         self.k_norm: nn.Module | None
         self.register_module("q_norm", None)
         self.register_module("k_norm", None)
+        self.norm_across_heads = False
 
     def _heads(self, x: Tensor) -> Tensor:
         b, t, width = x.shape
@@ -123,38 +134,75 @@ class MultiHeadAttention(nn.Module):
                     raise ValueError("cross-attention needs the encoder output as `memory`")
                 memory_kv = self.memory_kv(memory)
             k, v = memory_kv  # (B, H, S, hd)
+        elif self.norm_across_heads:  # q/k norms over every head's features at once
+            q, k, v = self.qkv(x).split((self.q_width, self.kv_width, self.kv_width), dim=-1)
+            q = q if self.q_norm is None else self.q_norm(q)  # (B, T, H * hd)
+            k = k if self.k_norm is None else self.k_norm(k)  # (B, T, H_kv * hd)
+            q, k, v = self._heads(q), self._heads(k), self._heads(v)  # (B, H | H_kv, T, hd)
         elif self.n_kv_heads == self.n_heads:
             qkv = self.qkv(x).view(b, t, 3, self.n_heads, self.head_dim)
             q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, H, T, hd)
         else:
             q, k, v = self.qkv(x).split((self.q_width, self.kv_width, self.kv_width), dim=-1)
             q, k, v = self._heads(q), self._heads(k), self._heads(v)  # (B, H | H_kv, T, hd)
-        if self.q_norm is not None:
-            q = self.q_norm(q)
-        if self.k_norm is not None and not self.cross:
-            k = self.k_norm(k)
+        if not self.norm_across_heads:
+            if self.q_norm is not None:
+                q = self.q_norm(q)
+            if self.k_norm is not None and not self.cross:
+                k = self.k_norm(k)
         if rotation is not None:
             q, k = rotation(q), rotation(k)
         if cache is not None:
             k, v = cache.write(start, k, v)  # (B, H_kv, start + T, hd)
-        y = F.scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            attn_mask=mask,
-            dropout_p=self.dropout if self.training else 0.0,
-            is_causal=causal and mask is None,
-            enable_gqa=self.n_kv_heads != self.n_heads,
-        )  # (B, H, T, hd)
+        if self.softcap is None:
+            y = F.scaled_dot_product_attention(
+                q,
+                k,
+                v,
+                attn_mask=mask,
+                dropout_p=self.dropout if self.training else 0.0,
+                is_causal=causal and mask is None,
+                scale=self.scale,
+                enable_gqa=self.n_kv_heads != self.n_heads,
+            )  # (B, H, T, hd)
+        else:
+            y = self._capped(q, k, v, mask, causal and mask is None)
         y = y.transpose(1, 2).reshape(b, t, self.q_width)  # (B, T, H * hd)
         return self.proj(y)
+
+    def _capped(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool
+    ) -> Tensor:
+        """Attention with soft-capped scores, as transformers' Gemma 2 computes it: scores
+        in the activations' dtype, capped, masked, softmax in float32. ``(B, H, T, hd)``."""
+        assert self.softcap is not None
+        if self.n_kv_heads != self.n_heads:  # (B, H_kv, S, hd) -> (B, H, S, hd)
+            groups = self.n_heads // self.n_kv_heads
+            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+        scale = self.scale if self.scale is not None else self.head_dim**-0.5
+        scores = q @ k.transpose(-1, -2) * scale  # (B, H, T, S)
+        scores = torch.tanh(scores / self.softcap) * self.softcap
+        if causal:
+            t, s = scores.shape[-2:]
+            mask = torch.ones(t, s, dtype=torch.bool, device=q.device).tril(s - t)
+        if mask is not None:
+            if mask.dtype == torch.bool:
+                scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+            else:
+                scores = scores + mask
+        weights = scores.softmax(dim=-1, dtype=torch.float32).to(q.dtype)
+        if self.training and self.dropout:
+            weights = F.dropout(weights, self.dropout)
+        return weights @ v  # (B, H, T, hd)
 
 
 def mha(config: Any) -> MultiHeadAttention:
     """``attention = "mha"``: self-attention with ``n_kv_heads`` key/value heads of
     ``head_size`` features, biases on the query/key/value projections when ``qkv_bias``
-    (default ``bias``) and on the output projection when ``bias``."""
+    (default ``bias``) and on the output projection when ``attn_out_bias`` (default
+    ``bias``); scores scaled by ``attn_scale`` and capped by ``attn_softcap``."""
     qkv_bias = config.bias if config.qkv_bias is None else config.qkv_bias
+    out_bias = getattr(config, "attn_out_bias", None)
     return MultiHeadAttention(
         config.d_model,
         config.n_heads,
@@ -162,7 +210,9 @@ def mha(config: Any) -> MultiHeadAttention:
         n_kv_heads=config.n_kv_heads,
         dropout=config.dropout,
         bias=qkv_bias,
-        out_bias=config.bias,
+        out_bias=config.bias if out_bias is None else out_bias,
+        scale=getattr(config, "attn_scale", None),
+        softcap=getattr(config, "attn_softcap", None),
     )
 
 

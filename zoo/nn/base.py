@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from ..config import ModelConfig
-from .norms import RMSNorm
+from .norms import RMSNorm, UnitOffsetRMSNorm
 from .positions import PositionScheme
 from .session import DecodingSession, RecomputeSession
 
@@ -157,6 +157,8 @@ def init_weights(module: nn.Module, *, std: float = 0.02) -> None:
         bias = getattr(module, "bias", None)
         if bias is not None:
             nn.init.zeros_(bias)
+    elif isinstance(module, UnitOffsetRMSNorm):
+        nn.init.zeros_(module.weight)  # scale 1 + 0
     elif isinstance(module, (nn.LayerNorm, RMSNorm)):
         nn.init.ones_(module.weight)
         bias = getattr(module, "bias", None)

@@ -1,15 +1,19 @@
-"""Transformer blocks: pre-norm / post-norm, with or without cross-attention.
+"""Transformer blocks: the layers the shared decoder stacks, each a ``block`` component.
 
-One class covers the decoder block of GPT-1 (post-LN) and GPT-2 (pre-LN), the encoder layer,
-and the decoder layer with cross-attention of the encoder-decoder Transformer, the way
-``torch.nn.TransformerEncoderLayer`` covers both placements with ``norm_first``.
+:class:`TransformerBlock` covers the decoder block of GPT-1 (post-LN) and GPT-2 (pre-LN), the
+encoder layer, and the decoder layer with cross-attention of the encoder-decoder Transformer,
+the way ``torch.nn.TransformerEncoderLayer`` covers both placements with ``norm_first``; with
+``parallel_residual`` it is GPT-NeoX's block. Three more placements of the norms are built in,
+each a small class: :class:`SandwichBlock` (a norm before and after each branch: Gemma 2/3;
+after only: OLMo-2) and :class:`ParallelSharedBlock` (one norm feeding both branches: GPT-J,
+Cohere). A config picks one by name (``block = "sandwich"``); a plugin adds its own as a
+``zoo_components`` entry of kind ``block`` whose factory is called ``factory(config, parts,
+layer)``.
 
-Seams for plugins: every sub-module is a component (a new attention, norm or feed-forward is
-a ``zoo_components`` entry and a config value, no subclass); a block of another shape is a
-subclass overriding :meth:`TransformerBlock.forward`, stacked with
-:meth:`TransformerBlock.stack` on the subclass. Three seams are built in: the parallel
-residual (``parallel_residual = True`` in the config), per-head query/key normalisation
-inside attention (``qk_norm = True`` puts the ``norm`` component over one head's features in
+Seams inside every block: each sub-module is a component (a new attention, norm or
+feed-forward is a ``zoo_components`` entry and a config value, no subclass), query/key
+normalisation inside attention (``qk_norm = True`` puts the ``norm`` component over one
+head's features, or over all heads' with ``qk_norm_scope = "full"``, in
 :class:`zoo.nn.MultiHeadAttention`'s ``q_norm`` and ``k_norm``), and a mixture of experts in
 place of the feed-forward (``n_experts``, :class:`zoo.nn.moe.MixtureOfExperts` over ``ffn``
 experts).
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from torch import Tensor, nn
 
@@ -26,10 +31,32 @@ from ..config import TransformerConfig
 from ..errors import ConfigError
 from .cache import LayerCache
 from .moe import mixture
-from .parts import Parts, parts_for
+
+if TYPE_CHECKING:
+    from .parts import Parts
 from .positions import Rotation
 
-__all__ = ["TransformerBlock"]
+__all__ = [
+    "ParallelSharedBlock",
+    "SandwichBlock",
+    "TransformerBlock",
+    "attention_and_ffn",
+    "parallel_shared",
+    "post_branch",
+    "sandwich",
+    "transformer",
+]
+
+
+def attention_and_ffn(config: TransformerConfig, parts: Parts) -> tuple[nn.Module, nn.Module]:
+    """The two branches of a block: the ``attention`` component (with q/k norms when
+    ``qk_norm``) and the ``ffn`` component (a mixture of them with ``n_experts``)."""
+    attn = parts.build("attention", config)
+    if config.qk_norm:
+        _norm_heads(attn, config, parts)
+    if config.n_experts is None:
+        return attn, parts.build("ffn", config)
+    return attn, mixture(config, lambda: parts.build("ffn", config))
 
 
 class TransformerBlock(nn.Module):
@@ -61,24 +88,21 @@ class TransformerBlock(nn.Module):
         cross_attention: bool = False,
     ) -> None:
         super().__init__()
+        from .parts import parts_for  # its table of built-in components lists this module's
+
         parts = parts_for(config, parts)
         self.norm_first = config.norm_first
         self.parallel = config.parallel_residual
         if self.parallel and cross_attention:
             raise ValueError("a parallel residual block has no cross-attention branch")
-        self.attn = parts.build("attention", config)
-        if config.qk_norm:
-            _norm_heads(self.attn, config, parts)
+        self.attn, ffn = attention_and_ffn(config, parts)
         self.attn_norm = parts.build("norm", config)
         self.cross_attn: nn.Module | None = None
         self.cross_norm: nn.Module | None = None
         if cross_attention:
             self.cross_attn = parts.build("cross_attention", config)
             self.cross_norm = parts.build("norm", config)
-        if config.n_experts is None:
-            self.ffn = parts.build("ffn", config)
-        else:
-            self.ffn = mixture(config, lambda: parts.build("ffn", config))
+        self.ffn = ffn
         self.ffn_norm = parts.build("norm", config)
         self.drop = nn.Dropout(config.dropout)
 
@@ -92,6 +116,8 @@ class TransformerBlock(nn.Module):
         cross_attention: bool = False,
     ) -> nn.ModuleList:
         """``n_layers`` blocks made of the components ``config`` names."""
+        from .parts import parts_for  # its table of built-in components lists this module's
+
         parts = parts_for(config, parts)
         return nn.ModuleList(
             cls(config, parts, cross_attention=cross_attention) for _ in range(n_layers)
@@ -140,15 +166,118 @@ class TransformerBlock(nn.Module):
         return self._residual(x, self.ffn_norm, self.ffn)
 
 
+class SandwichBlock(nn.Module):
+    """Each branch between two norms, inside the residual: ``x + post(f(pre(x)))``, four
+    norms per block (Gemma 2, Gemma 3); with ``pre=False`` only the one after the branch,
+    ``x + post(f(x))`` (OLMo-2).
+
+    Keys: ``attn_norm``/``ffn_norm`` before the branches (as in :class:`TransformerBlock`),
+    ``attn_post_norm``/``ffn_post_norm`` after them.
+
+    Shape:
+        ``(B, T, d_model) -> (B, T, d_model)``; ``forward`` takes
+        :class:`TransformerBlock`'s self-attention arguments.
+    """
+
+    def __init__(self, config: TransformerConfig, parts: Parts, *, pre: bool = True) -> None:
+        super().__init__()
+        self.attn, self.ffn = attention_and_ffn(config, parts)
+        self.attn_norm = parts.build("norm", config) if pre else None
+        self.attn_post_norm = parts.build("norm", config)
+        self.ffn_norm = parts.build("norm", config) if pre else None
+        self.ffn_post_norm = parts.build("norm", config)
+        self.drop = nn.Dropout(config.dropout)
+
+    def forward(
+        self,
+        x: Tensor,
+        *,
+        mask: Tensor | None = None,
+        causal: bool = False,
+        cache: LayerCache | None = None,
+        start: int = 0,
+        rotation: Rotation | None = None,
+    ) -> Tensor:
+        h = x if self.attn_norm is None else self.attn_norm(x)
+        h = self.attn(h, mask=mask, causal=causal, cache=cache, start=start, rotation=rotation)
+        x = x + self.drop(self.attn_post_norm(h))
+        h = self.ffn(x if self.ffn_norm is None else self.ffn_norm(x))
+        return x + self.drop(self.ffn_post_norm(h))
+
+
+class ParallelSharedBlock(nn.Module):
+    """Attention and feed-forward side by side on one normed input, ``x + attn(norm(x)) +
+    ffn(norm(x))`` (GPT-J, Cohere). Key: ``norm``.
+
+    Shape:
+        ``(B, T, d_model) -> (B, T, d_model)``; ``forward`` takes
+        :class:`TransformerBlock`'s self-attention arguments.
+    """
+
+    def __init__(self, config: TransformerConfig, parts: Parts) -> None:
+        super().__init__()
+        self.attn, self.ffn = attention_and_ffn(config, parts)
+        self.norm = parts.build("norm", config)
+        self.drop = nn.Dropout(config.dropout)
+
+    def forward(
+        self,
+        x: Tensor,
+        *,
+        mask: Tensor | None = None,
+        causal: bool = False,
+        cache: LayerCache | None = None,
+        start: int = 0,
+        rotation: Rotation | None = None,
+    ) -> Tensor:
+        h = self.norm(x)
+        a = self.attn(h, mask=mask, causal=causal, cache=cache, start=start, rotation=rotation)
+        return x + self.drop(a) + self.drop(self.ffn(h))
+
+
+# -- block factories: factory(config, parts, layer) -> block ---------------------------------
+def transformer(config: TransformerConfig, parts: Parts, layer: int) -> TransformerBlock:
+    """``block = "transformer"``: pre-LN, post-LN or parallel, as the config says."""
+    return TransformerBlock(config, parts)
+
+
+def sandwich(config: TransformerConfig, parts: Parts, layer: int) -> SandwichBlock:
+    """``block = "sandwich"``: a norm before and after each branch (Gemma 2, Gemma 3)."""
+    return SandwichBlock(config, parts)
+
+
+def post_branch(config: TransformerConfig, parts: Parts, layer: int) -> SandwichBlock:
+    """``block = "post_branch"``: a norm after each branch, inside the residual (OLMo-2)."""
+    return SandwichBlock(config, parts, pre=False)
+
+
+def parallel_shared(config: TransformerConfig, parts: Parts, layer: int) -> ParallelSharedBlock:
+    """``block = "parallel_shared"``: one norm for parallel branches (GPT-J, Cohere)."""
+    return ParallelSharedBlock(config, parts)
+
+
 def _norm_heads(attn: nn.Module, config: TransformerConfig, parts: Parts) -> None:
-    """``qk_norm``: the config's ``norm`` component over ``head_size`` features, one for the
-    queries and one for the keys, in the attention's ``q_norm``/``k_norm`` seams."""
+    """``qk_norm``: the config's ``norm`` component, one for the queries and one for the
+    keys, in the attention's ``q_norm``/``k_norm`` seams: over ``head_size`` features, or
+    with ``qk_norm_scope = "full"`` over every head's (``n_heads * head_size`` for the
+    queries, ``n_kv_heads * head_size`` for the keys)."""
     if not hasattr(attn, "q_norm") or not hasattr(attn, "k_norm"):
         raise ConfigError(
             f"qk_norm = True, but attention component {config.attention!r} builds a "
             f"{type(attn).__name__}, which has no q_norm/k_norm seams"
         )
-    width = config.head_size
-    heads = dataclasses.replace(config, d_model=width, head_dim=width)  # norms over one head
-    attn.q_norm = parts.build("norm", heads)
-    attn.k_norm = parts.build("norm", heads)
+    head = config.head_size
+    if config.qk_norm_scope == "head":
+        widths = (head, head)
+    else:
+        if not hasattr(attn, "norm_across_heads"):
+            raise ConfigError(
+                f"qk_norm_scope = 'full', but attention component {config.attention!r} builds "
+                f"a {type(attn).__name__}, which cannot norm across heads"
+            )
+        attn.norm_across_heads = True
+        widths = (config.n_heads * head, (config.n_kv_heads or config.n_heads) * head)
+    # the norm component over `width` features: the config seen as that wide
+    q_cfg, k_cfg = (dataclasses.replace(config, d_model=w, head_dim=head) for w in widths)
+    attn.q_norm = parts.build("norm", q_cfg)
+    attn.k_norm = parts.build("norm", k_cfg)

@@ -9,6 +9,7 @@ placement, final norm, head tying and biases.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import cast
 
 import torch
@@ -33,6 +34,7 @@ from .linear import Linear
 from .masks import positions_from_mask, self_attention_mask
 from .moe import MixtureOfExperts
 from .parts import Parts, make_positions, parts_for
+from .positions import PositionScheme
 
 __all__ = ["DecoderLM"]
 
@@ -60,7 +62,16 @@ class DecoderLM(ZooModel):
         self.tok_emb = nn.Embedding(c.vocab_size, c.d_model)
         self.pos_emb = make_positions(c, parts)
         self.drop = nn.Dropout(c.dropout)
-        self.blocks = TransformerBlock.stack(c, c.n_layers, parts)
+        self.blocks = parts.stack(c, c.n_layers)
+        # rotary bases other than rope_theta (sliding layers' rope_local_theta): one more
+        # scheme each, by base (rotary schemes hold no tensors, so they need no registering)
+        self._other_positions: dict[float, PositionScheme] = {
+            theta: make_positions(c.replace(rope_theta=theta), parts)
+            for theta in {c.layer_rope_theta(i) for i in range(c.n_layers)} - {c.rope_theta}
+        }
+        #: Each layer's sliding window (``None``: every key) and rotary base.
+        self.layer_windows = tuple(c.layer_window(i) for i in range(c.n_layers))
+        self._layer_thetas = tuple(c.layer_rope_theta(i) for i in range(c.n_layers))
         self.final_norm = parts.build("norm", c) if c.final_norm else None
         self.head = Linear(c.d_model, c.vocab_size, bias=c.head_bias)
         self.reset_parameters()
@@ -70,7 +81,7 @@ class DecoderLM(ZooModel):
     def reset_parameters(self) -> None:
         """GPT-2 initialisation: N(0, 0.02), residual projections scaled by 1/sqrt(2 n_layers)."""
         self.apply(init_weights)
-        for block in cast("list[TransformerBlock]", self.blocks):
+        for block in cast("list[TransformerBlock]", self.blocks):  # any block: attn, ffn
             ffns = block.ffn.experts if isinstance(block.ffn, MixtureOfExperts) else [block.ffn]
             for owner in (block.attn, *ffns):  # components name their output projection proj
                 proj = cast("nn.Linear", owner.proj)
@@ -125,7 +136,7 @@ class DecoderLM(ZooModel):
         *,
         cache: KVCache | None = None,
         last_only: bool = False,
-        mask: Tensor | None = None,
+        mask: Tensor | Mapping[int | None, Tensor] | None = None,
     ) -> Tensor:
         """The forward pass on validated inputs.
 
@@ -137,10 +148,22 @@ class DecoderLM(ZooModel):
             last_only: compute logits for the last position only, ``(B, 1, vocab)``.
             mask: a ready boolean self-attention mask ``(B, 1, T, S)`` over every key the
                 cache returns, used instead of one built from ``keep`` (for a cache read
-                whole, :meth:`KVCache.read_whole`; the position scheme must add no score bias).
+                whole, :meth:`KVCache.read_whole`; the position scheme must add no score bias);
+                for a model whose layers see different windows, one per window of
+                :attr:`layer_windows` (:meth:`window_masks` makes them).
         """
         x = self.states(ids, keep, position_ids, cache=cache, last_only=last_only, mask=mask)
-        return self.head(x)
+        return self.finish_logits(self.head(x))
+
+    def finish_logits(self, logits: Tensor) -> Tensor:
+        """The head's output scaled by ``logit_scale`` (Cohere) and soft-capped by
+        ``final_softcap`` (Gemma 2), in that order; unchanged when neither is set."""
+        c = self.config
+        if c.logit_scale != 1.0:
+            logits = logits * c.logit_scale
+        if c.final_softcap is not None:
+            logits = torch.tanh(logits / c.final_softcap) * c.final_softcap
+        return logits
 
     def hidden(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
         """The final hidden states ``(B, T, d_model)`` (what the LM head reads), for heads of
@@ -158,29 +181,44 @@ class DecoderLM(ZooModel):
         *,
         cache: KVCache | None = None,
         last_only: bool = False,
-        mask: Tensor | None = None,
+        mask: Tensor | Mapping[int | None, Tensor] | None = None,
     ) -> Tensor:
         """:meth:`logits` without the head: final hidden states ``(B, T, d_model)``."""
         start = cache.length if cache is not None else 0
         t = ids.shape[1]
         x = self.embed(ids, position_ids)  # (B, T, d_model)
-        rotation = self.pos_emb.rotation(position_ids)  # once for every layer
-        causal = False
+        rotations = {self.config.rope_theta: self.pos_emb.rotation(position_ids)}  # once each
+        for theta, scheme in self._other_positions.items():
+            rotations[theta] = scheme.rotation(position_ids)
+        masks: Mapping[int | None, tuple[Tensor | None, bool]]  # window -> (mask, causal)
         if mask is None:
             bias = self.pos_emb.score_bias(t, start + t, ids.device)  # (H, T, S) or None
-            mask, causal = self_attention_mask(
-                keep,
-                q_len=t,
-                start=start,
-                window=self.config.sliding_window,
-                bias=bias,
-                device=ids.device,
-                dtype=x.dtype,
-            )
+            masks = {
+                window: self_attention_mask(
+                    keep,
+                    q_len=t,
+                    start=start,
+                    window=window,
+                    bias=bias,
+                    device=ids.device,
+                    dtype=x.dtype,
+                )
+                for window in set(self.layer_windows)
+            }
+        elif isinstance(mask, Tensor):
+            masks = dict.fromkeys(self.layer_windows, (mask, False))
+        else:
+            masks = {window: (m, False) for window, m in mask.items()}
         for i, block in enumerate(self.blocks):
             layer_cache = cache.layers[i] if cache is not None else None
+            layer_mask, causal = masks[self.layer_windows[i]]
             x = block(
-                x, mask=mask, causal=causal, cache=layer_cache, start=start, rotation=rotation
+                x,
+                mask=layer_mask,
+                causal=causal,
+                cache=layer_cache,
+                start=start,
+                rotation=rotations[self._layer_thetas[i]],
             )
         if cache is not None:
             cache.advance(t)
@@ -189,6 +227,16 @@ class DecoderLM(ZooModel):
         if self.final_norm is not None:
             x = self.final_norm(x)
         return x  # (B, T, d_model)
+
+    def window_masks(self, allowed: Tensor, query: Tensor, keys: Tensor) -> dict[int | None, Tensor]:
+        """One boolean mask per window of :attr:`layer_windows`, from the mask ``allowed``
+        ``(B, 1, T, S)`` of every key a query may see, the cache index of each query
+        ``query`` (broadcastable to ``(B, 1, T, 1)``) and of each key ``keys`` ``(S,)``: a
+        windowed layer sees its ``window`` most recent keys of those."""
+        return {
+            window: allowed if window is None else allowed & (keys > query - window)
+            for window in set(self.layer_windows)
+        }
 
     def start_decoding(
         self,

@@ -163,7 +163,6 @@ class StaticDecoderSession(DecoderSession):
         if self.keep is not None:
             allowed = allowed & self.keep
         self._allowed = allowed[:, None, None, :].clone()  # (B, 1, 1, S)
-        self._window = model.config.sliding_window
         self._record = record and device.type == "cuda" and not compile
         self._logits: Callable[..., Tensor] = model.logits
         if compile:  # the code around the kernels in C++ too; dynamo's guards check shapes
@@ -188,11 +187,9 @@ class StaticDecoderSession(DecoderSession):
         if self._static is None:
             self._static = self.cache.read_whole(self._index)
         self._allowed.index_fill_(-1, self._index, True)  # the new token sees itself
-        mask = self._allowed
-        if self._window is not None:  # each query sees its `window` most recent keys
-            mask = mask & (self._keys > self._index - self._window)
+        masks = self.model.window_masks(self._allowed, self._index, self._keys)
         logits = self._logits(
-            self._tokens, None, self._positions, cache=self._static, last_only=True, mask=mask
+            self._tokens, None, self._positions, cache=self._static, last_only=True, mask=masks
         )
         self._positions += 1
         self._index += 1

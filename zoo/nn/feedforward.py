@@ -67,17 +67,24 @@ class GatedFeedForward(nn.Module):
         return self.proj(self.act(gate) * up)
 
 
+def _bias(config: Any) -> bool:
+    """The feed-forward's biases: ``mlp_bias``, else ``bias``."""
+    mlp_bias = getattr(config, "mlp_bias", None)
+    return config.bias if mlp_bias is None else mlp_bias
+
+
 def mlp(config: Any) -> FeedForward:
-    """``ffn = "mlp"`` with the config's ``activation``."""
-    return FeedForward(config.d_model, config.d_ff, config.activation, bias=config.bias)
+    """``ffn = "mlp"`` with the config's ``activation``; biases when ``mlp_bias`` (default
+    ``bias``)."""
+    return FeedForward(config.d_model, config.d_ff, config.activation, bias=_bias(config))
 
 
 def swiglu(config: Any) -> GatedFeedForward:
     """``ffn = "swiglu"`` (Llama, Mistral): a SiLU gate."""
-    return GatedFeedForward(config.d_model, config.d_ff, "silu", bias=config.bias)
+    return GatedFeedForward(config.d_model, config.d_ff, "silu", bias=_bias(config))
 
 
 def geglu(config: Any) -> GatedFeedForward:
     """``ffn = "geglu"``: a GELU gate (the config's ``activation`` when it is a GELU)."""
     act = config.activation if config.activation in ("gelu", "gelu_tanh") else "gelu"
-    return GatedFeedForward(config.d_model, config.d_ff, act, bias=config.bias)
+    return GatedFeedForward(config.d_model, config.d_ff, act, bias=_bias(config))

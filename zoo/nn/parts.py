@@ -21,12 +21,13 @@ from typing import Any
 from torch import nn
 
 from ..errors import ConfigError, PluginContractError
-from . import attention, feedforward, norms, positions
+from . import attention, blocks, feedforward, norms, positions
 
 __all__ = ["BUILTIN_COMPONENTS", "ComponentFactory", "Parts", "make_positions", "parts_for"]
 
-#: Builds a component for a model's whole config (it reads the fields it needs).
-ComponentFactory = Callable[[Any], nn.Module]
+#: Builds a component for a model's whole config (it reads the fields it needs); a block's
+#: factory also takes the :class:`Parts` and the layer index, ``factory(config, parts, layer)``.
+ComponentFactory = Callable[..., nn.Module]
 
 #: The components that come with ``zoo.nn``, by kind and name (registered as plugin ``zoo``).
 BUILTIN_COMPONENTS: Mapping[str, Mapping[str, ComponentFactory]] = types.MappingProxyType(
@@ -37,7 +38,11 @@ BUILTIN_COMPONENTS: Mapping[str, Mapping[str, ComponentFactory]] = types.Mapping
             "rotary": positions.rotary,
             "none": positions.none,
         },
-        "norm": {"layernorm": norms.layernorm, "rmsnorm": norms.rmsnorm},
+        "norm": {
+            "layernorm": norms.layernorm,
+            "rmsnorm": norms.rmsnorm,
+            "rmsnorm1p": norms.rmsnorm1p,
+        },
         "ffn": {
             "mlp": feedforward.mlp,
             "swiglu": feedforward.swiglu,
@@ -45,6 +50,12 @@ BUILTIN_COMPONENTS: Mapping[str, Mapping[str, ComponentFactory]] = types.Mapping
         },
         "attention": {"mha": attention.mha},
         "cross_attention": {"mha": attention.cross_mha},
+        "block": {
+            "transformer": blocks.transformer,
+            "sandwich": blocks.sandwich,
+            "post_branch": blocks.post_branch,
+            "parallel_shared": blocks.parallel_shared,
+        },
     }
 )
 
@@ -89,11 +100,23 @@ class Parts:
 
     def build(self, kind: str, config: Any) -> nn.Module:
         """The ``kind`` component for ``config``."""
+        return self._make(kind, config)
+
+    def block(self, config: Any, layer: int) -> nn.Module:
+        """Layer ``layer``'s block: the ``block`` component ``config`` names, built as
+        ``factory(config, parts, layer)``."""
+        return self._make("block", config, self, layer)
+
+    def stack(self, config: Any, n_layers: int) -> nn.ModuleList:
+        """``n_layers`` blocks, each told its index."""
+        return nn.ModuleList(self.block(config, layer) for layer in range(n_layers))
+
+    def _make(self, kind: str, config: Any, *args: Any) -> nn.Module:
         try:
             factory = self.components[kind]
         except KeyError:
             raise ConfigError(f"no {kind} component was resolved for this model") from None
-        module = factory(config)
+        module = factory(config, *args)
         if not isinstance(module, nn.Module):
             raise PluginContractError(
                 f"{kind} component {getattr(config, kind, '?')!r}: its factory returned "

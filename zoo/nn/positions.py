@@ -179,11 +179,11 @@ def sinusoidal(config: Any) -> SinusoidalPositions:
 
 
 def rotary(config: Any) -> RotaryPositions:
-    """``positions = "rotary"``: RoPE with ``rope_theta``, turning ``rotary_fraction`` of
-    each head's features."""
+    """``positions = "rotary"``: RoPE with ``rope_theta``, turning the first ``rotary_dim``
+    features of each head (all of them when ``None``)."""
     head_dim = config.head_size
-    rotary_dim = int(head_dim * config.rotary_fraction) // 2 * 2
-    return RotaryPositions(head_dim, rotary_dim, config.rope_theta)
+    rotary_dim = getattr(config, "rotary_dim", None)
+    return RotaryPositions(head_dim, head_dim if rotary_dim is None else rotary_dim, config.rope_theta)
 
 
 def none(config: Any) -> NoPositions:

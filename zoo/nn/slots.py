@@ -139,7 +139,6 @@ class SlotBatch(Generic[K]):
         self.max_rows = max_rows
         self.max_len = max_len
         self.device = device
-        self._window = c.sliding_window
         self._positions = torch.arange(max_len, device=device)  # (L,)
         self._heads = torch.arange(max_rows * shape[1], device=device).view(max_rows, shape[1])
         #: The sequences in their rows' order.
@@ -200,8 +199,9 @@ class SlotBatch(Generic[K]):
         lengths = torch.tensor(self._lengths, device=self.device)  # (N,)
         keys = self._positions[:span]  # (S,)
         allowed = keys <= lengths[:, None]  # (N, S): a row's own keys and the new one
-        if self._window is not None:  # each query sees its `window` most recent keys
-            allowed = allowed & (keys > lengths[:, None] - self._window)
+        masks = self.model.window_masks(  # (N, 1, 1, S) per window
+            allowed[:, None, None, :], lengths[:, None, None, None], keys
+        )
         heads = self._heads  # (N, H): row * H + head
         index = (heads[:n] * self.max_len + lengths[:, None]).reshape(-1)  # (N * H,)
         layers = [
@@ -213,7 +213,7 @@ class SlotBatch(Generic[K]):
             lengths[:, None],  # (N, 1): each new token's position
             cache=SlotKVCache(layers, self.max_len),
             last_only=True,
-            mask=allowed[:, None, None, :],  # (N, 1, 1, S)
+            mask=masks,
         )
         self._lengths = [length + 1 for length in self._lengths]
         return logits[:, -1]
