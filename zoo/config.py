@@ -247,11 +247,11 @@ class TransformerConfig(ModelConfig):
             fraction = values.pop("rotary_fraction")
             if values.get("rotary_dim") is None and fraction != 1:
                 if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
-                    raise ConfigError(f"{cls.__name__}: rotary_fraction = {fraction!r} must be a number")
+                    raise ConfigError(f"rotary_fraction = {fraction!r} must be a number")
                 heads, width = values.get("n_heads"), values.get("d_model")
-                head = values.get("head_dim") or (
-                    width // heads if isinstance(width, int) and isinstance(heads, int) and heads > 0 else 0
-                )
+                head = values.get("head_dim") or 0
+                if not head and isinstance(width, int) and isinstance(heads, int) and heads > 0:
+                    head = width // heads
                 values["rotary_dim"] = int(head * fraction) // 2 * 2
         return values
 

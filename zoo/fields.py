@@ -4,8 +4,8 @@ the instance is created, and a wrong type is a :class:`~zoo.errors.ConfigError` 
 class, the field, what was expected and what was given.
 
 Annotations understood: ``int``, ``float`` (ints are widened; NaN and infinities refused),
-``bool``, ``str``, ``dict``, ``list``, ``tuple`` (``tuple[A, B]`` item by item; ``tuple[A, ...]`` from a tuple or a list),
-``Literal[...]`` and ``X | None``. A
+``bool``, ``str``, ``dict``, ``list``, ``tuple`` (``tuple[A, B]`` item by item;
+``tuple[A, ...]`` from a tuple or a list), ``Literal[...]`` and ``X | None``. A
 ``bool`` is never accepted for an ``int`` or ``float`` field.
 """
 

@@ -500,9 +500,8 @@ class HFConfigFormat:
         for key, value in (*self.fixed.items(), *self.checked.items()):
             r.expect(key, value)
         hints = typing.get_type_hints(self.config)
-        values = {
-            field: self._read(r, field, hints[field]) for field in self.fields if field != "rotary_dim"
-        }
+        fields = [field for field in self.fields if field != "rotary_dim"]
+        values = {field: self._read(r, field, hints[field]) for field in fields}
         if "rotary_dim" in self.fields:
             values["rotary_dim"] = self._rotary_dim(r, values)
         if self.read_extra is not None:
@@ -543,7 +542,8 @@ class HFConfigFormat:
                 raise r._error(f"rotary_dim = {_show(count)} must be an integer")
             key = spec.key
         else:
-            fraction = r.rotary_fraction(spec.key, 1.0 if spec.default is _MISSING else spec.default)
+            default = 1.0 if spec.default is _MISSING else spec.default
+            fraction = r.rotary_fraction(spec.key, default)
             count = int(head * fraction)
             key = r.keys.get("rotary_fraction", spec.key)
         if count is None or count == head:

@@ -170,9 +170,7 @@ class MultiHeadAttention(nn.Module):
         y = y.transpose(1, 2).reshape(b, t, self.q_width)  # (B, T, H * hd)
         return self.proj(y)
 
-    def _capped(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool
-    ) -> Tensor:
+    def _capped(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
         """Attention with soft-capped scores, as transformers' Gemma 2 computes it: scores
         in the activations' dtype, capped, masked, softmax in float32. ``(B, H, T, hd)``."""
         assert self.softcap is not None

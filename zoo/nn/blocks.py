@@ -275,7 +275,7 @@ def _norm_heads(attn: nn.Module, config: TransformerConfig, parts: Parts) -> Non
                 f"qk_norm_scope = 'full', but attention component {config.attention!r} builds "
                 f"a {type(attn).__name__}, which cannot norm across heads"
             )
-        attn.norm_across_heads = True
+        setattr(attn, "norm_across_heads", True)  # noqa: B010 (a plain flag, not a module)
         widths = (config.n_heads * head, (config.n_kv_heads or config.n_heads) * head)
     # the norm component over `width` features: the config seen as that wide
     q_cfg, k_cfg = (dataclasses.replace(config, d_model=w, head_dim=head) for w in widths)

@@ -228,7 +228,9 @@ class DecoderLM(ZooModel):
             x = self.final_norm(x)
         return x  # (B, T, d_model)
 
-    def window_masks(self, allowed: Tensor, query: Tensor, keys: Tensor) -> dict[int | None, Tensor]:
+    def window_masks(
+        self, allowed: Tensor, query: Tensor, keys: Tensor
+    ) -> dict[int | None, Tensor]:
         """One boolean mask per window of :attr:`layer_windows`, from the mask ``allowed``
         ``(B, 1, T, S)`` of every key a query may see, the cache index of each query
         ``query`` (broadcastable to ``(B, 1, T, 1)``) and of each key ``keys`` ``(S,)``: a

@@ -183,7 +183,8 @@ def rotary(config: Any) -> RotaryPositions:
     features of each head (all of them when ``None``)."""
     head_dim = config.head_size
     rotary_dim = getattr(config, "rotary_dim", None)
-    return RotaryPositions(head_dim, head_dim if rotary_dim is None else rotary_dim, config.rope_theta)
+    turned = head_dim if rotary_dim is None else rotary_dim
+    return RotaryPositions(head_dim, turned, config.rope_theta)
 
 
 def none(config: Any) -> NoPositions:
