@@ -1,0 +1,1 @@
+"""OLMo-2: declared in issue 29 (being written)."""

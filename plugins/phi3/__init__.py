@@ -1,0 +1,1 @@
+"""Phi-3: declared in issue 29 (being written)."""
