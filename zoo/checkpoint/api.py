@@ -157,6 +157,12 @@ def save(
     if max_shard_size is not None:
         parse_max_shard_size(max_shard_size)  # a bad size is refused before anything is written
     arch_name = type(config).architecture
+    if not arch_name:  # zoo.load could not rebuild it: refuse before writing anything
+        raise CheckpointError(
+            f"{type(config).__name__} names no architecture (its class variable "
+            "`architecture` is empty), so zoo.load could not rebuild this model; save a model "
+            "of a registered architecture (zoo.build(name) or its config class)"
+        )
     model_name = getattr(model, "name", None)
     tensors = _cpu_tensors(unique_state(model))
     if tokenizer is None:
