@@ -349,16 +349,51 @@ def hf_layout(
     *,
     fused: tuple[FusedRule, ...] = (),
     ignore_foreign: tuple[str, ...] = (),
+    ignore_zoo: tuple[str, ...] = (),
+    strip_prefixes: tuple[str, ...] = (),
+    merge_foreign: StateTransform | None = None,
+    split_foreign: StateTransform | None = None,
     **represents: Any,
 ) -> KeyMap:
     """The :class:`KeyMap` of a Hugging Face checkpoint whose ``config.json`` is ``format``:
     it reads and writes that config, and represents every value of the fields the config
     carries and the defaults of ``format.config`` for the others (``represents`` overrides:
-    ``sliding_window=ANY`` where ``read_extra`` reads it)."""
+    ``sliding_window=ANY`` where ``read_extra`` reads it).
+
+    Args:
+        format: the family's ``config.json``, both ways.
+        rules: the one-key-to-one-key rules.
+        fused: zoo tensors stored as several foreign ones (q/k/v, gate/up).
+        ignore_foreign: regexes (full match) of foreign keys that carry nothing zoo needs
+            (buffers older transformers saved: ``rotary_emb.inv_freq``).
+        ignore_zoo: regexes of zoo keys the layout does not write (a weight the foreign
+            model recomputes or shares).
+        strip_prefixes: prefixes removed from foreign keys before matching.
+        merge_foreign: on import, ``(foreign state, config) -> foreign state`` run before the
+            rules (prefixes already stripped), for what :class:`KeyRule` and
+            :class:`FusedRule` cannot say (a tensor to permute or to rebuild).
+        split_foreign: on export, its inverse, run on the foreign state the rules wrote
+            (give both, or an export will not load back as the same model).
+        **represents: config values the layout holds beyond those derived (:func:`represented`).
+
+    Example (a foreign layout that stores a norm's weight minus one)::
+
+        def plus_one(state, config):
+            return {k: v + 1 if k.endswith("norm.weight") else v for k, v in state.items()}
+
+        def minus_one(state, config):
+            return {k: v - 1 if k.endswith("norm.weight") else v for k, v in state.items()}
+
+        HF_X = hf_layout(X_CONFIG, rules, merge_foreign=plus_one, split_foreign=minus_one)
+    """
     return KeyMap(
         rules=rules,
         fused=fused,
         ignore_foreign=ignore_foreign,
+        ignore_zoo=ignore_zoo,
+        strip_prefixes=strip_prefixes,
+        merge_foreign=merge_foreign,
+        split_foreign=split_foreign,
         model_type=format.model_type,
         config_from_foreign=format.read,
         config_to_foreign=format.write,

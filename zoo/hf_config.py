@@ -423,13 +423,36 @@ class HFField:
     Args:
         key: the key in ``config.json``.
         default: the value when the file lacks the key or holds null (transformers' own
-            default for that family); absent: the key is required (for fields zoo requires).
-        write: the value written on export (default: the field's value).
+            default for that family, as the file would spell it); absent: the key is
+            required (for fields zoo requires).
+        write: ``config -> value`` written on export (default: the field's value).
+        read: ``value -> zoo value``, a conversion of the key's value (or of ``default``)
+            when read, for a key that spells the field otherwise (Gemma's
+            ``query_pre_attn_scalar`` is ``attn_scale ** -2``); needs ``write``, its
+            inverse. The key's type is checked before (:data:`KEY_TYPES`), the result by the
+            config class after; an error it raises (``ValueError``, ``TypeError``,
+            ``ArithmeticError``) is refused naming the key. Absent or null, with no default
+            (an optional field): ``None``, unconverted.
+
+    Example::
+
+        "attn_scale": HFField(
+            "query_pre_attn_scalar", 256,
+            read=lambda scalar: scalar**-0.5, write=lambda c: round(c.attn_scale**-2),
+        )
     """
 
     key: str
     default: Any = _MISSING
     write: Callable[[Any], Any] | None = None
+    read: Callable[[Any], Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.read is not None and self.write is None:
+            raise ValueError(
+                f"HFField({self.key!r}): read= converts the key's value, so write= must give "
+                "it back (config -> value) or an export would write the zoo value under it"
+            )
 
 
 def full_attention_only(r: HFConfigReader) -> dict[str, Any]:
@@ -520,11 +543,25 @@ class HFConfigFormat:
             return r.rope_theta(default, theta_key=spec.key, partial=partial)
         kind, optional = _field_kind(annotation)
         default = None if optional and spec.default is _MISSING else spec.default
+        if spec.read is not None:
+            return self._convert(r, field, spec, default)
         absent_or_null = optional and (spec.key in r.data or default is None)
         if absent_or_null and r.get(spec.key, None, field=field) is None:
             return None  # null in the file (or absent, defaulting to null): "none" in zoo
         read = {int: r.integer, float: r.number, bool: r.flag}.get(kind, r.get)
         return read(spec.key, default, field=field)
+
+    @staticmethod
+    def _convert(r: HFConfigReader, field: str, spec: HFField, default: Any) -> Any:
+        """The value of a field with a read-time conversion (:attr:`HFField.read`)."""
+        value = r.get(spec.key, default, field=field)
+        if value is None:
+            return None
+        assert spec.read is not None
+        try:
+            return spec.read(value)
+        except (ValueError, TypeError, ArithmeticError) as exc:
+            raise r._error(f"{spec.key} = {_show(value)} cannot be read: {exc}") from None
 
     def _rotary_dim(self, r: HFConfigReader, values: Mapping[str, Any]) -> int | None:
         """``rotary_dim`` as transformers computes it: the count itself (key ``rotary_dim``,

@@ -690,7 +690,10 @@ def export(
             and ``model.safetensors.index.json``. Default: one ``model.safetensors``.
 
     Conv1D weights are transposed back and written contiguous; a tied LM head is omitted
-    (transformers re-ties it from ``tie_word_embeddings``).
+    (transformers re-ties it from ``tie_word_embeddings``). ``config.json`` carries
+    ``pad_token_id``, ``bos_token_id`` and ``eos_token_id``: the model's tokenizer's ids,
+    null where it has none (never the config class's defaults, which may not fit the
+    vocabulary).
 
     Raises:
         CheckpointError: the layout cannot represent the model (its config differs from what
@@ -736,6 +739,7 @@ def export(
             f"exporting as {layouts[0]!r} would leave {list(report.missing)[:5]} unwritten; "
             "the model lacks weights that layout needs"
         )
+    foreign_config.update(_special_token_ids(model))
     tensors = _cpu_tensors(foreign)
     dtype = _dtype_name(tensors)
     if dtype and dtype != "mixed":
@@ -754,6 +758,23 @@ def export(
         for name, data in tokenizer_files.items():
             (staging / name).write_bytes(data)
     return Path(directory)
+
+
+#: The special token ids an exported ``config.json`` carries, by tokenizer role.
+SPECIAL_TOKEN_KEYS = {"pad": "pad_token_id", "bos": "bos_token_id", "eos": "eos_token_id"}
+
+
+def _special_token_ids(model: nn.Module) -> dict[str, int | None]:
+    """``pad_token_id``, ``bos_token_id`` and ``eos_token_id`` of an export: the ids of the
+    tokenizer saved with the model, null for a role it lacks or when there is none. Written
+    always: a transformers config class fills an absent key with its own default, which can
+    lie outside the vocabulary (Phi-3's ``pad_token_id = 32000``: ``from_pretrained`` then
+    fails, ``padding_idx must be within num_embeddings``)."""
+    tokenizer = getattr(model, "tokenizer", None)
+    return {
+        key: None if tokenizer is None else getattr(tokenizer, f"{role}_id", None)
+        for role, key in SPECIAL_TOKEN_KEYS.items()
+    }
 
 
 def _hf_tokenizer_files(
