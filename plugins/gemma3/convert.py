@@ -1,0 +1,215 @@
+"""The Hugging Face Gemma 3 text layout (``Gemma3ForCausalLM``, ``model_type = "gemma3_text"``).
+
+Llama's attention and MLP keys with Qwen3's ``q_norm``/``k_norm``, and four norms per layer:
+``input_layernorm`` and ``post_attention_layernorm`` around attention, ``pre_feedforward_
+layernorm`` and ``post_feedforward_layernorm`` around the MLP (Llama's
+``post_attention_layernorm`` is the norm *before* the MLP; here it is after attention).
+
+``config.json`` as transformers 4.50+ and 5 write it: a rotary base per kind of layer
+(``rope_theta`` and ``rope_local_base_freq``, or 5's ``rope_parameters: {"full_attention":
+{...}, "sliding_attention": {...}}``), the layers' kinds as ``layer_types`` or as older files'
+``sliding_window_pattern`` (every n-th layer global), the score scale as
+``query_pre_attn_scalar``. Rotary scaling (``rope_scaling``, a ``rope_type`` other than
+``"default"``: the 4B and larger models' linear scaling), bidirectional attention and
+attention soft-capping (which transformers' Gemma 3 never applies) are refused by name.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from zoo.convert import ANY, KeyRule, hf_layout
+from zoo.hf_config import (
+    POSITIVE_INT,
+    HFConfigFormat,
+    HFConfigReader,
+    HFField,
+    KeyType,
+)
+
+from ..llama.convert import DOWN, GATE_UP, llama_qkv
+from . import Gemma3Config, every_sixth_global
+
+_LAYER, _ATTN = "model.layers.{i}", "model.layers.{i}.self_attn"
+_KINDS = ("full_attention", "sliding_attention")
+_NUMBER_OR_NULL = KeyType(
+    "a positive number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+).or_null
+
+
+def _rule(foreign: str, zoo: str, **kwargs: bool) -> KeyRule:
+    return KeyRule(f"{foreign}.weight", f"{zoo}.weight", **kwargs)
+
+
+GEMMA3_RULES = (
+    _rule("model.embed_tokens", "tok_emb"),
+    _rule(f"{_LAYER}.input_layernorm", "blocks.{i}.attn_norm"),
+    _rule(f"{_ATTN}.q_norm", "blocks.{i}.attn.q_norm"),
+    _rule(f"{_ATTN}.k_norm", "blocks.{i}.attn.k_norm"),
+    _rule(f"{_ATTN}.o_proj", "blocks.{i}.attn.proj"),
+    _rule(f"{_LAYER}.post_attention_layernorm", "blocks.{i}.attn_post_norm"),
+    _rule(f"{_LAYER}.pre_feedforward_layernorm", "blocks.{i}.ffn_norm"),
+    _rule(f"{_LAYER}.post_feedforward_layernorm", "blocks.{i}.ffn_post_norm"),
+    DOWN,
+    _rule("model.norm", "final_norm"),
+    _rule("lm_head", "head", optional=True),  # absent when tied to the embedding
+)
+
+#: zoo field -> config.json key, with transformers' Gemma3TextConfig defaults.
+GEMMA3_FIELDS: Mapping[str, str | HFField] = {
+    "vocab_size": "vocab_size",
+    "context_length": "max_position_embeddings",
+    "d_model": "hidden_size",
+    "n_heads": "num_attention_heads",
+    "n_kv_heads": HFField("num_key_value_heads", 4, write=lambda c: c.n_kv_heads or c.n_heads),
+    "n_layers": "num_hidden_layers",
+    "d_ff": "intermediate_size",
+    "head_dim": HFField("head_dim", 256, write=lambda c: c.head_size),
+    "layer_norm_eps": HFField("rms_norm_eps", 1e-6),
+    "tie_embeddings": HFField("tie_word_embeddings", True),
+    "sliding_window": HFField("sliding_window", 4096),
+    "final_softcap": HFField("final_logit_softcapping"),
+}
+
+
+def _positive(r: HFConfigReader, name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise r._error(f"{name} = {value!r} must be a positive number")
+    if not math.isfinite(value):
+        raise r._error(f"{name} = {value!r} must be finite")
+    return float(value)
+
+
+def _rope_thetas(r: HFConfigReader) -> dict[str, float]:
+    """``rope_theta`` (global layers) and ``rope_local_theta`` (sliding layers), from
+    transformers 5's ``rope_parameters`` per layer kind or 4.x's ``rope_theta`` and
+    ``rope_local_base_freq`` (both: they must agree). Anything but the default rotary
+    embedding is refused, naming the key."""
+    scaling = r.get("rope_scaling", None)
+    if scaling is not None:
+        raise r._error(
+            f"rope_scaling = {scaling!r}: zoo implements only the default rotary embedding "
+            "(no scaled or extended variants)"
+        )
+    params = r.get("rope_parameters", {})
+    flat = sorted(set(params) - set(_KINDS))
+    if flat:
+        raise r._error(
+            f"rope_parameters has {', '.join(f'{k} = {params[k]!r}' for k in flat)}; Gemma 3 "
+            f"reads its rotary parameters per layer kind ({' and '.join(_KINDS)}), and "
+            "transformers ignores these (fix the file)"
+        )
+    values: dict[str, float] = {}
+    for kind, top_key, field, default in (
+        ("full_attention", "rope_theta", "rope_theta", 1_000_000.0),
+        ("sliding_attention", "rope_local_base_freq", "rope_local_theta", 10_000.0),
+    ):
+        sub = params.get(kind) or {}
+        where = f"rope_parameters.{kind}"
+        if not isinstance(sub, Mapping):
+            raise r._error(f"{where} = {sub!r} must be an object")
+        rope_type = sub.get("rope_type", sub.get("type", "default"))
+        extra = sorted(set(sub) - {"rope_type", "type", "rope_theta"})
+        if rope_type != "default" or extra:
+            shown = f"{where}.rope_type = {rope_type!r}" if rope_type != "default" else where
+            shown += "".join(f", {where}.{k} = {sub[k]!r}" for k in extra)
+            raise r._error(
+                f"{shown}: zoo implements only the default rotary embedding (no scaled or "
+                "extended variants)"
+            )
+        top, nested = r.get(top_key, None, field=field), sub.get("rope_theta")
+        if nested is not None:
+            r.keys[field] = f"{where}.rope_theta"
+        if top is not None and nested is not None and top != nested:
+            raise r._error(
+                f"{top_key} = {top!r} and {where}.rope_theta = {nested!r} disagree; fix the "
+                "file so that one value remains"
+            )
+        theta = nested if nested is not None else top
+        values[field] = default if theta is None else _positive(r, r.keys[field], theta)
+    return values
+
+
+def _layer_types(r: HFConfigReader) -> tuple[str, ...]:
+    """``layer_types``, else transformers' reading of ``sliding_window_pattern`` (default 6:
+    every sixth layer global); the pattern is moot when the file lists the layers."""
+    r.get("_sliding_window_pattern", None)  # what transformers 5 saves back: never read
+    pattern = r.get("sliding_window_pattern", None)
+    listed = r.get("layer_types", None, field="layer_types")
+    if listed is not None:
+        return tuple(listed)
+    return every_sixth_global(r.integer("num_hidden_layers"), 6 if pattern is None else pattern)
+
+
+def read_gemma3(r: HFConfigReader) -> dict[str, Any]:
+    """What :data:`GEMMA3_FIELDS` cannot say: rotary bases, layer kinds, the score scale."""
+    softcap = r.get("attn_logit_softcapping", None)
+    if softcap is not None:
+        raise r._error(
+            f"attn_logit_softcapping = {softcap!r}: transformers' Gemma 3 never applies it (its "
+            "attention passes no cap), so the file is ambiguous; set it to null"
+        )
+    scalar = _positive(r, "query_pre_attn_scalar", r.get("query_pre_attn_scalar", 256))
+    return {**_rope_thetas(r), "layer_types": _layer_types(r), "attn_scale": scalar**-0.5}
+
+
+def write_gemma3(config: Gemma3Config) -> dict[str, Any]:
+    """The keys :func:`read_gemma3` reads, as transformers 5 writes them."""
+    if config.attn_scale is None:
+        scalar = config.head_size
+    else:
+        scalar = round(config.attn_scale**-2)
+        if not math.isclose(scalar**-0.5, config.attn_scale, rel_tol=1e-12):
+            raise ValueError(
+                f"attn_scale = {config.attn_scale!r} is not query_pre_attn_scalar ** -0.5 for "
+                "an integer query_pre_attn_scalar, which is all Gemma 3's config.json can say"
+            )
+    local = config.rope_theta if config.rope_local_theta is None else config.rope_local_theta
+    return {
+        "attn_logit_softcapping": None,
+        "layer_types": [config.layer_type(i) for i in range(config.n_layers)],
+        "query_pre_attn_scalar": scalar,
+        "rope_parameters": {
+            "full_attention": {"rope_theta": config.rope_theta, "rope_type": "default"},
+            "sliding_attention": {"rope_theta": local, "rope_type": "default"},
+        },
+    }
+
+
+GEMMA3_CONFIG = HFConfigFormat(
+    family="Gemma 3",
+    model_type="gemma3_text",
+    architecture="Gemma3ForCausalLM",
+    config=Gemma3Config,
+    fields=GEMMA3_FIELDS,
+    fixed={
+        "hidden_activation": "gelu_pytorch_tanh",
+        "attention_bias": False,
+        "use_bidirectional_attention": False,
+    },
+    inert=frozenset({"cache_implementation"}),
+    types={
+        "num_key_value_heads": POSITIVE_INT,
+        "head_dim": POSITIVE_INT,
+        "query_pre_attn_scalar": POSITIVE_INT,
+        "sliding_window_pattern": POSITIVE_INT,
+        "_sliding_window_pattern": POSITIVE_INT,
+        "rope_local_base_freq": _NUMBER_OR_NULL,
+        "final_logit_softcapping": _NUMBER_OR_NULL,
+        "attn_logit_softcapping": _NUMBER_OR_NULL,
+    },
+    read_extra=read_gemma3,
+    write_extra=write_gemma3,
+)
+
+HF_GEMMA3 = hf_layout(
+    GEMMA3_CONFIG,
+    GEMMA3_RULES,
+    fused=(*llama_qkv(), *GATE_UP),
+    rope_theta=ANY,
+    rope_local_theta=ANY,
+    layer_types=ANY,
+    attn_scale=ANY,
+)
