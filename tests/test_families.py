@@ -44,6 +44,10 @@ FAMILIES: dict[str, tuple[str, type, dict[str, Any]]] = {
                      {**LLAMA_LIKE, "tie_word_embeddings": True, "rope_theta": 100000.0}),
     "phi3": ("phi3", transformers.Phi3ForCausalLM,
              {**LLAMA_LIKE, "sliding_window": 7, "partial_rotary_factor": 0.5}),
+    "gemma3": ("gemma3", transformers.Gemma3ForCausalLM,
+               {**COMMON, "num_key_value_heads": 2, "head_dim": 24, "query_pre_attn_scalar": 16,
+                "sliding_window": 5, "layer_types": ["sliding_attention", "full_attention"],
+                "rope_theta": 10000.0, "rope_local_base_freq": 100.0}),
 }  # fmt: skip
 
 
@@ -253,6 +257,7 @@ NAMED = {
     "pythia-160m": "EleutherAI/pythia-160m",
     "mixtral-8x7b": "mistralai/Mixtral-8x7B-v0.1",
     "smollm2-135m-instruct": "HuggingFaceTB/SmolLM2-135M-Instruct",
+    "phi-3-mini-4k-instruct": "microsoft/Phi-3-mini-4k-instruct",
 }
 
 

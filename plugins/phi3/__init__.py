@@ -40,7 +40,7 @@ def zoo_models() -> list[ModelSpec]:
         description="Phi-3 mini 4k instruct: 32 layers, width 3072, 32 heads, window 2047 "
                     "(3.8B parameters, 2 shards)",
         config={"vocab_size": 32064, "context_length": 4096, "d_model": 3072, "n_heads": 32,
-                "n_layers": 32, "d_ff": 8192, "sliding_window": 2047},
+                "n_kv_heads": 32, "n_layers": 32, "d_ff": 8192, "sliding_window": 2047},
         weights=WeightsSource(  # no shard sha256 is confirmed by two public sources
             repo=REPO, revision=REVISION, layout="hf-phi3",
             filename="model.safetensors.index.json"),
