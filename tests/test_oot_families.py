@@ -1,0 +1,155 @@
+"""Third-party families need no model code (issue 29): GPT-J, Cohere and StarCoder2, written
+as out-of-tree plugins from the docs alone (``tests/oot_plugins``: a config of other defaults,
+the hooks and a Hugging Face layout; no subclass of ``zoo.nn.DecoderLM``), registered with
+``zoo.registry.load_registry(plugins=...)`` and held against transformers' own classes on tiny
+random configs written with ``save_pretrained``: float32 logits within 1e-5 on a batch with
+left and right padding, greedy tokens equal to transformers' ``generate``, the export loaded
+back by ``from_pretrained``, ``quantize="int8"`` tracking float (scale included).
+
+What each family proves can be declared: GPT-J one LayerNorm shared by parallel branches
+(``block = "parallel_shared"``), biases per site (none on q/k/v/out, MLP and head biased),
+partial rotary as a count that no fraction gives (heads of 44, 30 turned) and rotary pairs
+of adjacent features (the layout reorders q/k rows). Cohere the same block with a bias-free
+LayerNorm, SwiGLU, grouped-query attention, a tied head and a logit scale that int8 keeps.
+StarCoder2 ``use_bias: false`` (linears without biases, LayerNorms with them) and a window.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import oot_plugins.cohere
+import oot_plugins.gptj
+import oot_plugins.starcoder2
+import pytest
+import torch
+import transformers
+
+import zoo
+from zoo.registry import load_registry
+
+PLUGINS = {"gptj": oot_plugins.gptj, "cohere": oot_plugins.cohere,
+           "starcoder2": oot_plugins.starcoder2}  # fmt: skip
+
+_SMALL = {"vocab_size": 300, "max_position_embeddings": 128, "num_hidden_layers": 2}
+
+#: family -> (transformers model class, its config values)
+FAMILIES: dict[str, tuple[type, dict[str, Any]]] = {
+    "gptj": (transformers.GPTJForCausalLM,
+             {"vocab_size": 300, "n_positions": 128, "n_layer": 2, "n_embd": 88, "n_head": 2,
+              "n_inner": 128, "rotary_dim": 30}),  # heads of 44, 30 rotary: no fraction of 44
+    "cohere": (transformers.CohereForCausalLM,
+               {**_SMALL, "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+                "intermediate_size": 96, "logit_scale": 0.25, "rope_parameters":
+                {"rope_type": "default", "rope_theta": 10000.0}}),
+    "starcoder2": (transformers.Starcoder2ForCausalLM,
+                   {**_SMALL, "hidden_size": 64, "num_attention_heads": 4,
+                    "num_key_value_heads": 2, "intermediate_size": 96, "use_bias": False,
+                    "sliding_window": 7}),
+}  # fmt: skip
+
+
+def reference(family: str, folder: Path, seed: int = 0) -> torch.nn.Module:
+    """transformers' model of ``family``, random (norms and biases too), saved to ``folder``."""
+    cls, values = FAMILIES[family]
+    torch.manual_seed(seed)
+    config = cls.config_class(**values, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    model = cls(config).eval()
+    with torch.no_grad():  # transformers initialises norms to 1 and biases to 0: make them count
+        for name, p in model.named_parameters():
+            if "norm" in name or ".ln_" in name:
+                p.normal_(1.0, 0.1) if name.endswith("weight") else p.normal_(0.0, 0.1)
+            elif name.endswith("bias"):
+                p.normal_(0.0, 0.1)
+    model.save_pretrained(folder)
+    return model
+
+
+def padded_batch(vocab: int, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Three rows of 24 ids: whole, left-padded by 9, right-padded by 7."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, vocab, (3, 24), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, :9] = 0
+    mask[2, 17:] = 0
+    return ids, mask
+
+
+@pytest.fixture(scope="module")
+def registry() -> Iterator[zoo.registry.Registry]:
+    """The installed plugins plus the three out-of-tree ones, for every test of this module."""
+    with zoo.use_registry(load_registry(plugins=PLUGINS)) as reg:
+        yield reg
+
+
+@dataclasses.dataclass
+class Case:
+    family: str
+    folder: Path
+    theirs: torch.nn.Module
+    ours: zoo.nn.ZooModel
+
+
+@pytest.fixture(scope="module", params=list(FAMILIES))
+def case(request: pytest.FixtureRequest, registry: Any, tmp_path_factory: Any) -> Case:
+    """transformers' tiny model of one family, saved, and zoo's load of that folder."""
+    family = request.param
+    folder = tmp_path_factory.mktemp(family)
+    theirs = reference(family, folder)
+    return Case(family, folder, theirs, zoo.load(folder))
+
+
+def test_the_plugins_are_declarations_on_the_shared_decoder(case: Case) -> None:
+    assert type(case.ours) is zoo.nn.DecoderLM  # no subclass: the plugin declares, zoo builds
+    assert type(case.ours.config).architecture == case.family
+    assert not any(
+        isinstance(v, type) and issubclass(v, torch.nn.Module)
+        for module in (PLUGINS[case.family], PLUGINS[case.family].convert)
+        for v in vars(module).values()
+    ), "a plugin defines a torch module"
+
+
+def test_logits_match_transformers(case: Case) -> None:
+    ids, mask = padded_batch(300)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        want = case.theirs(ids, attention_mask=mask, position_ids=positions).logits
+        got = case.ours(ids, attention_mask=mask)
+    real = mask.bool()
+    diff = float((got[real] - want[real]).abs().max())
+    print(f"{case.family}: max |zoo - transformers| = {diff:.2e}")
+    assert diff <= 1e-5
+
+
+def test_greedy_tokens_equal_transformers_generate(case: Case) -> None:
+    prompt = padded_batch(300, seed=3)[0][:1, :10]
+    want = case.theirs.generate(prompt, max_new_tokens=16, min_new_tokens=16, do_sample=False)
+    assert torch.equal(zoo.generate(case.ours, prompt, max_new_tokens=16, temperature=0), want)
+
+
+def test_export_loads_back_in_transformers(case: Case, tmp_path: Path) -> None:
+    zoo.export(case.ours, tmp_path)
+    back = FAMILIES[case.family][0].from_pretrained(tmp_path).eval()
+    ids, _ = padded_batch(300)
+    with torch.no_grad():
+        torch.testing.assert_close(back(ids).logits, case.theirs(ids).logits, rtol=0, atol=1e-6)
+    again = zoo.load(tmp_path)
+    for key, value in case.ours.state_dict().items():
+        assert torch.equal(again.state_dict()[key], value), key
+
+
+def test_int8_tracks_float_logit_scale_included(case: Case) -> None:
+    """int8 picks the float model's top tokens and keeps the logits' scale: Cohere's 0.25
+    dropped would make them 4x too large (the issue's head subclass under ``quantize=``)."""
+    quantized = zoo.load(case.folder, quantize="int8")
+    assert quantized.config.logit_scale == case.ours.config.logit_scale
+    ids, _ = padded_batch(300)
+    with torch.no_grad():
+        full, small = case.ours(ids), quantized(ids)
+    agree = float((full.argmax(-1) == small.argmax(-1)).float().mean())
+    assert agree >= 0.9, f"int8 picks the float model's top token at only {agree:.0%}"
+    ratio = float(small.std() / full.std())
+    assert 0.9 < ratio < 1.1, f"int8 logits are {ratio:.2f}x the float ones in scale"
