@@ -26,28 +26,6 @@ from . import ALTERNATING, Gemma2Config
 
 _LAYER = "model.layers.{i}"
 
-#: transformers' Gemma2Config defaults where they differ from Llama's.
-GEMMA2_FIELDS = {
-    **LLAMA_FIELDS,
-    "n_kv_heads": HFField("num_key_value_heads", 4, write=lambda c: c.n_kv_heads or c.n_heads),
-    "head_dim": HFField("head_dim", 256, write=lambda c: c.head_size),
-    "tie_embeddings": HFField("tie_word_embeddings", True),
-    "sliding_window": HFField("sliding_window", 4096),
-    "attn_softcap": HFField("attn_logit_softcapping", 50.0),
-    "final_softcap": HFField("final_logit_softcapping", 30.0),
-}
-
-
-def read_scale_and_layers(r: HFConfigReader) -> dict[str, Any]:
-    """``attn_scale`` from ``query_pre_attn_scalar`` (``scalar ** -0.5``, default 256) and
-    ``layer_types``, transformers' alternation (sliding, full, sliding...) when absent or
-    null, as transformers 4.x computed it and 5.x writes it."""
-    scalar = r.integer("query_pre_attn_scalar", 256, field="attn_scale")
-    layers = r.integer("num_hidden_layers")
-    written = r.get("layer_types", None, field="layer_types")
-    kinds = written if written is not None else [ALTERNATING[i % 2] for i in range(layers)]
-    return {"attn_scale": scalar**-0.5, "layer_types": tuple(kinds)}
-
 
 def query_pre_attn_scalar(config: Gemma2Config) -> int:
     """The integer ``s`` with ``s ** -0.5`` the config's score scale (transformers' key is an
@@ -62,10 +40,34 @@ def query_pre_attn_scalar(config: Gemma2Config) -> int:
     return scalar
 
 
-def write_scale_and_layers(config: Gemma2Config) -> dict[str, Any]:
-    """``query_pre_attn_scalar`` and one ``layer_types`` entry per layer."""
+#: transformers' Gemma2Config defaults where they differ from Llama's.
+GEMMA2_FIELDS = {
+    **LLAMA_FIELDS,
+    "n_kv_heads": HFField("num_key_value_heads", 4, write=lambda c: c.n_kv_heads or c.n_heads),
+    "head_dim": HFField("head_dim", 256, write=lambda c: c.head_size),
+    "tie_embeddings": HFField("tie_word_embeddings", True),
+    "sliding_window": HFField("sliding_window", 4096),
+    "attn_softcap": HFField("attn_logit_softcapping", 50.0),
+    "final_softcap": HFField("final_logit_softcapping", 30.0),
+    "attn_scale": HFField(
+        "query_pre_attn_scalar", 256, read=lambda s: s**-0.5, write=query_pre_attn_scalar
+    ),
+}
+
+
+def read_layer_types(r: HFConfigReader) -> dict[str, Any]:
+    """``layer_types``; transformers' alternation (sliding, full, sliding...) when absent or
+    null, as transformers 4.x computed it (and 5.x writes it)."""
+    layers = r.integer("num_hidden_layers")
+    written = r.get("layer_types", None, field="layer_types")
+    kinds = written if written is not None else [ALTERNATING[i % 2] for i in range(layers)]
+    return {"layer_types": tuple(kinds)}
+
+
+def write_layer_types(config: Gemma2Config) -> dict[str, Any]:
+    """One ``layer_types`` entry per layer."""
     kinds: list[LayerType] = [config.layer_type(i) for i in range(config.n_layers)]
-    return {"query_pre_attn_scalar": query_pre_attn_scalar(config), "layer_types": kinds}
+    return {"layer_types": kinds}
 
 
 GEMMA2_CONFIG = HFConfigFormat(
@@ -88,8 +90,8 @@ GEMMA2_CONFIG = HFConfigFormat(
         "cache_implementation": STRING.or_null,
         "use_bidirectional_attention": BOOL.or_null,
     },
-    read_extra=read_scale_and_layers,
-    write_extra=write_scale_and_layers,
+    read_extra=read_layer_types,
+    write_extra=write_layer_types,
 )
 
 
@@ -114,6 +116,5 @@ HF_GEMMA2 = hf_layout(
     GEMMA2_CONFIG,
     GEMMA2_RULES,
     fused=(*llama_qkv(), *GATE_UP),
-    attn_scale=ANY,
     layer_types=ANY,
 )
