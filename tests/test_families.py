@@ -47,6 +47,7 @@ FAMILIES: dict[str, tuple[str, type, dict[str, Any]]] = {
     "gemma2": ("gemma2", transformers.Gemma2ForCausalLM,
                {**LLAMA_LIKE, "head_dim": 24, "query_pre_attn_scalar": 20, "sliding_window": 5,
                 "attn_logit_softcapping": 5.0, "final_logit_softcapping": 3.0}),
+    "olmo2": ("olmo2", transformers.Olmo2ForCausalLM, {**LLAMA_LIKE, "rms_norm_eps": 1e-6}),
     "gemma3": ("gemma3", transformers.Gemma3ForCausalLM,
                {**COMMON, "num_key_value_heads": 2, "head_dim": 24, "query_pre_attn_scalar": 16,
                 "sliding_window": 5, "layer_types": ["sliding_attention", "full_attention"],
@@ -139,6 +140,13 @@ def test_export_loads_back_in_transformers(family: str, tmp_path: Path) -> None:
         assert torch.equal(again.state_dict()[key], value), key
 
 
+#: Families whose tiny random models int8 tracks less closely, by their arithmetic: OLMo-2's
+#: norms after each branch rescale each branch's quantization error to the residual's scale
+#: (9% relative logit error; transformers' own Olmo2ForCausalLM under torch.ao dynamic int8
+#: errs as much, 0.089 against zoo's 0.088, where Qwen3's err 0.036 and 0.034).
+INT8_AGREE = {"olmo2": 0.8}
+
+
 def test_int8_quantized_generation_tracks_float(family: str, tmp_path: Path) -> None:
     reference(family, tmp_path, seed=6)
     model = zoo.load(tmp_path)
@@ -147,7 +155,8 @@ def test_int8_quantized_generation_tracks_float(family: str, tmp_path: Path) -> 
     with torch.no_grad():
         full, small = model(ids), quantized(ids)
     agree = (full.argmax(-1) == small.argmax(-1)).float().mean()
-    assert agree >= 0.9, f"int8 picks the float model's top token at only {agree:.0%}"
+    least = INT8_AGREE.get(family, 0.9)
+    assert agree >= least, f"int8 picks the float model's top token at only {agree:.0%}"
     assert zoo.generate(quantized, ids[:1, :8], max_new_tokens=6, temperature=0).shape == (1, 14)
 
 
