@@ -161,7 +161,7 @@ def test_int8_quantized_generation_tracks_float(family: str, tmp_path: Path) -> 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("compiled", ["qwen3", "mixtral", "gpt-neox", "phi3"])
+@pytest.mark.parametrize("compiled", ["qwen3", "mixtral", "gpt-neox", "phi3", "gemma2"])
 def test_compiled_decoding_equals_eager(compiled: str, tmp_path: Path) -> None:
     """The families whose step differs from Llama's: heads apart and q/k norms, the
     mixture's fixed-shape form, the parallel residual with partial rotary (the rest share
@@ -270,6 +270,7 @@ NAMED = {
     "mixtral-8x7b": "mistralai/Mixtral-8x7B-v0.1",
     "smollm2-135m-instruct": "HuggingFaceTB/SmolLM2-135M-Instruct",
     "phi-3-mini-4k-instruct": "microsoft/Phi-3-mini-4k-instruct",
+    "gemma-2-2b-it": "google/gemma-2-2b-it",
 }
 
 
