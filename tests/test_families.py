@@ -270,6 +270,7 @@ NAMED = {
     "mixtral-8x7b": "mistralai/Mixtral-8x7B-v0.1",
     "smollm2-135m-instruct": "HuggingFaceTB/SmolLM2-135M-Instruct",
     "phi-3-mini-4k-instruct": "microsoft/Phi-3-mini-4k-instruct",
+    "olmo-2-1b-instruct": "allenai/OLMo-2-0425-1B-Instruct",
     "gemma-2-2b-it": "google/gemma-2-2b-it",
 }
 

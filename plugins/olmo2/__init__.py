@@ -44,7 +44,7 @@ def zoo_models() -> list[ModelSpec]:
         name="olmo-2-1b-instruct", architecture="olmo2", tokenizer="olmo2",
         description="OLMo-2 0425 1B Instruct: 16 layers, width 2048, 16 heads, untied head",
         config={"vocab_size": 100352, "context_length": 4096, "d_model": 2048, "n_heads": 16,
-                "n_layers": 16, "d_ff": 8192},
+                "n_kv_heads": 16, "n_layers": 16, "d_ff": 8192},
         weights=WeightsSource(  # the revision public projects pin; no published weights hash
             repo=REPO, revision=REVISION, layout="hf-olmo2"),
     )]  # fmt: skip
