@@ -143,8 +143,11 @@ def test_export_loads_back_in_transformers(family: str, tmp_path: Path) -> None:
 #: Families whose tiny random models int8 tracks less closely, by their arithmetic: OLMo-2's
 #: norms after each branch rescale each branch's quantization error to the residual's scale
 #: (9% relative logit error; transformers' own Olmo2ForCausalLM under torch.ao dynamic int8
-#: errs as much, 0.089 against zoo's 0.088, where Qwen3's err 0.036 and 0.034).
-INT8_AGREE = {"olmo2": 0.8}
+#: errs as much, 0.089 against zoo's 0.088, where Qwen3's err 0.036 and 0.034). Gemma 3 adds
+#: q/k norms whose (1 + w) ~ 2 sharpen the scores fourfold: top-1 agreement 0.74-0.90 over
+#: seeds 6-10, relative error 0.12-0.16, where Gemma3ForCausalLM under torch.ao dynamic int8
+#: agrees 0.76-0.82 and errs 0.13-0.16.
+INT8_AGREE = {"olmo2": 0.8, "gemma3": 0.7}
 
 
 def test_int8_quantized_generation_tracks_float(family: str, tmp_path: Path) -> None:
@@ -161,7 +164,7 @@ def test_int8_quantized_generation_tracks_float(family: str, tmp_path: Path) -> 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("compiled", ["qwen3", "mixtral", "gpt-neox", "phi3", "gemma2"])
+@pytest.mark.parametrize("compiled", ["qwen3", "mixtral", "gpt-neox", "phi3", "gemma2", "gemma3"])
 def test_compiled_decoding_equals_eager(compiled: str, tmp_path: Path) -> None:
     """The families whose step differs from Llama's: heads apart and q/k norms, the
     mixture's fixed-shape form, the parallel residual with partial rotary (the rest share
@@ -272,6 +275,7 @@ NAMED = {
     "phi-3-mini-4k-instruct": "microsoft/Phi-3-mini-4k-instruct",
     "olmo-2-1b-instruct": "allenai/OLMo-2-0425-1B-Instruct",
     "gemma-2-2b-it": "google/gemma-2-2b-it",
+    "gemma-3-1b-it": "google/gemma-3-1b-it",
 }
 
 

@@ -192,7 +192,9 @@ def info(source: str) -> ModelInfo:
 
 def _blocks(arch: ArchitectureSpec, config: ModelConfig) -> tuple[str, ...]:
     """The blocks as ``config`` makes them (layer counts, norm placement, final norm) for a
-    Transformer; otherwise as the architecture declares them."""
+    Transformer; otherwise as the architecture declares them. A config whose ``block``
+    names another block component than ``transformer`` shows that component's description
+    (its norm placement is the block's, not ``norm_first``'s)."""
     if not isinstance(config, TransformerConfig):
         return arch.blocks
     stacks = [
@@ -207,13 +209,20 @@ def _blocks(arch: ArchitectureSpec, config: ModelConfig) -> tuple[str, ...]:
     norm = "pre-LN, x + f(norm(x))" if config.norm_first else "post-LN, norm(x + f(x))"
     if config.parallel_residual:
         norm = "parallel, x + attn(norm1(x)) + ffn(norm2(x))"
+    block = getattr(config, "block", "transformer")
+    if isinstance(block, str) and block != "transformer":  # a declared block says what it is
+        description = get_registry().component("block", block).description
+        norm = f"{block}: {description}" if description else block
     final = [f"a final norm after {'each stack' if len(stacks) > 1 else 'the blocks'}"]
     final = final if config.final_norm else []
     inside = []
     if config.head_dim is not None:
         inside.append(f"heads {config.head_dim} wide (not d_model / n_heads)")
     if config.qk_norm:
-        inside.append(f"{config.norm} on each head's queries and keys")
+        if getattr(config, "qk_norm_scope", "head") == "full":
+            inside.append(f"{config.norm} on the queries and keys, across all heads")
+        else:
+            inside.append(f"{config.norm} on each head's queries and keys")
     if config.n_experts is not None:
         inside.append(
             f"feed-forward: {config.n_experts} {config.ffn} experts, "

@@ -185,6 +185,12 @@ class Registry:
                 return picked[0]
         return None
 
+    def preferred_source(self, sources: Iterable[str]) -> str | None:
+        """The one of ``sources`` that ``ZOO_PREFER`` picks (``None``: it names none of them,
+        or several equally). For choices made outside the registry's names: two plugins'
+        layouts reading one Hugging Face ``model_type``."""
+        return self._preferred(list(sources))
+
     def conflict_message(self, kind: Kind, name: str) -> str:
         """What is in conflict, who claims it, and how to resolve it."""
         sources = self._claimants(kind, name)
@@ -227,11 +233,32 @@ class Registry:
         hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
         return f"unknown {kind} {name!r}.{hint} Known: {', '.join(candidates) or 'none'}."
 
+    def _architecture_not_model(self, name: str) -> str:
+        """What to do with an architecture's name where a model's was wanted."""
+        models = sorted(n for n, e in self._usable("model").items() if e.spec.architecture == name)
+        entries = self._claims["architecture"][name]
+        config = entries[0].spec.config
+        where = config if isinstance(config, str) else f"{config.__module__}:{config.__qualname__}"
+        named = (
+            f"a named model of it ({', '.join(map(repr, models[:5]))}; keywords override its "
+            f"config: zoo.build({models[0]!r}, n_layers=2)), or "
+            if models
+            else ""
+        )
+        cls = where.rpartition(":")[2].rpartition(".")[2]
+        return (
+            f"{name!r} is an architecture, not a named model. Build {named}a config of it: "
+            f"zoo.build({cls}(...)), {cls} from {where} (or zoo.get_registry().architecture("
+            f"{name!r}).config_class). Run `zoo list` to see every named model."
+        )
+
     def _entry(self, kind: Kind, name: str) -> Entry[Any]:
         entry = self._model_entry(name) if kind == "model" else self._pick(kind, name)
         if entry is not None:
             return entry
         if kind == "model":
+            if name in self._claims["architecture"]:
+                raise UnknownModelError(self._architecture_not_model(name))
             names = list(self._claims["model"]) + list(self._alias_claims)
             raise UnknownModelError(
                 self._unknown(kind, name, names) + " Run `zoo list` to see every named model."

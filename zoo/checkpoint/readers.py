@@ -25,6 +25,7 @@ from ..errors import (
     CheckpointError,
     ConfigError,
     CorruptCheckpointError,
+    RegistryConflictError,
     UnknownArchitectureError,
 )
 from ..registry import get_registry
@@ -32,7 +33,16 @@ from ..specs import ArchitectureSpec
 from .files import check_not_pickle
 from .manifest import CONFIG_FILE, Manifest, config_format, plugin_distribution
 
-__all__ = ["METADATA_KEY", "Recognised", "Request", "foreign_layouts", "recognise"]
+__all__ = [
+    "METADATA_KEY",
+    "ForeignClaim",
+    "Recognised",
+    "Request",
+    "foreign_claims",
+    "foreign_layout",
+    "foreign_layouts",
+    "recognise",
+]
 
 #: safetensors metadata key holding the zoo description (so a bare weights file loads too).
 METADATA_KEY = "zoo"
@@ -110,18 +120,109 @@ def make_config(arch: ArchitectureSpec, values: Mapping[str, Any], *, where: str
         ) from None
 
 
-def foreign_layouts() -> dict[str, tuple[ArchitectureSpec, str]]:
-    """Hugging Face ``model_type`` -> (architecture, layout name), from what every installed
-    architecture's layouts declare (``KeyMap.model_type``)."""
+@dataclasses.dataclass(frozen=True)
+class ForeignClaim:
+    """An installed layout that reads one Hugging Face ``model_type``: its architecture, the
+    layout's name there, and the source that supplied the architecture (``"plugin gpt2"``)."""
+
+    architecture: ArchitectureSpec
+    layout: str
+    source: str
+
+    def __str__(self) -> str:
+        return f"layout {self.layout!r} of architecture {self.architecture.name!r} ({self.source})"
+
+
+def foreign_claims() -> tuple[dict[str, list[ForeignClaim]], dict[str, str]]:
+    """Hugging Face ``model_type`` -> every installed layout that reads it (``KeyMap.
+    model_type``), and the layouts that could not be imported (``"architecture layout"`` ->
+    why): a plugin whose layout module is broken costs only its own model types."""
     registry = get_registry()
-    found: dict[str, tuple[ArchitectureSpec, str]] = {}
+    claims: dict[str, list[ForeignClaim]] = {}
+    broken: dict[str, str] = {}
     for name in registry.architectures():
         arch = registry.architecture(name)
         for layout in sorted(arch.checkpoint_layouts):
-            model_type = getattr(arch.checkpoint_layout(layout), "model_type", None)
+            try:
+                keymap = arch.checkpoint_layout(layout)
+            except Exception as exc:  # a plugin's module may raise anything when imported
+                broken[f"{name} {layout}"] = f"{type(exc).__name__}: {exc}"
+                continue
+            model_type = getattr(keymap, "model_type", None)
             if model_type is not None:
-                found.setdefault(model_type, (arch, layout))
+                source = registry.source("architecture", name)
+                claims.setdefault(model_type, []).append(ForeignClaim(arch, layout, source))
+    return claims, broken
+
+
+def _choose(
+    model_type: str, claims: list[ForeignClaim], layout: str = "auto"
+) -> ForeignClaim | None:
+    """The claim that reads ``model_type``: the only one, the one named ``layout``, or the
+    one whose source ``ZOO_PREFER`` names; ``None`` when that leaves several."""
+    if layout != "auto":
+        named = [c for c in claims if c.layout == layout]
+        claims = named if named else claims
+    if len(claims) == 1:
+        return claims[0]
+    chosen = get_registry().preferred_source([c.source for c in claims])
+    picked = [c for c in claims if c.source == chosen]
+    return picked[0] if len(picked) == 1 else None
+
+
+def conflict_message(model_type: str, claims: list[ForeignClaim]) -> str:
+    """Who claims ``model_type``, and the ways to choose."""
+    plugins = [c.source.removeprefix("plugin ") for c in claims]
+    how = []
+    if len(set(plugins)) == len(plugins):
+        how.append(f"pin the plugin with ZOO_PREFER (e.g. ZOO_PREFER={plugins[0]})")
+    if len({c.layout for c in claims}) == len(claims):
+        how.append(
+            f"name the layout (zoo.checkpoint.load_local(path, layout={claims[0].layout!r}); "
+            "a named model's weights name theirs)"
+        )
+    return (
+        f"Hugging Face model_type {model_type!r} is read by more than one installed layout: "
+        f"{' and '.join(map(str, claims))}. zoo never picks one silently: uninstall one of "
+        f"them, or {', or '.join(how) or 'rename one of the layouts'}."
+    )
+
+
+def foreign_layouts() -> dict[str, tuple[ArchitectureSpec, str]]:
+    """Hugging Face ``model_type`` -> (architecture, layout name), for every model type one
+    installed layout reads (or ``ZOO_PREFER`` picks among several); a model type in
+    unresolved conflict is left out (:func:`foreign_layout` says why)."""
+    claims, _ = foreign_claims()
+    found = {}
+    for model_type, claimed in claims.items():
+        chosen = _choose(model_type, claimed)
+        if chosen is not None:
+            found[model_type] = (chosen.architecture, chosen.layout)
     return found
+
+
+def foreign_layout(model_type: str, layout: str = "auto", *, where: str) -> ForeignClaim:
+    """The installed layout that reads ``model_type`` (``layout``: the one asked for, which
+    also settles a conflict).
+
+    Raises:
+        UnknownArchitectureError: no installed layout reads it.
+        RegistryConflictError: several do, from different plugins, and neither ``layout`` nor
+            ``ZOO_PREFER`` picks one.
+    """
+    claims, broken = foreign_claims()
+    if model_type not in claims:
+        failed = "; ".join(f"{what} ({why})" for what, why in sorted(broken.items()))
+        raise UnknownArchitectureError(
+            f"{where} is a Hugging Face {model_type!r} checkpoint, but no installed plugin "
+            f"declares a layout that reads it (model types zoo reads: "
+            f"{', '.join(sorted(claims)) or 'none'}). Install a plugin that imports it."
+            + (f" Layouts that failed to import: {failed}." if failed else "")
+        )
+    chosen = _choose(model_type, claims[model_type], layout)
+    if chosen is None:
+        raise RegistryConflictError(conflict_message(model_type, claims[model_type]))
+    return chosen
 
 
 def _check_layout(request: Request, found: str) -> None:
@@ -179,14 +280,8 @@ def read_hf(request: Request) -> Recognised | None:
     if data is None or config_format(data, where=request.where) != "hf":
         return None
     model_type = str(data["model_type"])
-    layouts = foreign_layouts()
-    if model_type not in layouts:
-        raise UnknownArchitectureError(
-            f"{request.where} is a Hugging Face {model_type!r} checkpoint, but no installed "
-            f"plugin declares a layout that reads it (model types zoo reads: "
-            f"{', '.join(sorted(layouts)) or 'none'}). Install a plugin that imports it."
-        )
-    arch, layout = layouts[model_type]
+    claim = foreign_layout(model_type, request.layout, where=request.where)
+    arch, layout = claim.architecture, claim.layout
     _check_layout(request, layout)
     keymap = arch.checkpoint_layout(layout)
     if keymap.config_from_foreign is None:
