@@ -244,6 +244,15 @@ def _reader(data: dict):  # type: ignore[no-untyped-def]
     return arch.checkpoint_layout(layout).config_from_foreign
 
 
+def _types(data: dict) -> dict:  # type: ignore[type-arg]
+    """The key types ``data`` is checked against: :data:`KEY_TYPES` and those its layout's
+    format declares (``HFConfigFormat.types``: a plugin types its own keys)."""
+    from zoo.hf_config import KEY_TYPES
+
+    fmt = getattr(_reader(data), "__self__", None)
+    return {**KEY_TYPES, **(fmt.types if fmt is not None else {})}
+
+
 def _transformers_refuses(cls: type, data: dict) -> bool:
     try:
         cls.from_dict(data)  # type: ignore[attr-defined]
@@ -257,16 +266,17 @@ def test_every_known_key_of_a_real_config_is_type_checked(name, data):
     """Property over each family's real config: every key is in the typed table, and each,
     replaced by a value of a wrong type, is refused with a message naming that key as
     written, whether or not the model uses it; the file itself still reads."""
-    from zoo.hf_config import KEY_TYPES, HFConfigError
+    from zoo.hf_config import HFConfigError
 
     read = _reader(data)
     read(data)
-    assert sorted(set(data) - set(KEY_TYPES)) == []
+    types = _types(data)
+    assert sorted(set(data) - set(types)) == []
     for key, value in data.items():
         for bad in WRONG[type(value)]:
             if key == "early_stopping" and isinstance(bad, str):
                 continue  # transformers takes true, false or "never"
-            if bad is None and KEY_TYPES[key].null:
+            if bad is None and types[key].null:
                 continue
             with pytest.raises(HFConfigError, match=rf"(^|: |; ){re.escape(key)} = "):
                 read({**data, key: bad})
@@ -293,7 +303,8 @@ def test_zoo_refuses_the_wrong_types_transformers_refuses(name, data):
 
 
 def test_the_typed_table_covers_every_key_a_layout_knows():
-    """Every key a layout reads, pins or calls inert has a type (so none escapes the check)."""
+    """Every key a layout reads, pins or calls inert has a type (so none escapes the check):
+    in the shared table, or in its format's own ``types``."""
     from zoo.checkpoint.readers import foreign_layouts
     from zoo.hf_config import INERT_KEYS, KEY_TYPES
 
@@ -303,7 +314,7 @@ def test_the_typed_table_covers_every_key_a_layout_knows():
         if fmt is None:
             continue  # GPT-1/GPT-2: their keys are the real configs' (the property above)
         keys = {fmt._spec(f).key for f in fmt.fields} | set(fmt.fixed) | set(fmt.checked)
-        missing |= (keys | fmt.inert) - set(KEY_TYPES)
+        missing |= (keys | fmt.inert) - set(KEY_TYPES) - set(fmt.types)
     assert sorted(missing) == []
 
 

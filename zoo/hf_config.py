@@ -144,6 +144,7 @@ KEY_TYPES: Mapping[str, KeyType] = {
     **dict.fromkeys(("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon"), POSITIVE_NUMBER),
     **dict.fromkeys(("rope_theta", "rotary_emb_base"), POSITIVE_NUMBER.or_null),
     **dict.fromkeys(("rotary_pct", "partial_rotary_factor"), NUMBER.or_null),
+    "rotary_dim": INT.or_null,
     "rope_parameters": OBJECT.or_null, "rope_scaling": OBJECT.or_null,
     "layer_types": STRINGS.or_null,
     **dict.fromkeys(("hidden_act", "activation_function", "afn"), STRING),
@@ -218,7 +219,8 @@ class HFConfigReader:
         family: the family's name, for error messages (``"Llama"``).
         inert: keys of this family known to leave the arithmetic alone, beyond
             :data:`INERT_KEYS`.
-        types: this family's types of keys, over :data:`KEY_TYPES` (a key it narrows).
+        types: this family's types of keys, over :data:`KEY_TYPES` (a key it narrows, or
+            one of its own).
 
     Raises:
         HFConfigError: naming each key of :data:`KEY_TYPES` (or ``types``) whose value is
@@ -490,7 +492,8 @@ class HFConfigFormat:
     what a table cannot say (Qwen2's window switches) and returns more zoo values;
     ``write_extra`` adds keys on export. Every key present is first type-checked against
     :data:`KEY_TYPES`, narrowed by ``types`` (the family's own annotation, where it allows
-    less); a value the config class refuses is reported under the key it was read from.
+    less) and extended by it (the types of keys only this family has: a plugin declares
+    them there); a value the config class refuses is reported under the key it was read from.
 
     Example (a Llama-like family)::
 
@@ -566,39 +569,47 @@ class HFConfigFormat:
     def _rotary_dim(self, r: HFConfigReader, values: Mapping[str, Any]) -> int | None:
         """``rotary_dim`` as transformers computes it: the count itself (key ``rotary_dim``,
         GPT-J), or ``int(head_size * fraction)`` of a fraction key (``rotary_pct``,
-        ``partial_rotary_factor``); ``None`` when every feature turns. An odd count (which
-        zoo's rotate-half rotation cannot turn) is refused, naming the key."""
+        ``partial_rotary_factor``, top level or in ``rope_parameters``: transformers' rope
+        initialisation and GPT-NeoX's attention both truncate so); ``None`` when every
+        feature turns. A count zoo cannot turn (odd: rotate-half pairs features ``i`` and
+        ``i + n/2``; zero; more than the head) is refused, naming the key."""
         spec = self._spec("rotary_dim")
         heads, width = values.get("n_heads"), values.get("d_model")
         if not (isinstance(heads, int) and isinstance(width, int) and heads > 0):
             return None  # the config's own check names the bad size
         head = values.get("head_dim") or width // heads
         if spec.key == "rotary_dim":
-            count = r.get(spec.key, None if spec.default is _MISSING else spec.default)
-            if count is not None and (isinstance(count, bool) or not isinstance(count, int)):
+            default = None if spec.default is _MISSING else spec.default
+            count = r.get(spec.key, default, field="rotary_dim")
+            if count is None:
+                return None  # null (GPT-J): every feature turns
+            if isinstance(count, bool) or not isinstance(count, int):
                 raise r._error(f"rotary_dim = {_show(count)} must be an integer")
-            key = spec.key
+            how = f"rotary_dim = {count} asks for {count}"
         else:
             default = 1.0 if spec.default is _MISSING else spec.default
             fraction = r.rotary_fraction(spec.key, default)
             count = int(head * fraction)
             key = r.keys.get("rotary_fraction", spec.key)
-        if count is None or count == head:
+            how = f"{key} = {_show(fraction)} gives int({head} * {_show(fraction)}) = {count}"
+        if count == head:
             return None
         if count % 2 or not 0 < count <= head:
             raise r._error(
-                f"{key} gives {count} rotary features of a {head}-feature head; zoo turns an "
-                "even count in [2, head size] (rotate-half pairs features i and i + n/2)"
+                f"{how} rotary features of a {head}-feature head; zoo turns an even count in "
+                "[2, head size] (rotate-half pairs features i and i + n/2), so it refuses "
+                "rather than load a different model"
             )
-        return count
+        return int(count)
 
     def _write_rotary(self, config: Any) -> float | int:
         """``rotary_dim`` as the file spells it: the count, or the fraction ``f`` that gives
-        it back under transformers' ``int(head_size * f)``."""
+        it back under transformers' ``int(head_size * f)`` (the nearest float to
+        ``count / head_size``, or the next one up where that rounds below the count)."""
         head = config.head_size
         count = head if config.rotary_dim is None else config.rotary_dim
         if self._spec("rotary_dim").key == "rotary_dim":
-            return count
+            return int(count)
         fraction = count / head
         while int(head * fraction) < count:  # float rounding: the next float up
             fraction = math.nextafter(fraction, 2.0)
