@@ -84,6 +84,12 @@ class ArchitectureSpec:
         blocks: names of the blocks the model is made of, for ``zoo info``.
         checkpoint_layouts: foreign checkpoint layouts this architecture converts from and to,
             by layout name (e.g. ``"hf-gpt2"``) -> a :class:`zoo.convert.KeyMap` or lazy reference.
+        reference: the implementation the conformance kit's ``reference`` check compares the
+            model with, instead of the ``transformers`` class of its Hugging Face layout (for a
+            family transformers lacks): a :data:`zoo.testing.reference.ReferenceFactory`, or a
+            lazy ``"module:callable"`` reference to one. Called with the folder the kit wrote
+            the random-weight model to (:func:`zoo.export`'s when a Hugging Face layout holds
+            it, else :func:`zoo.save`'s), it returns ``(input_ids, attention_mask) -> logits``.
     """
 
     name: str
@@ -92,6 +98,7 @@ class ArchitectureSpec:
     description: str = ""
     blocks: tuple[str, ...] = ()
     checkpoint_layouts: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    reference: Any = None
 
     def __post_init__(self) -> None:
         _check_name("architecture", self.name)
@@ -138,6 +145,19 @@ class ArchitectureSpec:
                 f"{', '.join(missing)}, which every zoo model provides. {_CONTRACT}"
             )
         return cls
+
+    @property
+    def reference_factory(self) -> Any:
+        """The :attr:`reference` callable (imported on first use), or ``None``."""
+        if self.reference is None:
+            return None
+        factory = self._resolve("reference", self.reference)
+        if not callable(factory):
+            raise PluginContractError(
+                f"architecture {self.name!r}: its reference {self.reference!r} is not callable "
+                "(it must be folder -> (input_ids, attention_mask) -> logits)"
+            )
+        return factory
 
     def build(self, config: Any, parts: Any) -> Any:
         """``model_class(config, parts)``, or ``model_class(config)`` for a model class that

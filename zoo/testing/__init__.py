@@ -16,6 +16,10 @@ or from pytest, in the plugin's own test suite::
 Each check builds the model small (the shared size fields shrunk, see :func:`small_overrides`)
 except ``meta``, which runs the full-size model on the ``meta`` device. A model must derive
 from :class:`zoo.nn.ZooModel` and implement ``example_inputs()``.
+
+A check passes, fails (``AssertionError`` saying what is wrong) or is skipped
+(:class:`CheckSkipped`, saying why it cannot run: never reported as passed). ``reference``
+(:mod:`zoo.testing.reference`) compares the model with the implementation it reproduces.
 """
 
 from __future__ import annotations
@@ -36,10 +40,12 @@ from ..checkpoint.state import tied_groups
 from ..generation import generate
 from ..nn.base import ZooModel
 from ..registry import get_registry
+from .reference import CheckSkipped, compare_with_architecture_reference
 
 __all__ = [
     "CHECKS",
     "CheckResult",
+    "CheckSkipped",
     "assert_logits_close",
     "available_devices",
     "conformance_cases",
@@ -61,16 +67,41 @@ SMALL_SIZES: dict[str, int] = {
 }
 
 
+#: A sliding window the checks' prompts exceed (a larger one is shrunk to it).
+SMALL_WINDOW = 5
+
+
 def small_overrides(name: str) -> dict[str, Any]:
     """Overrides that shrink ``name`` to a model that checks quickly on a CPU."""
     _, _, config = resolve_config(name)
     fields = type(config).field_names()
-    small = {k: v for k, v in SMALL_SIZES.items() if k in fields}
+    small: dict[str, Any] = {k: v for k, v in SMALL_SIZES.items() if k in fields}
     if getattr(config, "n_kv_heads", None) is not None:
         small["n_kv_heads"] = 2  # grouped-query attention stays grouped, over 4 heads
     if getattr(config, "head_dim", None) is not None:
         small["head_dim"] = 32  # heads stay apart from d_model / n_heads = 16
+    window = getattr(config, "sliding_window", None)
+    if isinstance(window, int) and window > SMALL_WINDOW:
+        small["sliding_window"] = SMALL_WINDOW  # shorter than the prompts the checks run
+    layers = getattr(config, "n_layers", None)
+    if "n_layers" in small and layers:
+        for field in fields:  # one value per layer (layer_types): as many, every kind kept
+            value = getattr(config, field, None)
+            if isinstance(value, tuple) and len(value) == layers and field != "n_layers":
+                small[field] = _per_layer(value, small["n_layers"])
+    d_model, d_ff = getattr(config, "d_model", None), getattr(config, "d_ff", None)
+    if "d_ff" in small and d_model and d_ff == 4 * d_model:
+        small["d_ff"] = 4 * small["d_model"]  # the ratio a layout may require (GPT-1's)
     return small
+
+
+def _per_layer(values: tuple[Any, ...], n: int) -> tuple[Any, ...]:
+    """The first ``n`` of per-layer ``values``, the last ones replaced by any kind the first
+    ``n`` lack (Gemma 3's five sliding layers then one full become sliding, full)."""
+    kinds = list(dict.fromkeys(values))
+    head = list(values[:n])
+    missing = [kind for kind in kinds if kind not in head][: max(n - 1, 0)]
+    return tuple(head[: n - len(missing)] + missing)
 
 
 def available_devices() -> list[str]:
@@ -196,17 +227,35 @@ def check_meta(name: str, device: str) -> None:
         raise AssertionError(f"meta logits shape {tuple(out.shape)}")
 
 
-def check_tied_weights(name: str, device: str) -> None:
-    """``tie_embeddings`` means one shared parameter, kept through dtype and device moves."""
+def _shown(groups: list[list[str]]) -> str:
+    return "; ".join(" = ".join(group) for group in groups) or "none"
+
+
+def check_tied_weights(name: str, device: str) -> str | None:
+    """``tie_embeddings`` means a token embedding's weight is shared (with the head), and
+    false means no embedding weight is; whatever is shared stays shared through dtype and
+    device moves. Other shares (a norm used twice on purpose) are allowed and named."""
     model = _small(name, device)
     tie = getattr(model.config, "tie_embeddings", None)
     groups = tied_groups(model)
-    if tie and not groups:
-        raise AssertionError("config.tie_embeddings is true but no parameter is shared")
-    if tie is False and groups:
-        raise AssertionError(f"config.tie_embeddings is false but {groups} are shared")
+    embeddings = {f"{m}.weight" if m else "weight" for m, module in model.named_modules()
+                  if isinstance(module, nn.Embedding)}  # fmt: skip
+    with_embedding = [g for g in groups if embeddings & set(g)]
+    if tie and not with_embedding:
+        names = ", ".join(sorted(embeddings))
+        raise AssertionError(
+            f"config.tie_embeddings is true but no embedding weight ({names}) is shared; "
+            f"shared: {_shown(groups)}"
+        )
+    if tie is False and with_embedding:
+        raise AssertionError(
+            f"config.tie_embeddings is false but an embedding weight is shared: "
+            f"{_shown(with_embedding)}"
+        )
     if tied_groups(model.to(torch.bfloat16)) != groups:
-        raise AssertionError("weight tying was lost by a dtype conversion")
+        raise AssertionError(f"weight tying was lost by a dtype conversion (was {_shown(groups)})")
+    others = [g for g in groups if g not in with_embedding]
+    return f"also shared: {_shown(others)}" if others else None
 
 
 def check_save_load_roundtrip(name: str, device: str) -> None:
@@ -280,16 +329,21 @@ def check_bad_input(name: str, device: str) -> None:
         raise AssertionError(f"{label}: no error raised")
 
 
-def check_checkpoint_layouts(name: str, device: str) -> None:
+def check_checkpoint_layouts(name: str, device: str) -> str | None:
     """Every declared checkpoint layout that can hold the model (its ``represents``: the
-    layout export would refuse is skipped, as export refuses it) converts zoo -> foreign ->
-    zoo without loss."""
+    layout export would refuse is skipped and named, as export refuses it) converts zoo ->
+    foreign -> zoo without loss. Skipped when no layout is declared or none can hold it."""
     arch, _, _ = resolve_config(name)
+    if not arch.checkpoint_layouts:
+        raise CheckSkipped(f"architecture {arch.name!r} declares no checkpoint layout")
     model = _small(name, device)
     state = model.state_dict()
+    skipped = []
     for layout in arch.checkpoint_layouts:
         keymap = arch.checkpoint_layout(layout)
-        if keymap.misrepresented(model.config):
+        differs = keymap.misrepresented(model.config)
+        if differs:
+            skipped.append(f"{layout} cannot hold the small model ({'; '.join(differs)})")
             continue
         foreign, report = keymap.from_zoo(state, model.config)
         if report.unexpected:
@@ -300,6 +354,20 @@ def check_checkpoint_layouts(name: str, device: str) -> None:
         for key, tensor in state.items():
             if key not in back or not torch.equal(back[key], tensor):
                 raise AssertionError(f"{layout}: {key} does not survive the round trip")
+    if len(skipped) == len(arch.checkpoint_layouts):
+        raise CheckSkipped("; ".join(skipped))
+    return f"skipped {'; '.join(skipped)}" if skipped else None
+
+
+def check_reference(name: str, device: str) -> str | None:
+    """The small model, every parameter random, exported to its Hugging Face layout and
+    loaded by the ``transformers`` class its config names (or the architecture's own
+    ``reference``), gives the reference's logits (<= 1e-4, float32) on prompts of several
+    lengths and a left-padded batch, and its greedy tokens (:mod:`zoo.testing.reference`).
+    Skipped, with the reason, when there is no reference to run."""
+    del device  # float32 on the CPU, where the reference runs
+    arch, _, _ = resolve_config(name)
+    return compare_with_architecture_reference(_small(name, "cpu"), arch)
 
 
 class _Ids:
@@ -392,7 +460,7 @@ def check_decoding(name: str, device: str) -> None:
         raise AssertionError(f"streaming gives {streamed!r}, plain generation {plain!r}")
 
 
-CHECKS: dict[str, Callable[[str, str], None]] = {
+CHECKS: dict[str, Callable[[str, str], str | None]] = {
     "build": check_build,
     "forward": check_forward,
     "backward": check_backward,
@@ -403,29 +471,55 @@ CHECKS: dict[str, Callable[[str, str], None]] = {
     "bad_input": check_bad_input,
     "checkpoint_layouts": check_checkpoint_layouts,
     "decoding": check_decoding,
+    "reference": check_reference,
 }
 
 #: Checks that do not depend on the device (run once, on the CPU).
-DEVICE_FREE = frozenset({"meta", "checkpoint_layouts"})
+DEVICE_FREE = frozenset({"meta", "checkpoint_layouts", "reference"})
 
 
-def run_check(name: str, check: str, *, device: str = "cpu") -> None:
-    """Run one check; raises ``AssertionError`` saying what is wrong."""
+def run_check(name: str, check: str, *, device: str = "cpu") -> str | None:
+    """Run one check; returns a note (what it left out, what it found shared) or ``None``.
+
+    Raises:
+        AssertionError: the check failed; the message says what is wrong.
+        CheckSkipped: the check cannot run on this model; the message says why. It is a
+            :class:`unittest.SkipTest`, so inside a pytest test the test is skipped with
+            that reason.
+    """
     if check not in CHECKS:
         raise KeyError(f"unknown check {check!r}; choose one of {', '.join(CHECKS)}")
-    CHECKS[check](name, device)
+    return CHECKS[check](name, device)
 
 
 @dataclasses.dataclass(frozen=True)
 class CheckResult:
-    """The outcome of one check."""
+    """The outcome of one check: ``status`` is ``"ok"``, ``"failed"`` (``error`` says what is
+    wrong) or ``"skipped"`` (``reason`` says why it could not run); an ``"ok"`` check may
+    carry a ``reason`` too, naming what it left out."""
 
     model: str
     check: str
     device: str
-    ok: bool
+    status: str
     seconds: float
     error: str | None = None
+    reason: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """The check ran and passed (a skipped check is not ok, nor failed)."""
+        return self.status == "ok"
+
+    @property
+    def failed(self) -> bool:
+        """The check ran and found something wrong."""
+        return self.status == "failed"
+
+    @property
+    def skipped(self) -> bool:
+        """The check could not run (``reason`` says why)."""
+        return self.status == "skipped"
 
 
 def conformance_cases(
@@ -453,13 +547,13 @@ def run_conformance(
         if check not in wanted:
             continue
         start = time.perf_counter()
+        status, error, reason = "ok", None, None
         try:
-            run_check(model, check, device=device)
+            reason = run_check(model, check, device=device)
+        except CheckSkipped as exc:
+            status, reason = "skipped", str(exc)
         except Exception as exc:
-            error: str | None = f"{type(exc).__name__}: {exc}"
-        else:
-            error = None
-        results.append(
-            CheckResult(model, check, device, error is None, time.perf_counter() - start, error)
-        )
+            status, error = "failed", f"{type(exc).__name__}: {exc}"
+        seconds = time.perf_counter() - start
+        results.append(CheckResult(model, check, device, status, seconds, error, reason))
     return results
