@@ -486,9 +486,12 @@ class HFConfigFormat:
     annotation in ``config``); ``fixed`` keys must hold the one value zoo computes with (or
     be absent) and are written on export; ``checked`` keys likewise, but are not written
     (flags some writers add); ``inert`` keys change no forward pass; every other
-    key is refused (:meth:`HFConfigReader.finish`). ``rope_theta`` and ``rotary_fraction``
-    are read through :meth:`HFConfigReader.rope_theta` / :meth:`~HFConfigReader.
-    rotary_fraction`, so both transformers generations' spellings load. ``read_extra`` reads
+    key is refused (:meth:`HFConfigReader.finish`). ``rope_theta`` is read through
+    :meth:`HFConfigReader.rope_theta`, ``rotary_dim`` as transformers computes the count
+    (a ``rotary_dim`` key is the count; a fraction key, ``rotary_pct`` or
+    ``partial_rotary_factor``, gives ``int(head_size * fraction)``, through
+    :meth:`~HFConfigReader.rotary_fraction`), so both transformers generations' spellings
+    load; ``HFField(read=, write=)`` converts a field spelled otherwise. ``read_extra`` reads
     what a table cannot say (Qwen2's window switches) and returns more zoo values;
     ``write_extra`` adds keys on export. Every key present is first type-checked against
     :data:`KEY_TYPES`, narrowed by ``types`` (the family's own annotation, where it allows
