@@ -190,6 +190,19 @@ class _Planted:
                               tokenizer="byte", config=dict(official.config))]  # fmt: skip
 
 
+def test_the_kit_proves_phi3_against_transformers_and_catches_swapped_norms(use_registry):
+    from zoo.registry import load_registry
+    from zoo.testing import run_check
+
+    note = run_check("phi-3-mini-4k-instruct", "reference")
+    print(note)
+    assert note is not None and "Phi3ForCausalLM" in note and "greedy tokens equal" in note
+    use_registry(load_registry(plugins={"planted": _Planted()}))
+    run_check("phi3-swapped-tiny", "checkpoint_layouts")  # the round trip cannot see it
+    with pytest.raises(AssertionError, match="logits differ"):
+        run_check("phi3-swapped-tiny", "reference")
+
+
 def test_the_planted_layout_only_swaps_the_norms() -> None:
     """The planted bug is the issue's: the real layout with exactly two keys exchanged."""
     real = {r.zoo: r.foreign for r in HF_PHI3.rules}
