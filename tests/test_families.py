@@ -164,7 +164,9 @@ def test_int8_quantized_generation_tracks_float(family: str, tmp_path: Path) -> 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("compiled", ["qwen3", "mixtral", "gpt-neox", "phi3", "gemma2", "gemma3"])
+@pytest.mark.parametrize(
+    "compiled", ["qwen3", "mixtral", "gpt-neox", "phi3", "gemma2", "gemma3", "olmo2"]
+)
 def test_compiled_decoding_equals_eager(compiled: str, tmp_path: Path) -> None:
     """The families whose step differs from Llama's: heads apart and q/k norms, the
     mixture's fixed-shape form, the parallel residual with partial rotary (the rest share
