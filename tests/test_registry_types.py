@@ -54,7 +54,7 @@ def neox_folder(tmp_path: Path) -> Path:
 
 
 def test_two_plugins_reading_one_model_type_are_a_conflict(
-    neox_folder: Path, monkeypatch: pytest.MonkeyPatch, use_registry: Any
+    neox_folder: Path, monkeypatch: pytest.MonkeyPatch, use_registry: Any, capsys: Any
 ) -> None:
     """Before: zoo.load of the folder silently took whichever layout came first."""
     from zoo.checkpoint import load_local
@@ -74,9 +74,13 @@ def test_two_plugins_reading_one_model_type_are_a_conflict(
     # naming the layout settles it, as ZOO_PREFER does
     chosen = load_local(neox_folder, layout="hf-copy", tokenizer=False)
     assert type(chosen.config).architecture == "neox-copy"
+    assert main(["plugins"]) == 0  # `zoo plugins` lists it with the name conflicts
+    assert re.search(rf"^conflict: Hugging Face {message}", capsys.readouterr().out, re.M)
     for prefer, architecture in (("copy", "neox-copy"), ("gpt_neox", "gpt-neox")):
         use_registry(load_registry(plugins={"copy": _Copy()}, prefer=[prefer]))
         assert type(zoo.load(neox_folder).config).architecture == architecture
+        main(["plugins"])
+        assert "conflict: Hugging Face" not in capsys.readouterr().out
 
 
 def test_an_architecture_name_says_how_to_build_one() -> None:

@@ -207,6 +207,13 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     print(_table(rows, ("plugin", "status", "distribution", "supplies / reason")))
     for kind, name in registry.unresolved():
         print(f"conflict: {_printable(registry.conflict_message(kind, name))}")
+    from .checkpoint.readers import model_type_conflicts
+
+    messages, broken = model_type_conflicts()
+    for message in messages:
+        print(f"conflict: {_printable(message)}")
+    for what, why in sorted(broken.items()):
+        print(_printable(f"failed: {what} cannot be imported: {why}"))
     for what, (chosen, sources) in registry.preferred.items():
         others = " and ".join(s for s in sources if s != chosen)
         print(_printable(f"preferred: {what} from {chosen} (ZOO_PREFER), over {others}"))

@@ -41,6 +41,7 @@ __all__ = [
     "foreign_claims",
     "foreign_layout",
     "foreign_layouts",
+    "model_type_conflicts",
     "recognise",
 ]
 
@@ -135,8 +136,9 @@ class ForeignClaim:
 
 def foreign_claims() -> tuple[dict[str, list[ForeignClaim]], dict[str, str]]:
     """Hugging Face ``model_type`` -> every installed layout that reads it (``KeyMap.
-    model_type``), and the layouts that could not be imported (``"architecture layout"`` ->
-    why): a plugin whose layout module is broken costs only its own model types."""
+    model_type``), and the layouts that could not be imported (``"layout 'hf-x' of
+    architecture 'x'"`` -> why): a plugin whose layout module is broken costs only its own
+    model types."""
     registry = get_registry()
     claims: dict[str, list[ForeignClaim]] = {}
     broken: dict[str, str] = {}
@@ -146,7 +148,9 @@ def foreign_claims() -> tuple[dict[str, list[ForeignClaim]], dict[str, str]]:
             try:
                 keymap = arch.checkpoint_layout(layout)
             except Exception as exc:  # a plugin's module may raise anything when imported
-                broken[f"{name} {layout}"] = f"{type(exc).__name__}: {exc}"
+                broken[f"layout {layout!r} of architecture {name!r}"] = (
+                    f"{type(exc).__name__}: {exc}"
+                )
                 continue
             model_type = getattr(keymap, "model_type", None)
             if model_type is not None:
@@ -186,6 +190,19 @@ def conflict_message(model_type: str, claims: list[ForeignClaim]) -> str:
         f"{' and '.join(map(str, claims))}. zoo never picks one silently: uninstall one of "
         f"them, or {', or '.join(how) or 'rename one of the layouts'}."
     )
+
+
+def model_type_conflicts() -> tuple[list[str], dict[str, str]]:
+    """What ``zoo plugins`` reports of the installed layouts: a message per Hugging Face
+    ``model_type`` that several read with nothing to choose between them (``ZOO_PREFER``
+    resolves one as it does a name), and the layouts that could not be imported (why)."""
+    claims, broken = foreign_claims()
+    messages = [
+        conflict_message(model_type, claimed)
+        for model_type, claimed in sorted(claims.items())
+        if _choose(model_type, claimed) is None
+    ]
+    return messages, broken
 
 
 def foreign_layouts() -> dict[str, tuple[ArchitectureSpec, str]]:
