@@ -3,23 +3,26 @@ query heads over 2 key/value heads, so ``k_norm`` is half as wide as ``q_norm``)
 geometry against transformers' ``Olmo2ForCausalLM`` (multi-query attention, heads of 24 apart
 from the width, tied embeddings, the official file's transformers 4.x spelling and no
 ``rms_norm_eps``: transformers' default 1e-5), the keys zoo cannot honour refused by name, the
-named model at full size, and its chat template rendered as transformers renders it.
+named model at full size, its chat template rendered as transformers renders it, and the
+conformance kit's ``reference`` check with and without a planted bug.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import torch
 import transformers
 from chat_folders import CONTROL, PLAIN, library_tokenizer, token_id
-from zoo_plugins.olmo2 import REPO, REVISION
+from zoo_plugins.olmo2 import REPO, REVISION, Olmo2Config
 from zoo_plugins.olmo2.convert import HF_OLMO2
 
 import zoo
+from zoo.convert import KeyRule
 from zoo.hf_config import HFConfigError
 
 HUB = Path(__file__).parent / "data" / "hub" / REPO
@@ -157,3 +160,62 @@ def test_the_tokenizer_is_the_repo_s_at_the_pinned_revision_with_its_chat_templa
     text = ours.apply_chat_template([system, user], add_generation_prompt=True)
     turns = "<|system|>\nBe brief.\n<|user|>\nHi there, ünïcode\n<|assistant|>\n"
     assert text == "<|endoftext|>" + turns  # bos, then the turns: a real rendering
+
+
+# -- the kit: zoo check's reference check, with and without a planted bug -------------------
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _SwappedConfig(Olmo2Config):
+    architecture: ClassVar[str] = "olmo2-swapped"
+
+
+def _swap(rule: KeyRule) -> KeyRule:
+    """The norm after attention read from the one after the MLP, and the other way round."""
+    one, other = "post_attention_layernorm", "post_feedforward_layernorm"
+    if one in rule.foreign:
+        return KeyRule(rule.foreign.replace(one, other), rule.zoo)
+    if other in rule.foreign:
+        return KeyRule(rule.foreign.replace(other, one), rule.zoo)
+    return rule
+
+
+#: The planted bug: OLMo-2's two post-branch norms swapped in the layout. It is its own
+#: inverse, so a round trip zoo -> Hugging Face -> zoo returns every tensor to its place.
+_SWAPPED = dataclasses.replace(HF_OLMO2, rules=tuple(_swap(r) for r in HF_OLMO2.rules))
+
+
+class _Planted:
+    """An OLMo-2 whose layout swaps the two norms of each block."""
+
+    @zoo.hookimpl
+    def zoo_architectures(self) -> list[zoo.ArchitectureSpec]:
+        return [zoo.ArchitectureSpec(
+            name="olmo2-swapped", config=_SwappedConfig, model="zoo.nn.decoder:DecoderLM",
+            checkpoint_layouts={"hf-olmo2": _SWAPPED},
+        )]  # fmt: skip
+
+    @zoo.hookimpl
+    def zoo_models(self) -> list[zoo.ModelSpec]:
+        official = zoo.get_registry().model("olmo-2-1b-instruct")
+        return [zoo.ModelSpec(name="olmo2-swapped-tiny", architecture="olmo2-swapped",
+                              tokenizer="byte", config=dict(official.config))]  # fmt: skip
+
+
+def test_the_kit_proves_olmo2_against_transformers_and_catches_swapped_norms(use_registry):
+    from zoo.registry import load_registry
+    from zoo.testing import run_check
+
+    note = run_check("olmo-2-1b-instruct", "reference")
+    print(note)
+    assert note is not None and "Olmo2ForCausalLM" in note and "greedy tokens equal" in note
+    real = {r.zoo: r.foreign for r in HF_OLMO2.rules}
+    planted = {r.zoo: r.foreign for r in _SWAPPED.rules}
+    assert {k for k in real if real[k] != planted[k]} == {
+        "blocks.{i}.attn_post_norm.weight",
+        "blocks.{i}.ffn_post_norm.weight",
+    }
+    use_registry(load_registry(plugins={"planted": _Planted()}))
+    run_check("olmo2-swapped-tiny", "checkpoint_layouts")  # the round trip cannot see it
+    with pytest.raises(AssertionError, match="logits differ"):
+        run_check("olmo2-swapped-tiny", "reference")
