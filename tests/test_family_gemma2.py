@@ -12,16 +12,20 @@ score cap 5, logit cap 3; weights N(0, 0.1) so every seam moves the logits).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import torch
 import transformers
+from zoo_plugins.gemma2 import Gemma2Config
+from zoo_plugins.gemma2.convert import HF_GEMMA2
 
 import zoo
+from zoo.convert import KeyRule
 from zoo.hf_config import HFConfigError
 from zoo.nn import DecoderLM
 from zoo.nn.blocks import SandwichBlock
@@ -202,3 +206,79 @@ def test_the_named_model_builds_on_meta_at_full_size() -> None:
     assert (c.attn_scale, c.attn_softcap, c.final_softcap, c.head_size) == (0.0625, 50.0, 30.0, 256)
     assert all(isinstance(block, SandwichBlock) for block in model.blocks)
     assert model.head.weight is model.tok_emb.weight
+
+
+# -- the kit: zoo check's reference check, with and without planted bugs ---------------------
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _SwappedConfig(Gemma2Config):
+    architecture: ClassVar[str] = "gemma2-swapped"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _PlainNormConfig(Gemma2Config):
+    architecture: ClassVar[str] = "gemma2-plain-norm"
+
+    norm: str = "rmsnorm"  # the wrong formula: x * w, not x * (1 + w)
+
+
+def _swap(rule: KeyRule) -> KeyRule:
+    names = {"post_attention_layernorm": "pre_feedforward_layernorm",
+             "pre_feedforward_layernorm": "post_attention_layernorm"}  # fmt: skip
+    for old, new in names.items():
+        if f".{old}." in rule.foreign:
+            return dataclasses.replace(rule, foreign=rule.foreign.replace(old, new))
+    return rule
+
+
+#: The planted bug: Llama's reading of ``post_attention_layernorm`` (the norm before the
+#: feed-forward there, after attention in Gemma 2), swapped both ways. It is its own inverse,
+#: so a round trip zoo -> Hugging Face -> zoo returns every tensor to its place.
+_SWAPPED = dataclasses.replace(HF_GEMMA2, rules=tuple(_swap(r) for r in HF_GEMMA2.rules))
+#: The other planted bug: the right keys read into a norm of the wrong formula.
+_PLAIN = dataclasses.replace(HF_GEMMA2, represents={**HF_GEMMA2.represents, "norm": "rmsnorm"})
+
+
+class _Planted:
+    """Gemma 2 with two norm keys swapped in its layout, and Gemma 2 with plain RMSNorm."""
+
+    @zoo.hookimpl
+    def zoo_architectures(self) -> list[zoo.ArchitectureSpec]:
+        return [
+            zoo.ArchitectureSpec(name=name, config=config, model="zoo.nn.decoder:DecoderLM",
+                                 checkpoint_layouts={"hf-gemma2": layout})
+            for name, config, layout in (("gemma2-swapped", _SwappedConfig, _SWAPPED),
+                                         ("gemma2-plain-norm", _PlainNormConfig, _PLAIN))
+        ]  # fmt: skip
+
+    @zoo.hookimpl
+    def zoo_models(self) -> list[zoo.ModelSpec]:
+        official = dict(zoo.get_registry().model("gemma-2-2b-it").config)
+        return [zoo.ModelSpec(name=f"{arch}-tiny", architecture=arch, tokenizer="byte",
+                              config=official)
+                for arch in ("gemma2-swapped", "gemma2-plain-norm")]  # fmt: skip
+
+
+def test_the_kit_proves_gemma2_against_transformers_and_catches_planted_bugs(
+    use_registry: Any,
+) -> None:
+    from zoo.registry import load_registry
+    from zoo.testing import run_check
+
+    note = run_check("gemma-2-2b-it", "reference")
+    print(note)
+    assert note is not None and "Gemma2ForCausalLM" in note and "greedy tokens equal" in note
+    use_registry(load_registry(plugins={"planted": _Planted()}))
+    run_check("gemma2-swapped-tiny", "checkpoint_layouts")  # the round trip cannot see it
+    for name in ("gemma2-swapped-tiny", "gemma2-plain-norm-tiny"):
+        with pytest.raises(AssertionError, match="logits differ"):
+            run_check(name, "reference")
+
+
+def test_the_planted_layout_only_swaps_two_norms() -> None:
+    real = {r.zoo: r.foreign for r in HF_GEMMA2.rules}
+    planted = {r.zoo: r.foreign for r in _SWAPPED.rules}
+    assert {k for k in real if real[k] != planted[k]} == {
+        "blocks.{i}.attn_post_norm.weight", "blocks.{i}.ffn_norm.weight"}  # fmt: skip
+    assert planted["blocks.{i}.ffn_norm.weight"] == real["blocks.{i}.attn_post_norm.weight"]
