@@ -147,7 +147,8 @@ KEY_TYPES: Mapping[str, KeyType] = {
     "rotary_dim": INT.or_null,
     "rope_parameters": OBJECT.or_null, "rope_scaling": OBJECT.or_null,
     "layer_types": STRINGS.or_null,
-    **dict.fromkeys(("hidden_act", "activation_function", "afn"), STRING),
+    **dict.fromkeys(("hidden_act", "hidden_activation", "activation_function", "afn"), STRING),
+    "original_max_position_embeddings": POSITIVE_INT,
     **dict.fromkeys(
         ("tie_word_embeddings", "attention_bias", "mlp_bias", "use_sliding_window",
          "use_parallel_residual", "rope_interleaved", "scale_attn_weights",
@@ -198,7 +199,8 @@ KEY_TYPES: Mapping[str, KeyType] = {
     ),
     "classifier_dropout": NUMBER.or_null,
     **dict.fromkeys(("id2label", "label2id", "task_specific_params"), OBJECT.or_null),
-    "pruned_heads": OBJECT, "transformers.js_config": OBJECT,
+    "pruned_heads": OBJECT, "transformers.js_config": OBJECT, "auto_map": OBJECT.or_null,
+    "cache_implementation": STRING.or_null, "use_bidirectional_attention": BOOL.or_null,
 }  # fmt: skip
 
 
