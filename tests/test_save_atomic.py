@@ -6,34 +6,38 @@ from __future__ import annotations
 
 import random
 import subprocess
-import sys
-import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
+from forkserver import Forked, ForkServer
 
 import zoo
 import zoo.checkpoint.commit as commit
 from zoo.testing import small_overrides
 
-CHILD = textwrap.dedent(
-    """
-    import sys, torch, zoo
-    from zoo.testing import small_overrides
+#: What each writer process starts from: zoo imported and the two candidate models built, once
+#: for the module (a fork server forks the writers from there: real processes, which a test
+#: kills with SIGKILL mid-save, without paying Python's and torch's start-up each time).
+SETUP = """
+import torch, zoo
+from zoo.testing import small_overrides
 
-    def build(seed):
-        torch.manual_seed(seed)
-        return zoo.build("gpt2-124m", **small_overrides("gpt2-124m"))
+def build(seed):
+    torch.manual_seed(seed)
+    return zoo.build("gpt2-124m", **small_overrides("gpt2-124m"))
 
-    target, seeds, rounds = sys.argv[1], [int(s) for s in sys.argv[2].split(",")], int(sys.argv[3])
-    models = [build(s) for s in seeds]
-    print("ready", flush=True)
-    for i in range(rounds):
-        zoo.save(models[i % len(models)], target)
-    """
-)
+models = {seed: build(seed) for seed in (1, 2)}
+"""
+
+
+@pytest.fixture(scope="module")
+def writers() -> Iterator[ForkServer]:
+    server = ForkServer(SETUP)
+    yield server
+    server.close()
 
 
 def build(seed: int) -> torch.nn.Module:
@@ -60,23 +64,27 @@ def hidden(directory: Path) -> list[str]:
     return sorted(n for n in ours if n not in (".zoo-current", ".zoo-lock"))
 
 
-def child(directory: Path, seeds: str, rounds: int) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(directory), seeds, str(rounds)],
-        stdout=subprocess.PIPE,
-        text=True,
+def child(writers: ForkServer, directory: Path, seeds: str, rounds: int) -> Forked:
+    """A process saving the models of ``seeds`` ("2,1": seed 2, then 1, in turn) to
+    ``directory`` ``rounds`` times."""
+    order = [int(s) for s in seeds.split(",")]
+    return writers.start(
+        f"order = [models[s] for s in {order!r}]\n"
+        f"for i in range({rounds}):\n"
+        f"    zoo.save(order[i % len(order)], {str(directory)!r})\n"
     )
 
 
-def test_kill_9_at_random_points_never_loses_the_checkpoint(tmp_path: Path) -> None:
+def test_kill_9_at_random_points_never_loses_the_checkpoint(
+    tmp_path: Path, writers: ForkServer
+) -> None:
     models = {1: build(1), 2: build(2)}
     target = tmp_path / "ckpt"
     zoo.save(models[1], target)
     rng = random.Random(0)
     seen = set()
     for _ in range(6):
-        process = child(target, "2,1", 10_000)
-        assert process.stdout is not None and process.stdout.readline().strip() == "ready"
+        process = child(writers, target, "2,1", 10_000)
         try:
             process.wait(timeout=rng.uniform(0.05, 0.8))
         except subprocess.TimeoutExpired:
@@ -141,12 +149,12 @@ def test_an_older_plain_checkpoint_is_adopted_without_a_mix(tmp_path: Path) -> N
     assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
-def test_two_concurrent_writers_take_turns(tmp_path: Path) -> None:
+def test_two_concurrent_writers_take_turns(tmp_path: Path, writers: ForkServer) -> None:
     models = {1: build(1), 2: build(2)}
     target = tmp_path / "ckpt"
     for _ in range(2):
-        writers = [child(target, "1", 4), child(target, "2", 4)]
-        for process in writers:
+        both = [child(writers, target, "1", 4), child(writers, target, "2", 4)]
+        for process in both:
             assert process.wait(timeout=120) == 0
         which(target, models)
         assert len(hidden(target)) == 1
@@ -165,7 +173,9 @@ def versions(directory: Path) -> list[str]:
     return sorted(p.name for p in directory.glob(".zoo-v*"))
 
 
-def test_kill_9_during_repeated_saves_keeps_at_most_two_versions(tmp_path: Path) -> None:
+def test_kill_9_during_repeated_saves_keeps_at_most_two_versions(
+    tmp_path: Path, writers: ForkServer
+) -> None:
     """Saves clean what a killed save left (they used to try a lock the saving process
     already held, so nothing was ever removed: 23 full copies after 30 kills). With no load
     in between, a folder holds at most its current version and the one a killed save was
@@ -174,8 +184,7 @@ def test_kill_9_during_repeated_saves_keeps_at_most_two_versions(tmp_path: Path)
     zoo.save(build(1), target)
     rng = random.Random(1)
     for _ in range(8):
-        process = child(target, "2,1", 10_000)
-        assert process.stdout is not None and process.stdout.readline().strip() == "ready"
+        process = child(writers, target, "2,1", 10_000)
         time.sleep(rng.uniform(0.05, 0.6))
         process.kill()  # SIGKILL, usually mid-save
         process.wait()
@@ -184,7 +193,9 @@ def test_kill_9_during_repeated_saves_keeps_at_most_two_versions(tmp_path: Path)
     assert len(versions(target)) == 1 and len(hidden(target)) == 1
 
 
-def test_a_load_racing_a_save_loop_never_mixes_versions(tmp_path: Path) -> None:
+def test_a_load_racing_a_save_loop_never_mixes_versions(
+    tmp_path: Path, writers: ForkServer
+) -> None:
     """One process saving two models in turn as fast as it can, this one loading with
     verify=True for a few seconds: every load is entirely one of the two, and none raises
     (before, ~1 load in 20 paired one save's config.json with another's weights and ~1 in 6
@@ -192,8 +203,7 @@ def test_a_load_racing_a_save_loop_never_mixes_versions(tmp_path: Path) -> None:
     models = {1: build(1), 2: build(2)}
     target = tmp_path / "ckpt"
     zoo.save(models[1], target)
-    writer = child(target, "2,1", 1_000_000)
-    assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
+    writer = child(writers, target, "2,1", 1_000_000)
     seen, loads = set(), 0
     try:
         deadline = time.monotonic() + 5.0

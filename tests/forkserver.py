@@ -1,0 +1,154 @@
+"""A fork server for tests that start many short-lived Python processes.
+
+A fresh interpreter pays Python's and torch's start-up (2 s or more on 2 cores) before it does
+anything. :class:`ForkServer` starts one Python process, runs a set-up (imports, models) in it
+once, and then forks a child from it for each request: each child is a real process of its
+own (it can be killed with ``SIGKILL`` mid-write, it runs concurrently with its siblings), but
+starts where the set-up left off, in milliseconds. :class:`Forked` stands for a child the way
+``subprocess.Popen`` stands for a process: ``pid``, ``wait(timeout)``, ``kill()``,
+``returncode`` (``-9`` once killed).
+
+The server runs with ``OMP_NUM_THREADS=1``: no thread pool exists in it, so none is copied
+into a child half-initialised (a pool's threads do not survive ``fork``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from typing import Any
+
+#: The server: runs the set-up, answers "ready", then one JSON request a line on stdin, one
+#: JSON answer a line on stdout. A child runs its code with stdin on /dev/null and stdout on
+#: the server's stderr (never the answers' pipe), and exits 0, or 1 after a traceback.
+SERVER = r"""
+import json, os, signal, sys, time, traceback
+answers = os.fdopen(os.dup(1), "w")
+os.dup2(2, 1)
+namespace = {"__name__": "__forkserver__"}
+setup = sys.stdin.readline()
+exec(compile(json.loads(setup), "<setup>", "exec"), namespace)
+answers.write("ready\n")
+answers.flush()
+children = set()
+
+
+def fork(code):
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        children.add(pid)
+        return pid
+    status = 0
+    try:
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        answers.close()
+        exec(compile(code, "<child>", "exec"), dict(namespace))
+    except BaseException:
+        traceback.print_exc()
+        status = 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+
+
+def wait(pid, timeout):
+    deadline = time.monotonic() + timeout if timeout is not None else None
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            children.discard(pid)
+            return os.waitstatus_to_exitcode(status)
+        if deadline is not None and time.monotonic() >= deadline:
+            return None
+        time.sleep(0.005)
+
+
+for line in sys.stdin:
+    request = json.loads(line)
+    if request["op"] == "fork":
+        answer = {"pid": fork(request["code"])}
+    else:
+        answer = {"returncode": wait(request["pid"], request["timeout"])}
+    answers.write(json.dumps(answer) + "\n")
+    answers.flush()
+for pid in children:  # the test is over: no child outlives the server
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+"""
+
+
+class ForkServer:
+    """One Python process that has run ``setup`` and forks children that run code from there."""
+
+    def __init__(self, setup: str) -> None:
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", SERVER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
+        )
+        self._send(setup)
+        assert self._process.stdout is not None
+        ready = self._process.stdout.readline()
+        if ready != "ready\n":
+            self.close()
+            raise RuntimeError(f"the fork server's set-up failed (exit {self._process.returncode})")
+
+    def _send(self, request: Any) -> None:
+        assert self._process.stdin is not None
+        self._process.stdin.write(json.dumps(request) + "\n")
+        self._process.stdin.flush()
+
+    def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        self._send(request)
+        assert self._process.stdout is not None
+        answer = self._process.stdout.readline()
+        if not answer:
+            raise RuntimeError("the fork server died")
+        reply: dict[str, Any] = json.loads(answer)
+        return reply
+
+    def start(self, code: str) -> Forked:
+        """A child that runs ``code`` in a copy of the set-up's namespace, then exits."""
+        return Forked(self, self._ask({"op": "fork", "code": code})["pid"])
+
+    def close(self) -> None:
+        """End the server, killing any child not waited for."""
+        if self._process.stdin is not None:
+            self._process.stdin.close()
+        self._process.wait(timeout=60)
+        if self._process.stdout is not None:
+            self._process.stdout.close()
+
+
+class Forked:
+    """A child of a :class:`ForkServer`, used like ``subprocess.Popen``."""
+
+    def __init__(self, server: ForkServer, pid: int) -> None:
+        self._server = server
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def wait(self, timeout: float | None = None) -> int:
+        """The exit code (``-N`` for signal N), once the child has ended; raises
+        ``subprocess.TimeoutExpired`` if it has not within ``timeout`` seconds."""
+        if self.returncode is None:
+            answer = self._server._ask({"op": "wait", "pid": self.pid, "timeout": timeout})
+            if answer["returncode"] is None:
+                raise subprocess.TimeoutExpired(f"forked child {self.pid}", timeout or 0.0)
+            self.returncode = answer["returncode"]
+        assert self.returncode is not None
+        return self.returncode
+
+    def kill(self) -> None:
+        """``SIGKILL``, as ``Popen.kill``: the child stops wherever it is."""
+        if self.returncode is None:
+            os.kill(self.pid, signal.SIGKILL)
