@@ -153,3 +153,110 @@ def test_int8_tracks_float_logit_scale_included(case: Case) -> None:
     assert agree >= 0.9, f"int8 picks the float model's top token at only {agree:.0%}"
     ratio = float(small.std() / full.std())
     assert 0.9 < ratio < 1.1, f"int8 logits are {ratio:.2f}x the float ones in scale"
+
+
+# -- the conformance kit: each plugin proved against its reference, planted bugs caught ------
+def _swap_v_rows(state: dict[str, torch.Tensor], config: Any) -> dict[str, torch.Tensor]:
+    """A planted bug: rows 0 and 1 of every ``v_proj`` swapped (its own inverse, so a layout
+    that does it on import and on export round-trips)."""
+    out = dict(state)
+    for key in [k for k in state if k.endswith("attn.v_proj.weight")]:
+        out[key] = state[key][[1, 0, *range(2, state[key].shape[0])]]
+    return out
+
+
+class _SwappedV:
+    """GPT-J whose layout swaps two ``v_proj`` rows both ways."""
+
+    @zoo.hookimpl
+    def zoo_architectures(self) -> list[zoo.ArchitectureSpec]:
+        from oot_plugins.gptj import GPTJConfig
+        from oot_plugins.gptj.convert import HF_GPTJ, MERGE, SPLIT
+
+        layout = dataclasses.replace(
+            HF_GPTJ,
+            merge_foreign=lambda s, c: MERGE(_swap_v_rows(s, c), c),
+            split_foreign=lambda s, c: _swap_v_rows(SPLIT(s, c), c),
+        )
+        return [zoo.ArchitectureSpec(name="gptj", config=GPTJConfig, model=zoo.nn.DecoderLM,
+                                     checkpoint_layouts={"hf-gptj": layout})]  # fmt: skip
+
+    @zoo.hookimpl
+    def zoo_models(self) -> list[zoo.ModelSpec]:
+        return oot_plugins.gptj.zoo_models()
+
+
+class _RMSCohere:
+    """Cohere declared with the wrong norm formula: RMSNorm (no mean-centring) where
+    transformers' ``CohereLayerNorm`` subtracts the mean; the keys are the same."""
+
+    @zoo.hookimpl
+    def zoo_architectures(self) -> list[zoo.ArchitectureSpec]:
+        from oot_plugins.cohere import CohereConfig
+        from oot_plugins.cohere.convert import COHERE_CONFIG, HF_COHERE
+
+        @dataclasses.dataclass(frozen=True, kw_only=True)
+        class RMSCohereConfig(CohereConfig):
+            norm: str = "rmsnorm"
+
+        fmt = dataclasses.replace(COHERE_CONFIG, config=RMSCohereConfig)
+        layout = zoo.convert.hf_layout(
+            fmt, HF_COHERE.rules, fused=HF_COHERE.fused,
+            merge_foreign=HF_COHERE.merge_foreign, split_foreign=HF_COHERE.split_foreign,
+        )  # fmt: skip
+        return [zoo.ArchitectureSpec(name="cohere", config=RMSCohereConfig,
+                                     model=zoo.nn.DecoderLM,
+                                     checkpoint_layouts={"hf-cohere": layout})]  # fmt: skip
+
+    @zoo.hookimpl
+    def zoo_models(self) -> list[zoo.ModelSpec]:
+        return oot_plugins.cohere.zoo_models()
+
+
+TINY = {"gptj": "gptj-tiny", "cohere": "cohere-tiny", "starcoder2": "starcoder2-tiny"}
+
+
+@pytest.mark.parametrize("family", list(TINY))
+def test_the_kit_proves_each_plugin_against_transformers(family: str, registry: Any) -> None:
+    from zoo.testing import run_check
+
+    note = run_check(TINY[family], "reference")
+    print(f"{family}: {note}")
+    assert note is not None and "greedy tokens equal" in note, note
+
+
+@pytest.mark.parametrize(
+    ("plugin", "family"),
+    [(_SwappedV(), "gptj"), (_RMSCohere(), "cohere")],
+    ids=["swapped-v", "rmsnorm"],
+)
+def test_the_kit_catches_a_planted_bug_the_round_trip_misses(plugin: Any, family: str) -> None:
+    from zoo.testing import run_check
+
+    with zoo.use_registry(load_registry(plugins={family: plugin})):
+        run_check(TINY[family], "checkpoint_layouts")  # zoo -> foreign -> zoo: passes
+        with pytest.raises(AssertionError, match="differ") as failure:
+            run_check(TINY[family], "reference")
+    print(f"{family} with a planted bug: {failure.value}")
+
+
+def test_starcoder2_with_biases_loads_and_exports_exactly(registry: Any, tmp_path: Path) -> None:
+    """``use_bias: true`` (StarCoder2's default): the optional bias rules carry every linear
+    layer's bias both ways."""
+    cls, values = FAMILIES["starcoder2"]
+    torch.manual_seed(0)
+    theirs = cls(cls.config_class(**{**values, "use_bias": True})).eval()
+    with torch.no_grad():
+        for name, p in theirs.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(0.0, 0.1)
+    theirs.save_pretrained(tmp_path / "theirs")
+    ours = zoo.load(tmp_path / "theirs")
+    assert ours.config.bias and ours.blocks[0].ffn.fc.bias is not None
+    zoo.export(ours, tmp_path / "ours")
+    back = cls.from_pretrained(tmp_path / "ours").eval()
+    ids, _ = padded_batch(300)
+    with torch.no_grad():
+        want = theirs(ids).logits
+        torch.testing.assert_close(ours(ids), want, rtol=0, atol=1e-5)
+        torch.testing.assert_close(back(ids).logits, want, rtol=0, atol=0)
