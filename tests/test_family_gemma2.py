@@ -260,15 +260,12 @@ class _Planted:
                 for arch in ("gemma2-swapped", "gemma2-plain-norm")]  # fmt: skip
 
 
-def test_the_kit_proves_gemma2_against_transformers_and_catches_planted_bugs(
-    use_registry: Any,
-) -> None:
+def test_the_kit_catches_the_planted_bugs_the_round_trip_passes(use_registry: Any) -> None:
+    """The reference check fails each planted bug (tests/test_conformance.py runs it on
+    gemma-2-2b-it itself, against Gemma2ForCausalLM: it passes, logits 0 apart)."""
     from zoo.registry import load_registry
     from zoo.testing import run_check
 
-    note = run_check("gemma-2-2b-it", "reference")
-    print(note)
-    assert note is not None and "Gemma2ForCausalLM" in note and "greedy tokens equal" in note
     use_registry(load_registry(plugins={"planted": _Planted()}))
     run_check("gemma2-swapped-tiny", "checkpoint_layouts")  # the round trip cannot see it
     for name in ("gemma2-swapped-tiny", "gemma2-plain-norm-tiny"):
