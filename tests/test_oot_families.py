@@ -213,6 +213,34 @@ class _RMSCohere:
         return oot_plugins.cohere.zoo_models()
 
 
+class _SwappedNorms:
+    """StarCoder2 whose layout reads ``input_layernorm`` as the MLP's norm and
+    ``post_attention_layernorm`` as attention's (and writes them so: its own inverse)."""
+
+    @zoo.hookimpl
+    def zoo_architectures(self) -> list[zoo.ArchitectureSpec]:
+        from oot_plugins.starcoder2 import Starcoder2Config
+        from oot_plugins.starcoder2.convert import HF_STARCODER2
+
+        swap = {"attn_norm": "ffn_norm", "ffn_norm": "attn_norm"}
+
+        def swapped(rule: zoo.convert.KeyRule) -> zoo.convert.KeyRule:
+            parts = rule.zoo.split(".")  # blocks.{i}.attn_norm.weight
+            if parts[0] == "blocks" and parts[2] in swap:
+                parts[2] = swap[parts[2]]
+            return dataclasses.replace(rule, zoo=".".join(parts))
+
+        rules = tuple(swapped(rule) for rule in HF_STARCODER2.rules)
+        layout = dataclasses.replace(HF_STARCODER2, rules=rules)
+        return [zoo.ArchitectureSpec(name="starcoder2", config=Starcoder2Config,
+                                     model=zoo.nn.DecoderLM,
+                                     checkpoint_layouts={"hf-starcoder2": layout})]  # fmt: skip
+
+    @zoo.hookimpl
+    def zoo_models(self) -> list[zoo.ModelSpec]:
+        return oot_plugins.starcoder2.zoo_models()
+
+
 TINY = {"gptj": "gptj-tiny", "cohere": "cohere-tiny", "starcoder2": "starcoder2-tiny"}
 
 
@@ -227,8 +255,8 @@ def test_the_kit_proves_each_plugin_against_transformers(family: str, registry: 
 
 @pytest.mark.parametrize(
     ("plugin", "family"),
-    [(_SwappedV(), "gptj"), (_RMSCohere(), "cohere")],
-    ids=["swapped-v", "rmsnorm"],
+    [(_SwappedV(), "gptj"), (_RMSCohere(), "cohere"), (_SwappedNorms(), "starcoder2")],
+    ids=["swapped-v", "rmsnorm", "swapped-norms"],
 )
 def test_the_kit_catches_a_planted_bug_the_round_trip_misses(plugin: Any, family: str) -> None:
     from zoo.testing import run_check
