@@ -91,8 +91,9 @@ def small_overrides(name: str) -> dict[str, Any]:
                 small[field] = _per_layer(value, small["n_layers"])
     rotary = getattr(config, "rotary_dim", None)
     if isinstance(rotary, int) and "d_model" in small:  # partial rotary stays partial, and fits
-        head = small.get("head_dim") or small["d_model"] // small.get("n_heads", config.n_heads)
-        small["rotary_dim"] = max(2, rotary * head // config.head_size // 2 * 2)
+        c: Any = config  # a TransformerConfig: it has rotary_dim
+        head = small.get("head_dim") or small["d_model"] // small.get("n_heads", c.n_heads)
+        small["rotary_dim"] = max(2, rotary * head // c.head_size // 2 * 2)
     d_model, d_ff = getattr(config, "d_model", None), getattr(config, "d_ff", None)
     if "d_ff" in small and d_model and d_ff == 4 * d_model:
         small["d_ff"] = 4 * small["d_model"]  # the ratio a layout may require (GPT-1's)
