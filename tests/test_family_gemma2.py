@@ -279,3 +279,45 @@ def test_the_planted_layout_only_swaps_two_norms() -> None:
     assert {k for k in real if real[k] != planted[k]} == {
         "blocks.{i}.attn_post_norm.weight", "blocks.{i}.ffn_norm.weight"}  # fmt: skip
     assert planted["blocks.{i}.ffn_norm.weight"] == real["blocks.{i}.attn_post_norm.weight"]
+
+
+# -- the chat template ------------------------------------------------------------------------
+
+#: gemma-2-2b-it's ``chat_template`` (its tokenizer_config.json at 299a8560, which zoo fetches
+#: with the tokenizer); the text reproduces the sha256 a public project records for it.
+TEMPLATE = (
+    "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role "
+    "not supported') }}{% endif %}{% for message in messages %}{% if (message['role'] == "
+    "'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must "
+    "alternate user/assistant/user/assistant/...') }}{% endif %}{% if (message['role'] == "
+    "'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}"
+    "{% endif %}{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + "
+    "'<end_of_turn>\n' }}{% endfor %}{% if add_generation_prompt %}"
+    "{{'<start_of_turn>model\n'}}{% endif %}"
+)
+
+
+def test_the_chat_template_renders_as_transformers() -> None:
+    """Roles mapped (assistant -> model), contents trimmed, the generation prompt; a system
+    message or roles out of turn refused, as the template's raise_exception says."""
+    import hashlib
+
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    from zoo.tokenizers.chat import ChatTemplate, ChatTemplateError
+
+    digest = "ecd6ae513fe103f0eb62e8ab5bfa8d0fe45c1074fa398b089c93a7e70c15cfd6"
+    assert hashlib.sha256(TEMPLATE.encode()).hexdigest() == digest
+    tokens = {"bos_token": "<bos>", "eos_token": "<eos>"}
+    ours = ChatTemplate({"default": TEMPLATE}, tokens)
+    chat = [{"role": "user", "content": " Hi \n"}, {"role": "assistant", "content": "Hello!"},
+            {"role": "user", "content": "Why?"}]  # fmt: skip
+    for prompt in (True, False):
+        (want,), _ = render_jinja_template(
+            conversations=[chat], chat_template=TEMPLATE, add_generation_prompt=prompt, **tokens
+        )
+        assert ours.render(chat, add_generation_prompt=prompt) == want
+    assert want.startswith("<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n")
+    for bad in ([{"role": "system", "content": "x"}], chat[1:]):
+        with pytest.raises(ChatTemplateError, match=r"System role|alternate"):
+            ours.render(bad)
