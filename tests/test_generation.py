@@ -19,12 +19,18 @@ transformers = pytest.importorskip("transformers")
 
 def lively(model: torch.nn.Module, std: float = 1.0, seed: int = 0) -> torch.nn.Module:
     """Re-draw the weight matrices with a large std so that greedy decoding does not collapse
-    into repeating one token (which would let a broken cache pass)."""
+    into repeating one token (which would let a broken cache pass). A token embedding scaled
+    by sqrt(d_model) and tied to the head (Gemma) is drawn d_model times narrower: at full
+    width each token's own vector outweighs the branches a sandwich block norms to RMS 1, and
+    the tied head picks the input token again, every step."""
     g = torch.Generator().manual_seed(seed)
+    config = getattr(model, "config", None)
+    narrow = getattr(config, "scale_embeddings", False) and getattr(config, "tie_embeddings", False)
     with torch.no_grad():
-        for p in model.parameters():
+        for name, p in model.named_parameters():
             if p.ndim >= 2:
-                p.copy_(torch.randn(p.shape, generator=g) * std)
+                scale = std / config.d_model if narrow and name == "tok_emb.weight" else std
+                p.copy_(torch.randn(p.shape, generator=g) * scale)
     return model.eval()
 
 
