@@ -206,6 +206,16 @@ def _greedy(reference: Reference, prompts: Sequence[list[int]], n: int) -> list[
     return ids[:, -n:].tolist()
 
 
+def _tie(reference: Reference, prompt: list[int], got: list[int], expected: list[int]) -> bool:
+    """Whether the first token where ``got`` leaves ``expected`` was a near tie for the
+    reference (its two logits within :data:`REFERENCE_ATOL`): then either pick is right."""
+    k = next(i for i, (a, b) in enumerate(zip(got, expected, strict=True)) if a != b)
+    ids = torch.tensor([prompt + got[:k]])
+    with torch.no_grad():
+        logits = reference(ids, torch.ones_like(ids))[0, -1]
+    return abs(float(logits[got[k]] - logits[expected[k]])) <= REFERENCE_ATOL
+
+
 def _max_diff(actual: Tensor, expected: Tensor, what: str) -> float:
     if actual.shape != expected.shape:
         raise AssertionError(
@@ -259,7 +269,8 @@ def compare_with_reference(model: ZooModel, reference: Reference, *, seed: int =
     ids_only: Any = _Ids(vocab)  # no end-of-text: every token is generated, as transformers'
     out = generate(model, pair, tokenizer=ids_only, max_new_tokens=GREEDY_TOKENS, temperature=0.0)
     got = [row[len(prompt) :] for row, prompt in zip(out, pair, strict=True)]
-    if got != expected:
+    rows = zip(pair, got, expected, strict=True)
+    if not all(mine == theirs or _tie(reference, p, mine, theirs) for p, mine, theirs in rows):
         raise AssertionError(
             f"greedy tokens differ: zoo.generate gives {got}, the reference {expected} "
             f"(largest logit difference {worst:.3g})"
