@@ -118,7 +118,7 @@ def test_round_trip(name: str, local_hub: LocalHub, tmp_path: Path) -> None:
     manifest = json.loads((directory / "config.json").read_text())
     assert manifest["format"] == "zoo" and manifest["model_name"] == name
     assert manifest["architecture"] == type(model.config).architecture
-    assert manifest["config"] == model.config.to_dict()
+    assert manifest["config"] == json.loads(json.dumps(model.config.to_dict()))  # tuples: lists
     assert manifest["weights"]["sha256"] == sha256_file(directory / "model.safetensors")
     assert manifest["weights"]["parameters"] == model.num_parameters()
 

@@ -55,6 +55,11 @@ def small(name: str, **extra):
     sizes = {k: v for k, v in SMALL.items() if k in fields}
     if getattr(config, "n_kv_heads", None) is not None:
         sizes["n_kv_heads"] = 2  # grouped-query attention stays grouped over the 4 heads
+    layers = getattr(config, "n_layers", None)
+    for field in fields:  # one value per layer (Gemma's layer_types): the first n_layers
+        value = getattr(config, field)
+        if isinstance(value, tuple) and layers and len(value) == layers and "n_layers" in sizes:
+            sizes[field] = value[: sizes["n_layers"]]
     return zoo.build(name, **{**sizes, **extra}).eval()
 
 
@@ -103,7 +108,7 @@ def test_round_trip(name: str, tmp_path: Path) -> None:
     assert manifest["zoo_version"] == zoo.__version__
     assert manifest["architecture"] == type(model.config).architecture
     assert manifest["model_name"] == model.name
-    assert manifest["config"] == model.config.to_dict()
+    assert manifest["config"] == json.loads(json.dumps(model.config.to_dict()))  # tuples: lists
     assert manifest["tokenizer"] is None
     weights = manifest["weights"]
     assert weights["file"] == "model.safetensors" and weights["dtype"] == "float32"
