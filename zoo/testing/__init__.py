@@ -263,9 +263,15 @@ def check_tied_weights(name: str, device: str) -> str | None:
     return f"also shared: {_shown(others)}" if others else None
 
 
+#: How far the logits of a loaded model may be from the saved one's: its tensors are equal,
+#: but a tensor read in place from the file may sit at another memory alignment than the
+#: original, and some CPU kernels then sum in another order (1e-7 on mixtral-8x7b's experts).
+ROUNDTRIP_ATOL = 1e-5
+
+
 def check_save_load_roundtrip(name: str, device: str) -> None:
-    """``zoo.save`` then ``zoo.load`` (safetensors) gives equal tensors, equal logits and the
-    same ties, on the same device."""
+    """``zoo.save`` then ``zoo.load`` (safetensors) gives an equal config, equal tensors,
+    the same ties and the same logits (to float rounding), on the same device."""
     from ..checkpoint import save
     from ..loading import load
 
@@ -273,6 +279,8 @@ def check_save_load_roundtrip(name: str, device: str) -> None:
     with tempfile.TemporaryDirectory() as directory:
         save(model, directory)
         loaded = load(directory, device=device, tokenizer=False)
+        if loaded.config != model.config:
+            raise AssertionError(f"the config differs after loading: {loaded.config}")
         if tied_groups(loaded) != tied_groups(model):
             raise AssertionError(f"ties differ after loading: {tied_groups(loaded)}")
         loaded_state = loaded.state_dict()
@@ -281,7 +289,8 @@ def check_save_load_roundtrip(name: str, device: str) -> None:
                 raise AssertionError(f"tensor {key} differs after the round trip")
         inputs = model.example_inputs(generator=torch.Generator().manual_seed(0))
         with torch.no_grad():
-            assert_logits_close(_outputs(loaded, inputs), _outputs(model, inputs), atol=0.0)
+            expected = _outputs(model, inputs)
+            assert_logits_close(_outputs(loaded, inputs), expected, atol=ROUNDTRIP_ATOL)
 
 
 def check_dtypes(name: str, device: str) -> None:
