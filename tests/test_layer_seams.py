@@ -206,3 +206,19 @@ def test_layer_types_round_trip_through_a_checkpoint(mixed: DecoderLM, tmp_path)
     ids = torch.tensor([PROMPT])
     with torch.no_grad():
         assert torch.equal(loaded(ids), mixed(ids))
+
+
+def test_scaled_embeddings_round_the_scale_to_their_dtype() -> None:
+    """transformers' Gemma multiplies by ``tensor(sqrt(d), dtype=activations)``: in bfloat16
+    ``sqrt(3584) = 59.87`` is 59.75, and a third of the products differ from a multiply by
+    the Python float. float32 is unchanged."""
+    from zoo.nn.base import embed_tokens
+    from zoo.nn.positions import NoPositions
+
+    emb = nn.Embedding(50, 3584)
+    ids = torch.arange(50)[None]
+    for dtype in (torch.bfloat16, torch.float32):
+        table = emb.to(dtype)
+        got = embed_tokens(table, NoPositions(), nn.Identity(), ids, ids, scale_by_width=True)
+        want = table(ids) * torch.tensor(3584**0.5, dtype=dtype)
+        assert torch.equal(got, want), dtype
