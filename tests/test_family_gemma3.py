@@ -325,3 +325,93 @@ def test_the_kit_passes_gemma3_and_catches_planted_bugs(use_registry: Any) -> No
         run_check(f"{name}-tiny", "checkpoint_layouts")  # the round trip cannot see it
         with pytest.raises(AssertionError, match="logits differ"):
             run_check(f"{name}-tiny", "reference")
+
+
+# -- the chat template ------------------------------------------------------------------------
+
+#: gemma-3-1b-it's ``chat_template`` (its tokenizer_config.json at dcc83ea8, which zoo fetches
+#: with the tokenizer): the text a public copy of the repo's template holds, whose sha256 is
+#: the one a public project records for that revision's template.
+TEMPLATE = (
+    "{{ bos_token }}\n"
+    "{%- if messages[0]['role'] == 'system' -%}\n"
+    "    {%- if messages[0]['content'] is string -%}\n"
+    "        {%- set first_user_prefix = messages[0]['content'] + '\n"
+    "\n"
+    "' -%}\n"
+    "    {%- else -%}\n"
+    "        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n"
+    "\n"
+    "' -%}\n"
+    "    {%- endif -%}\n"
+    "    {%- set loop_messages = messages[1:] -%}\n"
+    "{%- else -%}\n"
+    '    {%- set first_user_prefix = "" -%}\n'
+    "    {%- set loop_messages = messages -%}\n"
+    "{%- endif -%}\n"
+    "{%- for message in loop_messages -%}\n"
+    "    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}\n"
+    '        {{ raise_exception("Conversation roles must alternate '
+    'user/assistant/user/assistant/...") }}\n'
+    "    {%- endif -%}\n"
+    "    {%- if (message['role'] == 'assistant') -%}\n"
+    '        {%- set role = "model" -%}\n'
+    "    {%- else -%}\n"
+    "        {%- set role = message['role'] -%}\n"
+    "    {%- endif -%}\n"
+    "    {{ '<start_of_turn>' + role + '\n"
+    '\' + (first_user_prefix if loop.first else "") }}\n'
+    "    {%- if message['content'] is string -%}\n"
+    "        {{ message['content'] | trim }}\n"
+    "    {%- elif message['content'] is iterable -%}\n"
+    "        {%- for item in message['content'] -%}\n"
+    "            {%- if item['type'] == 'image' -%}\n"
+    "                {{ '<start_of_image>' }}\n"
+    "            {%- elif item['type'] == 'text' -%}\n"
+    "                {{ item['text'] | trim }}\n"
+    "            {%- endif -%}\n"
+    "        {%- endfor -%}\n"
+    "    {%- else -%}\n"
+    '        {{ raise_exception("Invalid content type") }}\n'
+    "    {%- endif -%}\n"
+    "    {{ '<end_of_turn>\n"
+    "' }}\n"
+    "{%- endfor -%}\n"
+    "{%- if add_generation_prompt -%}\n"
+    "    {{'<start_of_turn>model\n"
+    "'}}\n"
+    "{%- endif -%}\n"
+)
+
+
+def test_the_chat_template_renders_as_transformers() -> None:
+    """A system message becomes the first user turn's prefix, assistant is "model", contents
+    are trimmed (text items of a list too, an image item its marker), the generation prompt;
+    roles out of turn and a content of another type refused, as raise_exception says."""
+    import hashlib
+
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    from zoo.tokenizers.chat import ChatTemplate, ChatTemplateError
+
+    digest = "7de1c58e208eda46e9c7f86397df37ec49883aeece39fb961e0a6b24088dd3c4"
+    assert hashlib.sha256(TEMPLATE.encode()).hexdigest() == digest
+    tokens = {"bos_token": "<bos>", "eos_token": "<eos>"}
+    ours = ChatTemplate({"default": TEMPLATE}, tokens)
+    chat = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": " Hi \n"},
+        {"role": "assistant", "content": "Hello!"},
+        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": " Why? "}]},
+    ]
+    for prompt in (True, False):
+        (want,), _ = render_jinja_template(
+            conversations=[chat], chat_template=TEMPLATE, add_generation_prompt=prompt, **tokens
+        )
+        assert ours.render(chat, add_generation_prompt=prompt) == want
+    assert want.startswith("<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n")
+    assert "<start_of_turn>model\nHello!<end_of_turn>\n" in want
+    assert want.endswith("<start_of_turn>user\n<start_of_image>Why?<end_of_turn>\n")
+    for bad in (chat[2:], [{"role": "user", "content": 3}]):
+        with pytest.raises(ChatTemplateError, match=r"alternate|Invalid content type"):
+            ours.render(bad)
