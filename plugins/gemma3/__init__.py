@@ -8,10 +8,12 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from zoo.config import Activation, DecoderConfig, LayerType
+from zoo.config import LayerType
 from zoo.hookspecs import hookimpl
 from zoo.specs import ArchitectureSpec, ModelSpec, TokenizerSpec, WeightsSource
 from zoo.tokenizers.repo import repo_tokenizer_spec
+
+from ..gemma2 import Gemma2Config
 
 REPO, REVISION = "google/gemma-3-1b-it", "dcc83ea841ab6100d6b47a070329e1ba4cf78752"
 
@@ -25,24 +27,17 @@ def every_sixth_global(n_layers: int, pattern: int = 6) -> tuple[LayerType, ...]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Gemma3Config(DecoderConfig):
-    """A decoder whose components default to Gemma 3's: rotary positions (global base 1e6,
-    sliding base 1e4), ``(1 + w)`` RMSNorm before and after each branch, q/k norms, GeGLU
-    (tanh GELU), embeddings scaled by ``sqrt(d_model)`` and tied to the head, no biases,
-    scores scaled by ``query_pre_attn_scalar ** -0.5`` (256: ``attn_scale = 1/16``)."""
+class Gemma3Config(Gemma2Config):
+    """Gemma 2's components (four ``(1 + w)`` RMSNorms per block, tanh-GELU GeGLU, rotary
+    positions, scaled and tied embeddings, no biases) without its caps, with per-head q/k
+    norms, a rotary base per kind of layer (1e6 global, 1e4 sliding) and scores scaled by
+    ``query_pre_attn_scalar ** -0.5`` (transformers' default 256: ``attn_scale = 1/16``)."""
 
     architecture: ClassVar[str] = "gemma3"
 
-    positions: str = "rotary"
-    norm: str = "rmsnorm1p"
-    ffn: str = "geglu"
-    activation: Activation = "gelu_tanh"
-    block: str = "sandwich"
-    bias: bool = False
     qk_norm: bool = True
-    scale_embeddings: bool = True
-    tie_embeddings: bool = True
-    layer_norm_eps: float = 1e-6
+    attn_softcap: float | None = None
+    final_softcap: float | None = None
     rope_theta: float = 1_000_000.0
     rope_local_theta: float | None = 10_000.0
     attn_scale: float | None = 256**-0.5

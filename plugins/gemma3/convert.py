@@ -1,9 +1,8 @@
 """The Hugging Face Gemma 3 text layout (``Gemma3ForCausalLM``, ``model_type = "gemma3_text"``).
 
-Llama's attention and MLP keys with Qwen3's ``q_norm``/``k_norm``, and four norms per layer:
-``input_layernorm`` and ``post_attention_layernorm`` around attention, ``pre_feedforward_
-layernorm`` and ``post_feedforward_layernorm`` around the MLP (Llama's
-``post_attention_layernorm`` is the norm *before* the MLP; here it is after attention).
+Gemma 2's keys (Llama's projections; ``input_layernorm`` and ``post_attention_layernorm``
+around attention, ``pre_feedforward_layernorm`` and ``post_feedforward_layernorm`` around the
+MLP) plus each layer's per-head ``q_norm``/``k_norm``, and Gemma 2's ``config.json`` fields.
 
 ``config.json`` as transformers 4.50+ and 5 write it: a rotary base per kind of layer
 (``rope_theta`` and ``rope_local_base_freq``, or 5's ``rope_parameters: {"full_attention":
@@ -21,55 +20,27 @@ from collections.abc import Mapping
 from typing import Any
 
 from zoo.convert import ANY, KeyRule, hf_layout
-from zoo.hf_config import (
-    POSITIVE_INT,
-    HFConfigFormat,
-    HFConfigReader,
-    HFField,
-    KeyType,
-)
+from zoo.hf_config import POSITIVE_INT, POSITIVE_NUMBER, HFConfigFormat, HFConfigReader, HFField
 
-from ..llama.convert import DOWN, GATE_UP, llama_qkv
+from ..gemma2.convert import GEMMA2_FIELDS, GEMMA2_RULES
+from ..llama.convert import GATE_UP, llama_qkv
 from . import Gemma3Config, every_sixth_global
 
-_LAYER, _ATTN = "model.layers.{i}", "model.layers.{i}.self_attn"
+_ATTN = "model.layers.{i}.self_attn"
 _KINDS = ("full_attention", "sliding_attention")
-_NUMBER_OR_NULL = KeyType(
-    "a positive number", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
-).or_null
 
-
-def _rule(foreign: str, zoo: str, **kwargs: bool) -> KeyRule:
-    return KeyRule(f"{foreign}.weight", f"{zoo}.weight", **kwargs)
-
-
+#: Gemma 2's keys plus each layer's per-head ``q_norm``/``k_norm``.
 GEMMA3_RULES = (
-    _rule("model.embed_tokens", "tok_emb"),
-    _rule(f"{_LAYER}.input_layernorm", "blocks.{i}.attn_norm"),
-    _rule(f"{_ATTN}.q_norm", "blocks.{i}.attn.q_norm"),
-    _rule(f"{_ATTN}.k_norm", "blocks.{i}.attn.k_norm"),
-    _rule(f"{_ATTN}.o_proj", "blocks.{i}.attn.proj"),
-    _rule(f"{_LAYER}.post_attention_layernorm", "blocks.{i}.attn_post_norm"),
-    _rule(f"{_LAYER}.pre_feedforward_layernorm", "blocks.{i}.ffn_norm"),
-    _rule(f"{_LAYER}.post_feedforward_layernorm", "blocks.{i}.ffn_post_norm"),
-    DOWN,
-    _rule("model.norm", "final_norm"),
-    _rule("lm_head", "head", optional=True),  # absent when tied to the embedding
+    *GEMMA2_RULES,
+    KeyRule(f"{_ATTN}.q_norm.weight", "blocks.{i}.attn.q_norm.weight"),
+    KeyRule(f"{_ATTN}.k_norm.weight", "blocks.{i}.attn.k_norm.weight"),
 )
 
-#: zoo field -> config.json key, with transformers' Gemma3TextConfig defaults.
+#: Gemma 2's fields (transformers' Gemma 3 defaults are the same: tied, 4 KV heads of 256,
+#: window 4096, query_pre_attn_scalar 256) without the attention cap, the final cap null by
+#: default, and the rotary bases read per layer kind (:func:`read_gemma3`).
 GEMMA3_FIELDS: Mapping[str, str | HFField] = {
-    "vocab_size": "vocab_size",
-    "context_length": "max_position_embeddings",
-    "d_model": "hidden_size",
-    "n_heads": "num_attention_heads",
-    "n_kv_heads": HFField("num_key_value_heads", 4, write=lambda c: c.n_kv_heads or c.n_heads),
-    "n_layers": "num_hidden_layers",
-    "d_ff": "intermediate_size",
-    "head_dim": HFField("head_dim", 256, write=lambda c: c.head_size),
-    "layer_norm_eps": HFField("rms_norm_eps", 1e-6),
-    "tie_embeddings": HFField("tie_word_embeddings", True),
-    "sliding_window": HFField("sliding_window", 4096),
+    **{k: v for k, v in GEMMA2_FIELDS.items() if k not in ("attn_softcap", "rope_theta")},
     "final_softcap": HFField("final_logit_softcapping"),
 }
 
@@ -144,33 +115,22 @@ def _layer_types(r: HFConfigReader) -> tuple[str, ...]:
 
 
 def read_gemma3(r: HFConfigReader) -> dict[str, Any]:
-    """What :data:`GEMMA3_FIELDS` cannot say: rotary bases, layer kinds, the score scale."""
+    """What :data:`GEMMA3_FIELDS` cannot say: the rotary bases and the layer kinds."""
     softcap = r.get("attn_logit_softcapping", None)
     if softcap is not None:
         raise r._error(
             f"attn_logit_softcapping = {softcap!r}: transformers' Gemma 3 never applies it (its "
             "attention passes no cap), so the file is ambiguous; set it to null"
         )
-    scalar = _positive(r, "query_pre_attn_scalar", r.get("query_pre_attn_scalar", 256))
-    return {**_rope_thetas(r), "layer_types": _layer_types(r), "attn_scale": scalar**-0.5}
+    return {**_rope_thetas(r), "layer_types": _layer_types(r)}
 
 
 def write_gemma3(config: Gemma3Config) -> dict[str, Any]:
     """The keys :func:`read_gemma3` reads, as transformers 5 writes them."""
-    if config.attn_scale is None:
-        scalar = config.head_size
-    else:
-        scalar = round(config.attn_scale**-2)
-        if not math.isclose(scalar**-0.5, config.attn_scale, rel_tol=1e-12):
-            raise ValueError(
-                f"attn_scale = {config.attn_scale!r} is not query_pre_attn_scalar ** -0.5 for "
-                "an integer query_pre_attn_scalar, which is all Gemma 3's config.json can say"
-            )
     local = config.rope_theta if config.rope_local_theta is None else config.rope_local_theta
     return {
         "attn_logit_softcapping": None,
         "layer_types": [config.layer_type(i) for i in range(config.n_layers)],
-        "query_pre_attn_scalar": scalar,
         "rope_parameters": {
             "full_attention": {"rope_theta": config.rope_theta, "rope_type": "default"},
             "sliding_attention": {"rope_theta": local, "rope_type": "default"},
@@ -196,9 +156,9 @@ GEMMA3_CONFIG = HFConfigFormat(
         "query_pre_attn_scalar": POSITIVE_INT,
         "sliding_window_pattern": POSITIVE_INT,
         "_sliding_window_pattern": POSITIVE_INT,
-        "rope_local_base_freq": _NUMBER_OR_NULL,
-        "final_logit_softcapping": _NUMBER_OR_NULL,
-        "attn_logit_softcapping": _NUMBER_OR_NULL,
+        "rope_local_base_freq": POSITIVE_NUMBER.or_null,
+        "final_logit_softcapping": POSITIVE_NUMBER.or_null,
+        "attn_logit_softcapping": POSITIVE_NUMBER.or_null,
     },
     read_extra=read_gemma3,
     write_extra=write_gemma3,
@@ -211,5 +171,4 @@ HF_GEMMA3 = hf_layout(
     rope_theta=ANY,
     rope_local_theta=ANY,
     layer_types=ANY,
-    attn_scale=ANY,
 )
