@@ -320,7 +320,12 @@ def compare_with_architecture_reference(model: ZooModel, arch: ArchitectureSpec)
             _write(model, Path(folder), usable[0] if usable else None)
             reference = factory(Path(folder))
             worst = compare_with_reference(model, reference)
-        return f"{arch.reference}: max logit difference {worst:.2g}, greedy tokens equal"
+        named = (
+            arch.reference
+            if isinstance(arch.reference, str)
+            else getattr(factory, "__qualname__", factory)
+        )
+        return f"{named}: max logit difference {worst:.2g}, greedy tokens equal"
     skipped: list[str] = []
     compared: list[str] = []
     for layout in layouts:
