@@ -25,7 +25,11 @@ def lively(model: torch.nn.Module, std: float = 1.0, seed: int = 0) -> torch.nn.
     the tied head picks the input token again, every step."""
     g = torch.Generator().manual_seed(seed)
     config = getattr(model, "config", None)
-    narrow = getattr(config, "scale_embeddings", False) and getattr(config, "tie_embeddings", False)
+    narrow = (  # Gemma's sandwich blocks; not the encoder-decoder's post-LN ones
+        getattr(config, "scale_embeddings", False)
+        and getattr(config, "tie_embeddings", False)
+        and getattr(config, "block", None) == "sandwich"
+    )
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.ndim >= 2:
