@@ -73,7 +73,7 @@ SMALL_WINDOW = 5
 
 def small_overrides(name: str) -> dict[str, Any]:
     """Overrides that shrink ``name`` to a model that checks quickly on a CPU."""
-    _, _, config = resolve_config(name)
+    arch, _, config = resolve_config(name)
     fields = type(config).field_names()
     small: dict[str, Any] = {k: v for k, v in SMALL_SIZES.items() if k in fields}
     if getattr(config, "n_kv_heads", None) is not None:
@@ -95,7 +95,7 @@ def small_overrides(name: str) -> dict[str, Any]:
         head = small.get("head_dim") or small["d_model"] // small.get("n_heads", c.n_heads)
         small["rotary_dim"] = max(2, rotary * head // c.head_size // 2 * 2)
     d_model, d_ff = getattr(config, "d_model", None), getattr(config, "d_ff", None)
-    if "d_ff" in small and d_model and d_ff == 4 * d_model:
+    if "d_ff" in small and d_model and d_ff == 4 * d_model and arch.checkpoint_layouts:
         small["d_ff"] = 4 * small["d_model"]  # the ratio a layout may require (GPT-1's)
     return small
 
