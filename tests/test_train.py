@@ -93,36 +93,36 @@ def test_a_resumed_run_equals_an_uninterrupted_one(corpus, tokenizer, tmp_path):
         assert torch.equal(rest.model.state_dict()[key], value), key
 
 
-@pytest.mark.slow  # three processes start torch and train under torchrun
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-def test_two_gloo_processes_equal_one(corpus, tmp_path, strategy):
-    """DDP, and FSDP2, with global batch B (2 processes x 4) take the same steps as one
-    process with B; the distributed run's checkpoint loads in one process."""
-    args = [
-        "train",
-        "gpt2-124m",
-        "--data",
-        str(corpus),
-        "--steps",
-        "6",
-        "--batch-size",
-        "8",
-        "--warmup",
-        "1",
-        "--eval-every",
-        "0",
-        "--lr",
-        "3e-3",
-        *[f"--set={k}={v}" for k, v in {**TINY, "dropout": 0}.items()],
+def gloo_args(corpus: Path) -> list[str]:
+    """The run the distributed ones must equal: global batch 8, 6 steps, no dropout."""
+    settings = [f"--set={k}={v}" for k, v in {**TINY, "dropout": 0}.items()]
+    return [
+        *("train", "gpt2-124m", "--data", str(corpus), "--steps", "6", "--batch-size", "8"),
+        *("--warmup", "1", "--eval-every", "0", "--lr", "3e-3", *settings),
     ]
+
+
+@pytest.fixture(scope="module")
+def one_process_run(corpus, tmp_path_factory) -> Path:
+    """The single-process run both distributed strategies are compared with (made once)."""
+    out = tmp_path_factory.mktemp("gloo") / "one"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     one = subprocess.run(
-        [sys.executable, "-m", "zoo.cli", *args, "--out", str(tmp_path / "one")],
+        [sys.executable, "-m", "zoo.cli", *gloo_args(corpus), "--out", str(out)],
         capture_output=True,
         text=True,
         env=env,
     )
     assert one.returncode == 0, one.stderr[-2000:]
+    return out
+
+
+@pytest.mark.slow  # three processes start torch and train under torchrun
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_two_gloo_processes_equal_one(corpus, tmp_path, strategy, one_process_run):
+    """DDP, and FSDP2, with global batch B (2 processes x 4) take the same steps as one
+    process with B; the distributed run's checkpoint loads in one process."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     two = subprocess.run(
         [
             sys.executable,
@@ -133,7 +133,7 @@ def test_two_gloo_processes_equal_one(corpus, tmp_path, strategy):
             "2",
             "-m",
             "zoo.cli",
-            *args,
+            *gloo_args(corpus),
             "--out",
             str(tmp_path / "two"),
             "--strategy",
@@ -146,11 +146,11 @@ def test_two_gloo_processes_equal_one(corpus, tmp_path, strategy):
     )
     assert two.returncode == 0, two.stderr[-3000:]
     losses = [
-        [json.loads(line)["loss"] for line in (tmp_path / run / "metrics.jsonl").open()]
-        for run in ("one", "two")
+        [json.loads(line)["loss"] for line in (run / "metrics.jsonl").open()]
+        for run in (one_process_run, tmp_path / "two")
     ]
     assert losses[0] == pytest.approx(losses[1], abs=1e-5)
-    a, b = zoo.load(tmp_path / "one" / "model"), zoo.load(tmp_path / "two" / "model")
+    a, b = zoo.load(one_process_run / "model"), zoo.load(tmp_path / "two" / "model")
     for key, value in a.state_dict().items():
         torch.testing.assert_close(b.state_dict()[key], value, atol=1e-5, rtol=0)
 
