@@ -17,16 +17,15 @@ import dataclasses
 import json
 import shutil
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 import torch
 import transformers
-from zoo_plugins.gemma2 import Gemma2Config
+from planted import Planted, swap_foreign
 from zoo_plugins.gemma2.convert import HF_GEMMA2
 
 import zoo
-from zoo.convert import KeyRule
 from zoo.hf_config import HFConfigError
 from zoo.nn import DecoderLM
 from zoo.nn.blocks import SandwichBlock
@@ -201,53 +200,19 @@ def test_the_named_model_builds_on_meta_at_full_size() -> None:
 # -- the kit: zoo check's reference check, with and without planted bugs ---------------------
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class _SwappedConfig(Gemma2Config):
-    architecture: ClassVar[str] = "gemma2-swapped"
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class _PlainNormConfig(Gemma2Config):
-    architecture: ClassVar[str] = "gemma2-plain-norm"
-
-    norm: str = "rmsnorm"  # the wrong formula: x * w, not x * (1 + w)
-
-
-def _swap(rule: KeyRule) -> KeyRule:
-    names = {"post_attention_layernorm": "pre_feedforward_layernorm",
-             "pre_feedforward_layernorm": "post_attention_layernorm"}  # fmt: skip
-    for old, new in names.items():
-        if f".{old}." in rule.foreign:
-            return dataclasses.replace(rule, foreign=rule.foreign.replace(old, new))
-    return rule
-
-
 #: The planted bug: Llama's reading of ``post_attention_layernorm`` (the norm before the
 #: feed-forward there, after attention in Gemma 2), swapped both ways. It is its own inverse,
 #: so a round trip zoo -> Hugging Face -> zoo returns every tensor to its place.
-_SWAPPED = dataclasses.replace(HF_GEMMA2, rules=tuple(_swap(r) for r in HF_GEMMA2.rules))
-#: The other planted bug: the right keys read into a norm of the wrong formula.
+_SWAPPED = dataclasses.replace(
+    HF_GEMMA2,
+    rules=swap_foreign(HF_GEMMA2.rules, "post_attention_layernorm", "pre_feedforward_layernorm"),
+)
+#: The other planted bug: the right keys read into a norm of the wrong formula (x * w, not
+#: x * (1 + w)).
 _PLAIN = dataclasses.replace(HF_GEMMA2, represents={**HF_GEMMA2.represents, "norm": "rmsnorm"})
-
-
-class _Planted:
-    """Gemma 2 with two norm keys swapped in its layout, and Gemma 2 with plain RMSNorm."""
-
-    @zoo.hookimpl
-    def zoo_architectures(self) -> list[zoo.ArchitectureSpec]:
-        return [
-            zoo.ArchitectureSpec(name=name, config=config, model="zoo.nn.decoder:DecoderLM",
-                                 checkpoint_layouts={"hf-gemma2": layout})
-            for name, config, layout in (("gemma2-swapped", _SwappedConfig, _SWAPPED),
-                                         ("gemma2-plain-norm", _PlainNormConfig, _PLAIN))
-        ]  # fmt: skip
-
-    @zoo.hookimpl
-    def zoo_models(self) -> list[zoo.ModelSpec]:
-        official = dict(zoo.get_registry().model("gemma-2-2b-it").config)
-        return [zoo.ModelSpec(name=f"{arch}-tiny", architecture=arch, tokenizer="byte",
-                              config=official)
-                for arch in ("gemma2-swapped", "gemma2-plain-norm")]  # fmt: skip
+_PLANTED = Planted("gemma-2-2b-it", {"gemma2-swapped": ("hf-gemma2", _SWAPPED),
+                                     "gemma2-plain-norm": ("hf-gemma2", _PLAIN,
+                                                           {"norm": "rmsnorm"})})  # fmt: skip
 
 
 def test_the_kit_catches_the_planted_bugs_the_round_trip_passes(use_registry: Any) -> None:
@@ -256,7 +221,7 @@ def test_the_kit_catches_the_planted_bugs_the_round_trip_passes(use_registry: An
     from zoo.registry import load_registry
     from zoo.testing import run_check
 
-    use_registry(load_registry(plugins={"planted": _Planted()}))
+    use_registry(load_registry(plugins={"planted": _PLANTED}))
     run_check("gemma2-swapped-tiny", "checkpoint_layouts")  # the round trip cannot see it
     for name in ("gemma2-swapped-tiny", "gemma2-plain-norm-tiny"):
         with pytest.raises(AssertionError, match="logits differ"):

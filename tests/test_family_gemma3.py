@@ -16,16 +16,15 @@ import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 import torch
 import transformers
-from zoo_plugins.gemma3 import Gemma3Config
+from planted import Planted, swap_foreign
 from zoo_plugins.gemma3.convert import GEMMA3_CONFIG, HF_GEMMA3, read_gemma3, write_gemma3
 
 import zoo
-from zoo.convert import KeyRule
 from zoo.nn import DecoderLM
 from zoo.nn.decoding import DecoderSession, StaticDecoderSession
 from zoo.nn.slots import SlotBatch
@@ -252,23 +251,6 @@ def test_gemma_3_1b_builds_on_meta_at_full_size() -> None:
 # -- the kit: zoo check's reference check, with and without planted bugs ---------------------
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class _SwappedNormsConfig(Gemma3Config):
-    architecture: ClassVar[str] = "gemma3-qk-swapped"
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class _SwappedBasesConfig(Gemma3Config):
-    architecture: ClassVar[str] = "gemma3-bases-swapped"
-
-
-def _swap_qk(rule: KeyRule) -> KeyRule:
-    for old, new in (("q_norm", "k_norm"), ("k_norm", "q_norm")):
-        if f".{old}." in rule.foreign:
-            return dataclasses.replace(rule, foreign=rule.foreign.replace(old, new))
-    return rule
-
-
 def _bases_swapped(values: dict[str, Any]) -> dict[str, Any]:
     return {**values, "rope_theta": values["rope_local_theta"],
             "rope_local_theta": values["rope_theta"]}  # fmt: skip
@@ -276,7 +258,9 @@ def _bases_swapped(values: dict[str, Any]) -> dict[str, Any]:
 
 #: Planted bug 1: each layer's q_norm read into the keys' norm and k_norm into the queries'
 #: (both ways: its own inverse, so zoo -> Hugging Face -> zoo returns every tensor).
-_QK_SWAPPED = dataclasses.replace(HF_GEMMA3, rules=tuple(_swap_qk(r) for r in HF_GEMMA3.rules))
+_QK_SWAPPED = dataclasses.replace(
+    HF_GEMMA3, rules=swap_foreign(HF_GEMMA3.rules, ".q_norm.", ".k_norm.")
+)
 #: Planted bug 2: the global base read as the sliding layers' and back (config.json, both ways).
 _BASES = dataclasses.replace(
     GEMMA3_CONFIG,
@@ -290,26 +274,13 @@ _BASES_SWAPPED = dataclasses.replace(
 )
 
 
-class _Planted:
-    """Gemma 3 with its q/k norm keys swapped, and Gemma 3 with its two rotary bases swapped."""
-
-    PLANTED = (("gemma3-qk-swapped", _SwappedNormsConfig, _QK_SWAPPED),
-               ("gemma3-bases-swapped", _SwappedBasesConfig, _BASES_SWAPPED))  # fmt: skip
-
-    @zoo.hookimpl
-    def zoo_architectures(self) -> list[zoo.ArchitectureSpec]:
-        return [
-            zoo.ArchitectureSpec(name=name, config=config, model="zoo.nn.decoder:DecoderLM",
-                                 checkpoint_layouts={"hf-gemma3": layout})
-            for name, config, layout in self.PLANTED
-        ]  # fmt: skip
-
-    @zoo.hookimpl
-    def zoo_models(self) -> list[zoo.ModelSpec]:
-        official = dict(zoo.get_registry().model("gemma-3-1b-it").config)
-        return [zoo.ModelSpec(name=f"{name}-tiny", architecture=name, tokenizer="byte",
-                              config=official)
-                for name, _, _ in self.PLANTED]  # fmt: skip
+_PLANTED = Planted(
+    "gemma-3-1b-it",
+    {
+        "gemma3-qk-swapped": ("hf-gemma3", _QK_SWAPPED),
+        "gemma3-bases-swapped": ("hf-gemma3", _BASES_SWAPPED),
+    },
+)
 
 
 def test_the_kit_catches_the_planted_bugs_the_round_trip_passes(use_registry: Any) -> None:
@@ -319,8 +290,8 @@ def test_the_kit_catches_the_planted_bugs_the_round_trip_passes(use_registry: An
     from zoo.registry import load_registry
     from zoo.testing import run_check
 
-    use_registry(load_registry(plugins={"planted": _Planted()}))
-    for name, _, _ in _Planted.PLANTED:
+    use_registry(load_registry(plugins={"planted": _PLANTED}))
+    for name in _PLANTED.variants:
         run_check(f"{name}-tiny", "checkpoint_layouts")  # the round trip cannot see it
         with pytest.raises(AssertionError, match="logits differ"):
             run_check(f"{name}-tiny", "reference")

@@ -12,17 +12,17 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 import torch
 import transformers
 from chat_folders import CONTROL, PLAIN, library_tokenizer, token_id
-from zoo_plugins.olmo2 import REPO, REVISION, Olmo2Config
+from planted import Planted, swap_foreign
+from zoo_plugins.olmo2 import REPO, REVISION
 from zoo_plugins.olmo2.convert import HF_OLMO2
 
 import zoo
-from zoo.convert import KeyRule
 from zoo.hf_config import HFConfigError
 
 HUB = Path(__file__).parent / "data" / "hub" / REPO
@@ -165,41 +165,13 @@ def test_the_tokenizer_is_the_repo_s_at_the_pinned_revision_with_its_chat_templa
 # -- the kit: zoo check's reference check, with and without a planted bug -------------------
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class _SwappedConfig(Olmo2Config):
-    architecture: ClassVar[str] = "olmo2-swapped"
-
-
-def _swap(rule: KeyRule) -> KeyRule:
-    """The norm after attention read from the one after the MLP, and the other way round."""
-    one, other = "post_attention_layernorm", "post_feedforward_layernorm"
-    if one in rule.foreign:
-        return KeyRule(rule.foreign.replace(one, other), rule.zoo)
-    if other in rule.foreign:
-        return KeyRule(rule.foreign.replace(other, one), rule.zoo)
-    return rule
-
-
 #: The planted bug: OLMo-2's two post-branch norms swapped in the layout. It is its own
 #: inverse, so a round trip zoo -> Hugging Face -> zoo returns every tensor to its place.
-_SWAPPED = dataclasses.replace(HF_OLMO2, rules=tuple(_swap(r) for r in HF_OLMO2.rules))
-
-
-class _Planted:
-    """An OLMo-2 whose layout swaps the two norms of each block."""
-
-    @zoo.hookimpl
-    def zoo_architectures(self) -> list[zoo.ArchitectureSpec]:
-        return [zoo.ArchitectureSpec(
-            name="olmo2-swapped", config=_SwappedConfig, model="zoo.nn.decoder:DecoderLM",
-            checkpoint_layouts={"hf-olmo2": _SWAPPED},
-        )]  # fmt: skip
-
-    @zoo.hookimpl
-    def zoo_models(self) -> list[zoo.ModelSpec]:
-        official = zoo.get_registry().model("olmo-2-1b-instruct")
-        return [zoo.ModelSpec(name="olmo2-swapped-tiny", architecture="olmo2-swapped",
-                              tokenizer="byte", config=dict(official.config))]  # fmt: skip
+_SWAPPED = dataclasses.replace(
+    HF_OLMO2,
+    rules=swap_foreign(HF_OLMO2.rules, "post_attention_layernorm", "post_feedforward_layernorm"),
+)
+_PLANTED = Planted("olmo-2-1b-instruct", {"olmo2-swapped": ("hf-olmo2", _SWAPPED)})
 
 
 def test_the_kit_proves_olmo2_against_transformers_and_catches_swapped_norms(use_registry):
@@ -215,7 +187,7 @@ def test_the_kit_proves_olmo2_against_transformers_and_catches_swapped_norms(use
         "blocks.{i}.attn_post_norm.weight",
         "blocks.{i}.ffn_post_norm.weight",
     }
-    use_registry(load_registry(plugins={"planted": _Planted()}))
+    use_registry(load_registry(plugins={"planted": _PLANTED}))
     run_check("olmo2-swapped-tiny", "checkpoint_layouts")  # the round trip cannot see it
     with pytest.raises(AssertionError, match="logits differ"):
         run_check("olmo2-swapped-tiny", "reference")

@@ -12,12 +12,12 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 import torch
 import transformers
-from zoo_plugins.phi3 import Phi3Config
+from planted import Planted
 from zoo_plugins.phi3.convert import HF_PHI3, PHI3_CONFIG, phi3_rules
 
 import zoo
@@ -161,33 +161,12 @@ def test_phi3_mini_builds_on_meta_at_full_size() -> None:
 # -- the kit: zoo check's reference check, with and without a planted bug -------------------
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class _SwappedConfig(Phi3Config):
-    architecture: ClassVar[str] = "phi3-swapped"
-
-
 #: The issue's planted bug: the two norms of each block swapped in the layout. It is its own
 #: inverse, so a round trip zoo -> Hugging Face -> zoo returns every tensor to its place.
 _SWAPPED = dataclasses.replace(
     HF_PHI3, rules=phi3_rules(attn_norm="post_attention_layernorm", ffn_norm="input_layernorm")
 )
-
-
-class _Planted:
-    """A Phi-3 whose layout swaps the two norms of each block."""
-
-    @zoo.hookimpl
-    def zoo_architectures(self) -> list[zoo.ArchitectureSpec]:
-        return [zoo.ArchitectureSpec(
-            name="phi3-swapped", config=_SwappedConfig, model="zoo.nn.decoder:DecoderLM",
-            checkpoint_layouts={"hf-phi3": _SWAPPED},
-        )]  # fmt: skip
-
-    @zoo.hookimpl
-    def zoo_models(self) -> list[zoo.ModelSpec]:
-        official = zoo.get_registry().model("phi-3-mini-4k-instruct")
-        return [zoo.ModelSpec(name="phi3-swapped-tiny", architecture="phi3-swapped",
-                              tokenizer="byte", config=dict(official.config))]  # fmt: skip
+_PLANTED = Planted("phi-3-mini-4k-instruct", {"phi3-swapped": ("hf-phi3", _SWAPPED)})
 
 
 def test_the_kit_proves_phi3_against_transformers_and_catches_swapped_norms(use_registry):
@@ -197,7 +176,7 @@ def test_the_kit_proves_phi3_against_transformers_and_catches_swapped_norms(use_
     note = run_check("phi-3-mini-4k-instruct", "reference")
     print(note)
     assert note is not None and "Phi3ForCausalLM" in note and "greedy tokens equal" in note
-    use_registry(load_registry(plugins={"planted": _Planted()}))
+    use_registry(load_registry(plugins={"planted": _PLANTED}))
     run_check("phi3-swapped-tiny", "checkpoint_layouts")  # the round trip cannot see it
     with pytest.raises(AssertionError, match="logits differ"):
         run_check("phi3-swapped-tiny", "reference")
