@@ -8,8 +8,10 @@ starts where the set-up left off, in milliseconds. :class:`Forked` stands for a 
 ``subprocess.Popen`` stands for a process: ``pid``, ``wait(timeout)``, ``kill()``,
 ``returncode`` (``-9`` once killed).
 
-The server runs with ``OMP_NUM_THREADS=1``: no thread pool exists in it, so none is copied
-into a child half-initialised (a pool's threads do not survive ``fork``).
+With ``one_thread`` (the default) the server runs with ``OMP_NUM_THREADS=1``: a set-up that
+computes with torch then leaves no thread pool to be copied into a child half-initialised (a
+pool's threads do not survive ``fork``). ``import torch`` alone starts none (only OpenBLAS's,
+which is fork-safe), so a server that only imports may keep the threads a process would have.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ from typing import Any
 
 #: The server: runs the set-up, answers "ready", then one JSON request a line on stdin, one
 #: JSON answer a line on stdout. A child runs its code with stdin on /dev/null and stdout on
-#: the server's stderr (never the answers' pipe), and exits 0, or 1 after a traceback.
+#: the server's stderr (never the answers' pipe), and ends as a Python process ends: its
+#: ``SystemExit`` code, 0, or 1 after a traceback, once atexit handlers have run.
 SERVER = r"""
-import json, os, signal, sys, time, traceback
+import json, os, signal, sys, time
 answers = os.fdopen(os.dup(1), "w")
 os.dup2(2, 1)
 namespace = {"__name__": "__forkserver__"}
@@ -43,19 +46,11 @@ def fork(code):
     if pid:
         children.add(pid)
         return pid
-    status = 0
-    try:
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        answers.close()
-        exec(compile(code, "<child>", "exec"), dict(namespace))
-    except BaseException:
-        traceback.print_exc()
-        status = 1
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(status)
+    # the child: it ends as a Python process does, SystemExit's code or 1 after a traceback
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    answers.close()
+    exec(compile(code, "<child>", "exec"), dict(namespace))
+    sys.exit(0)
 
 
 def wait(pid, timeout):
@@ -87,20 +82,36 @@ for pid in children:  # the test is over: no child outlives the server
 class ForkServer:
     """One Python process that has run ``setup`` and forks children that run code from there."""
 
-    def __init__(self, setup: str) -> None:
+    def __init__(
+        self,
+        setup: str,
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        one_thread: bool = True,
+    ) -> None:
+        env = dict(os.environ if env is None else env)
+        if one_thread:
+            env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
         self._process = subprocess.Popen(
             [sys.executable, "-c", SERVER],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
-            env={**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
+            env=env,
+            cwd=cwd,
         )
         self._send(setup)
+        self._ready = False  # the set-up runs meanwhile; the first request waits for it
+
+    def _wait_ready(self) -> None:
+        if self._ready:
+            return
         assert self._process.stdout is not None
-        ready = self._process.stdout.readline()
-        if ready != "ready\n":
+        if self._process.stdout.readline() != "ready\n":
             self.close()
             raise RuntimeError(f"the fork server's set-up failed (exit {self._process.returncode})")
+        self._ready = True
 
     def _send(self, request: Any) -> None:
         assert self._process.stdin is not None
@@ -108,6 +119,7 @@ class ForkServer:
         self._process.stdin.flush()
 
     def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        self._wait_ready()
         self._send(request)
         assert self._process.stdout is not None
         answer = self._process.stdout.readline()
