@@ -17,6 +17,11 @@ is checked to be marked, not run; one that says ``tested in tests/test_x.py`` (a
 compilation, too slow to repeat here) must name a test file that exists. One that says
 ``needs the Hub (or a local one...)`` runs against a local Hub (``zoo.hub.local``) started for
 the document, seeded with the repos its lines read before they push (:data:`HUB_SEEDS`).
+
+For time (2 cores): documents run two at a time, torch on one thread in each; ``zoo``
+commands are processes forked from one that has imported torch (:data:`ZOO_COMMAND`); and an
+exact repeat of a read-only command with nothing else run since is not run again
+(:data:`READ_ONLY`).
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import IO
 
@@ -360,9 +367,44 @@ def test_the_python_runner_keeps_one_namespace_and_reports_failures(tmp_path):
     assert python_to_run(marked) == "if True:\n    pass  # not run here: needs the Hub\n"
 
 
+#: Documents run two at a time, each in its own folder with its own processes, local Hub and
+#: Hugging Face cache, torch on one thread in each: much of a document's time is one process
+#: importing or waiting, which leaves the second of 2 cores idle, and torch's own threads only
+#: spin against each other's. The longest start first (all blocks: 100 s -> 60 s on 2 cores).
+PARALLEL_DOCUMENTS = 2
+
+
+@pytest.fixture(scope="module")
+def document_runs(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[Path, Future[list[str]]]]:
+    """Each selected document's run, started in the background: document -> its failures."""
+    selected = [
+        item.callspec.params["document"]
+        for item in request.session.items
+        if getattr(item, "originalname", None) == "test_document_runs_as_written"
+        and item.path == Path(__file__)
+    ]
+    longest_first = sorted(selected, key=lambda d: (d != README, d.name != "training.md"))
+    with ThreadPoolExecutor(PARALLEL_DOCUMENTS, thread_name_prefix="document") as pool:
+        runs = {
+            document: pool.submit(_run_document, document, tmp_path_factory.mktemp(document.stem))
+            for document in longest_first
+        }
+        yield runs
+        for run in runs.values():
+            run.cancel()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("document", RUNNABLE, ids=_name)
-def test_document_runs_as_written(document, tmp_path):
+def test_document_runs_as_written(document, document_runs):
+    failures = document_runs[document].result()
+    assert not failures, "\n\n".join(failures)
+
+
+def _run_document(document: Path, tmp_path: Path) -> list[str]:
+    """Run the blocks of ``document`` in a scratch folder under ``tmp_path``: the failures."""
     from conftest import site_dir  # the toy plugin the plugin guide installs
 
     work = tmp_path / "work"
@@ -372,6 +414,7 @@ def test_document_runs_as_written(document, tmp_path):
         **os.environ,
         "HF_HOME": str(tmp_path / "hf"),
         "HF_HUB_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",  # torch on one thread: two documents at a time fill 2 cores
         "PYTHONPATH": os.pathsep.join(
             filter(None, [str(site_dir()), os.environ.get("PYTHONPATH")])
         ),
@@ -414,7 +457,7 @@ def test_document_runs_as_written(document, tmp_path):
                 zoo_server.close()
             if hub is not None:
                 hub.close()
-    assert not failures, "\n\n".join(failures)
+    return failures
 
 
 def _local_hub(found: list[Block], tmp_path: Path) -> LocalHub | None:
