@@ -231,16 +231,22 @@ def test_fsdp_shards_the_blocks_and_two_gloo_processes_equal_one(task, tmp_path)
     _data(tmp_path / "data")
     data = str(tmp_path / "data")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    one = subprocess.run(
-        [sys.executable, str(script), task, str(tmp_path / "one"), "ddp", here, data],
-        capture_output=True, text=True, env=env, timeout=300,
-    )  # fmt: skip
-    assert one.returncode == 0, one.stderr[-3000:]
-    two = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         str(script), task, str(tmp_path / "two"), "fsdp", here, data],
-        capture_output=True, text=True, env=env, timeout=300,
-    )  # fmt: skip
+    with open(tmp_path / "one.err", "w") as err:  # the two runs are independent: at once
+        one = subprocess.Popen(
+            [sys.executable, str(script), task, str(tmp_path / "one"), "ddp", here, data],
+            stdout=subprocess.DEVNULL, stderr=err, env=env,
+        )  # fmt: skip
+        try:
+            two = subprocess.run(
+                [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                 "--nproc-per-node", "2", str(script), task, str(tmp_path / "two"), "fsdp", here,
+                 data],
+                capture_output=True, text=True, env=env, timeout=300,
+            )  # fmt: skip
+            assert one.wait(timeout=300) == 0, (tmp_path / "one.err").read_text()[-3000:]
+        finally:
+            one.kill()
+            one.wait()
     assert two.returncode == 0, two.stderr[-3000:]
     losses = [
         [json.loads(line)["loss"] for line in (tmp_path / run / "metrics.jsonl").open()]
