@@ -9,6 +9,7 @@ import random
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -102,19 +103,36 @@ def gloo_args(corpus: Path) -> list[str]:
     ]
 
 
+class OneProcessRun:
+    """The single-process run both distributed strategies are compared with: started once,
+    in the background (it runs while the first distributed run does), waited for on use."""
+
+    def __init__(self, corpus: Path, out: Path) -> None:
+        self.out = out
+        with open(out.parent / "one.err", "w") as err:  # the child writes to its own copy
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "zoo.cli", *gloo_args(corpus), "--out", str(out)],
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                env={**os.environ, "OMP_NUM_THREADS": "1"},
+            )
+
+    def wait(self) -> Path:
+        """The run's folder, once it has ended well."""
+        code = self._process.wait(timeout=300)
+        assert code == 0, (self.out.parent / "one.err").read_text()[-2000:]
+        return self.out
+
+    def kill(self) -> None:
+        self._process.kill()
+        self._process.wait()
+
+
 @pytest.fixture(scope="module")
-def one_process_run(corpus, tmp_path_factory) -> Path:
-    """The single-process run both distributed strategies are compared with (made once)."""
-    out = tmp_path_factory.mktemp("gloo") / "one"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    one = subprocess.run(
-        [sys.executable, "-m", "zoo.cli", *gloo_args(corpus), "--out", str(out)],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    assert one.returncode == 0, one.stderr[-2000:]
-    return out
+def one_process_run(corpus, tmp_path_factory) -> Iterator[OneProcessRun]:
+    run = OneProcessRun(corpus, tmp_path_factory.mktemp("gloo") / "one")
+    yield run
+    run.kill()
 
 
 @pytest.mark.slow  # three processes start torch and train under torchrun
@@ -144,13 +162,14 @@ def test_two_gloo_processes_equal_one(corpus, tmp_path, strategy, one_process_ru
         env=env,
         timeout=300,
     )
+    one = one_process_run.wait()
     assert two.returncode == 0, two.stderr[-3000:]
     losses = [
         [json.loads(line)["loss"] for line in (run / "metrics.jsonl").open()]
-        for run in (one_process_run, tmp_path / "two")
+        for run in (one, tmp_path / "two")
     ]
     assert losses[0] == pytest.approx(losses[1], abs=1e-5)
-    a, b = zoo.load(one_process_run / "model"), zoo.load(tmp_path / "two" / "model")
+    a, b = zoo.load(one / "model"), zoo.load(tmp_path / "two" / "model")
     for key, value in a.state_dict().items():
         torch.testing.assert_close(b.state_dict()[key], value, atol=1e-5, rtol=0)
 
