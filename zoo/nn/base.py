@@ -140,8 +140,8 @@ def embed_tokens(
     """Token plus position vectors, ``(B, L) -> (B, L, d_model)``: ``drop(tok_emb(ids) +
     pos_emb(positions))``, the token part scaled by ``sqrt(d_model)`` when ``scale_by_width``
     (Vaswani et al., Gemma), rounded to the activations' dtype first (transformers' Gemma: in
-    bfloat16 ``sqrt(3584)`` is 59.75). A :class:`~zoo.nn.PositionScheme` that adds no vectors (rotary, none)
-    adds nothing."""
+    bfloat16 ``sqrt(3584)`` is 59.75). A :class:`~zoo.nn.PositionScheme` that adds no vectors
+    (rotary, none) adds nothing."""
     x = tok_emb(ids)  # (B, L, d_model)
     if scale_by_width:  # by sqrt(d) rounded to the activations' dtype, as transformers does
         x = x * x.new_tensor(math.sqrt(x.shape[-1]))

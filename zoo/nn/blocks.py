@@ -22,8 +22,8 @@ experts).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+import types
+from collections.abc import Callable, Mapping
 
 from torch import Tensor, nn
 
@@ -31,12 +31,11 @@ from ..config import TransformerConfig
 from ..errors import ConfigError
 from .cache import LayerCache
 from .moe import mixture
-
-if TYPE_CHECKING:
-    from .parts import Parts
+from .parts import Parts, parts_for
 from .positions import Rotation
 
 __all__ = [
+    "BUILTIN_BLOCKS",
     "ParallelSharedBlock",
     "SandwichBlock",
     "TransformerBlock",
@@ -88,8 +87,6 @@ class TransformerBlock(nn.Module):
         cross_attention: bool = False,
     ) -> None:
         super().__init__()
-        from .parts import parts_for  # its table of built-in components lists this module's
-
         parts = parts_for(config, parts)
         self.norm_first = config.norm_first
         self.parallel = config.parallel_residual
@@ -116,8 +113,6 @@ class TransformerBlock(nn.Module):
         cross_attention: bool = False,
     ) -> nn.ModuleList:
         """``n_layers`` blocks made of the components ``config`` names."""
-        from .parts import parts_for  # its table of built-in components lists this module's
-
         parts = parts_for(config, parts)
         return nn.ModuleList(
             cls(config, parts, cross_attention=cross_attention) for _ in range(n_layers)
@@ -254,6 +249,17 @@ def post_branch(config: TransformerConfig, parts: Parts, layer: int) -> Sandwich
 def parallel_shared(config: TransformerConfig, parts: Parts, layer: int) -> ParallelSharedBlock:
     """``block = "parallel_shared"``: one norm for parallel branches (GPT-J, Cohere)."""
     return ParallelSharedBlock(config, parts)
+
+
+#: The blocks that come with ``zoo.nn``, by name (registered as plugin ``zoo``, kind ``block``).
+BUILTIN_BLOCKS: Mapping[str, Callable[..., nn.Module]] = types.MappingProxyType(
+    {
+        "transformer": transformer,
+        "sandwich": sandwich,
+        "post_branch": post_branch,
+        "parallel_shared": parallel_shared,
+    }
+)
 
 
 def _norm_heads(attn: nn.Module, config: TransformerConfig, parts: Parts) -> None:

@@ -27,7 +27,7 @@ from .base import (
     random_ids,
     right_padding,
 )
-from .blocks import TransformerBlock
+from .blocks import BUILTIN_BLOCKS, TransformerBlock
 from .cache import KVCache
 from .decoding import DecoderSession, start_session
 from .linear import Linear
@@ -58,7 +58,7 @@ class DecoderLM(ZooModel):
     def __init__(self, config: DecoderConfig, parts: Parts | None = None) -> None:
         super().__init__(config)
         c = config
-        parts = parts_for(c, parts)
+        parts = parts_for(c, parts).with_builtin("block", BUILTIN_BLOCKS, c)
         self.tok_emb = nn.Embedding(c.vocab_size, c.d_model)
         self.pos_emb = make_positions(c, parts)
         self.drop = nn.Dropout(c.dropout)

@@ -21,7 +21,7 @@ from typing import Any
 from torch import nn
 
 from ..errors import ConfigError, PluginContractError
-from . import attention, blocks, feedforward, norms, positions
+from . import attention, feedforward, norms, positions
 
 __all__ = ["BUILTIN_COMPONENTS", "ComponentFactory", "Parts", "make_positions", "parts_for"]
 
@@ -29,7 +29,8 @@ __all__ = ["BUILTIN_COMPONENTS", "ComponentFactory", "Parts", "make_positions", 
 #: factory also takes the :class:`Parts` and the layer index, ``factory(config, parts, layer)``.
 ComponentFactory = Callable[..., nn.Module]
 
-#: The components that come with ``zoo.nn``, by kind and name (registered as plugin ``zoo``).
+#: The components that come with ``zoo.nn``, by kind and name (registered as plugin ``zoo``);
+#: the blocks they are assembled into are :data:`zoo.nn.blocks.BUILTIN_BLOCKS`.
 BUILTIN_COMPONENTS: Mapping[str, Mapping[str, ComponentFactory]] = types.MappingProxyType(
     {
         "positions": {
@@ -50,12 +51,6 @@ BUILTIN_COMPONENTS: Mapping[str, Mapping[str, ComponentFactory]] = types.Mapping
         },
         "attention": {"mha": attention.mha},
         "cross_attention": {"mha": attention.cross_mha},
-        "block": {
-            "transformer": blocks.transformer,
-            "sandwich": blocks.sandwich,
-            "post_branch": blocks.post_branch,
-            "parallel_shared": blocks.parallel_shared,
-        },
     }
 )
 
@@ -81,11 +76,16 @@ class Parts:
     architecture: Callable[[str], tuple[Any, Callable[[Any], nn.Module]]] = _no_architectures
 
     @classmethod
-    def builtin(cls, config: Any) -> Parts:
-        """The built-in components ``config`` names; a component only a plugin supplies is
-        a :class:`~zoo.errors.ConfigError` saying to build through ``zoo.build``."""
+    def builtin(
+        cls,
+        config: Any,
+        tables: Mapping[str, Mapping[str, ComponentFactory]] = BUILTIN_COMPONENTS,
+    ) -> Parts:
+        """The built-in components ``config`` names (from ``tables``); a component only a
+        plugin supplies is a :class:`~zoo.errors.ConfigError` saying to build through
+        ``zoo.build``."""
         found: dict[str, ComponentFactory] = {}
-        for kind, table in BUILTIN_COMPONENTS.items():
+        for kind, table in tables.items():
             name = getattr(config, kind, None)
             if name is None:
                 continue
@@ -97,6 +97,14 @@ class Parts:
                 )
             found[kind] = table[name]
         return cls(found)
+
+    def with_builtin(self, kind: str, table: Mapping[str, ComponentFactory], config: Any) -> Parts:
+        """These parts, plus the built-in ``kind`` component ``config`` names where none was
+        resolved (a model built directly, without the registry)."""
+        if kind in self.components:
+            return self
+        extra = Parts.builtin(config, {kind: table}).components
+        return dataclasses.replace(self, components={**self.components, **extra})
 
     def build(self, kind: str, config: Any) -> nn.Module:
         """The ``kind`` component for ``config``."""

@@ -40,7 +40,7 @@ from ..checkpoint.state import tied_groups
 from ..generation import generate
 from ..nn.base import ZooModel
 from ..registry import get_registry
-from .reference import CheckSkipped, compare_with_architecture_reference
+from .reference import CheckSkipped, IdsTokenizer, compare_with_architecture_reference
 
 __all__ = [
     "CHECKS",
@@ -73,7 +73,7 @@ SMALL_WINDOW = 5
 
 def small_overrides(name: str) -> dict[str, Any]:
     """Overrides that shrink ``name`` to a model that checks quickly on a CPU."""
-    arch, _, config = resolve_config(name)
+    _, _, config = resolve_config(name)
     fields = type(config).field_names()
     small: dict[str, Any] = {k: v for k, v in SMALL_SIZES.items() if k in fields}
     if getattr(config, "n_kv_heads", None) is not None:
@@ -94,9 +94,6 @@ def small_overrides(name: str) -> dict[str, Any]:
         c: Any = config  # a TransformerConfig: it has rotary_dim
         head = small.get("head_dim") or small["d_model"] // small.get("n_heads", c.n_heads)
         small["rotary_dim"] = max(2, rotary * head // c.head_size // 2 * 2)
-    d_model, d_ff = getattr(config, "d_model", None), getattr(config, "d_ff", None)
-    if "d_ff" in small and d_model and d_ff == 4 * d_model and arch.checkpoint_layouts:
-        small["d_ff"] = 4 * small["d_model"]  # the ratio a layout may require (GPT-1's)
     return small
 
 
@@ -380,26 +377,13 @@ def check_reference(name: str, device: str) -> str | None:
     lengths and a left-padded batch, and its greedy tokens (:mod:`zoo.testing.reference`).
     Skipped, with the reason, when there is no reference to run."""
     del device  # float32 on the CPU, where the reference runs
-    arch, _, _ = resolve_config(name)
-    return compare_with_architecture_reference(_small(name, "cpu"), arch)
-
-
-class _Ids:
-    """A tokenizer over ids alone (id ``i`` is the word ``"i"``), so that streaming can be
-    compared with plain generation on any model, whatever its own tokenizer needs."""
-
-    name = "ids"
-    eos_id = None
-    bos_id = None
-
-    def __init__(self, vocab_size: int) -> None:
-        self.vocab_size = vocab_size
-
-    def encode(self, text: str) -> list[int]:
-        return [int(word) for word in text.split()]
-
-    def decode(self, ids: list[int]) -> str:
-        return "".join(f" {i}" for i in ids)
+    arch, _, config = resolve_config(name)
+    small = small_overrides(name)
+    d_model, d_ff = getattr(config, "d_model", None), getattr(config, "d_ff", None)
+    if "d_ff" in small and d_model and d_ff == 4 * d_model:
+        small["d_ff"] = 4 * small["d_model"]  # the ratio a layout may require (GPT-1's)
+    torch.manual_seed(0)
+    return compare_with_architecture_reference(build(name, device="cpu", **small), arch)
 
 
 def _recomputed_logits(
@@ -465,7 +449,7 @@ def check_decoding(name: str, device: str) -> None:
                 raise AssertionError(
                     f"prompt {i} decodes differently left-padded in a batch than alone: {exc}"
                 ) from None
-    ids = _Ids(vocab)
+    ids = IdsTokenizer(vocab)
     text = " ".join(map(str, prompts[0]))
     options: dict[str, Any] = {"tokenizer": ids, "max_new_tokens": n, "start_id": start_id}
     plain = generate(model, text, temperature=0.9, seed=0, **options)
