@@ -34,8 +34,8 @@ def query_pre_attn_scalar(config: Gemma2Config) -> int:
     scalar = round(scale**-2)
     if scalar < 1 or not math.isclose(scalar**-0.5, scale, rel_tol=1e-12):
         raise CheckpointError(
-            f"attn_scale = {scale!r} is not s ** -0.5 of an integer s: the Hugging Face "
-            "Gemma 2 layout stores the score scale as the integer query_pre_attn_scalar"
+            f"attn_scale = {scale!r} is not s ** -0.5 of an integer s: the Hugging Face Gemma "
+            "2 and Gemma 3 layouts store the score scale as the integer query_pre_attn_scalar"
         )
     return scalar
 
