@@ -123,8 +123,8 @@ def test_duck_typed_tokenizers_without_end_ids_still_work(qwen, monkeypatch):
 
 @pytest.mark.parametrize(
     ("stop_ids", "message"),
-    [((-1,), "stop_ids must be token ids"), ((1.5,), "stop_ids must be token ids"),
-     ((True,), "stop_ids must be token ids"), ("5", "stop_ids must be")],
+    [((-1,), "stop_ids must be token ids"), ((1.5,), r"stop_ids\[0\] must be int"),
+     ((True,), r"stop_ids\[0\] must be int, got bool"), ("5", "stop_ids must be")],
 )  # fmt: skip
 def test_bad_stop_ids_are_config_errors(stop_ids, message):
     with pytest.raises(ConfigError, match=message):

@@ -24,6 +24,15 @@ ZOO_LAYOUT = {"gpt2", "gpt1", "llama"}
 _FAMILY = {"n_layers": 2, "d_model": 128, "n_heads": 4, "n_kv_heads": 2, "d_ff": 256,
            "vocab_size": 512, "context_length": 64}  # fmt: skip
 
+#: Architectures whose quantized error on these random weights is twice the others': norms
+#: after each branch (OLMo-2, Gemma) bring every branch to full scale, so a per-tensor
+#: activation scale (int8) or a group scale (int4) leaves the small values fewer steps;
+#: transformers' own classes under torch.ao's dynamic int8 have the same error (OLMo-2:
+#: 0.089 against zoo's 0.088).
+BRANCH_NORMED = {"olmo2", "gemma2", "gemma3"}
+
+_ALTERNATING = {"layer_types": ("sliding_attention", "full_attention"), "sliding_window": 4}
+
 #: A small model of each architecture that declares a layout (width 128: int4's kernels take it).
 SMALL = {
     "gpt2": ("gpt2-124m", {"n_layers": 2, "d_model": 128, "n_heads": 4, "d_ff": 256}),
@@ -37,6 +46,10 @@ SMALL = {
         "pythia-160m",
         {"n_layers": 2, "d_model": 128, "n_heads": 4, "d_ff": 256, "vocab_size": 512},
     ),
+    "phi3": ("phi-3-mini-4k-instruct", _FAMILY),
+    "olmo2": ("olmo-2-1b-instruct", _FAMILY),
+    "gemma2": ("gemma-2-2b-it", {**_FAMILY, "head_dim": 32, **_ALTERNATING}),
+    "gemma3": ("gemma-3-1b-it", {**_FAMILY, "head_dim": 32, **_ALTERNATING}),
 }
 
 CHILD = textwrap.dedent(
@@ -101,7 +114,8 @@ def test_quantized_load_through_a_layout(arch, layout, tmp_path):
     results = [json.loads(line) for line in lines if line.startswith("{")]
     assert [r["mode"] for r in results] == list(QUANTIZE_MODES)
     for r in results:  # close to the float model (int4: groups of 32 with 4 bits)
-        assert r["error"] < (0.2 if r["mode"] == "int4" else 0.05), (layout, r)
+        bound = (0.2 if r["mode"] == "int4" else 0.05) * (2 if arch in BRANCH_NORMED else 1)
+        assert r["error"] < bound, (layout, r)
 
 
 def test_release_pages_leaves_heap_memory_alone():
