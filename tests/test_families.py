@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import torch
 import transformers
+from parity import max_logit_diff, padded_batch
 
 import zoo
 from zoo.generation import GenerationConfig, generate_ids
@@ -71,15 +72,6 @@ def reference(family: str, folder: Path, seed: int = 0) -> torch.nn.Module:
     return model
 
 
-def padded_batch(vocab: int, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(3, vocab, (3, 24), generator=g)
-    mask = torch.ones_like(ids)
-    mask[1, :9] = 0  # left padding
-    mask[2, 17:] = 0  # right padding
-    return ids, mask
-
-
 @pytest.fixture(params=list(FAMILIES))
 def family(request: pytest.FixtureRequest) -> str:
     return request.param
@@ -89,13 +81,7 @@ def test_logits_match_transformers(family: str, tmp_path: Path) -> None:
     ref = reference(family, tmp_path)
     model = zoo.load(tmp_path)
     assert type(model.config).architecture == FAMILIES[family][0]
-    ids, mask = padded_batch(COMMON["vocab_size"])
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    with torch.no_grad():
-        want = ref(ids, attention_mask=mask, position_ids=positions).logits
-        got = model(ids, attention_mask=mask)
-    real = mask.bool()
-    diff = float((got[real] - want[real]).abs().max())
+    diff = max_logit_diff(model, ref, *padded_batch(COMMON["vocab_size"]))
     print(f"{family}: max |zoo - transformers| = {diff:.2e}")
     assert diff <= 1e-5
 

@@ -16,7 +16,8 @@ import torch
 import transformers
 from chat_folders import write_folder
 from hub_fixtures import set_offline
-from test_families import padded_batch, reference
+from parity import padded_batch
+from test_families import reference
 
 import zoo
 from zoo.registry import load_registry

@@ -18,6 +18,7 @@ import pytest
 import torch
 import transformers
 from chat_folders import CONTROL, PLAIN, library_tokenizer, token_id
+from parity import max_logit_diff, padded_batch
 from planted import Planted, swap_foreign
 from zoo_plugins.olmo2 import REPO, REVISION
 from zoo_plugins.olmo2.convert import HF_OLMO2
@@ -57,24 +58,6 @@ def second(tmp_path_factory: pytest.TempPathFactory) -> tuple[torch.nn.Module, P
     return model, folder
 
 
-def _batch() -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(1)
-    ids = torch.randint(3, 300, (2, 20), generator=g)
-    mask = torch.ones_like(ids)
-    mask[1, :6] = 0  # left padding
-    return ids, mask
-
-
-def _max_diff(model: Any, reference: torch.nn.Module) -> float:
-    ids, mask = _batch()
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    with torch.no_grad():
-        want = reference(ids, attention_mask=mask, position_ids=positions).logits
-        got = model(ids, attention_mask=mask)
-    real = mask.bool()
-    return float((got[real] - want[real]).abs().max())
-
-
 def test_a_second_geometry_matches_transformers(second, tmp_path: Path) -> None:
     reference, folder = second
     model = zoo.load(folder)
@@ -83,12 +66,12 @@ def test_a_second_geometry_matches_transformers(second, tmp_path: Path) -> None:
     assert config.tie_embeddings and config.rope_theta == 500000.0
     attn = model.blocks[0].attn
     assert (attn.q_norm.weight.shape[0], attn.k_norm.weight.shape[0]) == (96, 24)
-    diff = _max_diff(model, reference)
+    diff = max_logit_diff(model, reference, *padded_batch(300))
     print(f"olmo2 second geometry: max |zoo - transformers| = {diff:.2e}")
     assert diff <= 1e-5
     zoo.export(model, tmp_path)  # and back: transformers reads zoo's export as the same model
     back = transformers.Olmo2ForCausalLM.from_pretrained(tmp_path).eval()
-    assert _max_diff(model, back) <= 1e-5
+    assert max_logit_diff(model, back, *padded_batch(300)) <= 1e-5
 
 
 def _edited(change: Any) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import torch
 import transformers
+from parity import max_logit_diff, padded_batch
 from planted import Planted
 from zoo_plugins.phi3.convert import HF_PHI3, PHI3_CONFIG, phi3_rules
 
@@ -53,24 +54,6 @@ def second(tmp_path_factory: pytest.TempPathFactory) -> tuple[torch.nn.Module, P
     return model, folder
 
 
-def _batch() -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(1)
-    ids = torch.randint(3, 300, (2, 20), generator=g)
-    mask = torch.ones_like(ids)
-    mask[1, :6] = 0  # left padding
-    return ids, mask
-
-
-def _max_diff(model: Any, reference: torch.nn.Module) -> float:
-    ids, mask = _batch()
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    with torch.no_grad():
-        want = reference(ids, attention_mask=mask, position_ids=positions).logits
-        got = model(ids, attention_mask=mask)
-    real = mask.bool()
-    return float((got[real] - want[real]).abs().max())
-
-
 def test_a_second_geometry_matches_transformers(second: tuple[torch.nn.Module, Path]) -> None:
     reference, folder = second
     model = zoo.load(folder)
@@ -78,7 +61,7 @@ def test_a_second_geometry_matches_transformers(second: tuple[torch.nn.Module, P
     assert (config.n_kv_heads, config.head_size, config.rotary_dim) == (4, 24, 18)
     assert config.tie_embeddings and config.rope_theta == 500.0
     assert config.sliding_window is None
-    diff = _max_diff(model, reference)
+    diff = max_logit_diff(model, reference, *padded_batch(300))
     print(f"phi3 second geometry: max |zoo - transformers| = {diff:.2e}")
     assert diff <= 1e-5
 
@@ -101,7 +84,7 @@ def test_the_official_files_keys_load_the_same_model(second, tmp_path: Path) -> 
     (tmp_path / "config.json").write_text(json.dumps(data))
     model = zoo.load(tmp_path)
     assert model.config.rotary_dim == 18
-    assert _max_diff(model, reference) <= 1e-5
+    assert max_logit_diff(model, reference, *padded_batch(300)) <= 1e-5
 
 
 def _longrope(data: dict[str, Any]) -> None:  # the 128k models' file (transformers 4.x)
@@ -145,7 +128,7 @@ def test_a_tiny_export_loads_with_from_pretrained(tmp_path: Path) -> None:
     theirs = transformers.Phi3ForCausalLM.from_pretrained(tmp_path).eval()
     written = json.loads((tmp_path / "config.json").read_text())
     assert written["pad_token_id"] is None and written["sliding_window"] == 2047
-    ids = _batch()[0]
+    ids = padded_batch(300)[0]
     with torch.no_grad():
         torch.testing.assert_close(theirs(ids).logits, model(ids), rtol=0, atol=1e-5)
 

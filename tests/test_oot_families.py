@@ -27,6 +27,7 @@ import oot_plugins.starcoder2
 import pytest
 import torch
 import transformers
+from parity import max_logit_diff, padded_batch
 
 import zoo
 from zoo.registry import load_registry
@@ -68,16 +69,6 @@ def reference(family: str, folder: Path, seed: int = 0) -> torch.nn.Module:
     return model
 
 
-def padded_batch(vocab: int, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
-    """Three rows of 24 ids: whole, left-padded by 9, right-padded by 7."""
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(3, vocab, (3, 24), generator=g)
-    mask = torch.ones_like(ids)
-    mask[1, :9] = 0
-    mask[2, 17:] = 0
-    return ids, mask
-
-
 @pytest.fixture(scope="module")
 def registry() -> Iterator[zoo.registry.Registry]:
     """The installed plugins plus the three out-of-tree ones, for every test of this module."""
@@ -113,13 +104,7 @@ def test_the_plugins_are_declarations_on_the_shared_decoder(case: Case) -> None:
 
 
 def test_logits_match_transformers(case: Case) -> None:
-    ids, mask = padded_batch(300)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    with torch.no_grad():
-        want = case.theirs(ids, attention_mask=mask, position_ids=positions).logits
-        got = case.ours(ids, attention_mask=mask)
-    real = mask.bool()
-    diff = float((got[real] - want[real]).abs().max())
+    diff = max_logit_diff(case.ours, case.theirs, *padded_batch(300))
     print(f"{case.family}: max |zoo - transformers| = {diff:.2e}")
     assert diff <= 1e-5
 
