@@ -17,7 +17,7 @@ DOCS = ROOT / "docs"
 #: in tests/test_x.py": a slow line, such as a first compilation, that test runs).
 NOT_HERE = ("needs the Hub", "several machines", "needs a GPU", "tested in tests/")
 
-#: What a ``needs the Hub`` comment adds when a local Hub (``python -m zoo.hub.local``, see
+#: What a ``needs the Hub`` comment adds when a local Hub (``python -m zoo.localhub``, see
 #: docs/hub.md) does as well: the tests run such a line, against a local Hub they start.
 LOCAL_HUB = "or a local one"
 

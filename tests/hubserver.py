@@ -1,7 +1,7 @@
-"""The hostile variants of zoo's local Hub (:mod:`zoo.hub.local`), for tests.
+"""The hostile variants of zoo's local Hub (:mod:`zoo.localhub`), for tests.
 
-:class:`LocalHub` is :class:`zoo.hub.local.LocalHub` (one server implementation: the one
-``python -m zoo.hub.local`` serves) plus fault injection, switched on per test:
+:class:`LocalHub` is :class:`zoo.localhub.LocalHub` (one server implementation: the one
+``python -m zoo.localhub`` serves) plus fault injection, switched on per test:
 
 * :attr:`LocalHub.outage_status`: every request answered with that status (a Hub outage);
   :meth:`LocalHub.stop` is the Hub being down;
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zoo.hub.local import (
+from zoo.localhub import (
     DEFAULT_GITATTRIBUTES,
     FileEntry,
     HubError,
@@ -29,7 +29,7 @@ from zoo.hub.local import (
     _chunks,
     _Handler,
 )
-from zoo.hub.local import LocalHub as _WellBehavedHub
+from zoo.localhub import LocalHub as _WellBehavedHub
 
 __all__ = ["DEFAULT_GITATTRIBUTES", "FileEntry", "HubError", "LocalHub", "RequestRecord"]
 
@@ -44,7 +44,7 @@ class _Fault:
 
 
 class _HostileHandler(_Handler):
-    """:class:`zoo.hub.local._Handler` with the faults of :class:`LocalHub` applied."""
+    """:class:`zoo.localhub._Handler` with the faults of :class:`LocalHub` applied."""
 
     hub: LocalHub
 
@@ -135,7 +135,7 @@ class _HostileHandler(_Handler):
 
 
 class LocalHub(_WellBehavedHub):
-    """:class:`zoo.hub.local.LocalHub` with fault injection (same arguments)."""
+    """:class:`zoo.localhub.LocalHub` with fault injection (same arguments)."""
 
     handler_class = _HostileHandler
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import zoo
-from zoo.convert import KeyMap, KeyRule
+from zoo.checkpoint.hf_layout import KeyMap, KeyRule
 
 
 def swap_foreign(rules: tuple[KeyRule, ...], one: str, other: str) -> tuple[KeyRule, ...]:

@@ -25,7 +25,9 @@ def test_console_script_lists_without_torch():
     out = subprocess.run([exe, "list"], capture_output=True, text=True, check=True, env=env)
     assert "gpt2-124m" in out.stdout and "wiki-gpt-wordpiece" in out.stdout
     imported = {line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines()}
-    assert "zoo.registry" in imported, "import profile not captured: the check proves nothing"
+    assert "zoo.plugin.registry" in imported, (
+        "import profile not captured: the check proves nothing"
+    )
     assert "torch" not in imported
 
 
@@ -146,9 +148,9 @@ class _Shadow:
 
 
 def test_list_and_plugins_show_a_conflict(capsys, monkeypatch, use_registry):
-    import zoo.registry
+    import zoo.plugin.registry
 
-    use_registry(zoo.registry.load_registry(plugins={"dup": _Shadow()}))
+    use_registry(zoo.plugin.registry.load_registry(plugins={"dup": _Shadow()}))
     code, out, err = run(capsys, "list")
     assert code == 0
     row = next(line for line in out.splitlines() if line.startswith("gpt2-124m"))
@@ -230,9 +232,9 @@ def test_push_of_a_missing_directory_says_it_does_not_exist(capsys, tmp_path):
 
 
 def test_plugins_names_the_preferred_source_and_what_it_beat(capsys, monkeypatch, use_registry):
-    import zoo.registry
+    import zoo.plugin.registry
 
-    registry = zoo.registry.load_registry(plugins={"dup": _Shadow()}, prefer=["dup"])
+    registry = zoo.plugin.registry.load_registry(plugins={"dup": _Shadow()}, prefer=["dup"])
     use_registry(registry)
     code, out, _ = run(capsys, "plugins")
     assert code == 0

@@ -186,7 +186,7 @@ def test_info_shows_only_the_config_fields_that_take_effect(capsys):
 def test_inert_fields_follow_what_components_declare(use_registry):
     from tests.test_components import _identity, _Supplies, _use
     from zoo.api import inert_fields, resolve_config
-    from zoo.specs import ComponentSpec
+    from zoo.plugin.specs import ComponentSpec
 
     def config(**overrides):
         return resolve_config("gpt2-124m", n_layers=1, **overrides)[2]

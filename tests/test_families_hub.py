@@ -20,7 +20,7 @@ from parity import padded_batch
 from test_families import reference
 
 import zoo
-from zoo.registry import load_registry
+from zoo.plugin.registry import load_registry
 
 #: named model -> (family in test_families, chat folder of tests/chat_folders, template?,
 #: the plugin module and attribute holding the pinned revision its tokenizer reads)

@@ -24,7 +24,7 @@ from zoo_plugins.olmo2 import REPO, REVISION
 from zoo_plugins.olmo2.convert import HF_OLMO2
 
 import zoo
-from zoo.hf_config import HFConfigError
+from zoo.checkpoint.hf_config import HFConfigError
 
 HUB = Path(__file__).parent / "data" / "hub" / REPO
 
@@ -158,7 +158,7 @@ _PLANTED = Planted("olmo-2-1b-instruct", {"olmo2-swapped": ("hf-olmo2", _SWAPPED
 
 
 def test_the_kit_proves_olmo2_against_transformers_and_catches_swapped_norms(use_registry):
-    from zoo.registry import load_registry
+    from zoo.plugin.registry import load_registry
     from zoo.testing import run_check
 
     note = run_check("olmo-2-1b-instruct", "reference")

@@ -22,7 +22,7 @@ from planted import Planted
 from zoo_plugins.phi3.convert import HF_PHI3, PHI3_CONFIG, phi3_rules
 
 import zoo
-from zoo.hf_config import HFConfigError
+from zoo.checkpoint.hf_config import HFConfigError
 
 OFFICIAL = Path(__file__).parent / "data/hub/microsoft/Phi-3-mini-4k-instruct/config.json"
 
@@ -153,7 +153,7 @@ _PLANTED = Planted("phi-3-mini-4k-instruct", {"phi3-swapped": ("hf-phi3", _SWAPP
 
 
 def test_the_kit_proves_phi3_against_transformers_and_catches_swapped_norms(use_registry):
-    from zoo.registry import load_registry
+    from zoo.plugin.registry import load_registry
     from zoo.testing import run_check
 
     note = run_check("phi-3-mini-4k-instruct", "reference")

@@ -247,7 +247,7 @@ def _reader(data: dict):  # type: ignore[no-untyped-def]
 def _types(data: dict) -> dict:  # type: ignore[type-arg]
     """The key types ``data`` is checked against: :data:`KEY_TYPES` and those its layout's
     format declares (``HFConfigFormat.types``: a plugin types its own keys)."""
-    from zoo.hf_config import KEY_TYPES
+    from zoo.checkpoint.hf_config import KEY_TYPES
 
     fmt = getattr(_reader(data), "__self__", None)
     return {**KEY_TYPES, **(fmt.types if fmt is not None else {})}
@@ -266,7 +266,7 @@ def test_every_known_key_of_a_real_config_is_type_checked(name, data):
     """Property over each family's real config: every key is in the typed table, and each,
     replaced by a value of a wrong type, is refused with a message naming that key as
     written, whether or not the model uses it; the file itself still reads."""
-    from zoo.hf_config import HFConfigError
+    from zoo.checkpoint.hf_config import HFConfigError
 
     read = _reader(data)
     read(data)
@@ -286,7 +286,7 @@ def test_every_known_key_of_a_real_config_is_type_checked(name, data):
 def test_zoo_refuses_the_wrong_types_transformers_refuses(name, data):
     """Checked against the installed transformers: an integer key holding 2.5, or any key
     holding null, that transformers' strict config refuses, zoo refuses too, naming it."""
-    from zoo.hf_config import HFConfigError
+    from zoo.checkpoint.hf_config import HFConfigError
 
     read = _reader(data)
     config_class = type(transformers.AutoConfig.for_model(data["model_type"]))
@@ -305,8 +305,8 @@ def test_zoo_refuses_the_wrong_types_transformers_refuses(name, data):
 def test_the_typed_table_covers_every_key_a_layout_knows():
     """Every key a layout reads, pins or calls inert has a type (so none escapes the check):
     in the shared table, or in its format's own ``types``."""
+    from zoo.checkpoint.hf_config import INERT_KEYS, KEY_TYPES
     from zoo.checkpoint.readers import foreign_layouts
-    from zoo.hf_config import INERT_KEYS, KEY_TYPES
 
     missing = set(INERT_KEYS) - set(KEY_TYPES)
     for arch, layout in foreign_layouts().values():

@@ -1,4 +1,4 @@
-"""``python -m zoo.hub.local``: the documented way to try push and pull without the internet
+"""``python -m zoo.localhub``: the documented way to try push and pull without the internet
 (issue 23). Everything runs as a user would: the server and zoo in child processes, configured
 only by the environment variables the server prints."""
 
@@ -21,7 +21,7 @@ _CLEAN = ("HF_", "HUGGING", "TRANSFORMERS_OFFLINE", "XDG_CACHE_HOME")
 def _start(root: Path) -> tuple[subprocess.Popen[str], dict[str, str], list[str]]:
     """The server, the variables it says to export, and everything it printed."""
     server = subprocess.Popen(
-        [sys.executable, "-m", "zoo.hub.local", "--port", "0", "--root", str(root)],
+        [sys.executable, "-m", "zoo.localhub", "--port", "0", "--root", str(root)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -82,7 +82,7 @@ def test_a_busy_port_is_a_clear_error(tmp_path: Path) -> None:
     try:
         port = exports["HF_ENDPOINT"].rsplit(":", 1)[1]
         second = subprocess.run(
-            [sys.executable, "-m", "zoo.hub.local", "--port", port],
+            [sys.executable, "-m", "zoo.localhub", "--port", port],
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         assert second.returncode == 1 and "cannot listen" in second.stderr

@@ -20,9 +20,9 @@ from zoo_plugins.llama.config import LlamaConfig
 from zoo_plugins.llama.convert import DOWN, GATE_UP, LLAMA_CONFIG, llama_qkv, llama_rules
 
 import zoo
-from zoo.convert import KeyRule, hf_layout
+from zoo.checkpoint.hf_layout import KeyRule, hf_layout
 from zoo.nn import DecoderLM
-from zoo.registry import load_registry
+from zoo.plugin.registry import load_registry
 from zoo.testing import CheckSkipped, run_check, run_conformance
 
 transformers = pytest.importorskip("transformers")

@@ -134,7 +134,7 @@ USES = {
     "zoo.checkpoint": """
         import tempfile, torch
         from zoo.checkpoint.api import load_local, save
-        from zoo.registry import get_registry
+        from zoo.plugin.registry import get_registry
         arch, _, config = get_registry().resolve("gpt2-124m", n_layers=1, d_model=32,
                                                  n_heads=2, d_ff=64, vocab_size=300)
         model = get_registry().model_factory(arch)(config)
@@ -143,8 +143,8 @@ USES = {
             load_local(folder, tokenizer=False)
     """,
     # the registry: lists and resolves without building anything
-    "zoo.registry": """
-        from zoo.registry import get_registry
+    "zoo.plugin.registry": """
+        from zoo.plugin.registry import get_registry
         registry = get_registry()
         registry.resolve("gpt2-124m")
         registry.models()
@@ -154,8 +154,8 @@ USES = {
 #: What each layer must never load: the layers above it.
 ABOVE = {
     "zoo.nn": (
-        "zoo.registry",
-        "zoo.plugins",
+        "zoo.plugin.registry",
+        "zoo.plugin.host",
         "zoo.checkpoint",
         "zoo.hub",
         "zoo.api",
@@ -165,7 +165,14 @@ ABOVE = {
         "zoo.generation",
     ),
     "zoo.checkpoint": ("zoo.hub", "zoo.api", "zoo.loading", "zoo.cli", "zoo.train"),
-    "zoo.registry": ("torch", "zoo.nn", "zoo.checkpoint", "zoo.hub", "zoo.api", "zoo.loading"),
+    "zoo.plugin.registry": (
+        "torch",
+        "zoo.nn",
+        "zoo.checkpoint",
+        "zoo.hub",
+        "zoo.api",
+        "zoo.loading",
+    ),
 }
 
 

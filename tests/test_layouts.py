@@ -8,9 +8,9 @@ import dataclasses
 import pytest
 
 import zoo
+from zoo.checkpoint.hf_layout import KeyRule
 from zoo.checkpoint.readers import foreign_layouts
-from zoo.convert import KeyRule
-from zoo.specs import ArchitectureSpec
+from zoo.plugin.specs import ArchitectureSpec
 
 TINY = {"n_layers": 2, "d_model": 32, "n_heads": 2, "d_ff": 64, "context_length": 32}
 

@@ -1,8 +1,8 @@
 """Third-party families need no model code (issue 29): GPT-J, Cohere and StarCoder2, written
 as out-of-tree plugins from the docs alone (``tests/oot_plugins``: a config of other defaults,
 the hooks and a Hugging Face layout; no subclass of ``zoo.nn.DecoderLM``), registered with
-``zoo.registry.load_registry(plugins=...)`` and held against transformers' own classes on tiny
-random configs written with ``save_pretrained``: float32 logits within 1e-5 on a batch with
+``zoo.plugin.registry.load_registry(plugins=...)`` and held against transformers' own classes
+on tiny random configs written with ``save_pretrained``: float32 logits within 1e-5 on a batch with
 left and right padding, greedy tokens equal to transformers' ``generate``, the export loaded
 back by ``from_pretrained``, ``quantize="int8"`` tracking float (scale included).
 
@@ -30,7 +30,7 @@ import transformers
 from parity import max_logit_diff, padded_batch
 
 import zoo
-from zoo.registry import load_registry
+from zoo.plugin.registry import load_registry
 
 PLUGINS = {"gptj": oot_plugins.gptj, "cohere": oot_plugins.cohere,
            "starcoder2": oot_plugins.starcoder2}  # fmt: skip
@@ -70,7 +70,7 @@ def reference(family: str, folder: Path, seed: int = 0) -> torch.nn.Module:
 
 
 @pytest.fixture(scope="module")
-def registry() -> Iterator[zoo.registry.Registry]:
+def registry() -> Iterator[zoo.plugin.registry.Registry]:
     """The installed plugins plus the three out-of-tree ones, for every test of this module."""
     with zoo.use_registry(load_registry(plugins=PLUGINS)) as reg:
         yield reg
@@ -185,7 +185,7 @@ class _RMSCohere:
             norm: str = "rmsnorm"
 
         fmt = dataclasses.replace(COHERE_CONFIG, config=RMSCohereConfig)
-        layout = zoo.convert.hf_layout(
+        layout = zoo.checkpoint.hf_layout.hf_layout(
             fmt, HF_COHERE.rules, fused=HF_COHERE.fused,
             merge_foreign=HF_COHERE.merge_foreign, split_foreign=HF_COHERE.split_foreign,
         )  # fmt: skip
@@ -209,7 +209,7 @@ class _SwappedNorms:
 
         swap = {"attn_norm": "ffn_norm", "ffn_norm": "attn_norm"}
 
-        def swapped(rule: zoo.convert.KeyRule) -> zoo.convert.KeyRule:
+        def swapped(rule: zoo.checkpoint.hf_layout.KeyRule) -> zoo.checkpoint.hf_layout.KeyRule:
             parts = rule.zoo.split(".")  # blocks.{i}.attn_norm.weight
             if parts[0] == "blocks" and parts[2] in swap:
                 parts[2] = swap[parts[2]]

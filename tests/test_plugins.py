@@ -18,14 +18,14 @@ import pytest
 from conftest import install_distribution
 
 import zoo
-import zoo.registry
+import zoo.plugin.registry
 from zoo.errors import (
     PluginError,
     RegistryConflictError,
     UnknownArchitectureError,
     ZooError,
 )
-from zoo.registry import load_registry
+from zoo.plugin.registry import load_registry
 
 BUILTINS = {"gpt1", "gpt2-124m", "wiki-gpt-wordpiece", "transformer-encdec"}
 

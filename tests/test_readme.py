@@ -15,7 +15,7 @@ beforehand (same tokenizer and vocabulary). A command or a
 line of Python whose comment says ``needs the Hub``, ``several machines`` or ``needs a GPU``
 is checked to be marked, not run; one that says ``tested in tests/test_x.py`` (a first
 compilation, too slow to repeat here) must name a test file that exists. One that says
-``needs the Hub (or a local one...)`` runs against a local Hub (``zoo.hub.local``) started for
+``needs the Hub (or a local one...)`` runs against a local Hub (``zoo.localhub``) started for
 the document, seeded with the repos its lines read before they push (:data:`HUB_SEEDS`).
 
 For time (2 cores): documents run two at a time, torch on one thread in each; ``zoo``

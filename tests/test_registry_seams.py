@@ -10,10 +10,10 @@ import sys
 import pytest
 
 import zoo
-import zoo.registry
+import zoo.plugin.registry
 from zoo.cli import main
 from zoo.errors import PluginError, ZooError
-from zoo.registry import load_registry
+from zoo.plugin.registry import load_registry
 
 GOOD = "[models.mine]\narchitecture = 'gpt2'\nconfig = { n_layers = 1 }\n"
 

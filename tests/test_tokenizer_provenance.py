@@ -256,7 +256,7 @@ def test_gpt2_folder_saved_by_transformers5_keeps_its_tokenizer(tmp_path, gpt2_f
 
 
 def test_checkpoint_files_may_list_alternative_sets():
-    from zoo.specs import TokenizerSpec
+    from zoo.plugin.specs import TokenizerSpec
 
     def spec(files):  # type: ignore[no-untyped-def]
         return TokenizerSpec("t", "m:f", reads_checkpoint=True, checkpoint_files=files)

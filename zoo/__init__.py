@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ._moved import install as _install_moved
 from ._version import DISTRIBUTION, __version__
 from .api import ModelInfo, build, info, list_models, plugins, resolve_config, tokenizer
 from .checkpoint import LoadReport, export, save
@@ -36,11 +37,13 @@ from .errors import (
     UnsafeCheckpointError,
     ZooError,
 )
-from .hookspecs import hookimpl
 from .hub import pull, push
 from .loading import convert_checkpoint, load
-from .registry import add_plugin, get_registry, reset_registry, use_registry
-from .specs import ArchitectureSpec, ComponentSpec, ModelSpec, TokenizerSpec, WeightsSource
+from .plugin.hookspecs import hookimpl
+from .plugin.registry import add_plugin, get_registry, reset_registry, use_registry
+from .plugin.specs import ArchitectureSpec, ComponentSpec, ModelSpec, TokenizerSpec, WeightsSource
+
+_install_moved()
 
 if TYPE_CHECKING:  # type checkers see the real names (and generate's overloads)
     from .generation import GenerationConfig, generate

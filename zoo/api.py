@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 from .config import ModelConfig, TransformerConfig
 from .devices import check_device, check_dtype
 from .errors import UnknownModelError, ZooError
-from .plugins import PluginInfo
-from .registry import get_registry
-from .specs import COMPONENT_KINDS, ArchitectureSpec, ModelSpec, WeightsSource
+from .plugin.host import PluginInfo
+from .plugin.registry import get_registry
+from .plugin.specs import COMPONENT_KINDS, ArchitectureSpec, ModelSpec, WeightsSource
 
 if TYPE_CHECKING:
     import torch

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from . import api
 from .errors import ZooError
 from .options import GENERATION_DEFAULTS, MAX_DISTINCT_BYTES, QUANTIZE_MODE_HELP, QUANTIZE_MODES
-from .registry import get_registry
+from .plugin.registry import get_registry
 
 if TYPE_CHECKING:
     from pathlib import Path

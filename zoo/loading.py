@@ -18,13 +18,13 @@ from .checkpoint.readers import existing_checkpoint
 from .errors import CheckpointError, UnknownModelError
 from .hub.load import load_hf, load_named
 from .hub.source import PREFIX, parse_hf_source
-from .registry import get_registry
+from .plugin.registry import get_registry
 
 if TYPE_CHECKING:
     import torch
 
     from .nn.base import ZooModel
-    from .specs import ModelSpec
+    from .plugin.specs import ModelSpec
 
 __all__ = ["check_source", "convert_checkpoint", "load"]
 

@@ -7,8 +7,8 @@ This module only declares specs.
 
 from __future__ import annotations
 
-from zoo.hookspecs import hookimpl
-from zoo.specs import ArchitectureSpec
+from zoo.plugin.hookspecs import hookimpl
+from zoo.plugin.specs import ArchitectureSpec
 
 
 @hookimpl

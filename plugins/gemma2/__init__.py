@@ -10,8 +10,8 @@ import dataclasses
 from typing import ClassVar
 
 from zoo.config import Activation, DecoderConfig
-from zoo.hookspecs import hookimpl
-from zoo.specs import ArchitectureSpec, ModelSpec, TokenizerSpec, WeightsSource
+from zoo.plugin.hookspecs import hookimpl
+from zoo.plugin.specs import ArchitectureSpec, ModelSpec, TokenizerSpec, WeightsSource
 from zoo.tokenizers.repo import repo_tokenizer_spec
 
 REPO, REVISION = "google/gemma-2-2b-it", "299a8560bedf22ed1c72a8a11e7dce4a7f9f51f8"

@@ -7,10 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from zoo.config import LayerType
-from zoo.convert import ANY, KeyRule, hf_layout
-from zoo.errors import CheckpointError
-from zoo.hf_config import (
+from zoo.checkpoint.hf_config import (
     BOOL,
     LLAMA_FIELDS,
     POSITIVE_INT,
@@ -20,6 +17,9 @@ from zoo.hf_config import (
     HFConfigReader,
     HFField,
 )
+from zoo.checkpoint.hf_layout import ANY, KeyRule, hf_layout
+from zoo.config import LayerType
+from zoo.errors import CheckpointError
 
 from ..llama.convert import DOWN, GATE_UP, llama_qkv
 from . import ALTERNATING, Gemma2Config

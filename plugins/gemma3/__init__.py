@@ -9,8 +9,8 @@ import dataclasses
 from typing import ClassVar
 
 from zoo.config import LayerType
-from zoo.hookspecs import hookimpl
-from zoo.specs import ArchitectureSpec, ModelSpec, TokenizerSpec, WeightsSource
+from zoo.plugin.hookspecs import hookimpl
+from zoo.plugin.specs import ArchitectureSpec, ModelSpec, TokenizerSpec, WeightsSource
 from zoo.tokenizers.repo import repo_tokenizer_spec
 
 from ..gemma2 import Gemma2Config

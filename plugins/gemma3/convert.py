@@ -19,8 +19,14 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from zoo.convert import ANY, KeyRule, hf_layout
-from zoo.hf_config import POSITIVE_INT, POSITIVE_NUMBER, HFConfigFormat, HFConfigReader, HFField
+from zoo.checkpoint.hf_config import (
+    POSITIVE_INT,
+    POSITIVE_NUMBER,
+    HFConfigFormat,
+    HFConfigReader,
+    HFField,
+)
+from zoo.checkpoint.hf_layout import ANY, KeyRule, hf_layout
 
 from ..gemma2.convert import GEMMA2_FIELDS, GEMMA2_RULES
 from ..llama.convert import GATE_UP, llama_qkv

@@ -5,8 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from zoo.convert import KeyMap, KeyRule, linear_rules, openai_block_rules, openai_represents
-from zoo.hf_config import HFConfigReader
+from zoo.checkpoint.hf_config import HFConfigReader
+from zoo.checkpoint.hf_layout import (
+    KeyMap,
+    KeyRule,
+    linear_rules,
+    openai_block_rules,
+    openai_represents,
+)
 
 from .config import GPT2Config
 

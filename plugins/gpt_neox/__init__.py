@@ -8,8 +8,8 @@ import dataclasses
 from typing import ClassVar
 
 from zoo.config import DecoderConfig
-from zoo.hookspecs import hookimpl
-from zoo.specs import ArchitectureSpec, ModelSpec, TokenizerSpec, WeightsSource
+from zoo.plugin.hookspecs import hookimpl
+from zoo.plugin.specs import ArchitectureSpec, ModelSpec, TokenizerSpec, WeightsSource
 from zoo.tokenizers.repo import repo_tokenizer_spec
 
 REPO, REVISION = "EleutherAI/pythia-160m", "50f5173d932e8e61f858120bcb800b97af589f46"

@@ -4,8 +4,8 @@ all queries, then keys, then values: ``interleave=3`` regroups them)."""
 
 from __future__ import annotations
 
-from zoo.convert import KeyRule, hf_layout, linear_rules
-from zoo.hf_config import HFConfigFormat, HFField
+from zoo.checkpoint.hf_config import HFConfigFormat, HFField
+from zoo.checkpoint.hf_layout import KeyRule, hf_layout, linear_rules
 
 from . import GPTNeoXConfig
 

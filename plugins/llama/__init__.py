@@ -5,8 +5,8 @@ rest. Only declarations here; the config and checkpoint layout are imported when
 
 from __future__ import annotations
 
-from zoo.hookspecs import hookimpl
-from zoo.specs import ArchitectureSpec, ModelSpec, TokenizerSpec, WeightsSource
+from zoo.plugin.hookspecs import hookimpl
+from zoo.plugin.specs import ArchitectureSpec, ModelSpec, TokenizerSpec, WeightsSource
 from zoo.tokenizers.repo import repo_tokenizer_spec
 
 TINYLLAMA = "TinyLlama/TinyLlama-1.1B-Chat-v1.0"

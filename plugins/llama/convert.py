@@ -3,8 +3,8 @@ gate/up projections there, fused ``qkv`` and ``fc`` in zoo."""
 
 from __future__ import annotations
 
-from zoo.convert import FusedRule, KeyRule, fused_linear, hf_layout
-from zoo.hf_config import LLAMA_FIELDS, HFConfigFormat
+from zoo.checkpoint.hf_config import LLAMA_FIELDS, HFConfigFormat
+from zoo.checkpoint.hf_layout import FusedRule, KeyRule, fused_linear, hf_layout
 
 from .config import LlamaConfig
 

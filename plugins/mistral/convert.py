@@ -3,8 +3,8 @@ in config.json (transformers' default 4096 when absent, none when null)."""
 
 from __future__ import annotations
 
-from zoo.convert import hf_layout
-from zoo.hf_config import LLAMA_FIELDS, POSITIVE_INT, HFConfigFormat, HFField
+from zoo.checkpoint.hf_config import LLAMA_FIELDS, POSITIVE_INT, HFConfigFormat, HFField
+from zoo.checkpoint.hf_layout import hf_layout
 
 from ..llama.convert import DOWN, GATE_UP, llama_qkv, llama_rules
 from . import MistralConfig

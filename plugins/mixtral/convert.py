@@ -4,8 +4,8 @@ into each expert's ``fc`` and whose ``w2`` is its ``proj``."""
 
 from __future__ import annotations
 
-from zoo.convert import KeyRule, fused_linear, hf_layout
-from zoo.hf_config import HFConfigFormat, HFField
+from zoo.checkpoint.hf_config import HFConfigFormat, HFField
+from zoo.checkpoint.hf_layout import KeyRule, fused_linear, hf_layout
 
 from ..llama.convert import llama_qkv, llama_rules
 from ..mistral.convert import MISTRAL_FIELDS, MISTRAL_TYPES

@@ -7,8 +7,8 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar, Literal
 
-from zoo.hookspecs import hookimpl
-from zoo.specs import ArchitectureSpec, ModelSpec, TokenizerSpec, WeightsSource
+from zoo.plugin.hookspecs import hookimpl
+from zoo.plugin.specs import ArchitectureSpec, ModelSpec, TokenizerSpec, WeightsSource
 from zoo.tokenizers.repo import repo_tokenizer_spec
 
 from ..llama.config import LlamaConfig

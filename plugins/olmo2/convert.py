@@ -4,8 +4,8 @@ where Llama has its two before, and ``q_norm``/``k_norm`` over the full projecte
 
 from __future__ import annotations
 
-from zoo.convert import KeyRule, hf_layout
-from zoo.hf_config import LLAMA_FIELDS, HFConfigFormat, HFField
+from zoo.checkpoint.hf_config import LLAMA_FIELDS, HFConfigFormat, HFField
+from zoo.checkpoint.hf_layout import KeyRule, hf_layout
 
 from ..llama.convert import DOWN, GATE_UP, llama_qkv
 from . import Olmo2Config

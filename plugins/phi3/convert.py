@@ -4,8 +4,8 @@ up projections in one ``gate_up_proj`` (gate first, as zoo's ``ffn.fc``)."""
 
 from __future__ import annotations
 
-from zoo.convert import KeyRule, hf_layout
-from zoo.hf_config import LLAMA_FIELDS, HFConfigFormat, HFField
+from zoo.checkpoint.hf_config import LLAMA_FIELDS, HFConfigFormat, HFField
+from zoo.checkpoint.hf_layout import KeyRule, hf_layout
 
 from . import Phi3Config
 

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from zoo.convert import hf_layout
-from zoo.hf_config import LLAMA_FIELDS, POSITIVE_INT, HFConfigFormat, full_attention_only
+from zoo.checkpoint.hf_config import LLAMA_FIELDS, POSITIVE_INT, HFConfigFormat, full_attention_only
+from zoo.checkpoint.hf_layout import hf_layout
 
 from ..llama.convert import DOWN, GATE_UP, llama_qkv, llama_rules
 from . import Qwen3Config

@@ -7,8 +7,8 @@ This module only declares specs.
 
 from __future__ import annotations
 
-from zoo.hookspecs import hookimpl
-from zoo.specs import TokenizerSpec
+from zoo.plugin.hookspecs import hookimpl
+from zoo.plugin.specs import TokenizerSpec
 
 
 @hookimpl

@@ -7,8 +7,8 @@ This module only declares specs; the model and config are imported when first us
 
 from __future__ import annotations
 
-from zoo.hookspecs import hookimpl
-from zoo.specs import ArchitectureSpec, TokenizerSpec
+from zoo.plugin.hookspecs import hookimpl
+from zoo.plugin.specs import ArchitectureSpec, TokenizerSpec
 
 
 @hookimpl

@@ -22,9 +22,9 @@ from ..errors import (
     UnsafeCheckpointError,
     ZooError,
 )
-from ..registry import get_registry
+from ..plugin.registry import get_registry
+from ..plugin.specs import ArchitectureSpec
 from ..settings import Settings
-from ..specs import ArchitectureSpec
 from .commit import atomic_directory, clean_stale, pinned_version
 from .files import (
     PICKLE_SUFFIXES,

@@ -28,8 +28,8 @@ from ..errors import (
     RegistryConflictError,
     UnknownArchitectureError,
 )
-from ..registry import get_registry
-from ..specs import ArchitectureSpec
+from ..plugin.registry import get_registry
+from ..plugin.specs import ArchitectureSpec
 from .files import check_not_pickle
 from .manifest import CONFIG_FILE, Manifest, config_format, plugin_distribution
 

@@ -8,7 +8,7 @@ import json
 
 from ..checkpoint.manifest import Manifest, plugin_distribution
 from ..errors import ZooError
-from ..registry import get_registry
+from ..plugin.registry import get_registry
 
 __all__ = ["DEFAULT_LICENSE", "model_card"]
 

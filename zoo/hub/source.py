@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 
 from ..errors import HubError
-from ..registry import get_registry
-from ..specs import WeightsSource
+from ..plugin.registry import get_registry
+from ..plugin.specs import WeightsSource
 
 __all__ = ["PREFIX", "HubSource", "parse_hf_source", "resolve_source"]
 

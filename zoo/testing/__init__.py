@@ -39,7 +39,7 @@ from ..api import build, resolve_config
 from ..checkpoint.state import tied_groups
 from ..generation import generate
 from ..nn.base import ZooModel
-from ..registry import get_registry
+from ..plugin.registry import get_registry
 from .reference import CheckSkipped, IdsTokenizer, compare_with_architecture_reference
 
 __all__ = [

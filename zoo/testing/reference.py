@@ -39,7 +39,7 @@ from torch import Tensor, nn
 
 if TYPE_CHECKING:
     from ..nn.base import ZooModel
-    from ..specs import ArchitectureSpec
+    from ..plugin.specs import ArchitectureSpec
 
 __all__ = [
     "REFERENCE_ATOL",

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..specs import TokenizerSpec
+from ..plugin.specs import TokenizerSpec
 
 if TYPE_CHECKING:
     from .base import Tokenizer
@@ -73,7 +73,7 @@ def repo_tokenizer_spec(
     extra: tuple[str, ...] = (),
     description: str = "",
 ) -> TokenizerSpec:
-    """The :class:`~zoo.specs.TokenizerSpec` of the Hugging Face tokenizer of the Hub model
+    """The :class:`~zoo.plugin.specs.TokenizerSpec` of the Hugging Face tokenizer of the Hub model
     repo ``repo`` (``tokenizer.json``, ``tokenizer_config.json`` with its chat template, and
     ``extra`` files the repo has, e.g. ``generation_config.json`` for its end ids) at
     ``revision``, fetched once and cached; a checkpoint folder holding those files wins

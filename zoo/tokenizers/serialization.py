@@ -94,7 +94,7 @@ def load_tokenizer(spec: Mapping[str, Any], directory: str | Path) -> Tokenizer:
     name = spec["name"]
     files = spec.get("files")
     if not files:
-        from ..registry import get_registry
+        from ..plugin.registry import get_registry
 
         return get_registry().tokenizer(name).load()
     if not isinstance(files, (list, tuple)) or not all(isinstance(f, str) for f in files):

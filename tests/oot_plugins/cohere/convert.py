@@ -4,8 +4,8 @@ features, reordered as GPT-J's are (:func:`oot_plugins.gptj.convert.interleaved_
 
 from __future__ import annotations
 
-from zoo.convert import KeyRule, fused_linear, hf_layout
-from zoo.hf_config import HFConfigFormat, HFField
+from zoo.checkpoint.hf_config import HFConfigFormat, HFField
+from zoo.checkpoint.hf_layout import KeyRule, fused_linear, hf_layout
 
 from ..gptj.convert import interleaved_rotary
 from . import CohereConfig

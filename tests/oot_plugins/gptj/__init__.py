@@ -9,8 +9,8 @@ import dataclasses
 from typing import ClassVar
 
 from zoo.config import Activation, DecoderConfig
-from zoo.hookspecs import hookimpl
-from zoo.specs import ArchitectureSpec, ModelSpec
+from zoo.plugin.hookspecs import hookimpl
+from zoo.plugin.specs import ArchitectureSpec, ModelSpec
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from zoo.convert import ANY, KeyRule, fused_linear, hf_layout, linear_rules
-from zoo.hf_config import POSITIVE_INT, HFConfigFormat, HFConfigReader, HFField
+from zoo.checkpoint.hf_config import POSITIVE_INT, HFConfigFormat, HFConfigReader, HFField
+from zoo.checkpoint.hf_layout import ANY, KeyRule, fused_linear, hf_layout, linear_rules
 
 from . import GPTJConfig
 

@@ -4,8 +4,8 @@ linear layers' biases exist only with ``use_bias: true``: their rules are option
 
 from __future__ import annotations
 
-from zoo.convert import FusedRule, KeyRule, hf_layout
-from zoo.hf_config import HFConfigFormat, HFField
+from zoo.checkpoint.hf_config import HFConfigFormat, HFField
+from zoo.checkpoint.hf_layout import FusedRule, KeyRule, hf_layout
 
 from . import Starcoder2Config
 

@@ -1,7 +1,7 @@
 """zoo-toy: a third-party zoo plugin (the one in docs/plugins.md)."""
 
 from zoo import ArchitectureSpec, ModelSpec, hookimpl
-from zoo.specs import ComponentSpec
+from zoo.plugin.specs import ComponentSpec
 
 
 @hookimpl

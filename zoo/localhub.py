@@ -1,7 +1,7 @@
 """A local Hugging Face Hub-compatible HTTP server, to try ``zoo push`` and ``zoo.load("hf:...")``
 without the internet (stdlib only)::
 
-    python -m zoo.hub.local [--port 8642] [--root DIR]
+    python -m zoo.localhub [--port 8642] [--root DIR]
 
 prints the environment variables to export in another shell (``HF_ENDPOINT``,
 ``HF_HUB_DISABLE_XET=1``, ``HF_TOKEN``). In Python::
@@ -1212,13 +1212,13 @@ LocalHub.handler_class = _Handler
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m zoo.hub.local``: serve a local Hub until Ctrl-C."""
+    """``python -m zoo.localhub``: serve a local Hub until Ctrl-C."""
     import argparse
     import signal
     import sys
 
     parser = argparse.ArgumentParser(
-        prog="python -m zoo.hub.local",
+        prog="python -m zoo.localhub",
         description="Serve a Hugging Face Hub-compatible server on 127.0.0.1, to try "
         "`zoo push` and zoo.load('hf:org/name') offline.",
     )

@@ -17,8 +17,8 @@ from typing import Any, Literal
 
 import pluggy
 
+from ..errors import PluginError
 from . import hookspecs
-from .errors import PluginError
 from .specs import (
     ArchitectureSpec,
     ComponentSpec,

@@ -15,11 +15,11 @@ import types
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ._lazy import resolve
-from .errors import PluginContractError, PluginError
+from .._lazy import resolve
+from ..errors import PluginContractError, PluginError
 
 if TYPE_CHECKING:
-    from .tokenizers import Tokenizer
+    from ..tokenizers import Tokenizer
 
 #: Where a plugin author reads what an architecture must provide.
 _CONTRACT = (
@@ -83,7 +83,8 @@ class ArchitectureSpec:
         description: one line for ``zoo info``.
         blocks: names of the blocks the model is made of, for ``zoo info``.
         checkpoint_layouts: foreign checkpoint layouts this architecture converts from and to,
-            by layout name (e.g. ``"hf-gpt2"``) -> a :class:`zoo.convert.KeyMap` or lazy reference.
+            by layout name (e.g. ``"hf-gpt2"``) -> a
+            :class:`zoo.checkpoint.hf_layout.KeyMap` or lazy reference.
         reference: the implementation the conformance kit's ``reference`` check compares the
             model with, instead of the ``transformers`` class of its Hugging Face layout (for a
             family transformers lacks): a :data:`zoo.testing.reference.ReferenceFactory`, or a
@@ -109,7 +110,7 @@ class ArchitectureSpec:
     def config_class(self) -> Any:
         """The config class (imported on first use); it must derive from
         :class:`zoo.config.ModelConfig`."""
-        from .config import ModelConfig
+        from ..config import ModelConfig
 
         cls = self._resolve("config", self.config)
         if not (isinstance(cls, type) and issubclass(cls, ModelConfig)):
@@ -125,7 +126,7 @@ class ArchitectureSpec:
         :class:`zoo.nn.ZooModel`."""
         from torch import nn
 
-        from .nn.base import ZooModel
+        from ..nn.base import ZooModel
 
         cls = self._resolve("model", self.model)
         if not (isinstance(cls, type) and issubclass(cls, ZooModel)):
@@ -372,7 +373,7 @@ class TokenizerSpec:
                 keywords given, or broke its contract (returned ``None`` or an object that is
                 not a tokenizer).
         """
-        from .tokenizers.errors import TokenizerError
+        from ..tokenizers.errors import TokenizerError
 
         factory = resolve(self.factory)
         self._check_keywords(factory, kwargs)
@@ -397,7 +398,7 @@ class TokenizerSpec:
     def _check_keywords(self, factory: Any, kwargs: Mapping[str, Any]) -> None:
         """Refuse keywords the factory does not take, naming the ones it does (a factory
         called with ``directory=`` it cannot read must not fail with a bare TypeError)."""
-        from .tokenizers.errors import TokenizerError
+        from ..tokenizers.errors import TokenizerError
 
         try:
             signature = inspect.signature(factory)

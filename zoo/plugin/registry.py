@@ -1,6 +1,6 @@
 """The registry: architectures, named models, tokenizers and components, and who supplied each.
 
-A :class:`Registry` is an object filled from plugins (through :class:`~zoo.plugins.PluginHost`)
+A :class:`Registry` is an object filled from plugins (through :class:`~zoo.plugin.host.PluginHost`)
 and registry files (``registry.toml`` shipped with zoo, plus any files named in
 ``ZOO_REGISTRY_PATH``). It refuses conflicts: when two sources claim one name, that name
 becomes unusable and looking it up raises :class:`~zoo.errors.RegistryConflictError` naming
@@ -20,8 +20,8 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
-from .config import ModelConfig
-from .errors import (
+from ..config import ModelConfig
+from ..errors import (
     ConfigError,
     PluginError,
     RegistryConflictError,
@@ -29,12 +29,12 @@ from .errors import (
     UnknownModelError,
     ZooError,
 )
-from .plugins import PluginHost, PluginInfo
-from .settings import Settings
+from ..settings import Settings
+from .host import PluginHost, PluginInfo
 from .specs import COMPONENT_KINDS, ArchitectureSpec, ComponentSpec, ModelSpec, TokenizerSpec
 
 if TYPE_CHECKING:
-    from .nn.parts import Parts
+    from ..nn.parts import Parts
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -55,7 +55,7 @@ __all__ = [
 
 S = TypeVar("S", ArchitectureSpec, ModelSpec, TokenizerSpec, ComponentSpec)
 #: What the registry holds: architectures, models, tokenizers, and the components of
-#: :data:`zoo.specs.COMPONENT_KINDS` (each kind its own namespace).
+#: :data:`zoo.plugin.specs.COMPONENT_KINDS` (each kind its own namespace).
 Kind = Literal[
     "architecture",
     "model",
@@ -339,7 +339,7 @@ class Registry:
         """What the names in ``config`` stand for, resolved once: the component of each kind
         it names (a :class:`~zoo.errors.ConfigError` naming the field for an unknown one),
         and architectures by name (a classifier's body)."""
-        from .nn.parts import Parts
+        from ..nn.parts import Parts
 
         factories = {}
         for kind in COMPONENT_KINDS:
@@ -569,7 +569,7 @@ def use_registry(registry: Registry) -> Iterator[Registry]:
     the block ends: a registry of one's own plugins for an application or a test, without
     touching the process-wide one::
 
-        with zoo.use_registry(zoo.registry.load_registry(plugins={"mine": my_plugin})):
+        with zoo.use_registry(zoo.plugin.registry.load_registry(plugins={"mine": my_plugin})):
             model = zoo.build("my-model")
     """
     token = _in_use.set(registry)

@@ -30,7 +30,7 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 __all__ = [
     "INERT_KEYS",

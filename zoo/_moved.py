@@ -1,0 +1,58 @@
+"""Old import paths of modules that moved, kept working for plugins written against them.
+
+``import zoo.specs`` (say) still gives the module, now :mod:`zoo.plugin.specs` (the very same
+module object, so ``isinstance`` and monkeypatching agree), with a :class:`DeprecationWarning`
+that names the new path. The finder is installed by ``zoo/__init__``, which Python runs before
+it looks for any ``zoo.*`` submodule.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import warnings
+from collections.abc import Sequence
+from types import ModuleType
+
+__all__ = ["MOVED", "install"]
+
+#: Old module name -> where it lives now.
+MOVED = {
+    "zoo.hookspecs": "zoo.plugin.hookspecs",
+    "zoo.specs": "zoo.plugin.specs",
+    "zoo.components": "zoo.plugin.components",
+    "zoo.plugins": "zoo.plugin.host",
+    "zoo.registry": "zoo.plugin.registry",
+    "zoo.convert": "zoo.checkpoint.hf_layout",
+    "zoo.hf_config": "zoo.checkpoint.hf_config",
+}
+
+
+class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in MOVED:
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        new = MOVED[spec.name]
+        warnings.warn(
+            f"{spec.name} moved to {new}; import it from there",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return importlib.import_module(new)
+
+    def exec_module(self, module: ModuleType) -> None:
+        """The module is the new one, already run."""
+
+
+def install() -> None:
+    """Put the finder on ``sys.meta_path`` once."""
+    if not any(isinstance(f, _MovedFinder) for f in sys.meta_path):
+        sys.meta_path.append(_MovedFinder())
