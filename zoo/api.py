@@ -363,7 +363,7 @@ def tokenizer(name: str | os.PathLike[str], **kwargs: Any) -> Tokenizer:
     registry = get_registry()
     name = os.fspath(name)
     try:
-        spec = registry.model(name)
+        registry.model(name)
     except UnknownModelError as exc:
         if name in registry.tokenizers():
             return registry.tokenizer(name).load(**kwargs)
@@ -372,13 +372,4 @@ def tokenizer(name: str | os.PathLike[str], **kwargs: Any) -> Tokenizer:
 
             return load_folder(name)
         raise _unknown_tokenizer(exc) from None
-    if spec.tokenizer is None:
-        raise ZooError(f"model {spec.name!r} declares no tokenizer")
-    try:
-        tokenizer_spec = registry.tokenizer(spec.tokenizer)
-    except ZooError as exc:
-        raise ZooError(
-            f"model {spec.name!r} uses tokenizer {spec.tokenizer!r}, which no installed plugin "
-            f"supplies ({exc}); see `zoo plugins`"
-        ) from None
-    return tokenizer_spec.load(**kwargs)
+    return registry.model_tokenizer(name).load(**kwargs)

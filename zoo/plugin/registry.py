@@ -302,6 +302,21 @@ class Registry:
         """The tokenizer called ``name``."""
         return self._entry("tokenizer", name).spec
 
+    def model_tokenizer(self, name: str) -> TokenizerSpec:
+        """The tokenizer that named model ``name`` declares (what ``zoo.tokenizer(name)``
+        loads); a :class:`~zoo.errors.ZooError` when it declares none or no installed plugin
+        supplies it, :class:`~zoo.errors.UnknownModelError` when there is no such model."""
+        spec = self.model(name)
+        if spec.tokenizer is None:
+            raise ZooError(f"model {spec.name!r} declares no tokenizer")
+        try:
+            return self.tokenizer(spec.tokenizer)
+        except ZooError as exc:
+            raise ZooError(
+                f"model {spec.name!r} uses tokenizer {spec.tokenizer!r}, which no installed "
+                f"plugin supplies ({exc}); see `zoo plugins`"
+            ) from None
+
     def component(self, kind: str, name: str) -> ComponentSpec:
         """The component of ``kind`` (``"positions"``, ``"norm"``, ``"ffn"``,
         ``"attention"``) called ``name``; a :class:`~zoo.errors.ConfigError` listing the
