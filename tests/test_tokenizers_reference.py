@@ -237,12 +237,12 @@ def test_gpt1_from_original_file_names_and_via_hub_cache(gpt1, monkeypatch):
         asked.append((repo_id, filename, commit))
         return {"vocab.json": GPT1_VOCAB, "merges.txt": GPT1_MERGES}[filename]
 
+    import zoo.hub.tokenizer_files
     import zoo.hub.transfer
-    import zoo.tokenizers.hub
 
     monkeypatch.setattr(zoo.hub.transfer, "download", fake_download)
-    monkeypatch.setattr(zoo.tokenizers.hub, "_hub_commit", lambda *args: (commit, None))
-    monkeypatch.setattr(zoo.tokenizers.hub, "_record_commit", lambda *args: None)
+    monkeypatch.setattr(zoo.hub.tokenizer_files, "_hub_commit", lambda *args: (commit, None))
+    monkeypatch.setattr(zoo.hub.tokenizer_files, "_record_commit", lambda *args: None)
     from_hub = zoo.tokenizer("openai-gpt")
     assert asked == [
         ("openai-community/openai-gpt", "vocab.json", commit),

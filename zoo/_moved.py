@@ -28,6 +28,8 @@ MOVED = {
     "zoo.registry": "zoo.plugin.registry",
     "zoo.convert": "zoo.checkpoint.hf_layout",
     "zoo.hf_config": "zoo.checkpoint.hf_config",
+    "zoo.tokenizers.repo": "zoo.plugin.tokenizer_specs",
+    "zoo.tokenizers.hub": "zoo.hub.tokenizer_files",
 }
 
 

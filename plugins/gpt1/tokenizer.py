@@ -19,10 +19,10 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers
 from tokenizers.models import BPE
 
+from zoo.hub.tokenizer_files import hub_files
 from zoo.tokenizers.errors import VocabularyFileError
 from zoo.tokenizers.files import read_verified
 from zoo.tokenizers.hf_backend import HFTokenizer
-from zoo.tokenizers.hub import hub_files
 
 __all__ = ["DESCRIPTION", "HUB_REPO", "N_MERGES", "VOCAB_SIZE", "from_files", "load"]
 

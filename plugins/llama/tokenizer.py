@@ -7,8 +7,8 @@ from pathlib import Path
 
 import tokenizers
 
+from zoo.hub.tokenizer_files import hub_files
 from zoo.tokenizers.hf_backend import TOKENIZER_FILE, HFTokenizer
-from zoo.tokenizers.hub import hub_files
 
 from . import TINYLLAMA
 

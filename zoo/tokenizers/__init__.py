@@ -14,14 +14,16 @@ tokenizer folders with their chat templates (:func:`from_pretrained`, :func:`loa
 :class:`ChatTemplate` renders conversations as ``transformers`` does, in a sandbox).
 
 Importing this package imports neither tiktoken, ``tokenizers``, jinja2 nor torch; the
-classes that need them are imported on first use.
+classes that need them are imported on first use. It stands on :mod:`zoo.errors` alone: a
+tokenizer stored by name is made by the caller (``load_tokenizer(..., by_name=...)``), and
+fetching tokenizer files from the Hub lives in :mod:`zoo.hub.tokenizer_files`.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .._lazy import lazy_attributes
 from .base import ROLES, Tokenizer, check_fits
 from .errors import (
     ChatTemplateError,
@@ -35,7 +37,6 @@ from .serialization import load_directory, load_tokenizer, save_tokenizer
 if TYPE_CHECKING:
     from .chat import ChatTemplate
     from .hf_backend import HFTokenizer
-    from .hub import hub_files
     from .pretrained import from_pretrained, load_folder
     from .subword import SubwordBPE
     from .tiktoken_backend import TiktokenTokenizer
@@ -54,30 +55,23 @@ __all__ = [
     "VocabularyFileError",
     "check_fits",
     "from_pretrained",
-    "hub_files",
     "load_directory",
     "load_folder",
     "load_tokenizer",
     "save_tokenizer",
 ]
 
+#: Imported on first use: they import tiktoken, ``tokenizers`` or jinja2.
 _LAZY = {
-    "ChatTemplate": ".chat",
-    "HFTokenizer": ".hf_backend",
-    "from_pretrained": ".pretrained",
-    "load_folder": ".pretrained",
-    "SubwordBPE": ".subword",
-    "TiktokenTokenizer": ".tiktoken_backend",
-    "hub_files": ".hub",
+    "ChatTemplate": "zoo.tokenizers.chat:ChatTemplate",
+    "HFTokenizer": "zoo.tokenizers.hf_backend:HFTokenizer",
+    "from_pretrained": "zoo.tokenizers.pretrained:from_pretrained",
+    "load_folder": "zoo.tokenizers.pretrained:load_folder",
+    "SubwordBPE": "zoo.tokenizers.subword:SubwordBPE",
+    "TiktokenTokenizer": "zoo.tokenizers.tiktoken_backend:TiktokenTokenizer",
 }
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _LAZY)
 
 
 def __dir__() -> list[str]:

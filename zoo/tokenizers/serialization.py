@@ -6,7 +6,7 @@ tokenizers write their files. Only JSON and text are written and read, never pic
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -75,17 +75,27 @@ def save_tokenizer(tokenizer: Tokenizer, directory: str | Path) -> dict[str, Any
     return {"name": tokenizer.name, "files": list(files)}
 
 
-def load_tokenizer(spec: Mapping[str, Any], directory: str | Path) -> Tokenizer:
+def load_tokenizer(
+    spec: Mapping[str, Any],
+    directory: str | Path,
+    *,
+    by_name: Callable[[str], Tokenizer] | None = None,
+) -> Tokenizer:
     """The inverse of :func:`save_tokenizer`.
 
     Args:
         spec: what :func:`save_tokenizer` returned.
         directory: the directory it wrote into (ignored for by-name tokenizers).
+        by_name: makes a tokenizer stored by name only (``{"name": "gpt2-bpe"}``) from its
+            name, e.g. :func:`zoo.tokenizer` (the registry's tokenizers); this package knows
+            no names itself.
 
     Raises:
-        TokenizerError: a malformed spec, or files that hold a different tokenizer.
+        TokenizerError: a malformed spec, files that hold a different tokenizer, or a by-name
+            spec without ``by_name``.
         VocabularyFileError: a listed file missing or corrupted.
-        zoo.errors.ZooError: a by-name tokenizer whose plugin is not installed.
+        zoo.errors.ZooError: ``by_name``'s own errors (a by-name tokenizer whose plugin is not
+            installed).
     """
     if not isinstance(spec, Mapping) or not isinstance(spec.get("name"), str):
         raise TokenizerError(
@@ -94,9 +104,11 @@ def load_tokenizer(spec: Mapping[str, Any], directory: str | Path) -> Tokenizer:
     name = spec["name"]
     files = spec.get("files")
     if not files:
-        from ..plugin.registry import get_registry
+        if by_name is None:  # until the checkpoint passes by_name: then this goes
+            from ..plugin.registry import get_registry
 
-        return get_registry().tokenizer(name).load()
+            return get_registry().tokenizer(name).load()
+        return by_name(name)
     if not isinstance(files, (list, tuple)) or not all(isinstance(f, str) for f in files):
         raise TokenizerError(f"tokenizer spec 'files' must be a list of file names, got {files!r}")
     directory = Path(directory)

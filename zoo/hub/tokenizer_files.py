@@ -1,16 +1,27 @@
-"""Fetching vocabulary files from the Hugging Face Hub (cached; honours ``HF_HUB_OFFLINE``,
-``HF_ENDPOINT`` and ``HF_HUB_CACHE`` like every Hub download)."""
+"""Tokenizer files from the Hugging Face Hub (cached; honours ``HF_HUB_OFFLINE``,
+``HF_ENDPOINT`` and ``HF_HUB_CACHE`` like every Hub download): :func:`hub_files` fetches
+vocabulary files, :func:`repo_tokenizer` makes the tokenizer of a Hugging Face model repo from
+its ``tokenizer.json`` and ``tokenizer_config.json`` (or a checkpoint folder holding them).
+
+:mod:`zoo.tokenizers` reads files it is given and never fetches; fetching lives here, with the
+rest of zoo's Hub client."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from .errors import TokenizerUnavailableError
+from ..errors import ChecksumMismatchError, UnsafeCheckpointError
+from ..tokenizers.base import Tokenizer
+from ..tokenizers.errors import TokenizerUnavailableError
+from ..tokenizers.pretrained import TOKENIZER_CONFIG, from_pretrained, is_pretrained
+from . import transfer
+from .failures import transport_errors
 
-__all__ = ["hub_files"]
+__all__ = ["hub_files", "repo_tokenizer"]
 
 
 def hub_files(
@@ -36,9 +47,6 @@ def hub_files(
         TokenizerUnavailableError: a file is neither cached nor downloadable (offline, no
             network, unknown repo or revision), with the ways to get it.
     """
-    from ..errors import ChecksumMismatchError, UnsafeCheckpointError
-    from ..hub import transfer
-
     commit, unreachable = _hub_commit(repo, revision, what)
     if commit is None:
         commit = _recorded_commit(repo, revision, cache_dir)
@@ -72,6 +80,31 @@ def hub_files(
     return paths
 
 
+def repo_tokenizer(
+    repo: str,
+    *,
+    name: str,
+    revision: str = "main",
+    extra: Sequence[str] = (),
+    directory: str | os.PathLike[str] | None = None,
+) -> Tokenizer:
+    """The tokenizer files of ``repo`` (``extra``: more files the repo has, e.g.
+    ``generation_config.json``) as a zoo tokenizer named ``name``; a ``directory`` holding
+    Hugging Face tokenizer files (a checkpoint's folder) wins over the Hub.
+
+    Raises:
+        TokenizerUnavailableError: a file is neither cached nor downloadable.
+    """
+    if directory is not None and is_pretrained(Path(directory)):
+        return from_pretrained(Path(directory), name=name)
+    files = ["tokenizer.json", TOKENIZER_CONFIG, *extra]
+    fix = "or pass directory=... holding the repo's tokenizer files"
+    paths = hub_files(repo, files, revision=revision, what=f"{name} tokenizer", fix=fix)
+    return from_pretrained(
+        paths[0].parent, name=name, description=f"{name}: the tokenizer of {repo}@{revision[:12]}"
+    )
+
+
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
@@ -81,8 +114,6 @@ def _hub_commit(repo: str, revision: str, what: str) -> tuple[str | None, str | 
     request, without retries: an unreachable Hub costs milliseconds."""
     from huggingface_hub import HfApi, constants
     from huggingface_hub import errors as hf
-
-    from ..hub.failures import transport_errors
 
     if constants.HF_HUB_OFFLINE:
         return None, "HF_HUB_OFFLINE is set"
@@ -108,11 +139,9 @@ def _hub_commit(repo: str, revision: str, what: str) -> tuple[str | None, str | 
 def _ref(repo: str, revision: str, cache_dir: str | Path | None) -> Path | None:
     """``<repo cache>/refs/<revision>``, where a branch's commit is recorded for offline use;
     ``None`` for a revision that would name a file outside the repo's cache folder."""
-    from ..hub.transfer import inside, repo_cache
-
-    storage = repo_cache(repo, cache_dir)
+    storage = transfer.repo_cache(repo, cache_dir)
     ref = storage / "refs" / revision
-    return ref if inside(ref, storage) else None
+    return ref if transfer.inside(ref, storage) else None
 
 
 def _record_commit(repo: str, revision: str, commit: str, cache_dir: str | Path | None) -> None:
