@@ -1,10 +1,18 @@
 """zoo's modules form layers, checked two ways.
 
-Statically: the import graph of ``zoo`` (imports inside functions counted, ``TYPE_CHECKING``
-blocks not) has no ring. At run time: a child process makes ``zoo`` a bare namespace (so the
-package's ``__init__``, the public facade that imports everything, does not run), uses one
-layer for real (builds, saves, loads) and lists what ended up in ``sys.modules``: a layer
-never pulls in a layer above it, however deep in a function the import hides.
+Statically: the import graph of ``zoo`` and the built-in plugins (``plugins/``, installed as
+``zoo_plugins``) has no ring. Imports inside functions count, ``TYPE_CHECKING`` blocks do
+not, and so do the package ``__init__``s Python runs on the way: importing ``a.b.c`` runs
+``a/__init__`` and ``a/b/__init__`` first, so a module that imports ``a.b.c`` depends on
+``a`` and ``a.b`` as well (all but the packages it sits in itself, which are already running
+when its own body runs).
+
+At run time: a child process makes ``zoo`` a bare namespace (so the package's ``__init__``
+does not run), uses one layer for real (builds, saves, loads, encodes, generates, serves,
+trains) and lists what ended up in ``sys.modules``: a layer never pulls in a layer above it,
+however deep in a function the import hides.
+
+``python tests/test_layering.py`` prints the rings, one per line.
 """
 
 from __future__ import annotations
@@ -19,20 +27,31 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parents[1] / "zoo"
+#: Where each top-level package's source lives (``plugins/`` is installed as ``zoo_plugins``).
+PACKAGES = {"zoo": ROOT, "zoo_plugins": ROOT.parent / "plugins"}
 
 
 def _modules() -> dict[str, Path]:
+    """Every module of zoo and the built-in plugins, by dotted name."""
     found = {}
-    for path in ROOT.rglob("*.py"):
-        parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        found[".".join(parts)] = path
+    for package, folder in PACKAGES.items():
+        for path in folder.rglob("*.py"):
+            parts = [package, *path.relative_to(folder).with_suffix("").parts]
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
     return found
 
 
+def _parents(name: str) -> list[str]:
+    """The packages Python imports before ``name``: ``a.b.c`` -> ``["a", "a.b"]``."""
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
 def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The zoo modules ``name`` imports anywhere in its body (not under TYPE_CHECKING)."""
+    """The modules ``name`` imports anywhere in its body (not under TYPE_CHECKING), with the
+    package ``__init__``s each import runs on the way."""
     tree = ast.parse(path.read_text())
     hidden = {
         id(sub)
@@ -62,6 +81,8 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
                 target = target.rpartition(".")[0]
             if target and target != name:
                 found.add(target)
+                # run on the way, unless ``name`` sits in them (then they already are running)
+                found.update(p for p in _parents(target) if p != name and p not in _parents(name))
     return found
 
 
@@ -75,7 +96,7 @@ def _rings(graph: dict[str, set[str]]) -> list[list[str]]:
     def visit(v: str) -> None:
         index[v] = low[v] = len(index)
         stack.append(v)
-        for w in graph[v]:
+        for w in sorted(graph[v]):
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -91,21 +112,57 @@ def _rings(graph: dict[str, set[str]]) -> list[list[str]]:
             if len(ring) > 1:
                 rings.append(sorted(ring))
 
-    for v in graph:
+    for v in sorted(graph):
         if v not in index:
             visit(v)
     return rings
 
 
-def test_no_module_ring():
+def _graph() -> dict[str, set[str]]:
     modules = _modules()
-    graph = {name: _imports(name, path, modules) for name, path in modules.items()}
-    assert graph["zoo"], "the import graph is empty: the test reads nothing"
-    assert _rings(graph) == []
+    return {name: _imports(name, path, modules) for name, path in modules.items()}
+
+
+def _describe(ring: list[str], graph: dict[str, set[str]]) -> str:
+    """One ring as the modules in it and, for each, what it imports inside the ring."""
+    edges = "; ".join(f"{m} -> {', '.join(sorted(graph[m] & set(ring)))}" for m in ring)
+    return f"{len(ring)} modules: {edges}"
+
+
+def test_no_module_ring():
+    graph = _graph()
+    assert graph["zoo.api"], "the import graph is empty: the test reads nothing"
+    assert any(m.startswith("zoo_plugins.") for m in graph), "the plugins were not read"
+    rings = _rings(graph)
+    assert rings == [], "import rings:\n" + "\n".join(_describe(r, graph) for r in rings)
 
 
 def test_the_ring_finder_finds_a_ring():
     assert _rings({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_an_import_runs_the_packages_on_the_way(tmp_path):
+    # x.y imports a.b.c: it depends on a.b (and a), whose __init__ runs first; a.b.c itself
+    # does not depend on a.b (a.b is already running when a.b.c's body runs)
+    files = {
+        "a/__init__.py": "",
+        "a/b/__init__.py": "from .c import f\n",
+        "a/b/c.py": "from ..d import g\n",
+        "a/d.py": "def g(): from x import y\n",
+        "x/__init__.py": "",
+        "x/y.py": "def h(): import a.b.c\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    modules = {"a": "a/__init__.py", "a.b": "a/b/__init__.py", "a.b.c": "a/b/c.py"}
+    modules |= {"a.d": "a/d.py", "x": "x/__init__.py", "x.y": "x/y.py"}
+    paths = {name: tmp_path / file for name, file in modules.items()}
+    graph = {name: _imports(name, path, paths) for name, path in paths.items()}
+    assert graph["x.y"] == {"a", "a.b", "a.b.c"}
+    assert graph["a.b.c"] == {"a.d"}
+    assert graph["a.d"] == {"x", "x.y"}
+    assert _rings(graph) == [["a.b", "a.b.c", "a.d", "x.y"]]
 
 
 BARE = textwrap.dedent(
@@ -119,6 +176,19 @@ BARE = textwrap.dedent(
     """
 )
 
+#: A tiny decoder with the byte tokenizer, built from the model code alone.
+TINY = """
+    import torch
+    from zoo.config import DecoderConfig
+    from zoo.nn import DecoderLM
+    from zoo.tokenizers.byte import ByteTokenizer
+    tok = ByteTokenizer()
+    config = DecoderConfig(vocab_size=257, context_length=32, d_model=32, n_heads=2,
+                           d_ff=64, n_layers=1, positions="rotary", norm="rmsnorm",
+                           ffn="swiglu")
+    model = DecoderLM(config).eval()
+"""
+
 USES = {
     # the model code: builds and runs a model from a config and the built-in parts
     "zoo.nn": """
@@ -130,10 +200,89 @@ USES = {
                                ffn="swiglu")
         DecoderLM(config)(torch.tensor([[1, 2, 3]]))
     """,
+    # tokenizers: every public name, the byte tokenizer, a trained one saved and loaded
+    "zoo.tokenizers": """
+        import tempfile
+        import zoo.tokenizers as tokenizers
+        from zoo.tokenizers.byte import ByteTokenizer
+        for name in tokenizers.__all__:
+            getattr(tokenizers, name)
+        tok = ByteTokenizer()
+        assert tok.decode(tok.encode("héllo")) == "héllo"
+        trained = tokenizers.SubwordBPE.train(["a tiny corpus, a tiny corpus"] * 20, 300)
+        with tempfile.TemporaryDirectory() as folder:
+            spec = tokenizers.save_tokenizer(trained, folder)
+            again = tokenizers.load_tokenizer(spec, folder)
+        assert again.decode(again.encode("a tiny corpus")) == "a tiny corpus"
+        template = tokenizers.ChatTemplate("{% for m in messages %}{{ m['content'] }}{% endfor %}")
+        template.render([{"role": "user", "content": "hi"}])
+    """,
+    # generation: every public name; text, a batch, a stream and ids from a tiny model
+    "zoo.generation": TINY
+    + """
+        import zoo.generation as generation
+        for name in generation.__all__:
+            getattr(generation, name)
+        options = dict(tokenizer=tok, max_new_tokens=3, temperature=0.8, seed=0)
+        generation.generate(model, "hi", **options)
+        generation.generate(model, ["hi", "hello"], **options)
+        "".join(generation.generate(model, "hi", stream=True, stop="x", **options))
+        generation.generate(model, torch.tensor([[1, 2, 3]]), max_new_tokens=2)
+    """,
+    # serving: the HTTP application over a running engine answers a completion (ASGI calls)
+    "zoo.serve": TINY
+    + """
+        import asyncio
+        from zoo.serve import Engine, create_app
+        engine = Engine(model, max_batch=2, max_queue=2)
+        engine.start()
+        app = create_app(engine, tok, model_id="tiny")
+
+        async def call(path, body):
+            messages = [{"type": "http.request", "body": json.dumps(body).encode()}]
+            sent = []
+
+            async def receive():
+                return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+            async def send(message):
+                sent.append(message)
+
+            headers = [(b"content-type", b"application/json")]
+            scope = {"type": "http", "method": "POST", "path": path, "headers": headers,
+                     "query_string": b"", "http_version": "1.1", "scheme": "http",
+                     "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80), "root_path": ""}
+            await app(scope, receive, send)
+            return sent[0]["status"]
+
+        body = {"model": "tiny", "prompt": "hi", "max_tokens": 3}
+        assert asyncio.run(call("/v1/completions", body)) == 200
+        engine.stop()
+    """,
+    # training: a tiny run on its named model's tokenizer, then the same run again, which
+    # resumes from its checkpoint (the saved model loaded back)
+    "zoo.train": """
+        import tempfile, os
+        from zoo.plugin.registry import get_registry
+        from zoo.train import TrainConfig, train
+        arch, spec, config = get_registry().resolve("gpt2-124m", n_layers=1, d_model=32,
+                                                    n_heads=2, d_ff=64, context_length=16)
+        with tempfile.TemporaryDirectory() as folder:
+            data = os.path.join(folder, "data.txt")
+            with open(data, "w") as f:
+                f.write("a tiny corpus to train on. " * 200)
+            for _ in range(2):
+                model = get_registry().model_factory(arch)(config)
+                model.name = spec.name  # no tokenizer given: the named model's is used
+                options = dict(steps=2, batch_size=2, warmup=1, eval_every=2,
+                               eval_batches=1, checkpoint_every=2)
+                train(model, data, os.path.join(folder, "run"),
+                      config=TrainConfig(**options), device="cpu", log=None)
+    """,
     # checkpoints: save and load a model (the registry resolves its architecture)
     "zoo.checkpoint": """
         import tempfile, torch
-        from zoo.checkpoint.api import load_local, save
+        from zoo.checkpoint import load_local, save
         from zoo.plugin.registry import get_registry
         arch, _, config = get_registry().resolve("gpt2-124m", n_layers=1, d_model=32,
                                                  n_heads=2, d_ff=64, vocab_size=300)
@@ -163,7 +312,30 @@ ABOVE = {
         "zoo.cli",
         "zoo.train",
         "zoo.generation",
+        "zoo.serve",
     ),
+    "zoo.tokenizers": (
+        "torch",
+        "zoo.plugin",
+        "zoo.nn",
+        "zoo.checkpoint",
+        "zoo.hub",
+        "zoo.api",
+        "zoo.loading",
+        "zoo.cli",
+    ),
+    "zoo.generation": (
+        "zoo.plugin.registry",
+        "zoo.checkpoint",
+        "zoo.hub",
+        "zoo.api",
+        "zoo.loading",
+        "zoo.cli",
+        "zoo.train",
+        "zoo.serve",
+    ),
+    "zoo.serve": ("zoo.hub", "zoo.api", "zoo.loading", "zoo.cli", "zoo.train"),
+    "zoo.train": ("zoo.hub", "zoo.api", "zoo.loading", "zoo.cli", "zoo.serve"),
     "zoo.checkpoint": ("zoo.hub", "zoo.api", "zoo.loading", "zoo.cli", "zoo.train"),
     "zoo.plugin.registry": (
         "torch",
@@ -187,3 +359,9 @@ def test_a_layer_in_use_loads_nothing_above_it(layer):
     assert any(m.startswith(layer) for m in loaded), "the layer was not used"
     above = sorted(m for m in loaded if m.startswith(ABOVE[layer]))
     assert above == [], f"{layer} pulled in {above}"
+
+
+if __name__ == "__main__":  # the rings of today's tree, one per line
+    found = _graph()
+    for ring in _rings(found):
+        print(_describe(ring, found))

@@ -232,7 +232,7 @@ def test_every_shard_is_verified_and_remembered(
             hashed.append(sorted(p.name for p in expected))
             super().__init__(expected, **kwargs)
 
-    monkeypatch.setattr("zoo.checkpoint.api.BackgroundHash", Counting)
+    monkeypatch.setattr("zoo.checkpoint.load.BackgroundHash", Counting)
     zoo.load(ckpt)
     assert hashed == [names]  # every shard, on one hasher
     zoo.load(ckpt)

@@ -238,7 +238,7 @@ def test_verified_file_is_not_hashed_again_until_it_changes(tmp_path: Path, monk
             hashed.extend(expected)
             super().__init__(expected, what=what)
 
-    monkeypatch.setattr("zoo.checkpoint.api.BackgroundHash", Counting)
+    monkeypatch.setattr("zoo.checkpoint.load.BackgroundHash", Counting)
     zoo.load(tmp_path)
     zoo.load(tmp_path)
     assert len(hashed) == 1

@@ -12,9 +12,10 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .checkpoint.api import WEIGHTS_DIR_ENV, export, load_local, local_weights_path, save
 from .checkpoint.files import PICKLE_SUFFIXES, WEIGHTS_FILE
+from .checkpoint.load import WEIGHTS_DIR_ENV, load_local, local_weights_path
 from .checkpoint.readers import existing_checkpoint
+from .checkpoint.write import export, save
 from .errors import CheckpointError, UnknownModelError
 from .hub.load import load_hf, load_named
 from .hub.source import PREFIX, parse_hf_source

@@ -22,17 +22,19 @@ every shard memory-mapped and verified, its index checked as untrusted input.
 Modules: :mod:`.files` (safetensors, hashing, atomic writes), :mod:`.manifest`
 (``config.json``), :mod:`.shards` (sharded checkpoints: the index, splitting, verifying),
 :mod:`.reshard` (a saved folder split another way), :mod:`.state` (meta build and
-assignment), :mod:`.api` (the functions below), :mod:`.pickled` (the opt-in pickle
-converter).
+assignment), :mod:`.load` (:func:`load_local`: recognising, reading and verifying the
+files), :mod:`.write` (:func:`save` and :func:`export`), :mod:`.tokenizer` (the tokenizer a
+checkpoint comes with), :mod:`.pickled` (the opt-in pickle converter).
 """
 
 from __future__ import annotations
 
-from .api import WEIGHTS_DIR_ENV, export, load_local, local_weights_path, save
 from .files import WEIGHTS_FILE, forget_verified, sha256_file
+from .load import WEIGHTS_DIR_ENV, load_local, local_weights_path
 from .manifest import CONFIG_FILE, FORMAT_VERSION, Manifest
 from .pickled import convert_pickle_checkpoint
 from .report import LoadReport, ShapeMismatch
+from .write import export, save
 
 __all__ = [
     "CONFIG_FILE",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from ..checkpoint.api import load_local
+from ..checkpoint.load import load_local
 from ..errors import ChecksumMismatchError, CorruptCheckpointError
 from .download import Snapshot, evict, fetch
 from .source import HubSource, parse_hf_source, resolve_source

@@ -9,7 +9,6 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..checkpoint.api import save
 from ..checkpoint.manifest import CONFIG_FILE, FORMAT, Manifest, read_config_json
 from ..checkpoint.readers import model_folder
 from ..checkpoint.reshard import reshard
@@ -19,6 +18,7 @@ from ..checkpoint.shards import (
     parse_max_shard_size,
     read_index,
 )
+from ..checkpoint.write import save
 from ..errors import CheckpointError, ChecksumMismatchError, HubError, UnsafeCheckpointError
 from .card import DEFAULT_LICENSE, model_card
 from .failures import hub_errors

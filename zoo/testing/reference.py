@@ -298,7 +298,7 @@ def compare_with_reference(model: ZooModel, reference: Reference, *, seed: int =
 
 def _write(model: ZooModel, folder: Path, layout: str | None) -> None:
     from ..checkpoint import save
-    from ..checkpoint.api import export
+    from ..checkpoint.write import export
 
     if layout is None:
         save(model, folder)
@@ -312,7 +312,7 @@ def _loading_note(reference: Any) -> str:
 
 
 def _hf_layouts(arch: ArchitectureSpec) -> list[str]:
-    from ..checkpoint.api import _hf_layouts as layouts
+    from ..checkpoint.write import hf_layouts as layouts
 
     return layouts(arch)
 

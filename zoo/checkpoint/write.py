@@ -1,0 +1,267 @@
+"""Writing checkpoints: a zoo model as zoo's own (:func:`save`: ``model.safetensors`` +
+``config.json``) or as a Hugging Face checkpoint that ``transformers`` loads (:func:`export`)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..config import ModelConfig
+from ..errors import CheckpointError, UnknownArchitectureError
+from ..plugin.registry import get_registry
+from ..plugin.specs import ArchitectureSpec
+from .commit import atomic_directory
+from .manifest import CONFIG_FILE, FORMAT_VERSION, Manifest, weights_record
+from .readers import METADATA_KEY, architecture
+from .shards import parse_max_shard_size, write_weights
+from .tokenizer import export_tokenizer_files
+
+if TYPE_CHECKING:
+    from torch import Tensor, nn
+
+__all__ = ["export", "hf_layouts", "save"]
+
+
+def _config_of(model: Any) -> ModelConfig:
+    config = getattr(model, "config", None)
+    if not isinstance(config, ModelConfig):
+        raise CheckpointError(
+            f"{type(model).__name__} has no zoo config (model.config); only models built by "
+            "zoo (zoo.build / zoo.load) can be saved"
+        )
+    return config
+
+
+def _plugin_of(architecture: str) -> dict[str, Any] | None:
+    registry = get_registry()
+    try:
+        source = registry.source("architecture", architecture)
+    except UnknownArchitectureError:
+        return None
+    name = source.removeprefix("plugin ")
+    dist = next((p.distribution for p in registry.plugins if p.name == name), None)
+    return {"name": name, "distribution": dist}
+
+
+def _cpu_tensors(state: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    meta = [k for k, t in state.items() if t.is_meta]
+    if meta:
+        raise CheckpointError(
+            f"cannot save: {len(meta)} tensor(s) are on the meta device (e.g. {meta[:3]}); "
+            "load or initialise the weights first"
+        )
+    return {k: t.to("cpu").contiguous() for k, t in state.items()}
+
+
+def _dtype_name(tensors: Mapping[str, Tensor]) -> str | None:
+    names = {str(t.dtype).removeprefix("torch.") for t in tensors.values() if t.is_floating_point()}
+    return names.pop() if len(names) == 1 else ("mixed" if names else None)
+
+
+def save(
+    model: nn.Module,
+    directory: str | os.PathLike[str],
+    *,
+    tokenizer: Any = None,
+    max_shard_size: int | str | None = None,
+) -> Path:
+    """Save a zoo model as ``model.safetensors`` + ``config.json`` in ``directory``.
+
+    Args:
+        model: a model built by zoo (it carries ``model.config`` and ``model.name``).
+        directory: created if needed. Files of an earlier checkpoint there are replaced
+            atomically; a failed save leaves them untouched and no temporary files behind.
+        tokenizer: saved with the weights (its files too when it is not a shipped one, e.g. a
+            trained subword tokenizer); by default ``model.tokenizer`` when the model has one.
+        max_shard_size: split the weights into shards of at most this size, as transformers'
+            ``save_pretrained`` does: bytes, or a string such as ``"5GB"`` or ``"500MB"``
+            (``model-00001-of-00003.safetensors`` ... and ``model.safetensors.index.json``;
+            a tensor larger than the limit gets a shard of its own). Default: one file.
+
+    Tied weights are stored once. ``config.json`` records the architecture, named model,
+    config, tokenizer spec, zoo version, format version and the weights' sha256 (each
+    shard's when sharded), which :func:`load` verifies.
+
+    Returns:
+        the directory.
+    """
+    from .._version import __version__
+    from .state import unique_state
+
+    config = _config_of(model)
+    if max_shard_size is not None:
+        parse_max_shard_size(max_shard_size)  # a bad size is refused before anything is written
+    arch_name = type(config).architecture
+    if not arch_name:  # zoo.load could not rebuild it: refuse before writing anything
+        raise CheckpointError(
+            f"{type(config).__name__} names no architecture (its class variable "
+            "`architecture` is empty), so zoo.load could not rebuild this model; save a model "
+            "of a registered architecture (zoo.build(name) or its config class)"
+        )
+    model_name = getattr(model, "name", None)
+    tensors = _cpu_tensors(unique_state(model))
+    if tokenizer is None:
+        tokenizer = getattr(model, "tokenizer", None)
+    parameters = sum(t.numel() for k, t in tensors.items() if _is_parameter(model, k))
+    description = {
+        "format_version": FORMAT_VERSION,
+        "architecture": arch_name,
+        "model_name": model_name,
+        "config": config.to_dict(),
+    }
+    with atomic_directory(directory) as staging:
+        tokenizer_spec = None
+        if tokenizer is not None:
+            from ..tokenizers import save_tokenizer
+
+            tokenizer_spec = save_tokenizer(tokenizer, staging)
+        metadata = {"format": "pt", METADATA_KEY: json.dumps(description)}
+        written = write_weights(
+            tensors,
+            staging,
+            metadata,
+            max_shard_size=max_shard_size,
+            total_parameters=parameters,
+        )
+        manifest = Manifest(
+            architecture=arch_name,
+            config=config.to_dict(),
+            model_name=model_name,
+            tokenizer=tokenizer_spec,
+            dtype=_dtype_name(tensors),
+            parameters=parameters,
+            plugin=_plugin_of(arch_name),
+            zoo_version=__version__,
+            **weights_record(staging, written),
+        )
+        text = json.dumps(manifest.to_json(), indent=2) + "\n"
+        (staging / CONFIG_FILE).write_text(text, encoding="utf-8")
+    return Path(directory)
+
+
+def _is_parameter(model: nn.Module, key: str) -> bool:
+    path, _, leaf = key.rpartition(".")
+    module = model.get_submodule(path) if path else model
+    return leaf in module._parameters
+
+
+def hf_layouts(arch: ArchitectureSpec) -> list[str]:
+    """The layouts of ``arch`` that are Hugging Face checkpoints (declare a ``model_type``)."""
+    return sorted(
+        lay
+        for lay in arch.checkpoint_layouts
+        if getattr(arch.checkpoint_layout(lay), "model_type", None) is not None
+    )
+
+
+def export(
+    model: nn.Module,
+    directory: str | os.PathLike[str],
+    layout: str | None = None,
+    *,
+    max_shard_size: int | str | None = None,
+) -> Path:
+    """Write ``model`` as a Hugging Face checkpoint that ``transformers`` loads unchanged.
+
+    Args:
+        model: a zoo model whose architecture declares the layout (gpt2 -> ``"hf-gpt2"``,
+            gpt1 -> ``"hf-openai-gpt"``).
+        directory: receives ``config.json`` and ``model.safetensors`` (atomically), and
+            when the model has a tokenizer, ``tokenizer.json`` + ``tokenizer_config.json``
+            (and ``vocab.json`` + ``merges.txt`` for a byte-level BPE), which
+            ``transformers.AutoTokenizer`` loads as the same tokenizer (a tokenizer that
+            cannot be written so is a warning; the weights are still written).
+        layout: the layout; optional when the architecture declares only one.
+        max_shard_size: split the weights as ``save_pretrained(max_shard_size=...)`` does
+            (bytes, or ``"5GB"``, ``"500MB"``...): ``model-00001-of-00003.safetensors`` ...
+            and ``model.safetensors.index.json``. Default: one ``model.safetensors``.
+
+    Conv1D weights are transposed back and written contiguous; a tied LM head is omitted
+    (transformers re-ties it from ``tie_word_embeddings``). ``config.json`` carries
+    ``pad_token_id``, ``bos_token_id`` and ``eos_token_id``: the model's tokenizer's ids,
+    null where it has none (never the config class's defaults, which may not fit the
+    vocabulary).
+
+    Raises:
+        CheckpointError: the layout cannot represent the model (its config differs from what
+            the layout holds, e.g. a post-LN model as ``hf-gpt2``), or leaves one of the
+            layout's keys unwritten.
+    """
+    from .state import unique_state
+
+    config = _config_of(model)
+    if max_shard_size is not None:
+        parse_max_shard_size(max_shard_size)  # a bad size is refused before anything is written
+    arch = architecture(type(config).architecture, where="export", plugin=None)
+    layouts = hf_layouts(arch) if layout is None else [layout]
+    if len(layouts) != 1:
+        raise CheckpointError(
+            f"architecture {arch.name!r} declares layouts {hf_layouts(arch) or 'none'}; "
+            "pass layout=... to choose one"
+        )
+    try:
+        keymap = arch.checkpoint_layout(layouts[0])
+    except KeyError as exc:
+        raise CheckpointError(str(exc.args[0])) from None
+    if keymap.config_to_foreign is None:
+        raise CheckpointError(f"layout {layouts[0]!r} cannot write a config.json")
+    differs = keymap.misrepresented(config)
+    if differs:
+        raise CheckpointError(
+            f"the {layouts[0]!r} layout cannot hold this model: it has {'; '.join(differs)}. "
+            "Written anyway it would load as a different model; save it with zoo.save instead"
+        )
+    try:
+        foreign_config = dict(keymap.config_to_foreign(config))
+    except (ValueError, KeyError) as exc:
+        raise CheckpointError(f"{arch.name} cannot be exported as {layouts[0]!r}: {exc}") from None
+    foreign, report = keymap.from_zoo(unique_state(model), config)
+    if report.unexpected:
+        raise CheckpointError(
+            f"layout {layouts[0]!r} has no place for {list(report.unexpected)[:5]}; this model "
+            "cannot be exported to it"
+        )
+    if report.missing:
+        raise CheckpointError(
+            f"exporting as {layouts[0]!r} would leave {list(report.missing)[:5]} unwritten; "
+            "the model lacks weights that layout needs"
+        )
+    foreign_config.update(_special_token_ids(model))
+    tensors = _cpu_tensors(foreign)
+    dtype = _dtype_name(tensors)
+    if dtype and dtype != "mixed":
+        foreign_config["dtype"] = dtype
+    tokenizer_files = export_tokenizer_files(model, config, directory)
+    with atomic_directory(directory) as staging:
+        write_weights(
+            tensors,
+            staging,
+            {"format": "pt"},
+            max_shard_size=max_shard_size,
+            total_parameters=sum(p.numel() for p in model.parameters()),
+        )
+        text = json.dumps(foreign_config, indent=2) + "\n"
+        (staging / CONFIG_FILE).write_text(text, encoding="utf-8")
+        for name, data in tokenizer_files.items():
+            (staging / name).write_bytes(data)
+    return Path(directory)
+
+
+#: The special token ids an exported ``config.json`` carries, by tokenizer role.
+SPECIAL_TOKEN_KEYS = {"pad": "pad_token_id", "bos": "bos_token_id", "eos": "eos_token_id"}
+
+
+def _special_token_ids(model: nn.Module) -> dict[str, int | None]:
+    """``pad_token_id``, ``bos_token_id`` and ``eos_token_id`` of an export: the ids of the
+    tokenizer saved with the model, null for a role it lacks or when there is none. Written
+    always: a transformers config class fills an absent key with its own default, which can
+    lie outside the vocabulary (Phi-3's ``pad_token_id = 32000``: ``from_pretrained`` then
+    fails, ``padding_idx must be within num_embeddings``)."""
+    tokenizer = getattr(model, "tokenizer", None)
+    return {
+        key: None if tokenizer is None else getattr(tokenizer, f"{role}_id", None)
+        for role, key in SPECIAL_TOKEN_KEYS.items()
+    }
