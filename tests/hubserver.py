@@ -21,15 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zoo.localhub import (
-    DEFAULT_GITATTRIBUTES,
-    FileEntry,
-    HubError,
-    RequestRecord,
-    _chunks,
-    _Handler,
-)
+from zoo.localhub import DEFAULT_GITATTRIBUTES, FileEntry, HubError, RequestRecord
 from zoo.localhub import LocalHub as _WellBehavedHub
+from zoo.localhub.routes import Handler
+from zoo.localhub.storage import chunks
 
 __all__ = ["DEFAULT_GITATTRIBUTES", "FileEntry", "HubError", "LocalHub", "RequestRecord"]
 
@@ -43,8 +38,8 @@ class _Fault:
     remaining: int | None
 
 
-class _HostileHandler(_Handler):
-    """:class:`zoo.localhub._Handler` with the faults of :class:`LocalHub` applied."""
+class _HostileHandler(Handler):
+    """:class:`zoo.localhub.routes.Handler` with the faults of :class:`LocalHub` applied."""
 
     hub: LocalHub
 
@@ -123,7 +118,7 @@ class _HostileHandler(_Handler):
             stop = min(end, max(start, fault.at_byte))
         with open(source, "rb") as f:
             f.seek(start)
-            for offset, chunk in _chunks(f, start, stop):
+            for offset, chunk in chunks(f, start, stop):
                 if fault is not None and fault.kind == "corrupt":
                     chunk = _flip_byte(chunk, fault.at_byte - offset)
                 self.wfile.write(chunk)

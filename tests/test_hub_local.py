@@ -89,3 +89,20 @@ def test_a_busy_port_is_a_clear_error(tmp_path: Path) -> None:
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=30)
+
+
+def test_the_runtime_hub_client_does_not_import_the_server() -> None:
+    """The local Hub is a tool beside ``zoo.hub``, not part of it: no module of ``zoo.hub``
+    imports ``zoo.localhub`` (at the top or inside a function)."""
+    import ast
+
+    hub = Path(zoo.__file__).parent / "hub"
+    offenders = []
+    for path in sorted(hub.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or "", *(a.name for a in node.names)]
+            if any("localhub" in name for name in names):
+                offenders.append(path.name)
+    assert offenders == []
