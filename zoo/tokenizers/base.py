@@ -2,9 +2,10 @@
 
 A backend (:mod:`~zoo.tokenizers.tiktoken_backend`, :mod:`~zoo.tokenizers.hf_backend`) wraps a
 well-kept library and implements a handful of ``_``-methods; this base class adds the input
-checks, special-token roles, ``[CLS] ... [SEP]``-style wrapping and padded tensor batches, so
-every tokenizer in the zoo behaves the same way. Nothing here imports torch until
-:meth:`Tokenizer.encode_padded` is called.
+checks (:mod:`.inputs`), special-token roles and ``[CLS] ... [SEP]``-style wrapping
+(:mod:`.roles`) and padded tensor batches (:mod:`.padding`), so every tokenizer in the zoo
+behaves the same way. Nothing here imports torch until :meth:`Tokenizer.encode_padded` is
+called.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, overload
 
-from .errors import ChatTemplateError, TokenizerError, TokenizerInputError
+from .errors import ChatTemplateError, TokenizerError
+from .inputs import AllowedSpecial, allowed_specials, check_ids, check_text, check_texts
+from .padding import Padding, PaddingSide, check_padding, fit, padded
+from .roles import ROLES, ending_ids, role_ids, wrapping
 
 if TYPE_CHECKING:
     import torch
@@ -26,36 +30,6 @@ if TYPE_CHECKING:
     from .chat import ChatTemplate
 
 __all__ = ["ROLES", "Tokenizer", "check_fits"]
-
-#: The special-token roles a tokenizer may fill.
-ROLES: tuple[str, ...] = ("bos", "eos", "pad", "unk", "sep", "cls")
-
-
-#: What ``allowed_special`` may be: ``False`` (special-token strings in the text are text),
-#: ``"all"`` / ``True`` (each becomes its id), or the set of those that may.
-AllowedSpecial = bool | Literal["all"] | Iterable[str]
-
-
-def _check_unicode(text: str, where: str) -> None:
-    """Refuse text that is not valid Unicode (a lone surrogate such as ``"\\ud800"``, what
-    ``bytes.decode(errors="surrogateescape")`` leaves): libraries replace it or crash."""
-    if text.isascii():
-        return
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise TokenizerInputError(
-            f"{where}: the text holds a lone surrogate {text[exc.start]!r} at index {exc.start}, "
-            "which is not a Unicode character; decode the bytes with errors='replace' (or fix "
-            "the source) first"
-        ) from None
-
-
-def _text_error(value: object, where: str) -> TokenizerInputError:
-    return TokenizerInputError(
-        f"{where} takes text as str, got {type(value).__name__}"
-        + (": decode bytes first (bytes.decode('utf-8'))" if isinstance(value, bytes) else "")
-    )
 
 
 class Tokenizer(abc.ABC):
@@ -97,39 +71,12 @@ class Tokenizer(abc.ABC):
         self.name = name
         self.description = description
         self.by_name = by_name
-        roles = dict(roles or {})
-        unknown = sorted(set(roles) - set(ROLES))
-        if unknown:
-            raise TokenizerError(
-                f"unknown special-token role(s) {unknown}; valid roles are {', '.join(ROLES)}"
-            )
-        self._roles: dict[str, str] = roles
-        self._role_ids: dict[str, int] = {}
-        for role, token in roles.items():
-            token_id = self.token_to_id(token)
-            if token_id is None:
-                raise TokenizerError(
-                    f"{name}: the {role} token {token!r} is not in the vocabulary; "
-                    "use one of its tokens or add it as a special token first"
-                )
-            self._role_ids[role] = token_id
-        for wrapper in wrap:
-            if wrapper is not None and wrapper not in self._role_ids:
-                raise TokenizerError(
-                    f"{name}: cannot wrap sequences with {wrapper!r}: no such role"
-                )
+        self._roles: dict[str, str] = dict(roles or {})
+        self._role_ids = role_ids(name, self._roles, self.token_to_id)
         self._wrap = wrap
-        self._prefix = [self._role_ids[wrap[0]]] if wrap[0] is not None else []
-        self._suffix = [self._role_ids[wrap[1]]] if wrap[1] is not None else []
+        self._prefix, self._suffix = wrapping(name, wrap, self._role_ids)
         self._chat = chat
-        eos = [self._role_ids["eos"]] if "eos" in self._role_ids else []
-        for token_id in end_ids:
-            if type(token_id) is not int or not 0 <= token_id < self.vocab_size:
-                raise TokenizerError(
-                    f"{name}: end id {token_id!r} is not an id of the vocabulary "
-                    f"(0 .. {self.vocab_size - 1})"
-                )
-        self._end_ids = tuple(dict.fromkeys([*eos, *end_ids]))
+        self._end_ids = ending_ids(name, self._role_ids, end_ids, self.vocab_size)
 
     # -- what a backend implements ----------------------------------------------------------
     @property
@@ -372,10 +319,7 @@ class Tokenizer(abc.ABC):
             allowed_special: ``"all"`` (or ``True``) turns every special-token string in the
                 text into its id, a set of strings only those; ``False`` (the default) none.
         """
-        if not isinstance(text, str):
-            raise _text_error(text, "encode")
-        _check_unicode(text, "encode")
-        ids = self._encode(text, self._allowed(allowed_special))
+        ids = self._encode(check_text(text, "encode"), self._allowed(allowed_special))
         if add_special_tokens and (self._prefix or self._suffix):
             ids = [*self._prefix, *ids, *self._suffix]
         return ids
@@ -387,9 +331,7 @@ class Tokenizer(abc.ABC):
         consecutive lists whose concatenation is exactly ``encode(text)``: a long text is cut
         where no token can cross, so memory stays bounded by the piece, not the text.
         """
-        if not isinstance(text, str):
-            raise _text_error(text, "iter_encode")
-        _check_unicode(text, "iter_encode")
+        text = check_text(text, "iter_encode")
         yield from self._encode_iter(text, self._allowed(allowed_special))
 
     def fingerprint(self) -> str:
@@ -419,8 +361,7 @@ class Tokenizer(abc.ABC):
         allowed_special: AllowedSpecial = False,
     ) -> list[list[int]]:
         """Token ids of each text (in parallel where the library can), as :meth:`encode`."""
-        texts = self._check_texts(texts)
-        batch = self._encode_batch(texts, self._allowed(allowed_special))
+        batch = self._encode_batch(check_texts(texts), self._allowed(allowed_special))
         if add_special_tokens and (self._prefix or self._suffix):
             batch = [[*self._prefix, *ids, *self._suffix] for ids in batch]
         return batch
@@ -457,11 +398,11 @@ class Tokenizer(abc.ABC):
         texts: Sequence[str],
         *,
         max_length: int | None = None,
-        padding: Literal["longest", "max_length"] = "longest",
+        padding: Padding = "longest",
         truncation: bool = False,
         add_special_tokens: bool = False,
         allowed_special: AllowedSpecial = False,
-        padding_side: Literal["right", "left"] = "right",
+        padding_side: PaddingSide = "right",
         device: str | torch.device | None = None,
     ) -> dict[str, torch.Tensor]:
         """Encode a batch into padded tensors (:meth:`encode_batch` gives lists of ids).
@@ -483,37 +424,18 @@ class Tokenizer(abc.ABC):
             length]}``; the mask is 1 on tokens and 0 on padding. Padding uses ``pad_id``, or
             ``eos_id`` when there is none (GPT), or 0.
         """
-        import torch
-
-        if padding not in ("longest", "max_length"):
-            raise TokenizerError(f"padding must be 'longest' or 'max_length', got {padding!r}")
-        if padding_side not in ("right", "left"):
-            raise TokenizerError(f"padding_side must be 'right' or 'left', got {padding_side!r}")
-        if max_length is not None and (not isinstance(max_length, int) or max_length < 1):
-            raise TokenizerError(f"max_length must be a positive int, got {max_length!r}")
-        if (padding == "max_length" or truncation) and max_length is None:
-            raise TokenizerError(
-                f"{'padding=max_length' if padding == 'max_length' else 'truncation'} needs "
-                "max_length"
-            )
+        check_padding(max_length, padding, truncation, padding_side)
         batch = self.encode_batch(
             texts, add_special_tokens=add_special_tokens, allowed_special=allowed_special
         )
         if max_length is not None:
-            batch = [self._fit(ids, i, max_length, truncation) for i, ids in enumerate(batch)]
+            batch = [
+                fit(ids, i, max_length, truncation, self._suffix) for i, ids in enumerate(batch)
+            ]
         longest = max((len(ids) for ids in batch), default=0)
         length = max_length if padding == "max_length" and max_length is not None else longest
         pad = next((i for i in (self.pad_id, self.eos_id) if i is not None), 0)
-        input_ids = torch.full((len(batch), length), pad, dtype=torch.long)
-        attention_mask = torch.zeros((len(batch), length), dtype=torch.long)
-        for row, ids in enumerate(batch):
-            n = len(ids)
-            span = slice(0, n) if padding_side == "right" else slice(length - n, length)
-            input_ids[row, span] = torch.tensor(ids, dtype=torch.long)
-            attention_mask[row, span] = 1
-        if device is not None:
-            input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
-        return {"input_ids": input_ids, "attention_mask": attention_mask}
+        return padded(batch, length, pad, padding_side, device)
 
     # -- description ----------------------------------------------------------------------------
     def describe(self) -> str:
@@ -528,19 +450,6 @@ class Tokenizer(abc.ABC):
         return f"<{type(self).__name__} {self.name!r} vocab_size={self.vocab_size}>"
 
     # -- helpers ------------------------------------------------------------------------------
-    def _check_texts(self, texts: Sequence[str]) -> list[str]:
-        if isinstance(texts, str) or not isinstance(texts, Iterable):
-            raise TokenizerInputError(
-                f"expected a sequence of str, got {type(texts).__name__}"
-                + ("; wrap a single text in a list" if isinstance(texts, str) else "")
-            )
-        texts = list(texts)
-        for i, text in enumerate(texts):
-            if not isinstance(text, str):
-                raise _text_error(text, f"item {i} of the batch:")
-            _check_unicode(text, f"item {i} of the batch")
-        return texts
-
     def _encode_with_specials(
         self, text: str, allowed: frozenset[str], encode_text: Callable[[str], list[int]]
     ) -> list[int]:
@@ -558,63 +467,11 @@ class Tokenizer(abc.ABC):
 
     def _allowed(self, allowed_special: AllowedSpecial) -> frozenset[str]:
         """The special-token strings that become ids, from an ``allowed_special`` argument."""
-        specials = self.special_tokens
-        if allowed_special is False or allowed_special is None:
-            return frozenset()
-        if allowed_special is True or allowed_special == "all":
-            return frozenset(specials)
-        if isinstance(allowed_special, str) or not isinstance(allowed_special, Iterable):
-            raise TokenizerInputError(
-                f"allowed_special must be False, 'all' or a set of special tokens, got "
-                f"{allowed_special!r}"
-            )
-        allowed = frozenset(allowed_special)
-        unknown = sorted(allowed - set(specials))
-        if unknown:
-            raise TokenizerError(
-                f"{self.name} has no special token(s) {unknown}; its special tokens are: "
-                f"{', '.join(sorted(specials)) or 'none'}"
-            )
-        return allowed
+        return allowed_specials(self.name, self.special_tokens, allowed_special)
 
     def _check_ids(self, ids: Sequence[int] | Any) -> list[int]:
-        if hasattr(ids, "tolist"):  # torch / numpy arrays
-            ids = ids.tolist()
-            if isinstance(ids, int):
-                ids = [ids]
-        if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
-            raise TokenizerInputError(
-                f"decode takes a sequence of int ids, got {type(ids).__name__}"
-            )
-        ids = list(ids)
-        if not ids:
-            return ids
-        if not all(type(i) is int for i in ids):
-            bad = next(i for i in ids if type(i) is not int)
-            hint = "; use decode_batch for a batch" if isinstance(bad, (list, tuple)) else ""
-            raise TokenizerInputError(
-                f"decode takes int ids, got {type(bad).__name__} ({bad!r}){hint}"
-            )
-        low, high = min(ids), max(ids)
-        if low < 0 or high >= self.vocab_size:
-            bad = low if low < 0 else high
-            raise TokenizerError(
-                f"id {bad} is outside the vocabulary of {self.name} "
-                f"(valid ids are 0 .. {self.vocab_size - 1})"
-            )
-        return ids
-
-    def _fit(self, ids: list[int], row: int, max_length: int, truncation: bool) -> list[int]:
-        if len(ids) <= max_length:
-            return ids
-        if not truncation:
-            raise TokenizerError(
-                f"text {row} has {len(ids)} tokens, more than max_length={max_length}; "
-                "pass truncation=True to cut it, or a larger max_length"
-            )
-        if self._suffix and ids[-len(self._suffix) :] == self._suffix and max_length > 1:
-            return [*ids[: max_length - len(self._suffix)], *self._suffix]
-        return ids[:max_length]
+        """``ids`` as a list of ints of the vocabulary (see :func:`~.inputs.check_ids`)."""
+        return check_ids(self.name, self.vocab_size, ids)
 
 
 def check_fits(tokenizer: Tokenizer, vocab_size: int, *, what: str = "the model") -> None:
