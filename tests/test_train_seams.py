@@ -1,7 +1,7 @@
 """Training's seams: a diverging run stops with an error and saves nothing non-finite; a
 tampered resumable state is refused before any step; signals, a second run on one folder and
 negative settings are told apart; metrics and the loss plot appear as the run goes; the stop
-reason, the time budget, ``--help`` defaults and the device check are what they say."""
+reason, the time budget and the device check are what they say."""
 
 from __future__ import annotations
 
@@ -383,17 +383,17 @@ def slow_steps(monkeypatch: pytest.MonkeyPatch) -> float:
     """Every forward pass takes at least 0.2 s more. The imports a process's first run pays
     for inside its budget (torch._dynamo through AdamW, matplotlib: seconds on a loaded
     machine) are paid here."""
-    from zoo.train import loop
+    from zoo.train import report, steps
 
     torch.optim.AdamW([torch.zeros(1, requires_grad=True)])
-    loop.can_plot()
-    real = loop._loss
+    report.can_plot()
+    real = steps.loss_of
 
     def slow(*args: Any, **kwargs: Any) -> Any:
         time.sleep(0.2)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(loop, "_loss", slow)
+    monkeypatch.setattr(steps, "loss_of", slow)
     return 0.2
 
 
@@ -423,27 +423,6 @@ def test_a_budget_that_cannot_fit_one_step_is_refused_before_it(corpus, tmp_path
     assert "Give --time-budget " in str(e.value)
     left = [p for p in ("checkpoint", "model", "metrics.jsonl") if (tmp_path / "run" / p).exists()]
     assert not left  # nothing trained, nothing for zoo info to take for a run
-
-
-# -- H. --help shows every default -----------------------------------------------------------------
-def test_train_help_shows_every_default_and_they_are_train_configs():
-    from zoo.cli import build_parser
-
-    parser = build_parser()
-    train_parser = next(
-        a for a in parser._actions if isinstance(a, type(parser._subparsers._group_actions[0]))
-    ).choices["train"]
-    defaults = TrainConfig()
-    for action in train_parser._actions:
-        if not action.option_strings or action.dest == "help" or action.required:
-            continue
-        assert "default" in (action.help or ""), action.option_strings
-        field = action.dest
-        if hasattr(defaults, field) and field != "min_lr":
-            assert action.default == getattr(defaults, field), field
-    help_text = train_parser.format_help()
-    assert "(default: 16)" in help_text and "context_length" in help_text
-    assert "at every evaluation" in help_text  # --checkpoint-every
 
 
 # -- I. the device check -----------------------------------------------------------------------

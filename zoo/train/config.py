@@ -33,19 +33,21 @@ class TrainConfig:
 
     Args:
         steps: optimizer steps to run (the schedule's length).
-        batch_size: sequences per optimizer step, across every process and accumulation step.
+        batch_size: sequences per optimizer step, across every process and accumulation
+            step, each of the model's context_length tokens.
         grad_accum: micro-batches per optimizer step (``batch_size`` must divide by
             ``grad_accum`` times the number of processes).
-        lr: peak learning rate; ``min_lr`` is where the cosine ends.
+        lr: peak learning rate.
+        min_lr: where the cosine decay ends, at ``steps``.
         warmup: steps of linear warm-up from 0 to ``lr`` (a run that is not longer than its
             warm-up never reaches ``lr`` nor decays: it says so in its first lines).
         weight_decay: AdamW decay of the matrices (never of norms, biases, embeddings).
         betas: AdamW betas.
         clip: gradient-norm clipping (0: none).
         eval_every: steps between evaluations on the held-out split (0: only at the end).
-        eval_batches: batches per evaluation.
+        eval_batches: batches per evaluation, the same held-out ones each time.
         checkpoint_every: steps between resumable checkpoints (0: only at the end and on a
-            signal); ``None`` (the default): at every evaluation, every ``eval_every`` steps.
+            signal; ``None``: at every evaluation, every ``eval_every`` steps).
         seed: makes the run repeatable (initialisation, data order, dropout): an integer
             from 0 to 2**64 - 1 (negative ones down to -2**63 wrap around), as
             :func:`zoo.generate` takes.
@@ -87,17 +89,7 @@ class TrainConfig:
         for name in _FLOATS:
             if getattr(self, name) < 0:
                 raise ConfigError(f"TrainConfig.{name} must be >= 0, got {getattr(self, name)!r}")
-        for name in ("steps", "batch_size", "grad_accum", "eval_batches"):
-            if getattr(self, name) < 1:
-                raise ConfigError(
-                    f"TrainConfig.{name} must be at least 1, got {getattr(self, name)}"
-                )
-        for name in ("warmup", "eval_every", "checkpoint_every"):
-            value = getattr(self, name)
-            if value is not None and value < 0:
-                raise ConfigError(
-                    f"TrainConfig.{name} must be >= 0 (0: {_ZERO[name]}), got {value}"
-                )
+        self._check_counts()
         if not self.lr > 0 or self.min_lr > self.lr:
             raise ConfigError(f"need 0 < min_lr <= lr, got lr={self.lr}, min_lr={self.min_lr}")
         if not 0 < self.val_fraction < 1:
@@ -114,6 +106,20 @@ class TrainConfig:
                     f"{short_int(value)}"
                 )
         check_seed(self.seed)  # the range zoo generate takes: the one a torch.Generator takes
+
+    def _check_counts(self) -> None:
+        """Counts at least 1, intervals at least 0 (what 0 means said)."""
+        for name in ("steps", "batch_size", "grad_accum", "eval_batches"):
+            if getattr(self, name) < 1:
+                raise ConfigError(
+                    f"TrainConfig.{name} must be at least 1, got {getattr(self, name)}"
+                )
+        for name in ("warmup", "eval_every", "checkpoint_every"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ConfigError(
+                    f"TrainConfig.{name} must be >= 0 (0: {_ZERO[name]}), got {value}"
+                )
 
     @property
     def checkpoint_interval(self) -> int:

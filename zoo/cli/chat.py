@@ -1,0 +1,133 @@
+"""``zoo chat``: a conversation with an instruct model through its chat template."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from .generate import add_sampling, generation_config, print_pieces
+from .output import printable
+from .parser import Command, check_utf8
+from .source import add_model_loading, check_model, given_tokenizer, load_for_generation
+
+if TYPE_CHECKING:
+    from ..generation import GenerationConfig
+    from ..nn.base import ZooModel
+    from ..tokenizers import Tokenizer
+
+__all__ = ["CHAT_MAX_NEW_TOKENS", "COMMANDS"]
+
+#: The longest reply ``zoo chat`` generates by default (``--max-new-tokens``).
+CHAT_MAX_NEW_TOKENS = 512
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    """Chat with an instruct model: each line you type is a message, the reply streams back.
+    The whole conversation goes through the model's chat template every turn; /reset starts
+    over, /exit or end of input quits."""
+    from ..generation.text import resolve_tokenizer
+    from ..tokenizers import ChatTemplateError
+
+    config = _chat_config(args)
+    model = load_for_generation(args)
+    tokenizer = resolve_tokenizer(model, given_tokenizer(args), "zoo chat")
+    if tokenizer.chat_template is None:
+        raise ChatTemplateError(
+            f"{args.source} has no chat template: its tokenizer ({tokenizer.name}) defines none "
+            "(no chat_template in tokenizer_config.json, no chat_template.jinja). zoo chat "
+            "needs an instruct model's; continue plain text with `zoo generate`, or give a "
+            "tokenizer folder that has one with --tokenizer DIR"
+        )
+    opening = [] if args.system is None else [{"role": "system", "content": args.system}]
+    history = list(opening)
+    interactive = sys.stdin.isatty()
+    if interactive:
+        print(f"zoo chat with {args.source}: /reset starts over, /exit quits", file=sys.stderr)
+    for line in _input_lines(interactive):
+        text = line.strip()
+        if text == "/exit":
+            break
+        if text == "/reset":
+            history = list(opening)
+            print("(conversation cleared)", file=sys.stderr, flush=True)
+            continue
+        if text:
+            history = _chat_turn(model, tokenizer, config, history, line)
+    return 0
+
+
+def _chat_config(args: argparse.Namespace) -> GenerationConfig:
+    """``zoo chat``'s system message and sampling flags, checked (no torch)."""
+    if args.system is not None:
+        check_utf8(args.system, "--system")
+    return generation_config(args)
+
+
+def _check_chat(args: argparse.Namespace) -> None:
+    _chat_config(args)
+    check_model(args)
+
+
+def _input_lines(prompt: bool) -> Iterator[str]:
+    """The lines of standard input, decoded as UTF-8 (a byte that is not becomes U+FFFD),
+    without their line ends; ``> `` before each on a terminal."""
+    stream = getattr(sys.stdin, "buffer", None)
+    while True:
+        if prompt:
+            print("> ", end="", file=sys.stderr, flush=True)
+        raw = stream.readline() if stream is not None else sys.stdin.readline()
+        if not raw:
+            return
+        line = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
+        yield line.rstrip("\r\n")
+
+
+def _chat_turn(
+    model: ZooModel,
+    tokenizer: Tokenizer,
+    config: GenerationConfig,
+    history: list[dict[str, str]],
+    message: str,
+) -> list[dict[str, str]]:
+    """Send ``message`` after ``history``, stream the reply to stdout, and return the
+    conversation with both; a turn the template or the model refuses (a conversation too
+    long for the context) is reported and left out."""
+    from ..generation import stream_continuation
+
+    turn = [*history, {"role": "user", "content": message}]
+    try:
+        ids = tokenizer.apply_chat_template(turn, add_generation_prompt=True, tokenize=True)
+        pieces = stream_continuation(model, ids, config, tokenizer=tokenizer)
+    except ValueError as exc:  # ChatTemplateError, or a prompt the context cannot hold
+        print(f"zoo: error: {printable(exc)} (/reset starts over)", file=sys.stderr)
+        return history
+    return [*turn, {"role": "assistant", "content": print_pieces(pieces)}]
+
+
+def _chat_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "source",
+        metavar="NAME_OR_SOURCE",
+        help="an instruct model with a chat template: a named model, hf:org/name[@rev], or a "
+        "directory",
+    )
+    p.add_argument(
+        "--system",
+        metavar="TEXT",
+        default=None,
+        help="a system message that opens the conversation (default: none, the template's)",
+    )
+    add_sampling(p, CHAT_MAX_NEW_TOKENS)
+    p.add_argument(
+        "--tokenizer",
+        metavar="NAME_OR_DIR",
+        default=None,
+        help="the tokenizer (and its chat template) to use: a named model's or a registered "
+        "tokenizer's name, or a tokenizer folder (default: the model's own)",
+    )
+    add_model_loading(p)
+
+
+COMMANDS = {"chat": Command(cmd_chat, _chat_arguments, _check_chat)}

@@ -1,0 +1,82 @@
+"""The model ``zoo generate``, ``chat`` and ``serve`` run: its loading flags (``--device``,
+``--dtype``, ``--quantize``, ``--compile``, ``--random``), their early check and the load."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from .. import api
+from ..options import QUANTIZE_MODE_HELP, QUANTIZE_MODES
+
+if TYPE_CHECKING:
+    from ..nn.base import ZooModel
+    from ..tokenizers import Tokenizer
+
+__all__ = ["add_model_loading", "check_model", "given_tokenizer", "load_for_generation"]
+
+_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def add_model_loading(p: argparse.ArgumentParser, *, compile: bool = True) -> None:
+    """``--device``, ``--dtype``, ``--quantize``, ``--compile`` (unless ``compile`` is false)
+    and ``--random``: how :func:`load_for_generation` loads the model."""
+    p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cpu)")
+    p.add_argument("--dtype", choices=_DTYPES, default=None, help="default: as stored")
+    p.add_argument(
+        "--quantize",
+        choices=QUANTIZE_MODES,
+        default=None,
+        help="quantize the linear layers while loading (default: none): "
+        + "; ".join(f"{mode}: {what}" for mode, what in QUANTIZE_MODE_HELP.items()),
+    )
+    if compile:
+        p.add_argument(
+            "--compile",
+            action="store_true",
+            help="compile the decoding step with torch.compile (CPU; needs a C++ compiler; the "
+            "first run compiles for a while, later ones reuse torch's cache)",
+        )
+    p.add_argument(
+        "--random",
+        action="store_true",
+        help="use a randomly initialised named model (no weights, works offline)",
+    )
+
+
+def check_model(args: argparse.Namespace) -> None:
+    """``zoo generate``, ``chat`` and ``serve``: the model (a named model with ``--random``)
+    and ``--tokenizer`` exist, as loading them will require."""
+    from .. import loading
+
+    if args.random:
+        api.resolve_config(args.source)
+    else:
+        loading.check_source(args.source)
+    if args.tokenizer:
+        api.check_tokenizer(args.tokenizer)
+
+
+def load_for_generation(args: argparse.Namespace) -> ZooModel:
+    """The model the loading flags name (see :func:`add_model_loading`)."""
+    import torch
+
+    from .. import loading
+
+    dtype = getattr(torch, args.dtype) if args.dtype else None
+    if args.random:
+        if args.seed is not None:
+            torch.manual_seed(args.seed)  # the random weights too: --seed makes runs identical
+        model = api.build(args.source, device=args.device, dtype=dtype).eval()
+        if args.quantize:
+            from ..nn.quant import quantize_
+
+            with torch.no_grad():
+                quantize_(model, args.quantize)
+        return model
+    return loading.load(args.source, device=args.device, dtype=dtype, quantize=args.quantize)
+
+
+def given_tokenizer(args: argparse.Namespace) -> Tokenizer | None:
+    """The tokenizer ``--tokenizer`` names, or ``None``: the model's own."""
+    return api.tokenizer(args.tokenizer) if args.tokenizer else None

@@ -1,0 +1,122 @@
+"""``zoo pull``, ``push`` and ``convert``: checkpoints to and from the Hugging Face Hub and
+between layouts."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .parser import Command
+
+__all__ = ["COMMANDS"]
+
+
+def cmd_push(args: argparse.Namespace) -> int:
+    """Publish a checkpoint directory (written by zoo.save, or a training run's folder) to a
+    Hugging Face Hub repo."""
+    from .. import hub
+
+    ref = hub.push(
+        args.directory,
+        args.repo,
+        revision=args.revision,
+        private=args.private,
+        commit_message=args.message,
+        max_shard_size=args.max_shard_size,
+    )
+    print(f"pushed {args.directory} to {ref.repo_id}@{ref.revision}: commit {ref.sha}")
+    print(f"  {ref.url}")
+    print(f'  load it with zoo.load("{ref.source}")')
+    return 0
+
+
+def _shard_size(text: str) -> int | str:
+    """``--max-shard-size``: bytes, or a size such as 5GB / 500MB (checked here)."""
+    from ..checkpoint.shards import parse_max_shard_size
+
+    size: int | str = int(text) if text.isdigit() else text
+    try:
+        parse_max_shard_size(size)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return size
+
+
+def _add_max_shard_size(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--max-shard-size",
+        type=_shard_size,
+        metavar="SIZE",
+        help="split the weights into shards of at most SIZE (bytes, or e.g. 5GB, 500MB), "
+        "named and indexed as transformers' save_pretrained does (default: one file)",
+    )
+
+
+def cmd_pull(args: argparse.Namespace) -> int:
+    """Download a named model's weights or a Hub repo into the Hugging Face cache."""
+    from .. import hub
+
+    print(hub.pull(args.name, revision=args.revision))
+    return 0
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    """Convert a checkpoint between the zoo layout and a Hugging Face layout."""
+    from ..loading import convert_checkpoint
+
+    path = convert_checkpoint(
+        args.source, args.destination, to=args.to, max_shard_size=args.max_shard_size
+    )
+    print(f"wrote {path} ({args.to} layout)")
+    if args.to != "zoo" and (path / "tokenizer.json").is_file():
+        print("with its tokenizer (tokenizer.json: transformers.AutoTokenizer loads it)")
+    elif args.to != "zoo":
+        print(
+            f"without a tokenizer: {args.source} has none zoo could write (see any warning "
+            "above); give transformers the tokenizer separately",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def _check_convert(args: argparse.Namespace) -> None:
+    from .. import loading
+
+    loading.check_source(args.source)
+
+
+def _convert_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("source", help="a zoo checkpoint directory or a Hugging Face one")
+    p.add_argument("destination", help="directory to write (atomically)")
+    p.add_argument(
+        "--to", default="zoo", help="target layout: zoo (default), hf-gpt2 or hf-openai-gpt"
+    )
+    _add_max_shard_size(p)
+
+
+def _push_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "directory",
+        metavar="DIR",
+        help="a checkpoint directory written by zoo.save or zoo convert, or a training run's "
+        "folder (zoo train --out)",
+    )
+    p.add_argument("repo", metavar="REPO", help="Hub repo id, org/name")
+    p.add_argument("--revision", help="branch to commit to (default: the main branch)")
+    p.add_argument("--private", action="store_true", help="create the repo private")
+    p.add_argument("--message", help="commit message")
+    _add_max_shard_size(p)
+
+
+def _pull_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "name", metavar="NAME_OR_REPO", help="a named model with Hub weights, or org/name[@rev]"
+    )
+    p.add_argument("--revision", help="branch, tag or commit sha")
+
+
+COMMANDS = {
+    "convert": Command(cmd_convert, _convert_arguments, _check_convert),
+    "push": Command(cmd_push, _push_arguments),
+    "pull": Command(cmd_pull, _pull_arguments),
+}
