@@ -170,7 +170,7 @@ def test_a_fraction_is_written_so_that_transformers_turns_the_same_count() -> No
 def test_transformers_reads_the_count_zoo_writes(head: int, count: int) -> None:
     """The whole way: zoo's config -> config.json -> transformers' own config and rotary
     initialisation -> as many inverse frequencies as ``count / 2``; and zoo reads it back."""
-    from zoo_plugins.gpt_neox import GPTNeoXConfig
+    from zoo_plugins.gpt_neox.config import GPTNeoXConfig
     from zoo_plugins.gpt_neox.convert import NEOX_CONFIG
 
     config = GPTNeoXConfig(vocab_size=300, context_length=64, d_model=2 * head, n_heads=2,
@@ -233,7 +233,7 @@ def test_gpt_neox_with_partial_rotary_loads_exactly(tmp_path: Path) -> None:
 def test_a_count_key_reads_and_writes_the_count() -> None:
     """GPT-J's spelling: ``rotary_dim`` is the count itself. Before (a fraction in zoo):
     head 44 with rotary_dim 30 loaded turning 28 and exported 28."""
-    from zoo_plugins.gpt_neox import GPTNeoXConfig
+    from zoo_plugins.gpt_neox.config import GPTNeoXConfig
     from zoo_plugins.gpt_neox.convert import NEOX_CONFIG
 
     gptj_like = dataclasses.replace(
@@ -256,7 +256,7 @@ def test_a_count_key_reads_and_writes_the_count() -> None:
 def test_an_old_checkpoint_with_rotary_fraction_still_loads(tmp_path: Path) -> None:
     """A zoo checkpoint saved before ``rotary_dim`` (its config says ``rotary_fraction``
     0.25 and lacks the fields added since): heads 64 wide turn 16, the same logits."""
-    from zoo_plugins.gpt_neox import GPTNeoXConfig
+    from zoo_plugins.gpt_neox.config import GPTNeoXConfig
 
     torch.manual_seed(0)
     model = zoo.build(GPTNeoXConfig(vocab_size=300, context_length=64, d_model=128, n_heads=2,

@@ -33,20 +33,55 @@ def test_every_named_model_is_still_there(registry):
 @pytest.mark.parametrize("name", sorted(RECORDED))
 def test_a_named_model_resolves_as_before(registry, name):
     _, spec, config = registry.resolve(name)
-    assert _as_json(
-        {
-            "architecture": spec.architecture,
-            "aliases": spec.aliases,
-            "description": spec.description,
-            "tokenizer": spec.tokenizer,
-            "spec_config": dict(spec.config),
-            "weights": dataclasses.asdict(spec.weights) if spec.weights else None,
-            "config": config.to_dict(),
-            "config_class": f"{type(config).__module__}:{type(config).__qualname__}",
-        }
-    ) == RECORDED[name]
+    resolved = {
+        "architecture": spec.architecture,
+        "aliases": spec.aliases,
+        "description": spec.description,
+        "tokenizer": spec.tokenizer,
+        "spec_config": dict(spec.config),
+        "weights": dataclasses.asdict(spec.weights) if spec.weights else None,
+        "config": config.to_dict(),
+        "config_class": type(config).__qualname__,  # its module moved (a plugin's config.py)
+    }
+    assert _as_json(resolved) == RECORDED[name]
 
 
 def test_zoos_own_named_models_live_in_registry_toml(registry):
     """One home: no plugin of zoo's own declares a named model in code."""
     assert {registry.source("model", name) for name in RECORDED} == {BUILTIN_REGISTRY}
+
+
+def test_each_declared_model_type_is_the_one_its_layout_reads(registry):
+    """``hf_model_types`` says, without importing the layout, what ``KeyMap.model_type`` says."""
+    declared = {
+        (name, layout): model_type
+        for name in registry.architectures()
+        for model_type, layout in registry.architecture(name).hf_model_types.items()
+    }
+    assert len(declared) >= 12
+    for (name, layout), model_type in declared.items():
+        assert registry.architecture(name).checkpoint_layout(layout).model_type == model_type
+
+
+_LOAD_LLAMA = """
+import sys
+import zoo
+zoo.load(sys.argv[1])
+print(sorted(m for m in sys.modules if m.startswith("zoo_plugins.") and m.endswith(".convert")))
+"""
+
+
+def test_loading_a_hugging_face_folder_imports_only_its_layout(tmp_path):
+    """The ``model_type`` of a folder's config.json picks its layout from the declarations:
+    no other family's ``convert.py`` is imported (a fresh process sees what it imports)."""
+    import subprocess
+    import sys
+
+    import zoo
+
+    zoo.export(zoo.build("llama-tiny"), tmp_path / "hf")
+    out = subprocess.run(
+        [sys.executable, "-c", _LOAD_LLAMA, str(tmp_path / "hf")],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert out.strip().splitlines()[-1] == "['zoo_plugins.llama.convert']"

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from zoo_plugins.gpt_neox import GPTNeoXConfig
+from zoo_plugins.gpt_neox.config import GPTNeoXConfig
 
 import zoo
 from zoo.cli import main

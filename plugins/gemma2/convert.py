@@ -22,7 +22,7 @@ from zoo.config import LayerType
 from zoo.errors import CheckpointError
 
 from ..llama.convert import DOWN, GATE_UP, llama_qkv
-from . import ALTERNATING, Gemma2Config
+from .config import ALTERNATING, Gemma2Config
 
 _LAYER = "model.layers.{i}"
 

@@ -30,7 +30,7 @@ from zoo.checkpoint.hf_layout import ANY, KeyRule, hf_layout
 
 from ..gemma2.convert import GEMMA2_FIELDS, GEMMA2_RULES
 from ..llama.convert import GATE_UP, llama_qkv
-from . import Gemma3Config, every_sixth_global
+from .config import Gemma3Config, every_sixth_global
 
 _ATTN = "model.layers.{i}.self_attn"
 _KINDS = ("full_attention", "sliding_attention")

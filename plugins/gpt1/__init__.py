@@ -21,6 +21,7 @@ def zoo_architectures() -> list[ArchitectureSpec]:
             description="GPT-1: post-LN causal decoder, no final LayerNorm, tied LM head",
             blocks=("post-LN decoder block (causal self-attention, GELU-tanh MLP)",),
             checkpoint_layouts={"hf-openai-gpt": "zoo_plugins.gpt1.convert:HF_OPENAI_GPT"},
+            hf_model_types={"openai-gpt": "hf-openai-gpt"},
         )
     ]
 

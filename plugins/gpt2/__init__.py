@@ -23,6 +23,7 @@ def zoo_architectures() -> list[ArchitectureSpec]:
                 "final LayerNorm",
             ),
             checkpoint_layouts={"hf-gpt2": "zoo_plugins.gpt2.convert:HF_GPT2"},
+            hf_model_types={"gpt2": "hf-gpt2"},
         )
     ]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from zoo.checkpoint.hf_config import HFConfigFormat, HFField
 from zoo.checkpoint.hf_layout import KeyRule, hf_layout, linear_rules
 
-from . import GPTNeoXConfig
+from .config import GPTNeoXConfig
 
 _L = "gpt_neox.layers.{i}"
 _BUFFERS = r"gpt_neox\.layers\.\d+\.attention\.(bias|masked_bias|rotary_emb\.inv_freq)"  # old files

@@ -1,4 +1,4 @@
-"""The Llama composition; sizes live with the named models."""
+"""The Llama composition; sizes live with the named models (registry.toml)."""
 
 from __future__ import annotations
 

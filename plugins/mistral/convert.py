@@ -7,7 +7,7 @@ from zoo.checkpoint.hf_config import LLAMA_FIELDS, POSITIVE_INT, HFConfigFormat,
 from zoo.checkpoint.hf_layout import hf_layout
 
 from ..llama.convert import DOWN, GATE_UP, llama_qkv, llama_rules
-from . import MistralConfig
+from .config import MistralConfig
 
 MISTRAL_FIELDS = {**LLAMA_FIELDS, "sliding_window": HFField("sliding_window", 4096)}
 #: transformers' MistralConfig and MixtralConfig: num_key_value_heads is not null.

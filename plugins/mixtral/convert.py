@@ -9,7 +9,7 @@ from zoo.checkpoint.hf_layout import KeyRule, fused_linear, hf_layout
 
 from ..llama.convert import llama_qkv, llama_rules
 from ..mistral.convert import MISTRAL_FIELDS, MISTRAL_TYPES
-from . import MixtralConfig
+from .config import MixtralConfig
 
 _MOE = "model.layers.{i}.block_sparse_moe"
 _EXPERT, _ZOO_EXPERT = f"{_MOE}.experts.{{e}}", "blocks.{i}.ffn.experts.{e}.fc"

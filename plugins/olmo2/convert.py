@@ -8,7 +8,7 @@ from zoo.checkpoint.hf_config import LLAMA_FIELDS, HFConfigFormat, HFField
 from zoo.checkpoint.hf_layout import KeyRule, hf_layout
 
 from ..llama.convert import DOWN, GATE_UP, llama_qkv
-from . import Olmo2Config
+from .config import Olmo2Config
 
 _LAYER = "model.layers.{i}"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from zoo.checkpoint.hf_config import LLAMA_FIELDS, HFConfigFormat, HFField
 from zoo.checkpoint.hf_layout import KeyRule, hf_layout
 
-from . import Phi3Config
+from .config import Phi3Config
 
 _L = "model.layers.{i}"
 

@@ -6,7 +6,7 @@ from zoo.checkpoint.hf_config import LLAMA_FIELDS, HFConfigFormat, full_attentio
 from zoo.checkpoint.hf_layout import hf_layout
 
 from ..llama.convert import DOWN, GATE_UP, llama_qkv, llama_rules
-from . import Qwen2Config
+from .config import Qwen2Config
 
 QWEN2_CONFIG = HFConfigFormat(
     family="Qwen2",

@@ -7,7 +7,7 @@ from zoo.checkpoint.hf_config import LLAMA_FIELDS, POSITIVE_INT, HFConfigFormat,
 from zoo.checkpoint.hf_layout import hf_layout
 
 from ..llama.convert import DOWN, GATE_UP, llama_qkv, llama_rules
-from . import Qwen3Config
+from .config import Qwen3Config
 
 QWEN3_CONFIG = HFConfigFormat(
     family="Qwen3",

@@ -91,6 +91,10 @@ class ArchitectureSpec:
             lazy ``"module:callable"`` reference to one. Called with the folder the kit wrote
             the random-weight model to (:func:`zoo.export`'s when a Hugging Face layout holds
             it, else :func:`zoo.save`'s), it returns ``(input_ids, attention_mask) -> logits``.
+        hf_model_types: the Hugging Face ``config.json`` ``model_type`` each of its
+            ``checkpoint_layouts`` reads (``{"gpt2": "hf-gpt2"}``), declared so that loading a
+            Hugging Face folder imports only the layout of its ``model_type``. A layout left
+            out here is imported to ask it (``KeyMap.model_type``) when any folder is read.
     """
 
     name: str
@@ -100,11 +104,19 @@ class ArchitectureSpec:
     blocks: tuple[str, ...] = ()
     checkpoint_layouts: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     reference: Any = None
+    hf_model_types: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _check_name("architecture", self.name)
         object.__setattr__(self, "blocks", tuple(self.blocks))
         object.__setattr__(self, "checkpoint_layouts", _frozen_mapping(self.checkpoint_layouts))
+        object.__setattr__(self, "hf_model_types", _frozen_mapping(self.hf_model_types))
+        undeclared = sorted(set(self.hf_model_types.values()) - set(self.checkpoint_layouts))
+        if undeclared:
+            raise ValueError(
+                f"architecture {self.name!r}: hf_model_types names layouts it does not "
+                f"declare in checkpoint_layouts: {', '.join(undeclared)}"
+            )
 
     @property
     def config_class(self) -> Any:
@@ -182,6 +194,11 @@ class ArchitectureSpec:
                 f"{describe_exception(exc)}. Fix or uninstall the plugin that supplies it; "
                 "`zoo plugins` lists every plugin that failed"
             ) from exc
+
+    def declared_model_type(self, layout: str) -> str | None:
+        """The Hugging Face ``model_type`` :attr:`hf_model_types` declares ``layout`` reads
+        (``None``: not declared; importing the layout says)."""
+        return next((t for t, name in self.hf_model_types.items() if name == layout), None)
 
     def checkpoint_layout(self, layout: str) -> Any:
         """The key map for ``layout``, or a ``KeyError`` listing the layouts supported."""
