@@ -134,25 +134,30 @@ class ForeignClaim:
         return f"layout {self.layout!r} of architecture {self.architecture.name!r} ({self.source})"
 
 
-def foreign_claims() -> tuple[dict[str, list[ForeignClaim]], dict[str, str]]:
-    """Hugging Face ``model_type`` -> every installed layout that reads it (``KeyMap.
-    model_type``), and the layouts that could not be imported (``"layout 'hf-x' of
-    architecture 'x'"`` -> why): a plugin whose layout module is broken costs only its own
-    model types."""
+def foreign_claims(
+    *, import_all: bool = False
+) -> tuple[dict[str, list[ForeignClaim]], dict[str, str]]:
+    """Hugging Face ``model_type`` -> every installed layout that reads it, as its
+    architecture declares (``ArchitectureSpec.hf_model_types``) or, undeclared (or with
+    ``import_all``), as the imported layout says (``KeyMap.model_type``); and the layouts that
+    could not be imported (``"layout 'hf-x' of architecture 'x'"`` -> why): a plugin whose
+    layout module is broken costs only its own model types."""
     registry = get_registry()
     claims: dict[str, list[ForeignClaim]] = {}
     broken: dict[str, str] = {}
     for name in registry.architectures():
         arch = registry.architecture(name)
         for layout in sorted(arch.checkpoint_layouts):
-            try:
-                keymap = arch.checkpoint_layout(layout)
-            except Exception as exc:  # a plugin's module may raise anything when imported
-                broken[f"layout {layout!r} of architecture {name!r}"] = (
-                    f"{type(exc).__name__}: {exc}"
-                )
-                continue
-            model_type = getattr(keymap, "model_type", None)
+            model_type = arch.declared_model_type(layout)
+            if model_type is None or import_all:
+                try:
+                    keymap = arch.checkpoint_layout(layout)
+                except Exception as exc:  # a plugin's module may raise anything when imported
+                    broken[f"layout {layout!r} of architecture {name!r}"] = (
+                        f"{type(exc).__name__}: {exc}"
+                    )
+                    continue
+                model_type = getattr(keymap, "model_type", None)
             if model_type is not None:
                 source = registry.source("architecture", name)
                 claims.setdefault(model_type, []).append(ForeignClaim(arch, layout, source))
@@ -196,7 +201,7 @@ def model_type_conflicts() -> tuple[list[str], dict[str, str]]:
     """What ``zoo plugins`` reports of the installed layouts: a message per Hugging Face
     ``model_type`` that several read with nothing to choose between them (``ZOO_PREFER``
     resolves one as it does a name), and the layouts that could not be imported (why)."""
-    claims, broken = foreign_claims()
+    claims, broken = foreign_claims(import_all=True)
     messages = [
         conflict_message(model_type, claimed)
         for model_type, claimed in sorted(claims.items())
