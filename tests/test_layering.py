@@ -177,7 +177,8 @@ BARE = textwrap.dedent(
 )
 
 #: A tiny decoder with the byte tokenizer, built from the model code alone.
-TINY = """
+TINY = textwrap.dedent(
+    """
     import torch
     from zoo.config import DecoderConfig
     from zoo.nn import DecoderLM
@@ -187,7 +188,8 @@ TINY = """
                            d_ff=64, n_layers=1, positions="rotary", norm="rmsnorm",
                            ffn="swiglu")
     model = DecoderLM(config).eval()
-"""
+    """
+)
 
 USES = {
     # the model code: builds and runs a model from a config and the built-in parts
@@ -214,12 +216,14 @@ USES = {
             spec = tokenizers.save_tokenizer(trained, folder)
             again = tokenizers.load_tokenizer(spec, folder)
         assert again.decode(again.encode("a tiny corpus")) == "a tiny corpus"
-        template = tokenizers.ChatTemplate("{% for m in messages %}{{ m['content'] }}{% endfor %}")
-        template.render([{"role": "user", "content": "hi"}])
+        source = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+        template = tokenizers.ChatTemplate({"default": source})
+        assert template.render([{"role": "user", "content": "hi"}]) == "hi"
     """,
     # generation: every public name; text, a batch, a stream and ids from a tiny model
     "zoo.generation": TINY
-    + """
+    + textwrap.dedent(
+        """
         import zoo.generation as generation
         for name in generation.__all__:
             getattr(generation, name)
@@ -228,10 +232,12 @@ USES = {
         generation.generate(model, ["hi", "hello"], **options)
         "".join(generation.generate(model, "hi", stream=True, stop="x", **options))
         generation.generate(model, torch.tensor([[1, 2, 3]]), max_new_tokens=2)
-    """,
+    """
+    ),
     # serving: the HTTP application over a running engine answers a completion (ASGI calls)
     "zoo.serve": TINY
-    + """
+    + textwrap.dedent(
+        """
         import asyncio
         from zoo.serve import Engine, create_app
         engine = Engine(model, max_batch=2, max_queue=2)
@@ -242,8 +248,10 @@ USES = {
             messages = [{"type": "http.request", "body": json.dumps(body).encode()}]
             sent = []
 
-            async def receive():
-                return messages.pop(0) if messages else {"type": "http.disconnect"}
+            async def receive():  # the body, then a client that stays
+                if messages:
+                    return messages.pop(0)
+                await asyncio.Event().wait()
 
             async def send(message):
                 sent.append(message)
@@ -258,7 +266,8 @@ USES = {
         body = {"model": "tiny", "prompt": "hi", "max_tokens": 3}
         assert asyncio.run(call("/v1/completions", body)) == 200
         engine.stop()
-    """,
+    """
+    ),
     # training: a tiny run on its named model's tokenizer, then the same run again, which
     # resumes from its checkpoint (the saved model loaded back)
     "zoo.train": """
@@ -323,6 +332,9 @@ ABOVE = {
         "zoo.api",
         "zoo.loading",
         "zoo.cli",
+        "zoo.generation",
+        "zoo.serve",
+        "zoo.train",
     ),
     "zoo.generation": (
         "zoo.plugin.registry",
@@ -359,6 +371,30 @@ def test_a_layer_in_use_loads_nothing_above_it(layer):
     assert any(m.startswith(layer) for m in loaded), "the layer was not used"
     above = sorted(m for m in loaded if m.startswith(ABOVE[layer]))
     assert above == [], f"{layer} pulled in {above}"
+
+
+#: The layers that import nothing above them on any path: the registry is left out (it
+#: imports the model classes it resolves, on demand).
+STATIC = sorted(set(ABOVE) - {"zoo.plugin.registry"})
+
+
+@pytest.mark.parametrize("layer", STATIC)
+def test_no_import_path_from_a_layer_reaches_above_it(layer):
+    graph = _graph()
+    reached = {m for m in graph if m == layer or m.startswith(f"{layer}.")}
+    todo = list(reached)
+    while todo:
+        for target in graph[todo.pop()] - reached:
+            reached.add(target)
+            todo.append(target)
+    up = sorted(
+        f"{m} -> {target}"
+        for m in reached
+        if not m.startswith(ABOVE[layer])
+        for target in graph[m]
+        if target.startswith(ABOVE[layer])
+    )
+    assert up == [], f"{layer} reaches above itself through: {'; '.join(up)}"
 
 
 if __name__ == "__main__":  # the rings of today's tree, one per line

@@ -1,67 +1,130 @@
 """zoo: a plugin-based model zoo for PyTorch.
 
     >>> import zoo
-    >>> zoo.list_models()
-    ['gpt1', 'gpt2-124m', 'transformer-encdec', 'transformer-encdec-tiny', 'wiki-gpt-wordpiece']
-    >>> model = zoo.build("gpt2-124m")
+    >>> "gpt2-124m" in zoo.list_models()      # every named model: zoo.list_models(), `zoo list`
+    True
+    >>> model = zoo.build("gpt2-124m", n_layers=2)   # random weights; zoo.load for trained ones
+    >>> model.config.n_layers
+    2
 
-Importing zoo does not import torch; :func:`build` does.
+Importing zoo does not import torch, nor any of its modules: each public name below is
+imported on first use (:func:`build` imports torch). ``docs/layout.md`` maps where things live.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ._lazy import lazy_attributes
 from ._moved import install as _install_moved
 from ._version import DISTRIBUTION, __version__
-from .api import ModelInfo, build, info, list_models, plugins, resolve_config, tokenizer
-from .checkpoint import LoadReport, export, save
-from .config import DecoderConfig, ModelConfig, TransformerConfig
-from .errors import (
-    CheckpointError,
-    ChecksumMismatchError,
-    CompileUnavailableError,
-    ConfigError,
-    CorruptCheckpointError,
-    HubAuthError,
-    HubError,
-    HubNotFoundError,
-    HubOfflineError,
-    HubUnavailableError,
-    PluginContractError,
-    PluginError,
-    RegistryConflictError,
-    StateDictMismatchError,
-    UnknownArchitectureError,
-    UnknownModelError,
-    UnsafeCheckpointError,
-    ZooError,
-)
-from .hub import pull, push
-from .loading import convert_checkpoint, load
-from .plugin.hookspecs import hookimpl
-from .plugin.registry import add_plugin, get_registry, reset_registry, use_registry
-from .plugin.specs import ArchitectureSpec, ComponentSpec, ModelSpec, TokenizerSpec, WeightsSource
 
 _install_moved()
 
 if TYPE_CHECKING:  # type checkers see the real names (and generate's overloads)
+    from .api import ModelInfo, build, info, list_models, plugins, resolve_config, tokenizer
+    from .checkpoint import LoadReport, export, save
+    from .config import DecoderConfig, ModelConfig, TransformerConfig
+    from .errors import (
+        CheckpointError,
+        ChecksumMismatchError,
+        CompileUnavailableError,
+        ConfigError,
+        CorruptCheckpointError,
+        HubAuthError,
+        HubError,
+        HubNotFoundError,
+        HubOfflineError,
+        HubUnavailableError,
+        PluginContractError,
+        PluginError,
+        RegistryConflictError,
+        StateDictMismatchError,
+        UnknownArchitectureError,
+        UnknownModelError,
+        UnsafeCheckpointError,
+        ZooError,
+    )
     from .generation import GenerationConfig, generate
+    from .hub import pull, push
+    from .loading import convert_checkpoint, load
+    from .plugin.hookspecs import hookimpl
+    from .plugin.registry import add_plugin, get_registry, reset_registry, use_registry
+    from .plugin.specs import (
+        ArchitectureSpec,
+        ComponentSpec,
+        ModelSpec,
+        TokenizerSpec,
+        WeightsSource,
+    )
 
-#: Imported on first use: they import torch, which ``import zoo`` does not.
-_LAZY = {
-    "generate": "zoo.generation:generate",
-    "GenerationConfig": "zoo.generation:GenerationConfig",
+#: The public names, by the module each is imported from on first use.
+_EXPORTS = {
+    "zoo.api": (
+        "ModelInfo",
+        "build",
+        "info",
+        "list_models",
+        "plugins",
+        "resolve_config",
+        "tokenizer",
+    ),
+    "zoo.checkpoint": ("LoadReport", "export", "save"),
+    "zoo.config": ("DecoderConfig", "ModelConfig", "TransformerConfig"),
+    "zoo.errors": (
+        "CheckpointError",
+        "ChecksumMismatchError",
+        "CompileUnavailableError",
+        "ConfigError",
+        "CorruptCheckpointError",
+        "HubAuthError",
+        "HubError",
+        "HubNotFoundError",
+        "HubOfflineError",
+        "HubUnavailableError",
+        "PluginContractError",
+        "PluginError",
+        "RegistryConflictError",
+        "StateDictMismatchError",
+        "UnknownArchitectureError",
+        "UnknownModelError",
+        "UnsafeCheckpointError",
+        "ZooError",
+    ),
+    "zoo.generation": ("GenerationConfig", "generate"),
+    "zoo.hub": ("pull", "push"),
+    "zoo.loading": ("convert_checkpoint", "load"),
+    "zoo.plugin.hookspecs": ("hookimpl",),
+    "zoo.plugin.registry": ("add_plugin", "get_registry", "reset_registry", "use_registry"),
+    "zoo.plugin.specs": (
+        "ArchitectureSpec",
+        "ComponentSpec",
+        "ModelSpec",
+        "TokenizerSpec",
+        "WeightsSource",
+    ),
 }
 
+#: Submodules that ``import zoo`` made attributes before it became lazy (``zoo.errors.X``).
+_SUBMODULES = (
+    "api",
+    "checkpoint",
+    "config",
+    "devices",
+    "errors",
+    "fields",
+    "hub",
+    "loading",
+    "options",
+    "plugin",
+    "settings",
+)
 
-def __getattr__(name: str) -> object:
-    if name in _LAZY:
-        from ._lazy import resolve
-
-        return resolve(_LAZY[name])
-    raise AttributeError(f"module 'zoo' has no attribute {name!r}")
-
+__getattr__ = lazy_attributes(
+    __name__,
+    {name: f"{module}:{name}" for module, names in _EXPORTS.items() for name in names}
+    | {name: f"zoo.{name}" for name in _SUBMODULES},
+)
 
 __all__ = [
     "DISTRIBUTION",
@@ -114,3 +177,7 @@ __all__ = [
     "tokenizer",
     "use_registry",
 ]
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__) | set(_SUBMODULES))

@@ -10,11 +10,14 @@ from typing import Any
 __all__ = ["lazy_attributes", "resolve"]
 
 
-def resolve(ref: Any) -> Any:
-    """Return ``ref`` itself, or import it when it is a ``"module:attribute"`` string."""
+def resolve(ref: Any, *, modules: bool = False) -> Any:
+    """Return ``ref`` itself, or import it when it is a ``"module:attribute"`` string (with
+    ``modules``, a bare ``"package.module"`` names the module itself)."""
     if not isinstance(ref, str):
         return ref
     module_name, sep, attribute = ref.partition(":")
+    if modules and not sep and module_name:
+        return importlib.import_module(module_name)
     if not sep or not module_name or not attribute:
         raise ValueError(f"lazy reference {ref!r} must look like 'package.module:attribute'")
     module = importlib.import_module(module_name)
@@ -29,13 +32,14 @@ def resolve(ref: Any) -> Any:
 
 def lazy_attributes(module: str, refs: Mapping[str, str]) -> Callable[[str], Any]:
     """A ``__getattr__`` for ``module`` (PEP 562) that imports each name of ``refs`` (name ->
-    ``"package.module:attribute"``) on first use and keeps it in the module's namespace, so
-    that importing the package imports none of them (nor torch, when they need it)."""
+    ``"package.module:attribute"``, or ``"package.module"`` for a module) on first use and
+    keeps it in the module's namespace, so that importing the package imports none of them
+    (nor torch, when they need it)."""
 
     def __getattr__(name: str) -> Any:
         if name not in refs:
             raise AttributeError(f"module {module!r} has no attribute {name!r}")
-        value = resolve(refs[name])
+        value = resolve(refs[name], modules=True)
         setattr(sys.modules[module], name, value)  # once: later lookups skip this hook
         return value
 
