@@ -349,16 +349,20 @@ def test_the_add_a_family_page_shows_the_qwen3_plugin_as_it_is() -> None:
     its relative imports spelled as a plugin outside zoo's tree spells them."""
     root = Path(__file__).parents[1]
     page = (root / "docs" / "families.md").read_text()
-    absolute = {"from ..": "from zoo_plugins.", "from . import": "from zoo_plugins.qwen3 import"}
-    assert sorted(p.name for p in (root / "plugins" / "qwen3").glob("*.py")) == [
-        "__init__.py", "convert.py"]  # fmt: skip
-    for name in ("__init__.py", "convert.py"):
+    absolute = {"from ..": "from zoo_plugins.", "from .config": "from zoo_plugins.qwen3.config"}
+    names = ["__init__.py", "config.py", "convert.py"]
+    assert sorted(p.name for p in (root / "plugins" / "qwen3").glob("*.py")) == names
+    for name in names:
         section = page[page.index(f"`{name}`\n") :]
         block = section[section.index("```python\n") + 10 : section.index("\n```\n")] + "\n"
         text = (root / "plugins" / "qwen3" / name).read_text()
         for relative, spelled in absolute.items():
             text = text.replace(relative, spelled)
         assert block == text, f"docs/families.md shows plugins/qwen3/{name} otherwise"
+    section = page[page.index("`registry.toml`\n") :]
+    table = section[section.index("```toml\n") + 8 : section.index("\n```\n")] + "\n"
+    assert table.startswith('[models."qwen3-0.6b"]\n')
+    assert table in (root / "registry.toml").read_text(), "docs/families.md shows another table"
 
 
 def test_the_fixed_shape_mixture_equals_the_gathered_one() -> None:
