@@ -28,7 +28,17 @@ def none_factory():
 
 
 def broken_factory():
-    raise RuntimeError("vocabulary server is down")
+    """Cannot make its tokenizer here, and says so as the contract asks."""
+    raise zoo.tokenizers.TokenizerUnavailableError("vocabulary server is down")
+
+
+def unreadable_factory():
+    raise FileNotFoundError("no such vocabulary file: vocab.json")
+
+
+def buggy_factory():
+    """A bug in a factory (here a TypeError) is a bug, not a tokenizer that cannot be made."""
+    return len(3)  # type: ignore[arg-type]
 
 
 def raw_factory():
@@ -50,6 +60,8 @@ class Plugin:
             zoo.TokenizerSpec(name="cache-tok", factory=f"{__name__}:cache_factory"),
             zoo.TokenizerSpec(name="none-tok", factory=f"{__name__}:none_factory"),
             zoo.TokenizerSpec(name="broken-tok", factory=f"{__name__}:broken_factory"),
+            zoo.TokenizerSpec(name="unreadable-tok", factory=f"{__name__}:unreadable_factory"),
+            zoo.TokenizerSpec(name="buggy-tok", factory=f"{__name__}:buggy_factory"),
             zoo.TokenizerSpec(name="raw-tok", factory=f"{__name__}:raw_factory"),
             zoo.TokenizerSpec(
                 name="nodir-tok", factory=f"{__name__}:no_directory_factory", reads_checkpoint=True
@@ -61,7 +73,15 @@ class Plugin:
         # no vocab_size in the config: the architecture's default (50257) applies
         return [
             zoo.ModelSpec(name=f"with-{t}", architecture="gpt2", tokenizer=t)
-            for t in ("cache-tok", "none-tok", "broken-tok", "raw-tok", "nodir-tok")
+            for t in (
+                "cache-tok",
+                "none-tok",
+                "broken-tok",
+                "unreadable-tok",
+                "buggy-tok",
+                "raw-tok",
+                "nodir-tok",
+            )
         ]
 
 
@@ -118,6 +138,7 @@ def test_a_factory_called_with_keywords_it_does_not_take_says_so():
     ("name", "reason"),
     [
         ("broken-tok", "server is down"),
+        ("unreadable-tok", "no such vocabulary file"),
         ("none-tok", "None"),
         ("raw-tok", "returned a tokenizers.Tokenizer"),
         ("nodir-tok", "cannot be called with directory="),
@@ -129,6 +150,20 @@ def test_loaded_without_its_tokenizer_is_an_explained_state(tmp_path, name, reas
     with pytest.raises(ValueError, match=f"loaded without its tokenizer: .*{reason}"):
         zoo.generate(model, "Hello", max_new_tokens=2)
     assert len(zoo.generate(model, [1, 2], max_new_tokens=2)) == 4  # ids still work
+
+
+def test_loading_warns_when_the_tokenizer_cannot_be_made(tmp_path, caplog):
+    with caplog.at_level("WARNING", logger="zoo.checkpoint"):
+        zoo.load(_saved("with-broken-tok", tmp_path))
+    assert "model loaded without its tokenizer: vocabulary server is down" in caplog.text
+
+
+def test_a_bug_in_a_tokenizer_factory_is_not_turned_into_a_warning(tmp_path):
+    """Only the expected failures (zoo's errors, unreadable files) leave a model without its
+    tokenizer; a bug raised from a factory used to be a warning and model.tokenizer_error."""
+    saved = _saved("with-buggy-tok", tmp_path)
+    with pytest.raises(TypeError, match="has no len"):
+        zoo.load(saved)
 
 
 def test_tokenizer_false_is_recorded(tmp_path):

@@ -18,9 +18,22 @@ from ..plugin.specs import ArchitectureSpec
 if TYPE_CHECKING:
     from torch import nn
 
+    from ..tokenizers.base import Tokenizer
+
 __all__ = ["checkpoint_tokenizer", "export_tokenizer_files"]
 
 log = logging.getLogger("zoo.checkpoint")
+
+
+#: The failures that leave a model without its tokenizer (or, for files the checkpoint holds,
+#: refuse the checkpoint): zoo's own errors (a tokenizer that cannot be made here, files that
+#: do not fit, a plugin not installed, the Hub out of reach) and unreadable files.
+_EXPECTED = (ZooError, OSError)
+
+
+def _registered(name: str) -> Tokenizer:
+    """The registered tokenizer ``name``, as a checkpoint that stores it by name needs it."""
+    return get_registry().tokenizer(name).load()
 
 
 def _registry_tokenizer(
@@ -129,14 +142,14 @@ def checkpoint_tokenizer(
             tokenizer = load_tokenizer(dict(spec), directory)
             if vocab_size is not None:
                 check_fits(tokenizer, vocab_size, what=f"the model in {shown}")
-        except Exception as exc:
+        except _EXPECTED as exc:
             raise CheckpointError(
                 f"{shown}: the checkpoint's tokenizer {dict(spec)} cannot be loaded: {exc}"
             ) from exc
         return tokenizer, None
     try:
         if spec is not None:
-            tokenizer = load_tokenizer(dict(spec), directory)
+            tokenizer = load_tokenizer(dict(spec), directory, by_name=_registered)
         else:
             tokenizer = _own_tokenizer(directory, arch, config, model_name, shown=shown)
             if tokenizer is None:
@@ -149,7 +162,7 @@ def checkpoint_tokenizer(
                 )
         if vocab_size is not None:
             check_fits(tokenizer, vocab_size)
-    except Exception as exc:
+    except _EXPECTED as exc:  # anything else is a bug, and raises
         log.warning("model loaded without its tokenizer: %s", exc)
         return None, str(exc)
     return tokenizer, None

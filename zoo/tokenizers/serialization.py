@@ -104,10 +104,11 @@ def load_tokenizer(
     name = spec["name"]
     files = spec.get("files")
     if not files:
-        if by_name is None:  # until the checkpoint passes by_name: then this goes
-            from ..plugin.registry import get_registry
-
-            return get_registry().tokenizer(name).load()
+        if by_name is None:
+            raise TokenizerError(
+                f"tokenizer {name!r} is stored by name only: pass by_name= (e.g. "
+                "zoo.tokenizer) to make it from its name"
+            )
         return by_name(name)
     if not isinstance(files, (list, tuple)) or not all(isinstance(f, str) for f in files):
         raise TokenizerError(f"tokenizer spec 'files' must be a list of file names, got {files!r}")
