@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import copy
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TypeVar
+
 __all__ = [
     "CheckpointError",
     "ChecksumMismatchError",
@@ -23,6 +29,9 @@ __all__ = [
     "UnsafeCheckpointError",
     "ZooError",
 ]
+
+
+_Error = TypeVar("_Error", bound="CheckpointError")
 
 
 class ZooError(Exception):
@@ -71,16 +80,80 @@ class PluginContractError(PluginError, TypeError):
 
 class CheckpointError(ZooError):
     """A checkpoint cannot be read or written: a file is missing, ``config.json`` is invalid,
-    or the checkpoint is in a format zoo does not load."""
+    or the checkpoint is in a format zoo does not load.
+
+    Attributes:
+        path: the file at fault, when the error is about one (``None`` otherwise).
+        expected: what that file should hold (a sha256, ...), when the error says.
+        actual: what it holds instead, when the error says.
+
+    Callers read these rather than parse the message, whose wording may change.
+    """
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        path: str | os.PathLike[str] | None = None,
+        expected: str | None = None,
+        actual: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.path = None if path is None else Path(path)
+        self.expected = expected
+        self.actual = actual
+
+    def reworded(self: _Error, message: str) -> _Error:
+        """This error with another ``message`` and the same fields (a caller that knows more
+        says it, e.g. where the file came from)."""
+        error = copy.copy(self)
+        error.args = (message,)
+        return error
 
 
 class CorruptCheckpointError(CheckpointError):
-    """A weights file is damaged: truncated, or its safetensors header is not valid."""
+    """A weights file is damaged: truncated, or its safetensors header is not valid
+    (``path`` names it)."""
 
 
 class ChecksumMismatchError(CorruptCheckpointError):
-    """The sha256 of a weights file is not the one recorded in ``config.json`` or pinned for
-    the named model."""
+    """The sha256 of a file is not the one recorded in ``config.json``, pinned for the named
+    model or given by the Hub.
+
+    Attributes:
+        mismatches: every file whose sha256 is wrong -> (expected, actual); for one file, its
+            ``path``, ``expected`` and ``actual`` are set too. Empty when the error is that
+            the expected hashes disagree among themselves (nothing was hashed).
+    """
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        path: str | os.PathLike[str] | None = None,
+        expected: str | None = None,
+        actual: str | None = None,
+        mismatches: Mapping[Path, tuple[str, str]] | None = None,
+    ) -> None:
+        if mismatches is not None and len(mismatches) == 1 and path is None:
+            ((path, (expected, actual)),) = mismatches.items()
+        super().__init__(message, path=path, expected=expected, actual=actual)
+        if mismatches is None and self.path is not None and expected and actual:
+            mismatches = {self.path: (expected, actual)}
+        self.mismatches: dict[Path, tuple[str, str]] = dict(mismatches or {})
+
+    @classmethod
+    def of_file(
+        cls, path: str | os.PathLike[str], *, actual: str, expected: str, says: str, advice: str
+    ) -> ChecksumMismatchError:
+        """The error for one file: ``"{path} has sha256 {actual}, but {says} says
+        {expected}: {advice}"``."""
+        return cls(
+            f"{path} has sha256 {actual}, but {says} says {expected}: {advice}",
+            path=path,
+            expected=expected,
+            actual=actual,
+        )
 
 
 class UnsafeCheckpointError(CheckpointError):

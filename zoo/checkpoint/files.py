@@ -120,17 +120,19 @@ class BackgroundHash:
         self._thread.join()
         if self._error is not None:
             path, exc = self._error
-            raise CheckpointError(f"cannot read {path}: {exc}") from exc
+            raise CheckpointError(f"cannot read {path}: {exc}", path=path) from exc
         wrong = [path for path, sha in self.expected.items() if self._digests.get(path) != sha]
         if not wrong:
             return
         if len(self.expected) == 1:
             (path,) = wrong
-            raise ChecksumMismatchError(
-                f"{path} has sha256 {self._digests[path]}, but {self.what} says "
-                f"{self.expected[path]}: the file is corrupted, truncated or not the one "
-                "expected. Download or save it again (or pass verify=False to load it anyway, "
-                "at your own risk)."
+            raise ChecksumMismatchError.of_file(
+                path,
+                actual=self._digests[path],
+                expected=self.expected[path],
+                says=self.what,
+                advice="the file is corrupted, truncated or not the one expected. Download or "
+                "save it again (or pass verify=False to load it anyway, at your own risk).",
             )
         detail = "; ".join(
             f"{p} has sha256 {self._digests[p]}, not {self.expected[p]}" for p in wrong
@@ -138,7 +140,8 @@ class BackgroundHash:
         raise ChecksumMismatchError(
             f"{len(wrong)} shard(s) do not have the sha256 expected by {self.what}: "
             f"{detail}. They are corrupted, truncated or not the files expected. Download "
-            "or save them again (or pass verify=False to load them anyway, at your own risk)."
+            "or save them again (or pass verify=False to load them anyway, at your own risk).",
+            mismatches={p: (self.expected[p], self._digests[p]) for p in wrong},
         )
 
     def remember(self) -> None:
@@ -148,8 +151,6 @@ class BackgroundHash:
 
 
 # -- the verification cache ----------------------------------------------------------------
-#: Environment variable for zoo's cache folder (default ``$XDG_CACHE_HOME/zoo``).
-CACHE_DIR_ENV = "ZOO_CACHE_DIR"
 _VERIFIED = "verified-sha256.json"
 _SETTLED_S = 2.0  # only files unmodified for this long are remembered (mtime granularity)
 _MAX_ENTRIES = 512
@@ -158,11 +159,7 @@ _MAX_ENTRIES = 512
 def _cache_file() -> Path:
     from ..settings import Settings
 
-    root = Settings.from_env().cache_dir
-    if not root:
-        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        root = os.path.join(xdg, "zoo")
-    return Path(root) / _VERIFIED
+    return Path(Settings.from_env().cache_root) / _VERIFIED
 
 
 def _identity(path: Path) -> tuple[str, dict[str, int]]:
@@ -225,7 +222,7 @@ def read_safetensors(path: Path) -> tuple[dict[str, Tensor], dict[str, str]]:
 
     check_not_pickle(path)
     if not path.is_file():
-        raise CheckpointError(f"weights file {path} does not exist")
+        raise CheckpointError(f"weights file {path} does not exist", path=path)
     try:
         with safe_open(str(path), framework="pt", device="cpu") as f:
             metadata = dict(f.metadata() or {})
@@ -234,7 +231,8 @@ def read_safetensors(path: Path) -> tuple[dict[str, Tensor], dict[str, str]]:
         size = path.stat().st_size
         raise CorruptCheckpointError(
             f"{path} is not a valid safetensors file ({size} bytes): {exc}. The file is "
-            "truncated or damaged; save or download it again."
+            "truncated or damaged; save or download it again.",
+            path=path,
         ) from None
     return tensors, metadata
 

@@ -278,10 +278,13 @@ def _read_sharded(
     if expected and _to_hash(index_path, expected, verify):
         actual = sha256_file(index_path)
         if actual != expected.lower():
-            raise ChecksumMismatchError(
-                f"{shown / index_path.name} has sha256 {actual}, but {what} says "
-                f"{expected.lower()}: the index is damaged or not the one saved. Save or "
-                "download the checkpoint again (or pass verify=False, at your own risk)."
+            raise ChecksumMismatchError.of_file(
+                shown / index_path.name,
+                actual=actual,
+                expected=expected.lower(),
+                says=what,
+                advice="the index is damaged or not the one saved. Save or download the "
+                "checkpoint again (or pass verify=False, at your own risk).",
             )
         remember_verified(index_path, expected)
     index = read_index(index_path, shown=shown)

@@ -334,20 +334,26 @@ def read_metadata(request: Request) -> Recognised | None:
     if is_index(weights):
         header = weights.parent / read_index(weights, shown=request.shown).shards[0]
         if not header.is_file():
-            raise CheckpointError(f"{weights} names the shard {header.name}, which is missing")
+            raise CheckpointError(
+                f"{weights} names the shard {header.name}, which is missing", path=header
+            )
     check_not_pickle(header)
     try:
         with safe_open(str(header), framework="pt") as f:
             metadata = f.metadata() or {}
     except SafetensorError as exc:
-        raise CorruptCheckpointError(f"{header} is not a valid safetensors file: {exc}") from None
+        raise CorruptCheckpointError(
+            f"{header} is not a valid safetensors file: {exc}", path=header
+        ) from None
     if METADATA_KEY not in metadata:
         return None
     try:
         description = json.loads(metadata[METADATA_KEY])
         arch_name, values = description["architecture"], description["config"]
     except (ValueError, KeyError, TypeError) as exc:
-        raise CorruptCheckpointError(f"{weights}: the zoo metadata is damaged ({exc})") from None
+        raise CorruptCheckpointError(
+            f"{weights}: the zoo metadata is damaged ({exc})", path=weights
+        ) from None
     arch = architecture(arch_name, where=str(weights), plugin=None)
     config = make_config(arch, values, where=str(weights))
     name = request.model_name or description.get("model_name")

@@ -108,11 +108,15 @@ def _verified_tensors(
         recorded = manifest.shards or {}
         expected.update({folder / name: recorded.get(name) for name in index.shards})
     for path, sha in expected.items():
-        if sha is not None and path.is_file() and sha256_file(path) != sha:
+        actual = sha256_file(path) if sha is not None and path.is_file() else sha
+        if actual != sha:
             raise ChecksumMismatchError(
                 f"{shown / path.name} does not have the sha256 {sha} that config.json records: "
                 "refusing to rewrite a corrupted or modified checkpoint. Save the model again "
-                "with zoo.save()."
+                "with zoo.save().",
+                path=shown / path.name,
+                expected=sha,
+                actual=actual,
             )
     if index is not None:
         tensors = read_shards(index, shown=shown)

@@ -8,7 +8,6 @@ and an unknown one is an error naming what to install.
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any
 
 from ..checkpoint.load import load_local
@@ -45,15 +44,13 @@ def load_hub(source: HubSource, *, token: str | bool | None = None, **kwargs: An
         if snapshot.shards:
             raise _damaged_shards(source, snapshot, exc) from exc
         evict(snapshot.weights)
-        actual = re.search(r"has sha256 ([0-9a-f]{64})", str(exc))
-        if isinstance(exc, ChecksumMismatchError) and snapshot.sha256 and actual:
+        if isinstance(exc, ChecksumMismatchError) and snapshot.sha256 and exc.actual:
             problem = (
-                f"has sha256 {actual.group(1)}, not {snapshot.sha256} as "
-                f"{snapshot.expected_from} says"
+                f"has sha256 {exc.actual}, not {snapshot.sha256} as {snapshot.expected_from} says"
             )
         else:
             problem = f"is damaged ({exc})"
-        raise type(exc)(
+        raise exc.reworded(
             f"{source}: the downloaded {snapshot.weights.name} {problem}. It was deleted from "
             "the Hugging Face cache and nothing was loaded. Try again; if it persists, the repo "
             "(or the pin) is wrong."
@@ -65,12 +62,14 @@ def _damaged_shards(
 ) -> CorruptCheckpointError:
     """The error for a sharded download the loader found damaged, once the files it names
     (shards, or the index) are deleted from the cache so that the next pull fetches them."""
+    damaged = set(exc.mismatches) if isinstance(exc, ChecksumMismatchError) else set()
+    damaged.update([] if exc.path is None else [exc.path])
     files = [snapshot.weights, *(snapshot.directory / name for name in snapshot.shards)]
-    named = [path for path in files if str(path) in str(exc)]
+    named = [path for path in files if path in damaged]
     for path in named:
         evict(path)
     which = ", ".join(path.name for path in named) or "a file"
-    return type(exc)(
+    return exc.reworded(
         f"{source}: the downloaded {which} of the sharded checkpoint is damaged or not the one "
         f"expected ({exc}). It was deleted from the Hugging Face cache and nothing was loaded. "
         "Try again; if it persists, the repo (or the pin) is wrong."

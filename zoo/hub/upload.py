@@ -160,7 +160,10 @@ def _operations(directory: Path, files: list[str], card: str, manifest: Manifest
             raise ChecksumMismatchError(
                 f"{directory / operation.path_in_repo} has sha256 {uploaded}, but its "
                 f"config.json records {expected}: refusing to publish a corrupted or modified "
-                "checkpoint. Save the model again with zoo.save()."
+                "checkpoint. Save the model again with zoo.save().",
+                path=directory / operation.path_in_repo,
+                expected=expected,
+                actual=uploaded,
             )
     return operations
 
