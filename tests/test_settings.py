@@ -38,6 +38,26 @@ def test_only_the_settings_module_reads_the_environment_for_zoo():
     assert readers == []
 
 
+def test_the_cache_variables_are_read_here_only():
+    # ZOO_CACHE_DIR and XDG_CACHE_HOME are spelled nowhere else in the code
+    spelled = [
+        f"{path.relative_to(SOURCE)}:{n}"
+        for path in SOURCE.rglob("*.py")
+        if path.name != "settings.py"
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"[\"']XDG_CACHE_HOME|[\"']ZOO_CACHE_DIR[\"']", line)
+    ]
+    assert spelled == []
+
+
+def test_the_cache_folder():
+    home = str(Path("~/.cache/zoo").expanduser())
+    assert Settings.from_env({}).cache_root == home
+    assert Settings.from_env({"XDG_CACHE_HOME": "/x"}).cache_root == str(Path("/x/zoo"))
+    both = {"XDG_CACHE_HOME": "/x", "ZOO_CACHE_DIR": "/y"}
+    assert Settings.from_env(both).cache_root == "/y"
+
+
 def test_defaults_and_values():
     assert Settings.from_env({}) == Settings()
     settings = Settings.from_env(

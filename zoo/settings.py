@@ -1,4 +1,5 @@
-"""Every ``ZOO_*`` environment variable in one table: its name, type, default and meaning.
+"""Every environment variable zoo reads itself in one table: its name, type, default and
+meaning (the ``ZOO_*`` variables, and ``XDG_CACHE_HOME`` for the default cache folder).
 
 The environment is read here only, by :meth:`Settings.from_env`, which the public entry
 points call where a call begins (``zoo.generate``, building the registry, a Hub pull,
@@ -75,10 +76,13 @@ class Settings:
         hub_stall_timeout: ``ZOO_HUB_STALL_TIMEOUT``: seconds the Hub may send nothing.
         hub_max_file_bytes: ``ZOO_HUB_MAX_FILE_BYTES``: the largest file but the weights.
         dist_timeout: ``ZOO_DIST_TIMEOUT``: seconds a distributed collective may wait.
-        cache_dir: ``ZOO_CACHE_DIR``: zoo's cache folder (default ``$XDG_CACHE_HOME/zoo``).
+        cache_dir: ``ZOO_CACHE_DIR``: zoo's cache folder (default ``$XDG_CACHE_HOME/zoo``;
+            :attr:`cache_root` is the folder in use).
         weights_dir: ``ZOO_WEIGHTS_DIR``: a folder of checkpoints, one per named model.
         api_key: ``ZOO_API_KEY``: the key ``zoo serve`` requires (``Authorization: Bearer``);
             never shown in the settings' ``repr``.
+        xdg_cache_home: ``XDG_CACHE_HOME``: the user's cache folder (default ``~/.cache``),
+            where zoo's is unless ``ZOO_CACHE_DIR`` says otherwise.
     """
 
     cuda_graphs: bool = True
@@ -93,6 +97,16 @@ class Settings:
     cache_dir: str | None = None
     weights_dir: str | None = None
     api_key: str | None = dataclasses.field(default=None, repr=False)
+    xdg_cache_home: str | None = None
+
+    @property
+    def cache_root(self) -> str:
+        """zoo's cache folder: ``cache_dir``, else ``zoo`` in ``xdg_cache_home`` (or in
+        ``~/.cache``)."""
+        if self.cache_dir:
+            return self.cache_dir
+        home = self.xdg_cache_home or os.path.join(os.path.expanduser("~"), ".cache")
+        return os.path.join(home, "zoo")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -126,4 +140,5 @@ VARIABLES: Mapping[str, tuple[str, Callable[[str], Any]]] = {
     "cache_dir": ("ZOO_CACHE_DIR", _path),
     "weights_dir": ("ZOO_WEIGHTS_DIR", _path),
     "api_key": ("ZOO_API_KEY", _secret),
+    "xdg_cache_home": ("XDG_CACHE_HOME", str),
 }
