@@ -229,3 +229,17 @@ def test_a_plugins_position_scheme_drives_the_shared_decoder():
         without = model(ids)
     assert not torch.allclose(with_bias, without)
     torch.testing.assert_close(with_bias[:, 0], without[:, 0])  # one key: nothing to penalise
+
+
+def test_the_built_in_components_are_one_list():
+    """``zoo.nn``'s tables and the registry's plugin ``zoo`` list the same components with
+    the same factories: both read ``zoo.catalog.BUILTIN``."""
+    from zoo._lazy import resolve
+    from zoo.nn import BUILTIN_COMPONENTS
+    from zoo.nn.blocks import BUILTIN_BLOCKS
+    from zoo.plugin.components import zoo_components
+
+    tables = {**BUILTIN_COMPONENTS, "block": BUILTIN_BLOCKS}
+    specs = zoo_components()
+    assert {(s.kind, s.name) for s in specs} == {(k, n) for k, t in tables.items() for n in t}
+    assert all(resolve(s.factory) is tables[s.kind][s.name] for s in specs)

@@ -22,7 +22,6 @@ experts).
 from __future__ import annotations
 
 import dataclasses
-import types
 from collections.abc import Callable, Mapping
 
 from torch import Tensor, nn
@@ -31,7 +30,7 @@ from ..config import TransformerConfig
 from ..errors import ConfigError
 from .cache import LayerCache
 from .moe import mixture
-from .parts import Parts, parts_for
+from .parts import Parts, builtin_factories, parts_for
 from .positions import Rotation
 
 __all__ = [
@@ -252,14 +251,7 @@ def parallel_shared(config: TransformerConfig, parts: Parts, layer: int) -> Para
 
 
 #: The blocks that come with ``zoo.nn``, by name (registered as plugin ``zoo``, kind ``block``).
-BUILTIN_BLOCKS: Mapping[str, Callable[..., nn.Module]] = types.MappingProxyType(
-    {
-        "transformer": transformer,
-        "sandwich": sandwich,
-        "post_branch": post_branch,
-        "parallel_shared": parallel_shared,
-    }
-)
+BUILTIN_BLOCKS: Mapping[str, Callable[..., nn.Module]] = builtin_factories("block")
 
 
 def _norm_heads(attn: nn.Module, config: TransformerConfig, parts: Parts) -> None:

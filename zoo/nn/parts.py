@@ -20,37 +20,37 @@ from typing import Any
 
 from torch import nn
 
+from .._lazy import resolve
+from ..catalog import BUILTIN
 from ..errors import ConfigError, PluginContractError
-from . import attention, feedforward, norms, positions
+from . import positions
 
-__all__ = ["BUILTIN_COMPONENTS", "ComponentFactory", "Parts", "make_positions", "parts_for"]
+__all__ = [
+    "BUILTIN_COMPONENTS",
+    "ComponentFactory",
+    "Parts",
+    "builtin_factories",
+    "make_positions",
+    "parts_for",
+]
 
 #: Builds a component for a model's whole config (it reads the fields it needs); a block's
 #: factory also takes the :class:`Parts` and the layer index, ``factory(config, parts, layer)``.
 ComponentFactory = Callable[..., nn.Module]
 
+
+def builtin_factories(kind: str) -> Mapping[str, ComponentFactory]:
+    """The factories of the built-in ``kind`` components (:data:`zoo.catalog.BUILTIN`), by
+    name."""
+    return types.MappingProxyType({c.name: resolve(c.reference) for c in BUILTIN if c.kind == kind})
+
+
 #: The components that come with ``zoo.nn``, by kind and name (registered as plugin ``zoo``);
 #: the blocks they are assembled into are :data:`zoo.nn.blocks.BUILTIN_BLOCKS`.
 BUILTIN_COMPONENTS: Mapping[str, Mapping[str, ComponentFactory]] = types.MappingProxyType(
     {
-        "positions": {
-            "learned": positions.learned,
-            "sinusoidal": positions.sinusoidal,
-            "rotary": positions.rotary,
-            "none": positions.none,
-        },
-        "norm": {
-            "layernorm": norms.layernorm,
-            "rmsnorm": norms.rmsnorm,
-            "rmsnorm1p": norms.rmsnorm1p,
-        },
-        "ffn": {
-            "mlp": feedforward.mlp,
-            "swiglu": feedforward.swiglu,
-            "geglu": feedforward.geglu,
-        },
-        "attention": {"mha": attention.mha},
-        "cross_attention": {"mha": attention.cross_mha},
+        kind: builtin_factories(kind)
+        for kind in dict.fromkeys(c.kind for c in BUILTIN if c.kind != "block")
     }
 )
 
