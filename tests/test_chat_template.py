@@ -663,7 +663,7 @@ def test_the_budgets_leave_ordinary_renderings_exactly_as_jinja_renders_them():
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     from zoo.tokenizers import ChatTemplate
-    from zoo.tokenizers.chat_limits import tojson
+    from zoo.tokenizers.chat_operations import tojson
 
     plain = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     plain.filters["tojson"] = tojson
