@@ -84,7 +84,8 @@ MEASURE = textwrap.dedent(
     """
     import json, sys, torch, zoo
     from zoo.train import TrainConfig
-    from zoo.train.loop import _loss, _optimizer
+    from zoo.train.start import optimizer as _optimizer
+    from zoo.train.steps import loss_of as _loss
 
     def status(field):  # this process's own figures (ru_maxrss includes the parent's
         for line in open("/proc/self/status"):  # high-water mark from before the exec)

@@ -218,9 +218,9 @@ def test_a_warm_up_as_long_as_the_run_and_a_missing_plot_are_said_first(
 ):
     """`--steps 40` with the default `--warmup 100` never reached the peak nor decayed,
     silently; without matplotlib, no loss.png was said only at the end of the run."""
-    from zoo.train import loop
+    from zoo.train import start
 
-    monkeypatch.setattr(loop, "can_plot", lambda: False)
+    monkeypatch.setattr(start, "can_plot", lambda: False)
     lines: list[str] = []
     result = run(corpus, tmp_path / "run", config=config(steps=2, warmup=5), log=lines.append)
     assert lines[0] == (
@@ -234,11 +234,11 @@ def test_a_warm_up_as_long_as_the_run_and_a_missing_plot_are_said_first(
 
 
 def test_a_run_longer_than_its_warm_up_says_nothing_first():
-    from zoo.train.loop import _opening_lines
+    from zoo.train.start import opening_lines
 
-    assert _opening_lines(TrainConfig(), plotting=True) == []
-    assert _opening_lines(TrainConfig(steps=101, warmup=100), plotting=True) == []
-    assert len(_opening_lines(TrainConfig(steps=100, warmup=100), plotting=True)) == 1
+    assert opening_lines(TrainConfig(), plotting=True) == []
+    assert opening_lines(TrainConfig(steps=101, warmup=100), plotting=True) == []
+    assert len(opening_lines(TrainConfig(steps=100, warmup=100), plotting=True)) == 1
 
 
 # -- 19. zoo info of a run's folder ----------------------------------------------------------

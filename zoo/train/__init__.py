@@ -71,7 +71,6 @@ def classifier(model: ZooModel, labels: list[str]) -> SequenceClassifier:
     file trains it, and the head is saved with the checkpoint."""
     import contextlib
 
-    from ..api import tokenizer as named_tokenizer
     from ..errors import ZooError
     from ..nn.classifier import SequenceClassifier
     from ..nn.parts import Parts
@@ -83,5 +82,5 @@ def classifier(model: ZooModel, labels: list[str]) -> SequenceClassifier:
     head = SequenceClassifier.around(model, labels, parts)
     if head.tokenizer is None and model.name:  # the body's named model's tokenizer
         with contextlib.suppress(ZooError):
-            head.tokenizer = named_tokenizer(model.name)
+            head.tokenizer = registry.model_tokenizer(model.name).load()
     return head

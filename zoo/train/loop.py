@@ -3,10 +3,12 @@ for every task.
 
 What differs between a decoder LM, a classifier and an encoder-decoder (the data, the loss, the
 blocks FSDP2 shards) is the model's :class:`~zoo.train.task.TaskSpec` (see
-:mod:`zoo.train.task`: a model class declares ``train_task``); the loop itself is
-:func:`_step` (one optimizer step), :func:`_evaluate_now` (the held-out loss, its log line
-and plot) and :func:`_checkpoint` (the resumable state), run by :func:`_train` until the steps
-are done or something asks it to stop.
+:mod:`zoo.train.task`: a model class declares ``train_task``). A run is started by
+:mod:`zoo.train.start` (checks, data, sharding, optimizer, resumed state), computes in
+:mod:`zoo.train.steps` (one optimizer step, the held-out loss) and shares its state as a
+:class:`zoo.train.run.Run`; this module steps it (:func:`_advance`: the step, then its record,
+evaluation and checkpoint) until the steps are done or something asks it to stop, and writes
+the final model.
 
 Every process draws the same global batch from one seeded generator and trains on its own
 slice of it, so a run on N processes with global batch B takes the same steps as one process
@@ -20,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
 import os
 import signal
 import time
@@ -28,31 +29,18 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import torch
-from torch import Tensor, nn
-
 from ..checkpoint import save
 from ..devices import check_computes, check_device
-from ..errors import ConfigError
 from ..nn.base import ZooModel
-from ..tokenizers.base import check_fits
-from .budget import Budget, stop_reason
+from .budget import stop_reason
 from .config import TrainConfig
-from .data import IGNORE, DataError
-from .errors import DivergedError, RunLockedError
-from .memory import check_training_memory
-from .report import (
-    MetricsLog,
-    Progress,
-    can_plot,
-    plot_losses,
-    read_run_record,
-    utc_now,
-    write_run_record,
-)
-from .state import has_state, load_state, plain_model, save_state
-from .task import DataRequest, DataSource, TaskSpec, task_of, token_loss
-from .world import World, any_rank, barrier, join, max_rank, mean
+from .errors import RunLockedError
+from .report import plot_losses
+from .run import Run, diverged, finite, write_record
+from .start import start
+from .state import plain_model, save_state
+from .steps import evaluate_now, optimizer_step
+from .world import any_rank, barrier, join, max_rank
 
 __all__ = ["TrainResult", "train"]
 
@@ -88,28 +76,6 @@ class TrainResult:
     def interrupted(self) -> bool:
         """Whether a signal stopped the run (its checkpoint resumes it)."""
         return self.signal is not None
-
-
-# -- optimizer ------------------------------------------------------------------------------
-def _param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """Decay the weight matrices; never norms, biases or embeddings (tied ones included)."""
-    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
-    decay: list[nn.Parameter] = []
-    keep: list[nn.Parameter] = []
-    for p in {id(p): p for p in model.parameters() if p.requires_grad}.values():
-        (decay if p.ndim >= 2 and id(p) not in embeddings else keep).append(p)
-    return [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": keep, "weight_decay": 0.0},
-    ]
-
-
-def _optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
-    groups = _param_groups(model, config.weight_decay)
-    try:  # fused where torch offers it for this device
-        return torch.optim.AdamW(groups, lr=config.lr, betas=config.betas, fused=True)
-    except (RuntimeError, TypeError):
-        return torch.optim.AdamW(groups, lr=config.lr, betas=config.betas)
 
 
 @contextlib.contextmanager
@@ -198,7 +164,7 @@ def train(
                 f"{out} is being trained into by another run (it holds {out / _LOCK}); wait "
                 "for it to finish or stop it, or train into another --out"
             )
-        run = _start(model, data, out, config, tokenizer, world, strategy, log, clock, stack)
+        run = start(model, data, out, config, tokenizer, world, strategy, log, clock, stack)
         return _train(run)
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -220,221 +186,7 @@ def _lock(out: Path) -> Any:
     return lock
 
 
-@dataclasses.dataclass
-class _Run:
-    """A run under way: what :func:`_step`, :func:`_evaluate_now` and :func:`_checkpoint`
-    share."""
-
-    model: ZooModel  # unwrapped (FSDP2 shards it in place)
-    wrapped: nn.Module  # what the forward pass calls (DDP's wrapper, or the model)
-    spec: TaskSpec
-    source: DataSource
-    optimizer: torch.optim.Optimizer
-    generator: torch.Generator  # the data order
-    config: TrainConfig
-    world: World
-    out: Path
-    tok: Any
-    context: int
-    history: list[dict[str, Any]]
-    metrics: MetricsLog
-    progress: Progress
-    budget: Budget
-    say: Callable[[str], None]
-    title: str
-    start: int  # the step resumed from
-    step: int = 0
-    saved_at: int | None = None  # the step of the last good checkpoint
-    val_loss: float | None = None
-    losses: list[float] = dataclasses.field(default_factory=list)
-    plotting: bool = False
-    plotted: int = -1  # the length of the history last drawn
-    began: float = 0.0
-    record: dict[str, Any] = dataclasses.field(default_factory=dict)  # run.json
-    earlier: float = 0.0  # wall seconds of the earlier calls this run resumed
-
-    @property
-    def micro(self) -> int:
-        """Sequences per micro-step, all ranks together."""
-        return self.config.batch_size // self.config.grad_accum
-
-    @property
-    def mine(self) -> slice:
-        """This rank's rows of a micro-batch."""
-        micro, world = self.micro, self.world
-        return slice(world.rank * micro // world.size, (world.rank + 1) * micro // world.size)
-
-
-def _tokenizer(model: ZooModel, tokenizer: Any) -> Any:
-    """The tokenizer given, else the model's own, else its named model's."""
-    from ..api import tokenizer as named_tokenizer
-
-    tok = tokenizer or model.tokenizer or (named_tokenizer(model.name) if model.name else None)
-    if tok is None:
-        raise DataError("training on text needs a tokenizer: pass tokenizer=...")
-    return tok
-
-
-def _parallel(
-    model: ZooModel, spec: TaskSpec, world: World, strategy: str, say: Callable[[str], None]
-) -> nn.Module:
-    """Spread ``model`` over the processes; returns what the forward pass calls."""
-    if world.size > 1 and strategy == "fsdp":
-        _shard(model, spec, world, say)
-    elif world.size > 1:
-        return nn.parallel.DistributedDataParallel(model)
-    return model
-
-
-def _seed(config: TrainConfig, offset: int) -> int:
-    """The seed ``offset`` after ``config.seed``, wrapped modulo 2**64 as torch wraps a
-    negative one (the same seed as ``config.seed + offset`` wherever that is in range)."""
-    return (config.seed + offset) % 2**64
-
-
-def _start(
-    model: ZooModel,
-    data: str | os.PathLike[str],
-    out: Path,
-    config: TrainConfig,
-    tokenizer: Any,
-    world: World,
-    strategy: str,
-    log: Callable[[str], None] | None,
-    clock: float,
-    stack: contextlib.ExitStack,
-) -> _Run:
-    """Everything before step 1: checks, data, sharding, optimizer, seeds, the resumed state,
-    the metrics log and the progress bar."""
-    say = log if (log is not None and world.main) else (lambda _line: None)
-    if config.batch_size % (config.grad_accum * world.size):
-        raise ValueError(
-            f"batch_size {config.batch_size} must divide by grad_accum x processes "
-            f"({config.grad_accum} x {world.size})"
-        )
-    spec = task_of(model)
-    tok = _tokenizer(model, tokenizer)
-    check_fits(tok, model.config.vocab_size)  # type: ignore[attr-defined]
-    check_training_memory(model, config, world.device, world.size, strategy)  # before step 1
-    context: int = model.config.context_length  # type: ignore[attr-defined]
-    request = DataRequest(data, tok, out, context, config.val_fraction, world)
-    source = spec.read(model, request)
-
-    model = model.to(world.device).train()
-    wrapped = _parallel(model, spec, world, strategy, say)
-    optimizer = _optimizer(model, config)  # after sharding: it holds the shards
-    generator = torch.Generator().manual_seed(config.seed)
-    torch.manual_seed(_seed(config, world.rank))
-    start, history = 0, list[dict[str, Any]]()
-    if has_state(out):
-        start, history = load_state(out, model, optimizer, generator, config)
-        say(f"resumed {out / 'checkpoint'} at step {start}")
-    plotting = world.main and can_plot()  # the import is paid here, not in a timed step
-    budget = Budget(config, world, clock)
-    if config.time_budget and start < config.steps:  # a refusal leaves no metrics behind
-        _probe(budget, model, source, config, world, spec)
-    metrics = stack.enter_context(MetricsLog(out / "metrics.jsonl", history, enabled=world.main))
-    began = time.monotonic()
-    progress = Progress(total=config.steps, initial=start, enabled=world.main and log is not None)
-    stack.callback(progress.close)
-    if progress.bar is not None and log is print:  # lines above the bar, not through it
-        say = progress.write
-    for line in _opening_lines(config, plotting):
-        say(line)
-    run = _Run(
-        model, wrapped, spec, source, optimizer, generator, config, world, out, tok, context,
-        history, metrics, progress, budget, say,
-        title=f"{model.name or 'model'} on {data}",
-        start=start,
-        step=start,
-        saved_at=start if start else None,
-        val_loss=next((h["val_loss"] for h in reversed(history) if "val_loss" in h), None),
-        plotting=plotting,
-        began=began,
-    )  # fmt: skip
-    _open_record(run, data)
-    return run
-
-
-def _open_record(run: _Run, data: str | os.PathLike[str]) -> None:
-    """Start ``<out>/run.json`` (rank 0): the data, the settings ``zoo info`` shows, when
-    the run began and the wall time of the calls it resumed."""
-    from .files import text_files
-
-    if not run.world.main:
-        return
-    earlier = read_run_record(run.out) if run.start else {}  # a new run starts a new record
-    seconds = earlier.get("seconds")
-    run.earlier = float(seconds) if isinstance(seconds, (int, float)) and run.start else 0.0
-    started = earlier.get("started")
-    run.record = {
-        "model": run.model.name,
-        "task": run.spec.name,
-        "data": str(Path(data).resolve()),
-        "files": len(text_files(data)),
-        "steps": run.config.steps,
-        "batch_size": run.config.batch_size,
-        "context": run.context,
-        "started": started if isinstance(started, str) else utc_now(),
-    }
-    _write_record(run, "running")
-
-
-def _write_record(run: _Run, state: str) -> None:
-    """Bring ``<out>/run.json`` up to date: steps done, wall time, ``state`` (``"running"``
-    or why the run stopped)."""
-    if not run.world.main:
-        return
-    seconds = run.earlier + run.budget.used()
-    run.record.update(step=run.step, seconds=round(seconds, 3), updated=utc_now(), stopped=state)
-    write_run_record(run.out, run.record)
-
-
-def _opening_lines(config: TrainConfig, plotting: bool) -> list[str]:
-    """What a run says before its first step about what it will not do as one might expect:
-    a warm-up as long as the run (the learning rate never peaks nor decays), no loss plot."""
-    lines = []
-    if config.warmup >= config.steps:
-        reached = config.lr_at(config.steps - 1)
-        lines.append(
-            f"warning: the warm-up ({config.warmup} steps) is not shorter than the run "
-            f"({config.steps} steps): the learning rate reaches {reached:.3g} (the peak is "
-            f"{config.lr:g}) at the last step and never decays to {config.min_lr:g}; a tenth "
-            f"of the steps (--warmup {config.steps // 10}) reaches the peak, then decays"
-        )
-    if not plotting:
-        lines.append(
-            "no loss.png: matplotlib is not installed (pip install 'torch-zoo[train]'); "
-            "metrics.jsonl records every step"
-        )
-    return lines
-
-
-def _probe(
-    budget: Budget,
-    model: ZooModel,
-    source: DataSource,
-    config: TrainConfig,
-    world: World,
-    spec: TaskSpec,
-) -> None:
-    """Before step 1 of a run with a time budget: time one held-out batch (the first of
-    every evaluation: no random state moves), twice, the first pass paying for warm-up, from
-    which the budget estimates the final evaluation; refuse the run when even one step with
-    that evaluation and the checkpoint cannot end in time (every rank together)."""
-    seconds = []
-    for _ in range(2):
-        began = time.monotonic()
-        _evaluate(model, source, config, world, spec, batches=1)
-        seconds.append(time.monotonic() - began)
-    weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    budget.probed(min(seconds), 3 * weights)  # weights and AdamW's two moments
-    refusal = budget.cannot_start()
-    if any_rank(refusal is not None, world):
-        raise ConfigError(refusal or "time budget: another process cannot fit one step")
-
-
-def _train(run: _Run) -> TrainResult:
+def _train(run: Run) -> TrainResult:
     """Step until ``config.steps`` are done or the run is asked to stop."""
     stopped, signum = "steps", None
     with _stop_requests() as stop_asked:
@@ -445,13 +197,13 @@ def _train(run: _Run) -> TrainResult:
     return _finish(run, stopped, signum)
 
 
-def _advance(run: _Run, stop_asked: Callable[[], int]) -> tuple[str, int | None]:
+def _advance(run: Run, stop_asked: Callable[[], int]) -> tuple[str, int | None]:
     """One step, then what follows it: the metrics record, an evaluation, a checkpoint;
     returns why the run stops (``"steps"``: it goes on) and the signal that stopped it."""
     config, world = run.config, run.world
     lr = config.lr_at(run.step)
     step_began = time.monotonic()
-    loss = _step(run, lr)
+    loss = optimizer_step(run, lr)
     run.step += 1
     step = run.step
     run.budget.stepped(time.monotonic() - step_began)
@@ -472,7 +224,7 @@ def _advance(run: _Run, stop_asked: Callable[[], int]) -> tuple[str, int | None]
     signum = max_rank(stop_asked(), world) or None
     interrupted = bool(signum) or any_rank(out_of_time, world)
     if periodic_eval or last or interrupted:  # the result's val_loss is the model's
-        _evaluate_now(run, record, lr)
+        evaluate_now(run, record, lr)
     else:
         run.history.append(record)
         run.metrics.append(record)
@@ -485,63 +237,7 @@ def _advance(run: _Run, stop_asked: Callable[[], int]) -> tuple[str, int | None]
     return stopped, signum
 
 
-def _step(run: _Run, lr: float) -> float:
-    """One optimizer step at learning rate ``lr`` over ``grad_accum`` micro-batches; returns
-    its loss, the mean over the ranks (the same on every rank: all stop together)."""
-    config, world = run.config, run.world
-    for group in run.optimizer.param_groups:
-        group["lr"] = lr
-    total = 0.0
-    for k in range(config.grad_accum):
-        inputs, targets = run.source.batch("train", run.micro, run.generator)  # global batch
-        last_micro = k + 1 == config.grad_accum
-        no_sync = getattr(run.wrapped, "no_sync", contextlib.nullcontext)  # DDP only
-        with contextlib.nullcontext() if last_micro else no_sync():
-            mine = {name: value[run.mine] for name, value in inputs.items()}
-            with torch.autocast(world.device.type, torch.bfloat16, enabled=config.bf16):
-                loss = _loss(run.wrapped, mine, targets[run.mine], world.device, run.spec.loss)
-            if world.size > 1:
-                loss = loss * _share(targets, run.mine, world.size)
-            (loss / config.grad_accum).backward()
-        total += float(loss.detach()) / config.grad_accum
-    loss_value = mean(total, world)
-    if not math.isfinite(loss_value):
-        run.metrics.append({"step": run.step + 1, "loss": None, "lr": lr, "diverged": True})
-        raise _diverged(f"the training loss is {loss_value}", run.step + 1, lr, run)
-    if config.clip:
-        nn.utils.clip_grad_norm_(run.model.parameters(), config.clip)
-    run.optimizer.step()
-    run.optimizer.zero_grad(set_to_none=True)
-    return loss_value
-
-
-def _share(targets: Tensor, mine: slice, ranks: int) -> float:
-    """The weight of this rank's mean loss: its part of the micro-batch's counted targets
-    (not ``IGNORE``), times the number of ranks. DDP and FSDP2 average the ranks' gradients
-    and the loop their losses, so the result is the whole micro-batch's mean, as on one
-    process, when rows count different numbers of targets (padded pairs); 1 when they count
-    the same (text windows, labels)."""
-    counted = targets != IGNORE
-    return float(counted[mine].sum()) * ranks / float(counted.sum())
-
-
-def _evaluate_now(run: _Run, record: dict[str, Any], lr: float) -> None:
-    """Evaluate, then log the step's record with its ``val_loss`` and redraw the plot."""
-    eval_began = time.monotonic()
-    val_loss = _evaluate(run.model, run.source, run.config, run.world, run.spec)
-    if not math.isfinite(val_loss):
-        raise _diverged(f"the held-out loss is {val_loss}", run.step, lr, run)
-    run.val_loss = record["val_loss"] = val_loss
-    run.say(f"step {run.step}: loss {record['loss']:.4f}, val {val_loss:.4f}")
-    run.history.append(record)
-    run.metrics.append(record)
-    if run.plotting:
-        plot_losses(run.out / "loss.png", run.history, title=run.title)
-        run.plotted = len(run.history)
-    run.budget.evaluated(time.monotonic() - eval_began)
-
-
-def _why_stop(run: _Run, signum: int | None, out_of_time: bool) -> str:
+def _why_stop(run: Run, signum: int | None, out_of_time: bool) -> str:
     """``"signal"``, ``"time_budget"``, ``"loss_target"``, or ``"steps"`` (go on)."""
     target = run.config.loss_target
     if signum:
@@ -553,29 +249,29 @@ def _why_stop(run: _Run, signum: int | None, out_of_time: bool) -> str:
     return "steps"
 
 
-def _checkpoint(run: _Run, lr: float) -> None:
+def _checkpoint(run: Run, lr: float) -> None:
     """Save the resumable state (weights checked finite first; nothing non-finite is ever
     saved)."""
     save_began = time.monotonic()
-    if not _finite(run.model, run.world):
-        raise _diverged("a weight is NaN or infinite", run.step, lr, run)
+    if not finite(run.model, run.world):
+        raise diverged("a weight is NaN or infinite", run.step, lr, run)
     save_state(
         run.out, run.model, run.optimizer, run.step, run.generator, run.history, run.config,
         main=run.world.main, tokenizer=run.tok,
     )  # fmt: skip
     run.saved_at = run.step
     run.budget.saved(time.monotonic() - save_began)
-    _write_record(run, "running")
+    write_record(run, "running")
 
 
-def _finish(run: _Run, stopped: str, signum: int | None) -> TrainResult:
+def _finish(run: Run, stopped: str, signum: int | None) -> TrainResult:
     """Write the final model (``<out>/model``) and the last plot; the result."""
     seconds = time.monotonic() - run.began
     run.progress.close()
     checkpoint = run.out / "model"
     world = run.world
-    if not _finite(run.model, world):
-        raise _diverged("a weight is NaN or infinite", run.step, run.config.lr_at(run.step), run)
+    if not finite(run.model, world):
+        raise diverged("a weight is NaN or infinite", run.step, run.config.lr_at(run.step), run)
     plain = plain_model(run.model)
     if world.main:
         plain.tokenizer = run.tok
@@ -584,89 +280,8 @@ def _finish(run: _Run, stopped: str, signum: int | None) -> TrainResult:
             run.say("matplotlib is not installed: no loss.png (pip install 'torch-zoo[train]')")
         elif run.plotted != len(run.history):
             plot_losses(run.out / "loss.png", run.history, title=run.title)
-        _write_record(run, stopped)
+        write_record(run, stopped)
     barrier(world)
     return TrainResult(
         run.model, checkpoint, run.losses, run.val_loss, run.step, seconds, stopped, signum
     )
-
-
-def _diverged(what: str, step: int, lr: float, run: _Run) -> DivergedError:
-    out, saved_at = run.out, run.saved_at
-    kept = (
-        f"{out / 'checkpoint'} still holds step {saved_at} (nothing was saved over it)"
-        if saved_at
-        else "no checkpoint was saved"
-    )
-    return DivergedError(
-        f"step {step}: {what} (learning rate {lr:.3g}): the run diverged; {kept}. Lower --lr, "
-        f"lengthen --warmup or keep --clip on, and start again (another --out, or delete "
-        f"{out / 'checkpoint'}: a resumed run must keep its settings)"
-    )
-
-
-def _finite(model: ZooModel, world: World) -> bool:
-    """Whether every weight is finite, on every rank (each checks its own shards)."""
-    from torch.distributed.tensor import DTensor
-
-    bad = False
-    with torch.no_grad():
-        for p in model.parameters():
-            local = p.to_local() if isinstance(p, DTensor) else p
-            if not bool(torch.isfinite(local).all()):
-                bad = True
-                break
-    return not any_rank(bad, world)
-
-
-def _shard(model: ZooModel, spec: TaskSpec, world: World, say: Callable[[str], None]) -> None:
-    """FSDP2: each of the spec's units (the blocks), then the root (embeddings, heads, final
-    norms), sharded over the processes; gradients are reduce-scattered, optimizer state lives
-    with the shards."""
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
-
-    mesh = init_device_mesh(world.device.type, (world.size,))
-    units = spec.units(model)
-    if not units:
-        say(
-            f"FSDP: {type(model).__name__} names no blocks for task {spec.name!r}: the whole "
-            "model is sharded as one unit (declare a TaskSpec with units to shard per block)"
-        )
-    for unit in units:
-        fully_shard(unit, mesh=mesh)
-    fully_shard(model, mesh=mesh)
-
-
-def _loss(
-    model: nn.Module,
-    inputs: dict[str, Tensor],
-    targets: Tensor,
-    device: torch.device,
-    loss: Callable[[nn.Module, dict[str, Tensor], Tensor], Tensor] = token_loss,
-) -> Tensor:
-    """``loss`` (a task spec's; default the mean token cross-entropy, padding ignored) of
-    ``model`` on ``inputs`` and ``targets`` moved to ``device``."""
-    return loss(model, {k: v.to(device) for k, v in inputs.items()}, targets.to(device))
-
-
-def _evaluate(
-    model: ZooModel,
-    source: DataSource,
-    config: TrainConfig,
-    world: World,
-    spec: TaskSpec,
-    batches: int | None = None,
-) -> float:
-    """Mean loss on the same ``eval_batches`` held-out windows every time (its own seed);
-    the first ``batches`` of them when given."""
-    generator = torch.Generator().manual_seed(_seed(config, 1))
-    count = config.eval_batches if batches is None else batches
-    model.eval()
-    total = 0.0
-    with torch.no_grad():
-        for _ in range(count):
-            inputs, targets = source.batch("val", config.batch_size // config.grad_accum, generator)
-            total += float(_loss(model, inputs, targets, world.device, spec.loss))
-    model.train()
-    return total / count  # every rank computes the same batches: no reduce

@@ -16,7 +16,7 @@ context, ``L`` the layers, ``d`` ``d_model``, ``f`` ``d_ff``, ``H`` heads, ``V``
 - 150 MB of allocator and runtime slack.
 
 Calibration (CPU, torch 2.13, ``ru_maxrss`` of a child process running two steps of
-``_loss`` + backward + clipping + AdamW, minus its RSS after ``import torch``; gpt2-124m with
+``loss_of`` + backward + clipping + AdamW, minus its RSS after ``import torch``; gpt2-124m with
 overrides): n_layers=4, batch 1/2/4 at context 1024: measured 2.41/3.66/5.83 GB, estimated
 2.68/4.12/7.00 GB; n_layers=8 batch 2: 5.93 vs 6.64 GB; n_layers=4 dropout=0 batch 2: 2.00 vs
 2.51 GB (no score matrices: the CPU flash kernel); d_model=256 n_heads=4 d_ff=1024

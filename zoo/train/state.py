@@ -11,18 +11,19 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from ..checkpoint import save
+from ..checkpoint import load_local, save
 from ..checkpoint.commit import atomic_directory
 from ..checkpoint.state import all_finite
 from ..errors import ZooError
-from ..loading import load
 from ..nn.base import ZooModel
+from ..plugin.registry import get_registry
 from .config import TrainConfig
 from .errors import ResumeError
 
@@ -54,10 +55,11 @@ def plain_model(model: ZooModel) -> ZooModel:
 
     if not any(isinstance(p, DTensor) for p in model.parameters()):
         return model
-    from ..api import build
-
     state: dict[str, Any] = get_model_state_dict(model, options=_full())
-    plain = build(model.config, device="cpu")
+    registry = get_registry()
+    arch, _, config = registry.resolve(model.config)
+    with torch.device("cpu"):
+        plain: ZooModel = registry.model_factory(arch)(config)
     plain.load_state_dict({k: v.cpu() for k, v in state.items()})
     plain.name = model.name
     return plain
@@ -130,7 +132,7 @@ def load_state(
     step: int = meta["step"]
     tensors = _read_tensors(folder)
     try:
-        saved = load(folder / "model", tokenizer=False)
+        saved = load_local(folder / "model", tokenizer=False)
     except ZooError as exc:
         raise ResumeError(f"{folder / 'model'} cannot be resumed: {exc}") from exc
     _check_model(folder, saved, model)
@@ -255,7 +257,19 @@ def _check_model(folder: Path, saved: ZooModel, model: ZooModel) -> None:
 def _optimizer_state(
     folder: Path, tensors: dict[str, Tensor], meta: dict[str, Any], model: ZooModel, step: int
 ) -> dict[str, dict[str, Any]]:
+    """The saved optimizer state per parameter name, each parameter's checked against it."""
     params = {name: p for name, p in model.named_parameters()}  # global shapes under FSDP
+    state = _saved_optimizer_state(folder, tensors, meta, params)
+    for name, fields in state.items():
+        _check_parameter_state(folder, name, fields, params[name], step)
+    return state
+
+
+def _saved_optimizer_state(
+    folder: Path, tensors: dict[str, Tensor], meta: dict[str, Any], params: Mapping[str, Tensor]
+) -> dict[str, dict[str, Any]]:
+    """The ``optimizer/<name>/<field>`` tensors and the scalars, grouped by parameter name;
+    a name no parameter has or a field AdamW does not keep is refused."""
     state: dict[str, dict[str, Any]] = {}
     for key, value in tensors.items():
         if key.startswith("optimizer/"):
@@ -268,20 +282,25 @@ def _optimizer_state(
         if name not in params or not _is_number(value) or not math.isfinite(value):
             raise ResumeError(f"{folder / _STATE}: bad scalar {key!r}: {value!r:.40}; {_HOW}")
         state.setdefault(name, {})[field] = value
-    for name, fields in state.items():
-        p = params[name]
-        for field in ("exp_avg", "exp_avg_sq"):
-            _check_tensor(folder, f"optimizer/{name}/{field}", fields.get(field), p.shape, p.dtype)
-        if bool((fields["exp_avg_sq"] < 0).any()):
-            raise ResumeError(f"{folder / _TENSORS}: optimizer/{name}/exp_avg_sq < 0; {_HOW}")
-        count = fields.get("step")
-        where = f"{folder / _TENSORS}: 'optimizer/{name}/step'"
-        if not isinstance(count, Tensor) or count.shape != () or not count.is_floating_point():
-            raise ResumeError(f"{where} must be a floating scalar tensor; {_HOW}")
-        number = float(count)
-        if not (math.isfinite(number) and number == int(number) and 0 <= number <= step):
-            raise ResumeError(f"{where} is {number}, not a step in 0..{step}; {_HOW}")
     return state
+
+
+def _check_parameter_state(
+    folder: Path, name: str, fields: dict[str, Any], p: Tensor, step: int
+) -> None:
+    """AdamW's moments of parameter ``name`` fit it (second moment >= 0), and its step count
+    is a whole number of steps in ``0..step``."""
+    for field in ("exp_avg", "exp_avg_sq"):
+        _check_tensor(folder, f"optimizer/{name}/{field}", fields.get(field), p.shape, p.dtype)
+    if bool((fields["exp_avg_sq"] < 0).any()):
+        raise ResumeError(f"{folder / _TENSORS}: optimizer/{name}/exp_avg_sq < 0; {_HOW}")
+    count = fields.get("step")
+    where = f"{folder / _TENSORS}: 'optimizer/{name}/step'"
+    if not isinstance(count, Tensor) or count.shape != () or not count.is_floating_point():
+        raise ResumeError(f"{where} must be a floating scalar tensor; {_HOW}")
+    number = float(count)
+    if not (math.isfinite(number) and number == int(number) and 0 <= number <= step):
+        raise ResumeError(f"{where} is {number}, not a step in 0..{step}; {_HOW}")
 
 
 def _param_groups(
