@@ -78,35 +78,49 @@ def _rope_thetas(r: HFConfigReader) -> dict[str, float]:
             f"reads its rotary parameters per layer kind ({' and '.join(_KINDS)}), and "
             "transformers ignores these (fix the file)"
         )
-    values: dict[str, float] = {}
-    for kind, top_key, field, default in (
-        ("full_attention", "rope_theta", "rope_theta", 1_000_000.0),
-        ("sliding_attention", "rope_local_base_freq", "rope_local_theta", 10_000.0),
-    ):
-        sub = params.get(kind) or {}
-        where = f"rope_parameters.{kind}"
-        if not isinstance(sub, Mapping):
-            raise r._error(f"{where} = {sub!r} must be an object")
-        rope_type = sub.get("rope_type", sub.get("type", "default"))
-        extra = sorted(set(sub) - {"rope_type", "type", "rope_theta"})
-        if rope_type != "default" or extra:
-            shown = f"{where}.rope_type = {rope_type!r}" if rope_type != "default" else where
-            shown += "".join(f", {where}.{k} = {sub[k]!r}" for k in extra)
-            raise r._error(
-                f"{shown}: zoo implements only the default rotary embedding (no scaled or "
-                "extended variants)"
-            )
-        top, nested = r.get(top_key, None, field=field), sub.get("rope_theta")
-        if nested is not None:
-            r.keys[field] = f"{where}.rope_theta"
-        if top is not None and nested is not None and top != nested:
-            raise r._error(
-                f"{top_key} = {top!r} and {where}.rope_theta = {nested!r} disagree; fix the "
-                "file so that one value remains"
-            )
-        theta = nested if nested is not None else top
-        values[field] = default if theta is None else _positive(r, r.keys[field], theta)
-    return values
+    return {
+        "rope_theta": _kind_theta(r, params, "full_attention", "rope_theta", 1_000_000.0),
+        "rope_local_theta": _kind_theta(
+            r, params, "sliding_attention", "rope_local_base_freq", 10_000.0
+        ),
+    }
+
+
+def _kind_theta(
+    r: HFConfigReader, params: Mapping[str, Any], kind: str, top_key: str, default: float
+) -> float:
+    """The rotary base of the layers of ``kind``: ``rope_parameters.<kind>.rope_theta`` or the
+    4.x key ``top_key`` (both: they must agree), else ``default``; read as zoo's field of the
+    same meaning (``rope_theta``, ``rope_local_theta``)."""
+    field = "rope_theta" if kind == "full_attention" else "rope_local_theta"
+    sub = params.get(kind) or {}
+    where = f"rope_parameters.{kind}"
+    if not isinstance(sub, Mapping):
+        raise r._error(f"{where} = {sub!r} must be an object")
+    _check_default_rotary(r, where, sub)
+    top, nested = r.get(top_key, None, field=field), sub.get("rope_theta")
+    if nested is not None:
+        r.keys[field] = f"{where}.rope_theta"
+    if top is not None and nested is not None and top != nested:
+        raise r._error(
+            f"{top_key} = {top!r} and {where}.rope_theta = {nested!r} disagree; fix the "
+            "file so that one value remains"
+        )
+    theta = nested if nested is not None else top
+    return default if theta is None else _positive(r, r.keys[field], theta)
+
+
+def _check_default_rotary(r: HFConfigReader, where: str, sub: Mapping[str, Any]) -> None:
+    """Refuse a layer kind's rotary parameters other than the default embedding's."""
+    rope_type = sub.get("rope_type", sub.get("type", "default"))
+    extra = sorted(set(sub) - {"rope_type", "type", "rope_theta"})
+    if rope_type != "default" or extra:
+        shown = f"{where}.rope_type = {rope_type!r}" if rope_type != "default" else where
+        shown += "".join(f", {where}.{k} = {sub[k]!r}" for k in extra)
+        raise r._error(
+            f"{shown}: zoo implements only the default rotary embedding (no scaled or "
+            "extended variants)"
+        )
 
 
 def _layer_types(r: HFConfigReader) -> tuple[str, ...]:

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import re
 import traceback
-import types
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._lazy import resolve
 from ..errors import PluginContractError, PluginError
+from .model_specs import ModelSpec, WeightsSource, check_name, frozen_mapping
 
 if TYPE_CHECKING:
     from ..tokenizers import Tokenizer
@@ -46,26 +45,12 @@ TokenizerFactory = Callable[..., "Tokenizer"]
 #: What zoo uses of a tokenizer: a factory's result must have each.
 _TOKENIZER_ATTRIBUTES = ("name", "vocab_size", "eos_id", "bos_id", "encode", "decode")
 
-_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
-_SHA256 = re.compile(r"[0-9a-fA-F]{64}")
-
 
 def describe_exception(exc: BaseException) -> str:
     """``"Type: message (at file:line)"``, where ``file:line`` is where it was raised."""
     last = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
     where = f" (at {last[0].filename}:{last[0].lineno})" if last else ""
     return f"{type(exc).__name__}: {exc}{where}"
-
-
-def _check_name(kind: str, name: str) -> None:
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise ValueError(
-            f"{kind} name {name!r} is not valid: use lower-case letters, digits, '.', '_' or '-'"
-        )
-
-
-def _frozen_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    return types.MappingProxyType(dict(value or {}))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,10 +92,10 @@ class ArchitectureSpec:
     hf_model_types: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        _check_name("architecture", self.name)
+        check_name("architecture", self.name)
         object.__setattr__(self, "blocks", tuple(self.blocks))
-        object.__setattr__(self, "checkpoint_layouts", _frozen_mapping(self.checkpoint_layouts))
-        object.__setattr__(self, "hf_model_types", _frozen_mapping(self.hf_model_types))
+        object.__setattr__(self, "checkpoint_layouts", frozen_mapping(self.checkpoint_layouts))
+        object.__setattr__(self, "hf_model_types", frozen_mapping(self.hf_model_types))
         undeclared = sorted(set(self.hf_model_types.values()) - set(self.checkpoint_layouts))
         if undeclared:
             raise ValueError(
@@ -210,102 +195,17 @@ class ArchitectureSpec:
         return resolve(self.checkpoint_layouts[layout])
 
 
-@dataclasses.dataclass(frozen=True)
-class WeightsSource:
-    """Where the pretrained weights of a named model come from.
-
-    Args:
-        repo: Hugging Face Hub repo id, e.g. ``"openai-community/gpt2"`` (``None`` for weights
-            that only exist locally).
-        revision: branch, tag or commit.
-        filename: weights file inside the repo (or inside ``path``).
-        layout: checkpoint layout of that file (``"zoo"`` or a layout the architecture declares).
-        sha256: pinned hash of the weights file, verified after download and on every
-            :func:`zoo.load` when set.
-        path: a local directory holding ``filename`` (or the file itself); ``~`` and
-            ``$VARIABLES`` are expanded. :func:`zoo.load` reads it without any download.
-    """
-
-    repo: str | None = None
-    revision: str = "main"
-    filename: str = "model.safetensors"
-    layout: str = "zoo"
-    sha256: str | None = None
-    path: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.sha256 is not None and not (
-            isinstance(self.sha256, str) and _SHA256.fullmatch(self.sha256)
-        ):
-            raise ValueError(
-                f"weights.sha256 = {self.sha256!r} is not a sha256: it must be 64 hexadecimal "
-                "digits (`sha256sum FILE` prints it), or left out"
-            )
-
-    def __str__(self) -> str:
-        where = f"hf:{self.repo}@{self.revision}" if self.repo else f"local {self.path}"
-        return f"{where} ({self.filename}, {self.layout} layout)"
+def _file_sets(files: Any) -> Any:
+    """``checkpoint_files`` as its sets of files: itself when it holds sets, else one set."""
+    return files if files and isinstance(files[0], tuple) else (files,)
 
 
-@dataclasses.dataclass(frozen=True)
-class ModelSpec:
-    """A named model: an architecture plus config values, tokenizer and weights source.
-
-    Args:
-        name: registry name, e.g. ``"gpt2-124m"``.
-        architecture: name of the architecture it instantiates.
-        config: config values passed to the architecture's config class.
-        tokenizer: name of a registered tokenizer, or ``None``.
-        weights: where pretrained weights come from, or ``None`` (random init only).
-        aliases: other names that resolve to this model.
-        description: one line for ``zoo list``.
-    """
-
-    name: str
-    architecture: str
-    config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    tokenizer: str | None = None
-    weights: WeightsSource | None = None
-    aliases: tuple[str, ...] = ()
-    description: str = ""
-
-    def __post_init__(self) -> None:
-        _check_name("model", self.name)
-        if isinstance(self.aliases, str) or not isinstance(self.aliases, (list, tuple)):
-            raise ValueError(
-                f"model {self.name!r}: aliases must be a list of names, got {self.aliases!r}"
-            )
-        for alias in self.aliases:
-            _check_name("alias", alias)
-            if alias == self.name:
-                raise ValueError(f"model {self.name!r}: an alias cannot be the model's own name")
-        object.__setattr__(self, "aliases", tuple(self.aliases))
-        object.__setattr__(self, "config", _frozen_mapping(self.config))
-
-    @classmethod
-    def from_toml(cls, name: str, table: Mapping[str, Any]) -> ModelSpec:
-        """Create a spec from one ``[models.NAME]`` table of a registry file."""
-        if not isinstance(table, Mapping):
-            raise ValueError(f"model {name!r}: [models.{name}] must be a table")
-        known = {"architecture", "config", "tokenizer", "weights", "aliases", "description"}
-        unknown = sorted(set(table) - known)
-        if unknown:
-            raise ValueError(
-                f"model {name!r}: unknown key(s) {', '.join(unknown)}; "
-                f"valid keys are {', '.join(sorted(known))}"
-            )
-        if "architecture" not in table:
-            raise ValueError(f"model {name!r}: 'architecture' is required")
-        weights = table.get("weights")
-        return cls(
-            name=name,
-            architecture=table["architecture"],
-            config=table.get("config", {}),
-            tokenizer=table.get("tokenizer"),
-            weights=WeightsSource(**weights) if weights else None,
-            aliases=table.get("aliases", ()),
-            description=table.get("description", ""),
-        )
+def _plain_file_names(group: Any) -> bool:
+    """Whether ``group`` is a tuple of plain file names (no folders, no ``.`` or ``..``)."""
+    return isinstance(group, tuple) and all(
+        isinstance(f, str) and f and "/" not in f and "\\" not in f and f not in (".", "..")
+        for f in group
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -344,23 +244,12 @@ class TokenizerSpec:
     checkpoint_files: tuple[str, ...] | tuple[tuple[str, ...], ...] = ()
 
     def __post_init__(self) -> None:
-        _check_name("tokenizer", self.name)
+        check_name("tokenizer", self.name)
         if not isinstance(self.reads_checkpoint, bool):
             raise ValueError(f"tokenizer {self.name!r}: reads_checkpoint must be True or False")
         files = self.checkpoint_files
-        sets = (
-            files
-            if isinstance(files, tuple) and files and isinstance(files[0], tuple)
-            else (files,)
-        )
         if not isinstance(files, tuple) or not all(
-            isinstance(group, tuple)
-            and (group or not files)
-            and all(
-                isinstance(f, str) and f and "/" not in f and "\\" not in f and f not in (".", "..")
-                for f in group
-            )
-            for group in sets
+            _plain_file_names(group) and (group or not files) for group in _file_sets(files)
         ):
             raise ValueError(
                 f"tokenizer {self.name!r}: checkpoint_files must be a tuple of plain file names "
@@ -375,12 +264,7 @@ class TokenizerSpec:
     def checkpoint_file_sets(self) -> tuple[tuple[str, ...], ...]:
         """The sets of :attr:`checkpoint_files`, any of which is this tokenizer's files in a
         checkpoint directory (none when it declares none)."""
-        files = self.checkpoint_files
-        if not files:
-            return ()
-        if isinstance(files[0], tuple):
-            return tuple(group for group in files if isinstance(group, tuple))
-        return (tuple(f for f in files if isinstance(f, str)),)
+        return _file_sets(self.checkpoint_files) if self.checkpoint_files else ()
 
     def load(self, **kwargs: Any) -> Tokenizer:
         """Create the tokenizer (imports its implementation on first use).
@@ -494,7 +378,7 @@ class ComponentSpec:
                 f"{self.kind} component {self.name!r}: reads must be a tuple of config field "
                 f"names or None, got {self.reads!r}"
             )
-        _check_name(f"{self.kind} component", self.name)
+        check_name(f"{self.kind} component", self.name)
 
     def build(self, config: Any, *args: Any) -> Any:
         """The component for ``config`` (imports its implementation on first use); a block
