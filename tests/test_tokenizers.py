@@ -273,9 +273,11 @@ def test_shipped_tokenizers_are_saved_by_name(shipped, tmp_path):
     assert spec == {"name": shipped.name}
     assert list(tmp_path.iterdir()) == []
     assert json.loads(json.dumps(spec)) == spec
-    again = load_tokenizer(spec, tmp_path)
+    again = load_tokenizer(spec, tmp_path, by_name=zoo.tokenizer)
     assert again.name == shipped.name
     assert again.encode("Every effort moves you") == shipped.encode("Every effort moves you")
+    with pytest.raises(TokenizerError, match="stored by name only: pass by_name="):
+        load_tokenizer(spec, tmp_path)  # zoo.tokenizers knows no names: the caller does
 
 
 def test_trained_tokenizer_travels_with_its_files(subword, tmp_path):

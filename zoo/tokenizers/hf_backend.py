@@ -61,27 +61,38 @@ def _cut_rule(config: Mapping[str, Any]) -> str | None:
     ``tokenizer.json``): :data:`~zoo.tokenizers.chunking.CUT_WORDS` when its normalizer and
     pre-tokenizer are known to keep word boundaries, else ``None`` (never cut)."""
     normalizer = config.get("normalizer")
-    parts = [] if normalizer is None else [normalizer]
-    while parts:
-        part = parts.pop()
-        if part.get("type") == "Sequence":
-            parts.extend(part.get("normalizers") or [])
-        elif part.get("type") not in _CHAR_NORMALIZERS:
-            return None  # e.g. Llama's Prepend("▁") would start every piece with "▁"
-    pre = config.get("pre_tokenizer") or {}
-    bert = pre.get("type") == "BertPreTokenizer"
-    gpt2 = (
-        pre.get("type") == "ByteLevel"
-        and pre.get("use_regex", True)
-        and not pre.get("add_prefix_space", False)
-    )
-    if not (bert or gpt2):
+    if not _char_normalizer(normalizer) or not _word_pre_tokenizer(config.get("pre_tokenizer")):
         return None
     for added in config.get("added_tokens") or []:
         context = added.get("single_word") or added.get("lstrip") or added.get("rstrip")
         if context or (added.get("normalized") and normalizer is not None):
             return None  # its match depends on its neighbours or on the normalized text
     return CUT_WORDS
+
+
+def _char_normalizer(normalizer: Mapping[str, Any] | None) -> bool:
+    """Whether ``normalizer`` (none, or a sequence of them) maps each character on its own."""
+    parts = [] if normalizer is None else [normalizer]
+    while parts:
+        part = parts.pop()
+        if part.get("type") == "Sequence":
+            parts.extend(part.get("normalizers") or [])
+        elif part.get("type") not in _CHAR_NORMALIZERS:
+            return False  # e.g. Llama's Prepend("▁") would start every piece with "▁"
+    return True
+
+
+def _word_pre_tokenizer(pre: Mapping[str, Any] | None) -> bool:
+    """Whether the cuts of :mod:`~zoo.tokenizers.chunking` are word boundaries after ``pre``:
+    BERT's pre-tokenizer, or GPT-2's byte-level one (its regex, no prefix space)."""
+    pre = pre or {}
+    bert = pre.get("type") == "BertPreTokenizer"
+    gpt2 = (
+        pre.get("type") == "ByteLevel"
+        and pre.get("use_regex", True)
+        and not pre.get("add_prefix_space", False)
+    )
+    return bool(bert or gpt2)
 
 
 #: The pieces a text is encoded in (:func:`zoo.tokenizers.chunking.pieces`; a seam for tests).

@@ -19,10 +19,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .base import ROLES, Tokenizer
 from .errors import VocabularyFileError
+
+if TYPE_CHECKING:
+    from .chat import ChatTemplate
 
 __all__ = ["TOKENIZER_CONFIG", "from_pretrained", "is_pretrained", "load_folder"]
 
@@ -211,35 +214,17 @@ def from_pretrained(
     """
     import tokenizers
 
-    from .hf_backend import TOKENIZER_FILE, HFTokenizer, _library
+    from .hf_backend import HFTokenizer
 
     directory = Path(directory)
-    if not (directory / TOKENIZER_FILE).is_file():
-        present = sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
-        raise VocabularyFileError(
-            f"{directory} holds no Hugging Face tokenizer: {TOKENIZER_FILE} is missing (it "
-            f"has: {', '.join(present) or 'nothing'}). Save one there with transformers' "
-            "tokenizer.save_pretrained(DIR), or copy the model repo's tokenizer files"
-        )
-    try:
-        library = _library(tokenizers.Tokenizer.from_file, str(directory / TOKENIZER_FILE))
-    except Exception as exc:  # the library raises plain Exception on a bad file
-        raise VocabularyFileError(
-            f"{directory / TOKENIZER_FILE} is not a valid tokenizers file: {exc}"
-        ) from None
+    library = _read_library(directory)
     config = _read_json(directory / TOKENIZER_CONFIG)
     _added_tokens(library, config, directory / TOKENIZER_CONFIG)
     roles = _roles(config, _read_json(directory / SPECIAL_TOKENS_MAP), directory)
     missing = [t for t in roles.values() if library.token_to_id(t) is None]
     if missing:  # transformers adds a special token the vocabulary lacks; so does zoo
         library.add_special_tokens([tokenizers.AddedToken(t, special=True) for t in missing])
-    templates = _chat_templates(directory, config)
-    chat = None
-    if templates:
-        from .chat import ChatTemplate
-
-        tokens = {f"{role}_token": token for role, token in roles.items()}
-        chat = ChatTemplate(templates, tokens)
+    chat = _chat_template(directory, config, roles)
     return HFTokenizer(
         library,
         name=name or directory.resolve().name,
@@ -249,6 +234,44 @@ def from_pretrained(
         chat=chat,
         end_ids=_end_ids(_read_json(directory / GENERATION_CONFIG), directory),
     )
+
+
+def _read_library(directory: Path) -> Any:
+    """The ``tokenizers`` library's tokenizer of ``directory/tokenizer.json``.
+
+    Raises:
+        VocabularyFileError: the file is missing or the library cannot read it.
+    """
+    import tokenizers
+
+    from .hf_backend import TOKENIZER_FILE, _library
+
+    if not (directory / TOKENIZER_FILE).is_file():
+        present = sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
+        raise VocabularyFileError(
+            f"{directory} holds no Hugging Face tokenizer: {TOKENIZER_FILE} is missing (it "
+            f"has: {', '.join(present) or 'nothing'}). Save one there with transformers' "
+            "tokenizer.save_pretrained(DIR), or copy the model repo's tokenizer files"
+        )
+    try:
+        return _library(tokenizers.Tokenizer.from_file, str(directory / TOKENIZER_FILE))
+    except Exception as exc:  # the library raises plain Exception on a bad file
+        raise VocabularyFileError(
+            f"{directory / TOKENIZER_FILE} is not a valid tokenizers file: {exc}"
+        ) from None
+
+
+def _chat_template(
+    directory: Path, config: Mapping[str, Any], roles: Mapping[str, str]
+) -> ChatTemplate | None:
+    """The folder's chat template(s), seeing the special tokens of ``roles``; ``None`` when
+    it has none."""
+    templates = _chat_templates(directory, config)
+    if not templates:
+        return None
+    from .chat import ChatTemplate
+
+    return ChatTemplate(templates, {f"{role}_token": token for role, token in roles.items()})
 
 
 def load_folder(directory: str | Path) -> Tokenizer:
