@@ -29,12 +29,18 @@ checkpoint comes with), :mod:`.pickled` (the opt-in pickle converter).
 
 from __future__ import annotations
 
-from .files import WEIGHTS_FILE, forget_verified, sha256_file
-from .load import WEIGHTS_DIR_ENV, load_local, local_weights_path
-from .manifest import CONFIG_FILE, FORMAT_VERSION, Manifest
-from .pickled import convert_pickle_checkpoint
-from .report import LoadReport, ShapeMismatch
-from .write import export, save
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_attributes
+
+if TYPE_CHECKING:  # type checkers see the real names
+    from .files import WEIGHTS_FILE, forget_verified, sha256_file
+    from .load import WEIGHTS_DIR_ENV, load_local, local_weights_path
+    from .manifest import CONFIG_FILE, FORMAT_VERSION, Manifest
+    from .pickled import convert_pickle_checkpoint
+    from .report import LoadReport, ShapeMismatch
+    from .state import materialize_buffers
+    from .write import export, save
 
 __all__ = [
     "CONFIG_FILE",
@@ -54,10 +60,25 @@ __all__ = [
     "sha256_file",
 ]
 
-
-def __getattr__(name: str) -> object:  # torch-using helpers, imported on first use
-    if name == "materialize_buffers":
-        from .state import materialize_buffers
-
-        return materialize_buffers
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+#: Imported on first use, so that importing one module of the package (a plugin's
+#: ``hf_layout``, say) runs neither the loader nor the registry it stands on.
+__getattr__ = lazy_attributes(
+    __name__,
+    {
+        "WEIGHTS_FILE": "zoo.checkpoint.files:WEIGHTS_FILE",
+        "forget_verified": "zoo.checkpoint.files:forget_verified",
+        "sha256_file": "zoo.checkpoint.files:sha256_file",
+        "WEIGHTS_DIR_ENV": "zoo.checkpoint.load:WEIGHTS_DIR_ENV",
+        "load_local": "zoo.checkpoint.load:load_local",
+        "local_weights_path": "zoo.checkpoint.load:local_weights_path",
+        "CONFIG_FILE": "zoo.checkpoint.manifest:CONFIG_FILE",
+        "FORMAT_VERSION": "zoo.checkpoint.manifest:FORMAT_VERSION",
+        "Manifest": "zoo.checkpoint.manifest:Manifest",
+        "convert_pickle_checkpoint": "zoo.checkpoint.pickled:convert_pickle_checkpoint",
+        "LoadReport": "zoo.checkpoint.report:LoadReport",
+        "ShapeMismatch": "zoo.checkpoint.report:ShapeMismatch",
+        "materialize_buffers": "zoo.checkpoint.state:materialize_buffers",
+        "export": "zoo.checkpoint.write:export",
+        "save": "zoo.checkpoint.write:save",
+    },
+)

@@ -21,9 +21,14 @@ card), :mod:`.failures` (Hub errors as zoo errors).
 
 from __future__ import annotations
 
-from .download import Snapshot, fetch, pull
-from .source import PREFIX, HubSource, parse_hf_source, resolve_source
-from .upload import CommitRef, push
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_attributes
+
+if TYPE_CHECKING:  # type checkers see the real names
+    from .download import Snapshot, fetch, pull
+    from .source import PREFIX, HubSource, parse_hf_source, resolve_source
+    from .upload import CommitRef, push
 
 __all__ = [
     "PREFIX",
@@ -36,3 +41,20 @@ __all__ = [
     "push",
     "resolve_source",
 ]
+
+#: Imported on first use, so that importing one module of the package (the tokenizer files'
+#: fetcher, say) does not run the uploader and the loader too.
+__getattr__ = lazy_attributes(
+    __name__,
+    {
+        "Snapshot": "zoo.hub.download:Snapshot",
+        "fetch": "zoo.hub.download:fetch",
+        "pull": "zoo.hub.download:pull",
+        "PREFIX": "zoo.hub.source:PREFIX",
+        "HubSource": "zoo.hub.source:HubSource",
+        "parse_hf_source": "zoo.hub.source:parse_hf_source",
+        "resolve_source": "zoo.hub.source:resolve_source",
+        "CommitRef": "zoo.hub.upload:CommitRef",
+        "push": "zoo.hub.upload:push",
+    },
+)
