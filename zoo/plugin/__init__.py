@@ -1,2 +1,4 @@
-"""The plugin contract: hook specifications, the specs plugins return, the built-in components,
-plugin discovery and the registry that resolves names against them."""
+"""The plugin contract: the hooks (``hookspecs``), the specs plugins return (``specs``,
+``model_specs``, ``tokenizer_specs``), a Hugging Face family declared in one call
+(``family``), the built-in components, plugin discovery (``host``), the registry object that
+resolves names against them (``claims``) and the registry in use (``registry``)."""
