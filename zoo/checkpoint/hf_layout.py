@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .hf_config import HFConfigFormat
+from .hf_format import HFConfigFormat
 
 __all__ = [
     "ANY",
@@ -189,6 +189,10 @@ class ConversionReport:
     missing: tuple[str, ...] = ()
 
 
+#: One index combination of a rule's groups, sorted by name: ``(("e", "3"), ("i", "0"))``.
+_Groups = tuple[tuple[str, str], ...]
+
+
 @dataclasses.dataclass(frozen=True)
 class KeyMap:
     """A checkpoint layout: key rules plus keys to ignore on either side.
@@ -301,23 +305,36 @@ class KeyMap:
     def _missing(self, foreign: Mapping[str, Any], zoo_keys: Iterable[str]) -> tuple[str, ...]:
         """Foreign keys of non-optional rules absent from ``foreign``; a rule with ``{i}``
         (and ``{e}``...) is wanted for every index (combination) the zoo state has."""
-        zoo_patterns = [r._zoo_re for r in self.rules] + [r._zoo_re for r in self.fused]
-        seen: dict[frozenset[str], set[tuple[tuple[str, str], ...]]] = {}
+        seen = self._indices(zoo_keys)
+        templates = [r.foreign for r in self.rules if not r.optional] + [
+            f for r in self.fused if not r.optional for f in r.foreign
+        ]
+        wanted = [
+            _fill(template, dict(groups))
+            for template in templates
+            for groups in _combinations(template, seen)
+        ]
+        return tuple(dict.fromkeys(key for key in wanted if key not in foreign))
+
+    def _indices(self, zoo_keys: Iterable[str]) -> dict[frozenset[str], set[_Groups]]:
+        """The index combinations the rules find in ``zoo_keys``, by the names of their
+        groups: ``{"i"}`` -> ``{(("i", "0"),), (("i", "1"),)}``."""
+        patterns = [r._zoo_re for r in self.rules] + [r._zoo_re for r in self.fused]
+        seen: dict[frozenset[str], set[_Groups]] = {}
         for key in zoo_keys:
-            for pattern in zoo_patterns:
+            for pattern in patterns:
                 m = pattern.match(key)
                 if m is not None:
                     found = m.groupdict()
                     seen.setdefault(frozenset(found), set()).add(tuple(sorted(found.items())))
-        templates = [r.foreign for r in self.rules if not r.optional] + [
-            f for r in self.fused if not r.optional for f in r.foreign
-        ]
-        wanted: list[str] = []
-        for template in templates:
-            names = frozenset(re.findall(r"\{(\w+)\}", template))
-            for groups in sorted(seen.get(names, set())) if names else [()]:
-                wanted.append(_fill(template, dict(groups)))
-        return tuple(dict.fromkeys(key for key in wanted if key not in foreign))
+        return seen
+
+
+def _combinations(template: str, seen: Mapping[frozenset[str], set[_Groups]]) -> list[_Groups]:
+    """The index combinations ``template`` is wanted for: every one the zoo state has for its
+    group names, or one empty combination for a template without groups."""
+    names = frozenset(re.findall(r"\{(\w+)\}", template))
+    return sorted(seen.get(names, set())) if names else [()]
 
 
 def represented(

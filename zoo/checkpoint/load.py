@@ -189,15 +189,7 @@ def _load_files(
     found, directory = _recognise(path, shown, layout, model_name, filename)
     weights, arch, config = found.weights, found.architecture, found.config
     model_name = model_name or found.model_name
-    expected = sha256 or found.sha256
-    what = "the pinned sha256" if sha256 else str(shown / CONFIG_FILE)
-    hasher: BackgroundHash | None
-    if is_index(weights):
-        recorded = found.shards if shard_sha256 is None else shard_sha256
-        where = "the caller (shard_sha256)" if shard_sha256 is not None else what
-        tensors, hasher = _read_sharded(weights, shown, expected, what, recorded, where, verify)
-    else:
-        tensors, hasher = _read_single(weights, expected, what, verify)
+    tensors, hasher = _read_weights(found, shown, sha256, shard_sha256, verify)
     unexpected: tuple[str, ...] = ()
     if found.keymap is not None:
         tensors, conversion = found.keymap.to_zoo(tensors, config)
@@ -238,6 +230,25 @@ def _load_files(
     return model
 
 
+def _read_weights(
+    found: Recognised,
+    shown: Path,
+    sha256: str | None,
+    shard_sha256: Mapping[str, str | None] | None,
+    verify: bool | None,
+) -> tuple[dict[str, Tensor], BackgroundHash | None]:
+    """The tensors of the checkpoint ``found`` (one file or every shard), memory-mapped, and
+    their hashing, against the pinned ``sha256`` and ``shard_sha256`` where given, else what
+    ``config.json`` records."""
+    expected = sha256 or found.sha256
+    what = "the pinned sha256" if sha256 else str(shown / CONFIG_FILE)
+    if not is_index(found.weights):
+        return _read_single(found.weights, expected, what, verify)
+    recorded = found.shards if shard_sha256 is None else shard_sha256
+    where = "the caller (shard_sha256)" if shard_sha256 is not None else what
+    return _read_sharded(found.weights, shown, expected, what, recorded, where, verify)
+
+
 def _read_single(
     weights: Path, expected: str | None, what: str, verify: bool | None
 ) -> tuple[dict[str, Tensor], BackgroundHash | None]:
@@ -276,17 +287,7 @@ def _read_sharded(
     ``config.json`` or the Hub), when ``verify`` is true or the shard was not verified
     before. ``verify=True`` needs a sha256 for every shard."""
     if expected and _to_hash(index_path, expected, verify):
-        actual = sha256_file(index_path)
-        if actual != expected.lower():
-            raise ChecksumMismatchError.of_file(
-                shown / index_path.name,
-                actual=actual,
-                expected=expected.lower(),
-                says=what,
-                advice="the index is damaged or not the one saved. Save or download the "
-                "checkpoint again (or pass verify=False, at your own risk).",
-            )
-        remember_verified(index_path, expected)
+        _verify_index(index_path, shown, expected, what)
     index = read_index(index_path, shown=shown)
     check_recorded_shards(
         index.shards,
@@ -311,6 +312,21 @@ def _read_sharded(
         if hasher is not None:
             hasher.verify()  # a damaged shard whose hash is known: say it does not match
         raise
+
+
+def _verify_index(index_path: Path, shown: Path, expected: str, what: str) -> None:
+    """Hash the index of a sharded checkpoint (it is small) against ``expected``."""
+    actual = sha256_file(index_path)
+    if actual != expected.lower():
+        raise ChecksumMismatchError.of_file(
+            shown / index_path.name,
+            actual=actual,
+            expected=expected.lower(),
+            says=what,
+            advice="the index is damaged or not the one saved. Save or download the "
+            "checkpoint again (or pass verify=False, at your own risk).",
+        )
+    remember_verified(index_path, expected)
 
 
 def _recognise(

@@ -204,6 +204,14 @@ def read_shards(index: ShardIndex, *, shown: Path | None = None) -> dict[str, Te
         for key, tensor in found.items():
             found_in.setdefault(key, []).append(shard)
             tensors.setdefault(key, tensor)
+    _check_placement(index, found_in, where)
+    return tensors
+
+
+def _check_placement(index: ShardIndex, found_in: Mapping[str, list[str]], where: str) -> None:
+    """Raise :class:`CheckpointError` unless every tensor is in one shard (``found_in``: the
+    shards that hold it), the one the index's weight_map names, and every key of the map is
+    in a shard."""
     twice = [(key, shards) for key, shards in found_in.items() if len(shards) > 1]
     if twice:
         key, shards = twice[0]
@@ -226,7 +234,6 @@ def read_shards(index: ShardIndex, *, shown: Path | None = None) -> dict[str, Te
             + "; ".join(f"{k!r} (in {index.weight_map[k]})" for k in absent[:_SHOW])
             + ("; ..." if len(absent) > _SHOW else "")
         )
-    return tensors
 
 
 # -- writing --------------------------------------------------------------------------------

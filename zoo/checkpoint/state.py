@@ -304,25 +304,26 @@ def _materialize_parameters(
     if not left or device.type == "meta":
         return []
     for path in sorted({name.rpartition(".")[0] for name in left}):
-        module = model.get_submodule(path) if path else model
-        params = {n: p for n, p in module._parameters.items() if p is not None}
-        missing = {n for n, p in params.items() if p.is_meta}
-        for n, p in params.items():  # fresh storage for the missing, stand-ins for the rest
-            like = torch.empty_like(
-                p, device=device, dtype=dtype if n in missing and dtype else None
-            )
-            module._parameters[n] = nn.Parameter(like, requires_grad=p.requires_grad)
-        reset = getattr(module, "reset_parameters", None)
-        with torch.no_grad():
-            if callable(reset) and next(module.children(), None) is None:
-                reset()
-            else:
-                for n in missing:
-                    module._parameters[n].zero_()  # type: ignore[union-attr]
-        for n, p in params.items():
-            if n not in missing:
-                module._parameters[n] = p
+        _initialise_missing(model.get_submodule(path) if path else model, device, dtype)
     return left
+
+
+def _initialise_missing(module: nn.Module, device: torch.device, dtype: torch.dtype | None) -> None:
+    """Initialise ``module``'s own parameters that are still on ``meta`` (see
+    :func:`_materialize_parameters`); its loaded parameters are left as they are."""
+    params = {n: p for n, p in module._parameters.items() if p is not None}
+    missing = {n for n, p in params.items() if p.is_meta}
+    for n, p in params.items():  # fresh storage for the missing, stand-ins for the rest
+        like = torch.empty_like(p, device=device, dtype=dtype if n in missing and dtype else None)
+        module._parameters[n] = nn.Parameter(like, requires_grad=p.requires_grad)
+    reset = getattr(module, "reset_parameters", None)
+    with torch.no_grad():
+        if callable(reset) and next(module.children(), None) is None:
+            reset()
+        else:
+            for n in missing:
+                module._parameters[n].zero_()  # type: ignore[union-attr]
+    module._parameters.update({n: p for n, p in params.items() if n not in missing})
 
 
 @contextlib.contextmanager
@@ -360,31 +361,52 @@ def materialize_buffers(
     """
     if device.type == "meta":
         return []
-    pending = [name for name, b in model.named_buffers() if b is not None and b.is_meta]
+    pending = _meta_buffers(model)
     if not pending:
         return []
     with torch.device(device):
         for path in sorted({n.rpartition(".")[0] for n in pending}):
-            module = model.get_submodule(path) if path else model
-            reset = getattr(module, "reset_buffers", None)
+            reset = getattr(model.get_submodule(path) if path else model, "reset_buffers", None)
             if callable(reset):
                 reset()
-    left = [name for name, b in model.named_buffers() if b is not None and b.is_meta]
+    left = _meta_buffers(model)
     if left:
-        if make is None:
-            raise RuntimeError(
-                f"buffers {left[:_SHOW]} are still on meta and their modules define no "
-                "reset_buffers(); see zoo.checkpoint.state for the convention"
-            )
-        log.info("rebuilding %d buffer(s) %s by running the constructor again", len(left), left)
-        with torch.device(device), _parameters_on_meta(), _SkipFillOnMeta():
-            twin = make(config)
-        for name in left:
-            module, leaf = _owner(model, name)
-            module._buffers[leaf] = twin.get_buffer(name)
-    for name in pending:
+        _buffers_from_twin(model, left, device, make, config)
+    if dtype is not None:
+        _cast_floating_buffers(model, pending, dtype)
+    return pending
+
+
+def _meta_buffers(model: nn.Module) -> list[str]:
+    return [name for name, b in model.named_buffers() if b is not None and b.is_meta]
+
+
+def _buffers_from_twin(
+    model: nn.Module,
+    names: list[str],
+    device: torch.device,
+    make: Callable[[Any], Any] | None,
+    config: Any,
+) -> None:
+    """Take the buffers ``names`` from a twin ``make(config)`` built on ``device`` with its
+    parameters on ``meta`` (the fallback for modules without ``reset_buffers()``)."""
+    if make is None:
+        raise RuntimeError(
+            f"buffers {names[:_SHOW]} are still on meta and their modules define no "
+            "reset_buffers(); see zoo.checkpoint.state for the convention"
+        )
+    log.info("rebuilding %d buffer(s) %s by running the constructor again", len(names), names)
+    with torch.device(device), _parameters_on_meta(), _SkipFillOnMeta():
+        twin = make(config)
+    for name in names:
+        module, leaf = _owner(model, name)
+        module._buffers[leaf] = twin.get_buffer(name)
+
+
+def _cast_floating_buffers(model: nn.Module, names: list[str], dtype: torch.dtype) -> None:
+    """Cast the floating buffers among ``names`` to ``dtype``."""
+    for name in names:
         module, leaf = _owner(model, name)
         buffer = module._buffers[leaf]
-        if buffer is not None and dtype is not None and buffer.is_floating_point():
+        if buffer is not None and buffer.is_floating_point():
             module._buffers[leaf] = buffer.to(dtype)
-    return pending

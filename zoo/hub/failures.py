@@ -154,35 +154,47 @@ def hub_errors(what: str, *, pull: str | None = None, push: bool = False) -> Ite
         raise HubNotFoundError(f"{what}: the file is not in the repo ({_why(exc)})") from exc
     except hf.HfHubHTTPError as exc:
         status = exc.response.status_code if exc.response is not None else None
-        if status in (401, 403):
-            raise HubAuthError(
-                f"{what}: the Hub at {endpoint()} refused the token ({status}: "
-                f"{str(exc).strip().splitlines()[0]}). Check HF_TOKEN (or the token=... "
-                "argument, or the login saved by `hf auth login`): it must be valid for this "
-                "Hub and, to push, have write access to the repo."
-            ) from exc
-        if status is not None and status >= 500 and push:
-            raise HubUnavailableError(
-                f"{what}: the Hub at {endpoint()} answered {status} (server error) during the "
-                f"push: {_why(exc)}. {PUSH_RETRY} Try again later."
-            ) from exc
-        if status is not None and status >= 500:
-            raise HubUnavailableError(
-                f"{what}: the Hub at {endpoint()} answered {status} (server error): "
-                f"{_why(exc)}. Try again later; with a warm cache, HF_HUB_OFFLINE=1 works "
-                "without the Hub."
-            ) from exc
-        raise HubError(
-            f"{what}: the Hub at {endpoint()} answered {status}: {_why(exc)}"
-            + (f". {PUSH_RETRY}" if push else "")
-        ) from exc
+        raise _http_error(what, exc, status, push=push) from exc
     except transport_errors() as exc:
-        if push:
-            raise HubUnavailableError(
-                f"{what}: the connection to the Hub at {endpoint()} failed during the push "
-                f"({_why(exc)}). {PUSH_RETRY} Check the network and HF_ENDPOINT first."
-            ) from exc
-        raise HubUnavailableError(
-            f"{what}: the connection to the Hub at {endpoint()} failed ({_why(exc)}). Nothing "
-            "incomplete was kept or loaded; try again (downloads resume where they stopped)."
-        ) from exc
+        raise _connection_failed(what, exc, push=push) from exc
+
+
+def _http_error(what: str, exc: BaseException, status: int | None, *, push: bool) -> HubError:
+    """The error for an HTTP answer ``status`` of the Hub: a refused token, a server error
+    (during a push: what that means for the repo), or any other status."""
+    if status in (401, 403):
+        return HubAuthError(
+            f"{what}: the Hub at {endpoint()} refused the token ({status}: "
+            f"{str(exc).strip().splitlines()[0]}). Check HF_TOKEN (or the token=... "
+            "argument, or the login saved by `hf auth login`): it must be valid for this "
+            "Hub and, to push, have write access to the repo."
+        )
+    if status is not None and status >= 500 and push:
+        return HubUnavailableError(
+            f"{what}: the Hub at {endpoint()} answered {status} (server error) during the "
+            f"push: {_why(exc)}. {PUSH_RETRY} Try again later."
+        )
+    if status is not None and status >= 500:
+        return HubUnavailableError(
+            f"{what}: the Hub at {endpoint()} answered {status} (server error): "
+            f"{_why(exc)}. Try again later; with a warm cache, HF_HUB_OFFLINE=1 works "
+            "without the Hub."
+        )
+    return HubError(
+        f"{what}: the Hub at {endpoint()} answered {status}: {_why(exc)}"
+        + (f". {PUSH_RETRY}" if push else "")
+    )
+
+
+def _connection_failed(what: str, exc: BaseException, *, push: bool) -> HubUnavailableError:
+    """The error for a connection to the Hub that failed (during a push: what that means for
+    the repo)."""
+    if push:
+        return HubUnavailableError(
+            f"{what}: the connection to the Hub at {endpoint()} failed during the push "
+            f"({_why(exc)}). {PUSH_RETRY} Check the network and HF_ENDPOINT first."
+        )
+    return HubUnavailableError(
+        f"{what}: the connection to the Hub at {endpoint()} failed ({_why(exc)}). Nothing "
+        "incomplete was kept or loaded; try again (downloads resume where they stopped)."
+    )

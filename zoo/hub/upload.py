@@ -7,7 +7,7 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..checkpoint.manifest import CONFIG_FILE, FORMAT, Manifest, read_config_json
 from ..checkpoint.readers import model_folder
@@ -63,6 +63,14 @@ class CommitRef:
 
 def _read_checkpoint(directory: Path, repo_id: str) -> tuple[Manifest, list[str]]:
     """The manifest of a :func:`zoo.save` directory and the files to upload from it."""
+    where = str(directory / CONFIG_FILE)
+    manifest = Manifest.from_json(_zoo_config(directory, repo_id), where=where)
+    return manifest, _files_to_upload(directory, manifest, where)
+
+
+def _zoo_config(directory: Path, repo_id: str) -> dict[str, Any]:
+    """The ``config.json`` of the zoo checkpoint ``directory``; an error saying what to push
+    instead when it is missing, a file, or not a zoo checkpoint."""
     if not directory.exists():
         raise CheckpointError(
             f"{directory} does not exist: give the directory zoo.save() wrote or a training "
@@ -83,8 +91,12 @@ def _read_checkpoint(directory: Path, repo_id: str) -> tuple[Manifest, list[str]
             "checkpoint/model/ folder), and this folder has neither. Load what it holds and "
             "push the model instead: zoo.push(zoo.load(path), repo_id)."
         )
-    where = str(directory / CONFIG_FILE)
-    manifest = Manifest.from_json(data, where=where)
+    return data
+
+
+def _files_to_upload(directory: Path, manifest: Manifest, where: str) -> list[str]:
+    """The files ``config.json`` names (weights, shards, tokenizer files) and itself, each
+    checked to be a plain name of a file inside ``directory``."""
     tokenizer_files = list((manifest.tokenizer or {}).get("files") or ())
     shards = _shards(directory, manifest, where)
     # the same rule as pull: plain names, read from inside the folder (no absolute path, no
@@ -104,7 +116,7 @@ def _read_checkpoint(directory: Path, repo_id: str) -> tuple[Manifest, list[str]
             f"{directory} lacks {', '.join(missing)} that its config.json names; save the "
             "model again with zoo.save()"
         )
-    return manifest, files
+    return files
 
 
 def _foreign_message(directory: Path, model_type: str, repo_id: str) -> str:
