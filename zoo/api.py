@@ -89,7 +89,10 @@ def build(
             created there directly, never on another device first.
         dtype: floating dtype of the parameters (default float32).
         onednn: run a CPU model's linear layers on oneDNN's kernels where this torch has them
-            (:mod:`zoo.nn.onednn`; inference only: training computes as PyTorch does).
+            (:mod:`zoo.nn.onednn`, a build-time transform of the built model; inference only:
+            training computes as PyTorch does). The swapped layers are listed in
+            ``model.onednn_linears`` and shown in ``repr(model)``; ``onednn=False`` keeps
+            PyTorch's ``F.linear`` everywhere.
         **overrides: config fields to change, e.g. ``n_layers=2``.
 
     Returns:
@@ -101,16 +104,19 @@ def build(
     from .checkpoint.state import build_on_meta
 
     make = get_registry().model_factory(arch)  # the names in config resolved once
-    if target.type == "meta":
-        model: ZooModel = build_on_meta(make, config)  # no initialisation on meta
-    else:
+    model: ZooModel = build_on_meta(make, config)  # no initialisation on meta
+    if target.type != "meta":
         from .memory import check_build_fits
+        from .nn.materialize import materialize, replays_init
 
         what = spec.name if spec is not None else f"a {arch.name} model"
         # sizes each within bounds can multiply to terabytes: count on meta, refuse early
-        check_build_fits(build_on_meta(make, config), device=target, dtype=dtype, what=what)
-        with target:
-            model = make(config)
+        check_build_fits(model, device=target, dtype=dtype, what=what)
+        if replays_init(model):  # that model made real, initialised as its constructor does
+            materialize(model, target)
+        else:  # initialisation outside reset_parameters(): construct it on the target
+            with target:
+                model = make(config)
     if dtype is not None:
         model = model.to(dtype)
     if spec is not None and hasattr(model, "name"):

@@ -48,6 +48,7 @@ class EncoderDecoder(ZooModel):
 
     config: EncoderDecoderConfig
     is_encoder_decoder = True
+    replayable_init = True  # zoo.build makes its meta build real (zoo.nn.materialize)
     train_task: ClassVar[str] = "seq2seq"  # zoo.train's task spec (zoo.train.task)
 
     def __init__(self, config: EncoderDecoderConfig, parts: Parts | None = None) -> None:
@@ -63,9 +64,13 @@ class EncoderDecoder(ZooModel):
         self.encoder_norm = parts.build("norm", c) if c.final_norm else None
         self.decoder_norm = parts.build("norm", c) if c.final_norm else None
         self.head = Linear(c.d_model, c.vocab_size, bias=c.head_bias)
-        self.apply(init_weights)
+        self.reset_parameters()
         if c.tie_embeddings:
             self.head.weight = self.tok_emb.weight
+
+    def reset_parameters(self) -> None:
+        """GPT-style initialisation (:func:`zoo.nn.init_weights`) of every module."""
+        self.apply(init_weights)
 
     def example_inputs(
         self, batch_size: int = 2, seq_len: int = 8, *, generator: torch.Generator | None = None

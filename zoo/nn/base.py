@@ -35,7 +35,9 @@ class ZooModel(nn.Module):
 
     What an architecture's model class must provide (the conformance kit checks each):
 
-    - subclass ``ZooModel`` and take the config as the only constructor argument;
+    - subclass ``ZooModel`` and take the config as the first constructor argument; zoo
+      builds it as ``cls(config, parts=parts)`` when the constructor takes ``parts`` (the
+      registry's components, :class:`~zoo.nn.Parts`), else as ``cls(config)``;
     - a config with ``vocab_size`` and ``context_length``;
     - ``forward(input_ids, attention_mask=None)`` returning logits ``(B, T, vocab_size)``
       (an encoder-decoder: ``forward(src_ids, tgt_ids, src_mask=None, tgt_mask=None)``, with
@@ -50,6 +52,11 @@ class ZooModel(nn.Module):
     #: Whether the model reads a source and generates a separate target (the prompt of
     #: ``zoo.generate`` is then the source, and the output starts with a start token).
     is_encoder_decoder: ClassVar[bool] = False
+    #: Whether every module of the model initialises its tensors in ``reset_parameters()``
+    #: (``reset_buffers()``) at the end of its ``__init__`` and nowhere else, ties last: then
+    #: :func:`zoo.build` makes the model it sized on ``meta`` real (:mod:`zoo.nn.materialize`)
+    #: instead of constructing it a second time. Leave it ``False`` when unsure.
+    replayable_init: ClassVar[bool] = False
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -62,6 +69,10 @@ class ZooModel(nn.Module):
         self.tokenizer_error: str | None = None
         #: What :func:`zoo.load` found in the checkpoint (``None`` after :func:`zoo.build`).
         self.load_report: LoadReport | None = None
+        #: The linear layers :func:`zoo.build` / :func:`zoo.load` turned into
+        #: :class:`~zoo.nn.onednn.OneDNNLinear` (oneDNN's CPU kernels, same weights): a
+        #: load-time transform, empty with ``onednn=False`` or off the CPU.
+        self.onednn_linears: tuple[str, ...] = ()
 
     def example_inputs(
         self, batch_size: int = 2, seq_len: int = 8, *, generator: torch.Generator | None = None
@@ -94,7 +105,13 @@ class ZooModel(nn.Module):
         return sum(p.numel() for p in {id(p): p for p in self.parameters()}.values())
 
     def extra_repr(self) -> str:
-        return f"name={self.name!r}" if self.name else ""
+        parts = [f"name={self.name!r}"] if self.name else []
+        if self.onednn_linears:
+            parts.append(
+                f"onednn={len(self.onednn_linears)} linears (oneDNN's CPU kernels; "
+                "build or load with onednn=False for PyTorch's)"
+            )
+        return ", ".join(parts)
 
 
 def activation_dtype(module: nn.Module) -> tuple[torch.dtype, torch.device]:

@@ -60,6 +60,7 @@ class SequenceClassifier(ZooModel):
 
     config: ClassifierConfig
     body: Any  # any architecture offering hidden(); checked when built
+    replayable_init = True  # when its body's is (zoo.nn.materialize.replays_init checks)
     train_task: ClassVar[str] = "classify"  # zoo.train's task spec (zoo.train.task)
 
     def __init__(self, config: ClassifierConfig, parts: Parts | None = None) -> None:

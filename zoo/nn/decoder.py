@@ -54,6 +54,7 @@ class DecoderLM(ZooModel):
     """
 
     config: DecoderConfig
+    replayable_init = True
 
     def __init__(self, config: DecoderConfig, parts: Parts | None = None) -> None:
         super().__init__(config)

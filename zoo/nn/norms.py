@@ -23,6 +23,10 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(d))
         self.eps = eps
 
+    def reset_parameters(self) -> None:
+        """The identity scale: ``weight`` of ones."""
+        nn.init.ones_(self.weight)
+
     def forward(self, x: Tensor) -> Tensor:
         h = x.float()
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -44,6 +48,10 @@ class UnitOffsetRMSNorm(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.zeros(d))
         self.eps = eps
+
+    def reset_parameters(self) -> None:
+        """The identity scale: ``weight`` of zeros (``1 + 0``)."""
+        nn.init.zeros_(self.weight)
 
     def forward(self, x: Tensor) -> Tensor:
         h = x.float()

@@ -99,6 +99,10 @@ class LearnedPositions(PositionScheme):
     def __init__(self, context_length: int, d_model: int) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.empty(context_length, d_model))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Normal(0, 0.02) vectors."""
         nn.init.normal_(self.weight, std=0.02)
 
     def embed(self, position_ids: Tensor) -> Tensor:
