@@ -127,29 +127,7 @@ class MultiHeadAttention(nn.Module):
         either ``memory`` or its precomputed ``memory_kv``.
         """
         b, t, _ = x.shape
-        if self.cross:
-            q = self._heads(self.q(x))  # (B, H, T, hd)
-            if memory_kv is None:
-                if memory is None:
-                    raise ValueError("cross-attention needs the encoder output as `memory`")
-                memory_kv = self.memory_kv(memory)
-            k, v = memory_kv  # (B, H, S, hd)
-        elif self.norm_across_heads:  # q/k norms over every head's features at once
-            q, k, v = self.qkv(x).split((self.q_width, self.kv_width, self.kv_width), dim=-1)
-            q = q if self.q_norm is None else self.q_norm(q)  # (B, T, H * hd)
-            k = k if self.k_norm is None else self.k_norm(k)  # (B, T, H_kv * hd)
-            q, k, v = self._heads(q), self._heads(k), self._heads(v)  # (B, H | H_kv, T, hd)
-        elif self.n_kv_heads == self.n_heads:
-            qkv = self.qkv(x).view(b, t, 3, self.n_heads, self.head_dim)
-            q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, H, T, hd)
-        else:
-            q, k, v = self.qkv(x).split((self.q_width, self.kv_width, self.kv_width), dim=-1)
-            q, k, v = self._heads(q), self._heads(k), self._heads(v)  # (B, H | H_kv, T, hd)
-        if not self.norm_across_heads:
-            if self.q_norm is not None:
-                q = self.q_norm(q)
-            if self.k_norm is not None and not self.cross:
-                k = self.k_norm(k)
+        q, k, v = self._project(x, memory, memory_kv)  # (B, H | H_kv, T | S, hd) each
         if rotation is not None:
             q, k = rotation(q), rotation(k)
         if cache is not None:
@@ -169,6 +147,36 @@ class MultiHeadAttention(nn.Module):
             y = self._capped(q, k, v, mask, causal and mask is None)
         y = y.transpose(1, 2).reshape(b, t, self.q_width)  # (B, T, H * hd)
         return self.proj(y)
+
+    def _project(
+        self, x: Tensor, memory: Tensor | None, memory_kv: tuple[Tensor, Tensor] | None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries, keys and values, normed by ``q_norm``/``k_norm``, before positions:
+        ``(B, H, T, hd)`` and ``(B, H_kv, T, hd)`` (cross-attention: ``(B, H_kv, S, hd)``)."""
+        b, t, _ = x.shape
+        if self.cross:
+            q = self._heads(self.q(x))  # (B, H, T, hd)
+            if memory_kv is None:
+                if memory is None:
+                    raise ValueError("cross-attention needs the encoder output as `memory`")
+                memory_kv = self.memory_kv(memory)
+            k, v = memory_kv  # (B, H, S, hd)
+        elif self.norm_across_heads:  # q/k norms over every head's features at once
+            q, k, v = self.qkv(x).split((self.q_width, self.kv_width, self.kv_width), dim=-1)
+            q = q if self.q_norm is None else self.q_norm(q)  # (B, T, H * hd)
+            k = k if self.k_norm is None else self.k_norm(k)  # (B, T, H_kv * hd)
+            return self._heads(q), self._heads(k), self._heads(v)  # (B, H | H_kv, T, hd)
+        elif self.n_kv_heads == self.n_heads:
+            qkv = self.qkv(x).view(b, t, 3, self.n_heads, self.head_dim)
+            q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, H, T, hd)
+        else:
+            q, k, v = self.qkv(x).split((self.q_width, self.kv_width, self.kv_width), dim=-1)
+            q, k, v = self._heads(q), self._heads(k), self._heads(v)  # (B, H | H_kv, T, hd)
+        if self.q_norm is not None:
+            q = self.q_norm(q)
+        if self.k_norm is not None and not self.cross:
+            k = self.k_norm(k)
+        return q, k, v
 
     def _capped(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
         """Attention with soft-capped scores, as transformers' Gemma 2 computes it: scores

@@ -101,15 +101,8 @@ def cpu_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``F.linear``, through oneDNN for float32 CPU inference with weights of at least
     :data:`MIN_WEIGHTS` elements, and in float32 for bfloat16 products of :data:`UPCAST_ROWS`
     rows or more on a CPU without native bfloat16."""
-    if (
-        x.is_cpu
-        and x.dtype is torch.bfloat16
-        and weight.dtype is torch.bfloat16
-        and not native_bf16()
-        and x.numel() >= UPCAST_ROWS * x.shape[-1]
-    ):
-        wide = cpu_linear(x.float(), weight.float(), None if bias is None else bias.float())
-        return wide.to(torch.bfloat16)
+    if x.dtype is torch.bfloat16:
+        return _bf16_linear(x, weight, bias)
     if (
         available()
         and x.is_cpu
@@ -123,6 +116,20 @@ def cpu_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         kernel = _kernel()
         assert kernel is not None  # available() found it
         return kernel(x, weight, bias, "none", [], "")
+    return F.linear(x, weight, bias)
+
+
+def _bf16_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """:func:`cpu_linear` of bfloat16 ``x``: widened to float32 (and rounded back) from
+    :data:`UPCAST_ROWS` rows on, on a CPU without native bfloat16; ``F.linear`` otherwise."""
+    if (
+        x.is_cpu
+        and weight.dtype is torch.bfloat16
+        and not native_bf16()
+        and x.numel() >= UPCAST_ROWS * x.shape[-1]
+    ):
+        wide = cpu_linear(x.float(), weight.float(), None if bias is None else bias.float())
+        return wide.to(torch.bfloat16)
     return F.linear(x, weight, bias)
 
 
@@ -151,15 +158,19 @@ class OneDNNLinear(Linear):
     def forward(self, x: Tensor) -> Tensor:
         return cpu_linear(x, self.weight, self.bias)
 
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, onednn"
+
 
 def use_onednn(model: nn.Module) -> int:
     """Turn ``model``'s :class:`zoo.nn.Linear` layers with float32 or bfloat16 weights on the
-    CPU into :class:`OneDNNLinear`, in place; returns how many. Nothing changes where this
-    torch has no oneDNN."""
+    CPU into :class:`OneDNNLinear`, in place; returns how many. Their names are recorded in
+    ``model.onednn_linears`` (see :class:`~zoo.nn.ZooModel`). Nothing changes where this torch
+    has no oneDNN."""
     if not available():
         return 0
-    swapped = 0
-    for module in model.modules():
+    swapped: list[str] = []
+    for name, module in model.named_modules():
         weight = getattr(module, "weight", None)
         if (
             type(module) is Linear
@@ -168,5 +179,7 @@ def use_onednn(model: nn.Module) -> int:
             and weight.dtype in (torch.float32, torch.bfloat16)
         ):
             module.__class__ = OneDNNLinear
-            swapped += 1
-    return swapped
+            swapped.append(name)
+    if swapped:
+        model.onednn_linears = (*getattr(model, "onednn_linears", ()), *swapped)
+    return len(swapped)

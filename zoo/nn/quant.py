@@ -374,7 +374,6 @@ def quantize_(model: nn.Module, mode: str, *, release: bool = False) -> nn.Modul
     if mode not in QUANTIZE_MODES:
         raise ValueError(f"quantize must be one of {', '.join(QUANTIZE_MODES)}, got {mode!r}")
     tied = _tied_embedding(model)
-    tied_weight = tied[1].weight if tied is not None else None
     names = {id(m): n for n, m in model.named_modules()}
     dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
     nonfinite: list[str] = []
@@ -383,22 +382,7 @@ def quantize_(model: nn.Module, mode: str, *, release: bool = False) -> nn.Modul
         for name, child in list(owner.named_children()):
             if not isinstance(child, Linear):
                 continue
-            new: nn.Module
-            dynamic = mode == "int8" and child.weight.is_cpu and child.weight.dtype == torch.float32
-            if mode == "int4" and supports_int4(child) and child.weight is not tied_weight:
-                new = Int4Linear(child)
-                if release:
-                    release_pages(child.weight)
-                flaws = new.flaws
-            else:  # read once, chunk by chunk
-                q, scale, flaws = _int8_rows(child.weight, release=release)
-                new = (
-                    dynamic_int8(child, rows=(q, scale))
-                    if dynamic
-                    else Int8Linear(q, scale, child.bias)
-                )
-                if tied is not None and child.weight is tied[1].weight:  # shares the int8 rows
-                    setattr(tied[0], tied[2], Int8Embedding(q, scale, child.weight.dtype))
+            new, flaws = _quantized(child, mode, tied, release)
             if flaws.nonfinite or flaws.saturated:
                 (nonfinite if flaws.nonfinite else saturated).append(f"{names[id(child)]}.weight")
             setattr(owner, name, new)
@@ -416,6 +400,31 @@ def quantize_(model: nn.Module, mode: str, *, release: bool = False) -> nn.Modul
     )
     model.quantized = mode  # type: ignore[assignment]
     return model
+
+
+def _quantized(
+    linear: Linear,
+    mode: str,
+    tied: tuple[nn.Module, nn.Embedding, str] | None,
+    release: bool,
+) -> tuple[nn.Module, Flaws]:
+    """``linear`` quantized for ``mode`` and the :class:`Flaws` of its weights: int4 where
+    the kernels take its shape (and it is not tied to the embedding), else int8 (read once,
+    chunk by chunk): dynamic for ``mode="int8"`` on float32 CPU weights, weight-only
+    otherwise. A token embedding tied to it (``tied``) becomes an :class:`Int8Embedding`
+    over the same rows."""
+    weight = linear.weight
+    if mode == "int4" and supports_int4(linear) and (tied is None or weight is not tied[1].weight):
+        four = Int4Linear(linear)
+        if release:
+            release_pages(weight)
+        return four, four.flaws
+    q, scale, flaws = _int8_rows(weight, release=release)
+    dynamic = mode == "int8" and weight.is_cpu and weight.dtype == torch.float32
+    new = dynamic_int8(linear, rows=(q, scale)) if dynamic else Int8Linear(q, scale, linear.bias)
+    if tied is not None and weight is tied[1].weight:  # shares the int8 rows
+        setattr(tied[0], tied[2], Int8Embedding(q, scale, weight.dtype))
+    return new, flaws
 
 
 def _warn(weights: list[str], what: str, consequence: str) -> None:
