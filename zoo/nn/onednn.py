@@ -181,5 +181,6 @@ def use_onednn(model: nn.Module) -> int:
             module.__class__ = OneDNNLinear
             swapped.append(name)
     if swapped:
-        model.onednn_linears = (*getattr(model, "onednn_linears", ()), *swapped)
+        names: Any = (*getattr(model, "onednn_linears", ()), *swapped)
+        model.onednn_linears = names  # see ZooModel.onednn_linears
     return len(swapped)
