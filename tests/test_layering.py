@@ -7,6 +7,8 @@ not, and so do the package ``__init__``s Python runs on the way: importing ``a.b
 ``a`` and ``a.b`` as well (all but the packages it sits in itself, which are already running
 when its own body runs).
 
+Every import goes down the map of layers in ``docs/layout.md`` (its table is read here).
+
 At run time: a child process makes ``zoo`` a bare namespace (so the package's ``__init__``
 does not run), uses one layer for real (builds, saves, loads, encodes, generates, serves,
 trains) and lists what ended up in ``sys.modules``: a layer never pulls in a layer above it,
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -373,28 +376,46 @@ def test_a_layer_in_use_loads_nothing_above_it(layer):
     assert above == [], f"{layer} pulled in {above}"
 
 
-#: The layers that import nothing above them on any path: the registry is left out (it
-#: imports the model classes it resolves, on demand).
-STATIC = sorted(set(ABOVE) - {"zoo.plugin.registry"})
+LAYOUT = ROOT.parent / "docs" / "layout.md"
+#: Modules beside the layers (docs/layout.md): tools that import nothing else of zoo.
+BESIDE = ("zoo.localhub",)
 
 
-@pytest.mark.parametrize("layer", STATIC)
-def test_no_import_path_from_a_layer_reaches_above_it(layer):
-    graph = _graph()
-    reached = {m for m in graph if m == layer or m.startswith(f"{layer}.")}
-    todo = list(reached)
-    while todo:
-        for target in graph[todo.pop()] - reached:
-            reached.add(target)
-            todo.append(target)
-    up = sorted(
-        f"{m} -> {target}"
-        for m in reached
-        if not m.startswith(ABOVE[layer])
-        for target in graph[m]
-        if target.startswith(ABOVE[layer])
-    )
-    assert up == [], f"{layer} reaches above itself through: {'; '.join(up)}"
+def _layers() -> dict[str, int]:
+    """Package -> its row in the table of layers of docs/layout.md (0 at the bottom)."""
+    rows: dict[str, int] = {}
+    for line in LAYOUT.read_text(encoding="utf-8").splitlines():
+        row = re.match(r"\| (\d+) \| (.*?) \|", line)
+        if row:
+            rows.update({name: int(row[1]) for name in re.findall(r"`([\w.]+)`", row[2])})
+    return rows
+
+
+def _home(module: str, layers: dict[str, int]) -> str | None:
+    """The package of the map that ``module`` is in (the longest that matches)."""
+    homes = [p for p in layers if module == p or module.startswith(f"{p}.")]
+    return max(homes, key=len, default=None)
+
+
+def test_every_import_goes_down_the_layout_map():
+    # docs/layout.md's table is the map: a module imports its own package and the rows below
+    # it (row 0, plain Python, may import within itself), and every zoo module is on the map
+    layers, graph = _layers(), _graph()
+    assert len(layers) > 10, "the table of layers in docs/layout.md was not found"
+    zoo = [m for m in graph if m.startswith("zoo.") and not m.startswith(BESIDE)]
+    assert [m for m in zoo if _home(m, layers) is None] == [], "modules missing from the map"
+    wrong = []
+    for module in zoo:
+        home = _home(module, layers)
+        for target in sorted(graph[module]):
+            there = _home(target, layers)
+            if there is None or there == home:
+                continue
+            if layers[there] > layers[home] or (layers[there] == layers[home] > 0):
+                wrong.append(f"{module} (layer {layers[home]}) -> {target} ({layers[there]})")
+    assert wrong == [], "imports that do not go down a layer:\n" + "\n".join(wrong)
+    beside = {t for m in graph if m.startswith(BESIDE) for t in graph[m]}
+    assert {t for t in beside if not t.startswith(BESIDE)} == set()
 
 
 if __name__ == "__main__":  # the rings of today's tree, one per line
