@@ -126,3 +126,17 @@ def test_the_hub_loader_deletes_the_shards_the_error_names(
     assert err.value.mismatches == bad
     left = sorted(p.name for p in snapshot.directory.iterdir())
     assert left == ["model-00003-of-00003.safetensors", INDEX_FILE]
+
+
+def test_a_broken_config_json_and_missing_weights_are_named(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match="is not valid JSON") as err:
+        zoo.load(tmp_path)
+    assert err.value.path == tmp_path / "config.json"
+
+    torch.manual_seed(0)
+    folder = zoo.save(zoo.build("llama-tiny"), tmp_path / "ckpt")
+    (folder / "model.safetensors").unlink()
+    with pytest.raises(CheckpointError, match=r"has no model\.safetensors") as err:
+        zoo.load(folder)
+    assert err.value.path is not None and err.value.path.name == "model.safetensors"

@@ -97,7 +97,8 @@ def _missing_weights(directory: Path, filename: str) -> CheckpointError:
         except UnsafeCheckpointError as exc:
             return exc
     return CheckpointError(
-        f"{directory} has no {filename} (it has: {', '.join(present) or 'nothing'})"
+        f"{directory} has no {filename} (it has: {', '.join(present) or 'nothing'})",
+        path=directory / filename,
     )
 
 
@@ -257,7 +258,8 @@ def _read_single(
     before."""
     if verify and expected is None:
         raise CheckpointError(
-            f"verify=True but no sha256 is recorded or pinned for {weights}; pass sha256=..."
+            f"verify=True but no sha256 is recorded or pinned for {weights}; pass sha256=...",
+            path=weights,
         )
     hasher = None
     if expected and _to_hash(weights, expected, verify):

@@ -187,16 +187,17 @@ def read_config_json(directory: Path) -> dict[str, Any] | None:
     if path.stat().st_size > MAX_CONFIG_BYTES:
         raise CheckpointError(
             f"{path} is {path.stat().st_size:,} bytes; a config.json is a few KB (at most "
-            f"{MAX_CONFIG_BYTES:,} read): this is not a checkpoint config"
+            f"{MAX_CONFIG_BYTES:,} read): this is not a checkpoint config",
+            path=path,
         )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:  # undecodable, not JSON, an integer of 5,000 digits
-        raise CheckpointError(f"{path} is not valid JSON: {exc}") from None
+        raise CheckpointError(f"{path} is not valid JSON: {exc}", path=path) from None
     except RecursionError:
-        raise CheckpointError(f"{path} is nested too deeply to be a config") from None
+        raise CheckpointError(f"{path} is nested too deeply to be a config", path=path) from None
     if not isinstance(data, dict):
-        raise CheckpointError(f"{path} must hold a JSON object")
+        raise CheckpointError(f"{path} must hold a JSON object", path=path)
     return data
 
 

@@ -270,7 +270,7 @@ def existing_checkpoint(path: Path) -> Path:
     """The checkpoint ``path`` stands for (:func:`model_folder`), which must exist."""
     path = model_folder(path)
     if not path.exists():
-        raise CheckpointError(f"checkpoint {path} does not exist")
+        raise CheckpointError(f"checkpoint {path} does not exist", path=path)
     return path
 
 
