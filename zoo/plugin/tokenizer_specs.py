@@ -4,15 +4,19 @@ one, ``generation_config.json`` (end ids), fetched once at a pinned revision and
 from a checkpoint folder that holds them.
 
 A plugin declares one with :func:`repo_tokenizer_spec`; this module imports nothing heavy, so
-a plugin's hooks stay light (the Hub client, :func:`zoo.hub.tokenizer_files.repo_tokenizer`,
-is imported and the files read when the tokenizer is first made)."""
+a plugin's hooks stay light. The Hub client that fetches the files,
+:func:`zoo.hub.tokenizer_files.repo_tokenizer`, stands above the plugin contract: the factory
+names it by a lazy ``"module:function"`` reference, as specs name the code they declare, and
+it is imported when the tokenizer is first made."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, ClassVar
 
+from .._lazy import resolve
 from .specs import TokenizerSpec
 
 if TYPE_CHECKING:
@@ -31,10 +35,12 @@ class RepoTokenizer:
     revision: str = "main"
     extra: tuple[str, ...] = ()
 
-    def __call__(self, directory: str | os.PathLike[str] | None = None) -> Tokenizer:
-        from ..hub.tokenizer_files import repo_tokenizer
+    #: What makes the tokenizer (fetching its files from the Hub), imported on first use.
+    make: ClassVar[str] = "zoo.hub.tokenizer_files:repo_tokenizer"
 
-        return repo_tokenizer(
+    def __call__(self, directory: str | os.PathLike[str] | None = None) -> Tokenizer:
+        make: Callable[..., Tokenizer] = resolve(self.make)
+        return make(
             self.repo, name=self.name, revision=self.revision, extra=self.extra, directory=directory
         )
 
