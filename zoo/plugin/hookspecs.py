@@ -37,7 +37,8 @@ def zoo_architectures() -> Sequence[ArchitectureSpec]:
 
 @hookspec
 def zoo_models() -> Sequence[ModelSpec]:
-    """Return named models this plugin adds (in addition to those in ``registry.toml``)."""
+    """Return named models this plugin adds (in addition to those in ``registry.toml``, where
+    all of zoo's own live; a registry file of the plugin's own says the same as data)."""
 
 
 @hookspec
