@@ -122,12 +122,14 @@ def _optional(members: tuple[Any, ...], default: Any) -> dict[str, Any]:
 
 def _sequence(items: tuple[Any, ...]) -> dict[str, Any]:
     """:func:`_kind` of ``tuple[X, ...]`` (one or more values) or ``tuple[X, X]`` (two)."""
+    nargs: int | str
     if len(items) == 2 and items[1] is Ellipsis:
-        kind, nargs = _kind(items[0], None), "+"
+        nargs = "+"
     elif items and len(set(items)) == 1:
-        kind, nargs = _kind(items[0], None), len(items)
+        nargs = len(items)
     else:
         return {}
+    kind = _kind(items[0], None)
     return {**kind, "nargs": nargs} if "type" in kind else {}
 
 
