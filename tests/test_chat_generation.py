@@ -29,13 +29,13 @@ def qwen(tmp_path_factory):
 
 
 def script(monkeypatch, picks: list[int]) -> None:
-    """Make the core pick ``picks`` in order (the model still runs every step)."""
+    """Make the picker pick ``picks`` in order (the model still runs every step)."""
     steps = iter(picks)
 
     def pick(logits, **_):
         return torch.full((logits.shape[0],), next(steps), dtype=torch.long)
 
-    monkeypatch.setattr("zoo.generation.core.next_tokens", pick)
+    monkeypatch.setattr("zoo.generation.sampling.next_tokens", pick)
 
 
 def test_the_tokenizer_gives_both_end_ids(qwen):
@@ -66,7 +66,7 @@ def test_a_row_that_ended_on_either_id_repeats_the_first(qwen, monkeypatch):
     def pick(logits, **_):  # row 0 ends on <|endoftext|> at once, row 1 goes on
         return torch.tensor([END_OF_TEXT, 72][: logits.shape[0]], dtype=torch.long)
 
-    monkeypatch.setattr("zoo.generation.core.next_tokens", pick)
+    monkeypatch.setattr("zoo.generation.sampling.next_tokens", pick)
     rows = zoo.generate(model, [[72, 105], [72]], max_new_tokens=3)
     assert rows == [[72, 105, END_OF_TEXT], [72, 72, 72, 72]]
     config = GenerationConfig(max_new_tokens=3, eos_id=IM_END, stop_ids=(END_OF_TEXT,))

@@ -253,9 +253,9 @@ def test_an_error_while_streaming_starts_its_own_line(capsys, monkeypatch):
     mid-stream: the echoed prompt and continuation end their line first."""
     import torch
 
-    import zoo.generation.core
+    import zoo.generation.sampling
 
-    real = zoo.generation.core.next_tokens
+    real = zoo.generation.sampling.next_tokens
     calls = []
 
     def bad_after_two(logits, **kwargs):
@@ -263,7 +263,7 @@ def test_an_error_while_streaming_starts_its_own_line(capsys, monkeypatch):
         token = real(logits, **kwargs)
         return torch.full_like(token, 10**9) if len(calls) > 2 else token
 
-    monkeypatch.setattr(zoo.generation.core, "next_tokens", bad_after_two)  # where it is used
+    monkeypatch.setattr(zoo.generation.sampling, "next_tokens", bad_after_two)  # where it is used
     code, out, err = run(capsys, "generate", "gpt2-124m", "Hello", "--random", "--temperature", "0")
     assert code == 2 and out.startswith("Hello") and out.endswith("\n")
     assert err.startswith("zoo: error: ") and err.count("\n") == 1

@@ -3,7 +3,8 @@ every sampling setting (temperature from the smallest float to the largest, ``to
 the smallest float to 1, ``top_k`` from 1 to beyond the vocabulary, seeds at both ends of
 their range) on every kind of logits (masked ``-inf`` ids, +-3e38, float16/bfloat16, ``+inf``,
 NaN, a row with nothing above ``-inf``) picks a valid id among the most likely ones, through
-:func:`zoo.generation.next_tokens`, :func:`zoo.generate` and zoo serve's picker; ``zoo
+:func:`zoo.generation.next_tokens`, :func:`zoo.generate` and zoo serve's picker
+(:func:`zoo.generation.sampling.pick_each`); ``zoo
 serve`` and ``zoo chat`` themselves are tested in tests/test_serve.py and
 tests/test_chat_cli.py."""
 
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import types
 from collections.abc import Iterator
 
 import pytest
@@ -20,9 +20,8 @@ from test_generation import small
 
 import zoo
 from zoo.generation import GenerationConfig, generate_ids, next_tokens
-from zoo.generation.sampling import limit_vocab
+from zoo.generation.sampling import limit_vocab, pick_each
 from zoo.options import SEED_RANGE
-from zoo.serve.engine import _pick as engine_pick
 
 INF, NAN = math.inf, math.nan
 V = 12  # vocabulary of the unit cases
@@ -118,16 +117,14 @@ def test_the_servers_picker_keeps_the_most_likely_token_of_each_row(kind):
     grid = itertools.product(TEMPERATURES, TOP_KS, TOP_PS)
     for i, (temperature, top_k, top_p) in enumerate(itertools.islice(grid, 0, None, 7)):
         settings = f"{kind}: temperature={temperature} top_k={top_k} top_p={top_p}"
-        rows = [
-            types.SimpleNamespace(
-                config=GenerationConfig(
-                    temperature=temperature, top_k=top_k, top_p=top_p, vocab_limit=limit
-                ),
-                generator=torch.Generator().manual_seed(SEEDS[(i + j) % len(SEEDS)]),
-            )
-            for j, limit in enumerate(limits)
+        configs = [
+            GenerationConfig(temperature=temperature, top_k=top_k, top_p=top_p, vocab_limit=limit)
+            for limit in limits
         ]
-        picked = engine_pick(rows, logits)  # type: ignore[arg-type]
+        generators = [
+            torch.Generator().manual_seed(SEEDS[(i + j) % len(SEEDS)]) for j in range(len(limits))
+        ]
+        picked = pick_each(logits, configs, generators)
         for row, token in zip(masked, picked, strict=True):
             assert token in _allowed(row, temperature, top_k, top_p), settings
 

@@ -27,7 +27,7 @@ from ..devices import check_computes
 from ..nn.base import check_padding_mask, check_token_ids
 from ..settings import Settings
 from .config import GenerationConfig
-from .sampling import limit_vocab, next_tokens
+from .sampling import pick, seeded_generator
 
 if TYPE_CHECKING:
     from ..nn.base import ZooModel
@@ -131,17 +131,6 @@ def _start(
     return session, logits
 
 
-def _pick(logits: Tensor, config: GenerationConfig, generator: torch.Generator | None) -> Tensor:
-    """The next token of each row ``(B,)``, never one at or above ``config.vocab_limit``."""
-    return next_tokens(
-        limit_vocab(logits, config.vocab_limit),
-        temperature=config.temperature,
-        top_k=config.top_k,
-        top_p=config.top_p,
-        generator=generator,
-    )
-
-
 def _decode_loop(
     model: ZooModel, session: DecodingSession, logits: Tensor, config: GenerationConfig
 ) -> Iterator[Tensor]:
@@ -150,9 +139,7 @@ def _decode_loop(
     ``max_new_tokens`` are out. A row that has ended repeats the first end id."""
     device, ends = logits.device, config.end_ids
     end_ids = torch.tensor(ends, dtype=torch.long, device=device) if ends else None
-    generator = None
-    if config.seed is not None and config.temperature > 0:
-        generator = torch.Generator(device=device).manual_seed(config.seed)
+    generator = seeded_generator(config, device)
     was_training = model.training
     model.eval()
     try:
@@ -161,7 +148,7 @@ def _decode_loop(
         done = torch.zeros(logits.shape[0], dtype=torch.bool, device=device)
         for i in range(config.max_new_tokens):
             with torch.inference_mode():
-                token = _pick(logits, config, generator)
+                token = pick(logits, config, generator)
                 if end_ids is not None:
                     token = token.masked_fill(done, ends[0])
                     done |= torch.isin(token, end_ids)

@@ -24,7 +24,8 @@ from torch import Tensor
 from ..tokenizers.base import check_fits
 from .config import DEFAULTS, GenerationConfig
 from .core import generate_ids, left_pad, stream_ids
-from .text import generate_text, generate_texts, stream_text, until_eos, with_tokenizer
+from .reply import until_eos
+from .text import generate_text, generate_texts, stream_text, with_tokenizer
 
 if TYPE_CHECKING:
     from ..nn.base import ZooModel

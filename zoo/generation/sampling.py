@@ -1,5 +1,7 @@
 """Picking the next token from logits: greedy, or a sample from the tempered distribution
-filtered to the top-k and the nucleus (top-p).
+filtered to the top-k and the nucleus (top-p); never an id at or above the settings'
+``vocab_limit``. The one picker of :func:`zoo.generate` (:func:`pick`: one setting for a
+batch) and ``zoo serve`` (:func:`pick_each`: each row its own).
 
 A sample always has at least one candidate, the most likely token, whatever the settings
 (any temperature, ``top_p`` down to the smallest float, any ``top_k``) and whatever the
@@ -9,11 +11,15 @@ distribution handed to ``torch.multinomial`` is never empty or ``nan``."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
-__all__ = ["filter_logits", "limit_vocab", "next_tokens"]
+if TYPE_CHECKING:
+    from .config import GenerationConfig
+
+__all__ = ["filter_logits", "limit_vocab", "next_tokens", "pick", "pick_each", "seeded_generator"]
 
 _FLOAT32 = torch.finfo(torch.float32)
 
@@ -114,3 +120,37 @@ def next_tokens(
     if candidates is None:
         return sampled
     return torch.where(candidates, sampled, logits.argmax(dim=-1))
+
+
+def seeded_generator(config: GenerationConfig, device: torch.device) -> torch.Generator | None:
+    """The generator a sampled reply draws from, seeded with ``config.seed``; ``None``
+    (PyTorch's global one) when it has no seed or is greedy."""
+    if config.seed is None or config.temperature == 0:
+        return None
+    return torch.Generator(device=device).manual_seed(config.seed)
+
+
+def pick(logits: Tensor, config: GenerationConfig, generator: torch.Generator | None) -> Tensor:
+    """The next token of each row ``(B, V) -> (B,)`` with ``config``'s settings, never one at
+    or above ``config.vocab_limit``."""
+    return next_tokens(
+        limit_vocab(logits, config.vocab_limit),
+        temperature=config.temperature,
+        top_k=config.top_k,
+        top_p=config.top_p,
+        generator=generator,
+    )
+
+
+def pick_each(
+    logits: Tensor,
+    configs: Sequence[GenerationConfig],
+    generators: Sequence[torch.Generator | None],
+) -> list[int]:
+    """The next token of each row of ``logits`` ``(N, V)`` with its own settings and
+    generator: the argmax of every greedy row at once, :func:`pick` for each sampled one."""
+    picked = limit_vocab(logits, [c.vocab_limit for c in configs]).argmax(dim=-1).tolist()
+    for i, (config, generator) in enumerate(zip(configs, generators, strict=True)):
+        if config.temperature > 0:
+            picked[i] = int(pick(logits[i : i + 1], config, generator)[0])
+    return picked

@@ -1,13 +1,13 @@
 """Text in, text out: thin wrappers over :mod:`zoo.generation.core` that encode the prompt,
 fill the tokenizer's end ids, bos and vocabulary size into the settings, and decode the
-new tokens (cut at the first stop string). :func:`stream_text` yields the same text in
-pieces as the tokens arrive; :func:`stream_continuation` does so for a prompt of ids (a chat
-template's)."""
+new tokens (cut at the first stop string) through one :class:`~zoo.generation.reply.Reply`
+per row. :func:`stream_text` yields the same text in pieces as the tokens arrive;
+:func:`stream_continuation` does so for a prompt of ids (a chat template's)."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -15,6 +15,7 @@ import torch
 from ..tokenizers.base import check_fits
 from .config import GenerationConfig, check_text
 from .core import left_pad, stream_ids
+from .reply import Reply
 
 if TYPE_CHECKING:
     from ..nn.base import ZooModel
@@ -26,7 +27,6 @@ __all__ = [
     "resolve_tokenizer",
     "stream_continuation",
     "stream_text",
-    "until_eos",
     "with_tokenizer",
 ]
 
@@ -75,40 +75,6 @@ def with_tokenizer(
     )
 
 
-class _Continuation:
-    """Decodes new tokens as the text that follows a prompt's: ``decode(prompt + new)`` minus
-    the prompt's own text, so the tokenizer's rules for joining tokens apply across the
-    boundary. An encoder-decoder's target stands alone (no context)."""
-
-    def __init__(self, tok: Tokenizer, context: list[int]) -> None:
-        self.tok = tok
-        self.context = context
-        self.head = tok.decode(context) if context else ""
-
-    def __call__(self, tokens: list[int]) -> str:
-        if not self.context:
-            return self.tok.decode(tokens)
-        text = self.tok.decode(self.context + tokens)
-        if text.startswith(self.head):
-            return text[len(self.head) :]
-        return self.tok.decode(tokens)  # the prompt's text changed (no common prefix)
-
-
-def _cut(text: str, stops: Sequence[str]) -> tuple[str, bool]:
-    """``text`` up to the first stop string, and whether one was found."""
-    cuts = [i for i in (text.find(s) for s in stops) if i >= 0]
-    return (text[: min(cuts)], True) if cuts else (text, False)
-
-
-def until_eos(tokens: list[int], end_ids: int | Sequence[int] | None) -> list[int]:
-    """New tokens up to and including the first end id (one id, or any of several)."""
-    ends = {end_ids} if isinstance(end_ids, int) else set(end_ids or ())
-    for i, token in enumerate(tokens):
-        if token in ends:
-            return tokens[: i + 1]
-    return tokens
-
-
 def _encode(
     model: ZooModel, prompts: Sequence[str], config: GenerationConfig, tokenizer: Tokenizer | None
 ) -> tuple[Tokenizer, GenerationConfig, list[list[int]]]:
@@ -148,13 +114,10 @@ def generate_texts(
     tok, config, rows = _encode(model, prompts, config, tokenizer)
     ids, keep = left_pad(rows, torch.device("cpu"))
     new = torch.stack(list(stream_ids(model, ids, keep, config)), dim=1).tolist()  # (B, N)
-    texts = []
-    for context, tokens in zip(_contexts(model, rows), new, strict=True):
-        tokens = until_eos(tokens, config.end_ids)
-        if tokens and tokens[-1] in config.end_ids:
-            tokens = tokens[:-1]
-        texts.append(_cut(_Continuation(tok, context)(tokens), config.stop)[0])
-    return texts
+    return [
+        "".join(_pieces(tokens, Reply(tok, context, config)))
+        for context, tokens in zip(_contexts(model, rows), new, strict=True)
+    ]
 
 
 def generate_text(
@@ -183,9 +146,7 @@ def stream_text(
     check_text(prompt)
     config = config if config is not None else GenerationConfig()
     tok, config, rows = _encode(model, [prompt], config, tokenizer)
-    ids, _ = left_pad(rows, torch.device("cpu"))
-    tokens = stream_ids(model, ids, None, config)
-    return _pieces(tokens, _Continuation(tok, _contexts(model, rows)[0]), config)
+    return _stream(model, tok, config, rows[0])
 
 
 def stream_continuation(
@@ -201,36 +162,26 @@ def stream_continuation(
     the end ids and of ``config.stop``."""
     config = config if config is not None else GenerationConfig()
     tok = resolve_tokenizer(model, tokenizer, "text output")
-    config = with_tokenizer(config, tok, model)
-    rows = [list(prompt_ids)]
-    ids, _ = left_pad(rows, torch.device("cpu"))
-    tokens = stream_ids(model, ids, None, config)
-    return _pieces(tokens, _Continuation(tok, _contexts(model, rows)[0]), config)
+    return _stream(model, tok, with_tokenizer(config, tok, model), list(prompt_ids))
 
 
-def _pieces(
-    steps: Iterator[torch.Tensor], continuation: _Continuation, config: GenerationConfig
+def _stream(
+    model: ZooModel, tok: Tokenizer, config: GenerationConfig, row: list[int]
 ) -> Iterator[str]:
-    stops = config.stop
-    tokens: list[int] = []
-    sent = 0
-    hold = max((len(s) for s in stops), default=1) - 1
-    ends = set(config.end_ids)
-    for step in steps:
-        token = int(step[0])
-        if token in ends:
+    """The text that follows the prompt ``row`` in pieces; the model is prefilled now."""
+    ids, _ = left_pad([row], torch.device("cpu"))
+    steps = stream_ids(model, ids, None, config)
+    return _pieces((int(step[0]) for step in steps), Reply(tok, _contexts(model, [row])[0], config))
+
+
+def _pieces(tokens: Iterable[int], reply: Reply) -> Iterator[str]:
+    """The text of ``reply`` in pieces as ``tokens`` arrive, until it ends."""
+    for token in tokens:
+        piece = reply.push(token)
+        if piece:
+            yield piece
+        if reply.reason is not None:
             break
-        tokens.append(token)
-        text, stopped = _cut(continuation(tokens), stops)
-        if stopped:
-            yield text[sent:]
-            return
-        if text.endswith("\ufffd"):  # a character split across tokens: wait for the rest
-            continue
-        ready = len(text) - hold
-        if ready > sent:
-            yield text[sent:ready]
-            sent = ready
-    text = _cut(continuation(tokens), stops)[0]
-    if len(text) > sent:
-        yield text[sent:]
+    rest = reply.finish()
+    if rest:
+        yield rest
