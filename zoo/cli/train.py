@@ -4,7 +4,6 @@ made from :class:`~zoo.train.TrainConfig`'s fields (:mod:`zoo.cli.flags`)."""
 from __future__ import annotations
 
 import argparse
-import json
 from typing import TYPE_CHECKING, Any
 
 from .. import api
@@ -92,6 +91,8 @@ def train_config(args: argparse.Namespace) -> TrainConfig:
 
 def _override(text: str) -> tuple[str, Any]:
     """``key=value`` from the command line; the value parsed as JSON when it can be."""
+    import json
+
     key, sep, value = text.partition("=")
     if not sep or not key:
         raise ValueError(f"--set takes key=value, got {text!r}")
