@@ -29,12 +29,11 @@ def test_importing_zoo_imports_none_of_its_modules_nor_torch():
 
 
 def test_every_public_name_is_its_home_modules_object():
-    exported = {name for names in zoo._EXPORTS.values() for name in names}
-    assert set(zoo.__all__) == exported | {"DISTRIBUTION", "__version__"}
-    for module, names in zoo._EXPORTS.items():
-        home = importlib.import_module(module)
-        for name in names:
-            assert getattr(zoo, name) is getattr(home, name), name
+    lazy = {name for name in zoo._LAZY if name not in zoo._SUBMODULES}
+    assert set(zoo.__all__) == lazy | {"DISTRIBUTION", "__version__"}
+    for name in lazy:
+        module, _, attribute = zoo._LAZY[name].partition(":")
+        assert getattr(zoo, name) is getattr(importlib.import_module(module), attribute), name
     namespace: dict[str, object] = {}
     exec("from zoo import *", namespace)
     assert set(zoo.__all__) <= set(namespace)

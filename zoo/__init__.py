@@ -58,74 +58,6 @@ if TYPE_CHECKING:  # type checkers see the real names (and generate's overloads)
         WeightsSource,
     )
 
-#: The public names, by the module each is imported from on first use.
-_EXPORTS = {
-    "zoo.api": (
-        "ModelInfo",
-        "build",
-        "info",
-        "list_models",
-        "plugins",
-        "resolve_config",
-        "tokenizer",
-    ),
-    "zoo.checkpoint": ("LoadReport", "export", "save"),
-    "zoo.config": ("DecoderConfig", "ModelConfig", "TransformerConfig"),
-    "zoo.errors": (
-        "CheckpointError",
-        "ChecksumMismatchError",
-        "CompileUnavailableError",
-        "ConfigError",
-        "CorruptCheckpointError",
-        "HubAuthError",
-        "HubError",
-        "HubNotFoundError",
-        "HubOfflineError",
-        "HubUnavailableError",
-        "PluginContractError",
-        "PluginError",
-        "RegistryConflictError",
-        "StateDictMismatchError",
-        "UnknownArchitectureError",
-        "UnknownModelError",
-        "UnsafeCheckpointError",
-        "ZooError",
-    ),
-    "zoo.generation": ("GenerationConfig", "generate"),
-    "zoo.hub": ("pull", "push"),
-    "zoo.loading": ("convert_checkpoint", "load"),
-    "zoo.plugin.hookspecs": ("hookimpl",),
-    "zoo.plugin.registry": ("add_plugin", "get_registry", "reset_registry", "use_registry"),
-    "zoo.plugin.specs": (
-        "ArchitectureSpec",
-        "ComponentSpec",
-        "ModelSpec",
-        "TokenizerSpec",
-        "WeightsSource",
-    ),
-}
-
-#: Submodules that ``import zoo`` made attributes before it became lazy (``zoo.errors.X``).
-_SUBMODULES = (
-    "api",
-    "checkpoint",
-    "config",
-    "devices",
-    "errors",
-    "fields",
-    "hub",
-    "loading",
-    "options",
-    "plugin",
-    "settings",
-)
-
-__getattr__ = lazy_attributes(
-    __name__,
-    {name: f"{module}:{name}" for module, names in _EXPORTS.items() for name in names}
-    | {name: f"zoo.{name}" for name in _SUBMODULES},
-)
-
 __all__ = [
     "DISTRIBUTION",
     "ArchitectureSpec",
@@ -177,6 +109,57 @@ __all__ = [
     "tokenizer",
     "use_registry",
 ]
+
+
+#: The public names but the errors (from zoo.errors), by the module each is imported from on
+#: first use.
+_EXPORTS = {
+    "zoo.api": (
+        "ModelInfo",
+        "build",
+        "info",
+        "list_models",
+        "plugins",
+        "resolve_config",
+        "tokenizer",
+    ),
+    "zoo.checkpoint": ("LoadReport", "export", "save"),
+    "zoo.config": ("DecoderConfig", "ModelConfig", "TransformerConfig"),
+    "zoo.generation": ("GenerationConfig", "generate"),
+    "zoo.hub": ("pull", "push"),
+    "zoo.loading": ("convert_checkpoint", "load"),
+    "zoo.plugin.hookspecs": ("hookimpl",),
+    "zoo.plugin.registry": ("add_plugin", "get_registry", "reset_registry", "use_registry"),
+    "zoo.plugin.specs": (
+        "ArchitectureSpec",
+        "ComponentSpec",
+        "ModelSpec",
+        "TokenizerSpec",
+        "WeightsSource",
+    ),
+}
+
+#: Submodules that ``import zoo`` made attributes before it became lazy (``zoo.errors.X``).
+_SUBMODULES = (
+    "api",
+    "checkpoint",
+    "config",
+    "devices",
+    "errors",
+    "fields",
+    "hub",
+    "loading",
+    "options",
+    "plugin",
+    "settings",
+)
+
+#: Public name (or submodule) -> where it is imported from on first use.
+_LAZY = {name: f"{module}:{name}" for module, names in _EXPORTS.items() for name in names}
+_LAZY |= {name: f"zoo.errors:{name}" for name in __all__ if name.endswith("Error")}
+_LAZY |= {name: f"zoo.{name}" for name in _SUBMODULES}
+
+__getattr__ = lazy_attributes(__name__, _LAZY)
 
 
 def __dir__() -> list[str]:
