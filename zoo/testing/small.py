@@ -1,0 +1,83 @@
+"""The small models the conformance checks build: :func:`small_overrides` shrinks a named
+model's shared size fields (and keeps what makes it that model: grouped heads, a separate
+head size, a sliding window its prompts exceed, every kind of per-layer value, a partial
+rotary share)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+from ..api import build, resolve_config
+from ..nn.base import ZooModel
+
+__all__ = ["SMALL_SIZES", "SMALL_WINDOW", "small_model", "small_overrides"]
+
+#: Sizes used to shrink a model for the checks (only fields its config has are applied).
+SMALL_SIZES: dict[str, int] = {
+    "d_model": 64,
+    "n_heads": 4,
+    "d_ff": 128,
+    "n_layers": 2,
+    "n_encoder_layers": 1,
+    "n_decoder_layers": 2,
+    "context_length": 64,
+    "vocab_size": 1000,
+}
+
+
+#: A sliding window the checks' prompts exceed (a larger one is shrunk to it).
+SMALL_WINDOW = 5
+
+
+def small_overrides(name: str) -> dict[str, Any]:
+    """Overrides that shrink ``name`` to a model that checks quickly on a CPU."""
+    _, _, config = resolve_config(name)
+    fields = type(config).field_names()
+    small: dict[str, Any] = {k: v for k, v in SMALL_SIZES.items() if k in fields}
+    if getattr(config, "n_kv_heads", None) is not None:
+        small["n_kv_heads"] = 2  # grouped-query attention stays grouped, over 4 heads
+    if getattr(config, "head_dim", None) is not None:
+        small["head_dim"] = 32  # heads stay apart from d_model / n_heads = 16
+    window = getattr(config, "sliding_window", None)
+    if isinstance(window, int) and window > SMALL_WINDOW:
+        small["sliding_window"] = SMALL_WINDOW  # shorter than the prompts the checks run
+    small |= _per_layer_fields(config, fields, small)
+    rotary = getattr(config, "rotary_dim", None)
+    if isinstance(rotary, int) and "d_model" in small:  # partial rotary stays partial, and fits
+        c: Any = config  # a TransformerConfig: it has rotary_dim
+        head = small.get("head_dim") or small["d_model"] // small.get("n_heads", c.n_heads)
+        small["rotary_dim"] = max(2, rotary * head // c.head_size // 2 * 2)
+    return small
+
+
+def _per_layer_fields(config: Any, fields: Iterable[str], small: dict[str, Any]) -> dict[str, Any]:
+    """The fields of ``config`` holding one value per layer (``layer_types``), shortened to
+    the small model's ``n_layers`` with every kind kept; none when the layers are not shrunk."""
+    layers = getattr(config, "n_layers", None)
+    if "n_layers" not in small or not layers:
+        return {}
+    shrunk = {}
+    for field in fields:
+        value = getattr(config, field, None)
+        if isinstance(value, tuple) and len(value) == layers and field != "n_layers":
+            shrunk[field] = _per_layer(value, small["n_layers"])
+    return shrunk
+
+
+def _per_layer(values: tuple[Any, ...], n: int) -> tuple[Any, ...]:
+    """The first ``n`` of per-layer ``values``, the last ones replaced by any kind the first
+    ``n`` lack (Gemma 3's five sliding layers then one full become sliding, full)."""
+    kinds = list(dict.fromkeys(values))
+    head = list(values[:n])
+    missing = [kind for kind in kinds if kind not in head][: max(n - 1, 0)]
+    return tuple(head[: n - len(missing)] + missing)
+
+
+def small_model(name: str, device: str, dtype: torch.dtype | None = None) -> ZooModel:
+    """``name`` built small (:func:`small_overrides`) on ``device``, seeded: the same
+    weights every time."""
+    torch.manual_seed(0)
+    return build(name, device=device, dtype=dtype, **small_overrides(name))
