@@ -29,9 +29,9 @@ from chat_folders import write_folder
 import zoo
 from zoo.cli import main
 from zoo.generation import GenerationConfig, generate_ids
+from zoo.generation.detokenize import TextStream
 from zoo.nn.slots import SlotBatch
-from zoo.serve.engine import Engine, Finish, Sequence
-from zoo.serve.text import TextStream
+from zoo.serve.engine import Engine, Finish, Request
 from zoo.testing import small_overrides
 
 KEY = "sk-test-0123456789"
@@ -184,13 +184,13 @@ def test_the_engine_admits_requests_between_steps_of_the_running_ones():
     tok = model.tokenizer
     engine = Engine(model, max_batch=4, max_queue=4)
     sizes: list[int] = []
-    step = engine.batch.step
+    step = engine.runner.batch.step
 
     def counting_step(tokens: torch.Tensor) -> torch.Tensor:
         sizes.append(len(tokens))
         return step(tokens)
 
-    engine.batch.step = counting_step  # type: ignore[method-assign]
+    engine.runner.batch.step = counting_step  # type: ignore[method-assign]
     flushes: list[int] = []  # a burst's events are flushed once, whoever emitted them
     engine.start()
     try:
@@ -198,8 +198,8 @@ def test_the_engine_admits_requests_between_steps_of_the_running_ones():
         config = GenerationConfig(max_new_tokens=100, temperature=0)
         sinks = [Collect() for _ in prompts]
 
-        def sequence(prompt: str, sink: Collect) -> Sequence:
-            return Sequence(tok.encode(prompt), config, tok, sink, tok.end_ids, flush)
+        def sequence(prompt: str, sink: Collect) -> Request:
+            return Request(tok.encode(prompt), config, tok, sink, tok.end_ids, flush)
 
         def flush() -> None:
             flushes.append(1)
@@ -228,16 +228,14 @@ def test_a_cancelled_sequence_frees_its_slot_and_a_full_queue_refuses():
     try:
         long, short = Collect(), Collect()
         config = GenerationConfig(max_new_tokens=4000, temperature=0)
-        running = Sequence([1, 2, 3], config, tok, long)
+        running = Request([1, 2, 3], config, tok, long)
         engine.submit([running])
         assert long.started.wait(30) or long.done.wait(1)
-        engine.submit(
-            [Sequence([4], GenerationConfig(max_new_tokens=3, temperature=0), tok, short)]
-        )
-        from zoo.serve.engine import QueueFull
+        engine.submit([Request([4], GenerationConfig(max_new_tokens=3, temperature=0), tok, short)])
+        from zoo.serve.scheduler import QueueFull
 
         with pytest.raises(QueueFull, match="busy"):
-            engine.submit([Sequence([5], config, tok, Collect())])
+            engine.submit([Request([5], config, tok, Collect())])
         running.cancel()
         assert long.done.wait(30) and short.done.wait(30)
     finally:

@@ -25,10 +25,12 @@ from starlette.exceptions import HTTPException
 from ..generation import GenerationConfig
 from ..tokenizers import Tokenizer
 from .chat import ChatTemplates
-from .engine import Engine, EngineStopped, Finish, QueueFull
+from .engine import Engine
 from .guard import DEFAULT_MAX_BODY_BYTES, Guard
 from .protocol import ApiError, ChatRequest, CompletionRequest, Prompt, _Sampling, error_body
+from .request import Finish
 from .runs import Run
+from .scheduler import EngineStopped, QueueFull
 
 __all__ = ["Served", "create_app"]
 
@@ -124,7 +126,7 @@ class Served:
 
     def submit(self, run: Run) -> None:
         """Hand a request's sequences to the engine (429 when it is full)."""
-        capacity = self.engine.batch.max_rows + self.engine.max_queue
+        capacity = self.engine.capacity
         if len(run.sequences) > capacity:
             raise ApiError(
                 400,
@@ -168,7 +170,7 @@ def create_app(
             "model": model_id,
             "running": engine.running,
             "waiting": engine.waiting,
-            "max_batch": engine.batch.max_rows,
+            "max_batch": engine.max_batch,
             "max_queue": engine.max_queue,
         }
 

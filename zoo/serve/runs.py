@@ -8,11 +8,10 @@ import collections
 import contextlib
 import threading
 import weakref
-from collections.abc import AsyncIterator, Callable
-from collections.abc import Sequence as Seq
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .engine import Event, Sequence
+from .request import Event, Request
 
 if TYPE_CHECKING:
     from ..generation import GenerationConfig
@@ -72,16 +71,16 @@ class Run:
 
     def __init__(
         self,
-        prompts: Seq[Seq[int]],
+        prompts: Sequence[Sequence[int]],
         config: GenerationConfig,
         tokenizer: Tokenizer,
-        end_ids: Seq[int],
+        end_ids: Sequence[int],
     ) -> None:
         loop = asyncio.get_running_loop()
         self._outbox = _outboxes.get(loop) or _outboxes.setdefault(loop, Outbox(loop))
         self._queue: asyncio.Queue[tuple[int, Event]] = asyncio.Queue()
         self.sequences = [
-            Sequence(prompt, config, tokenizer, self._emitter(i), end_ids, self._outbox.flush)
+            Request(prompt, config, tokenizer, self._emitter(i), end_ids, self._outbox.flush)
             for i, prompt in enumerate(prompts)
         ]
 
@@ -92,7 +91,7 @@ class Run:
         return emit
 
     def submit(self, engine: Engine) -> None:
-        """Hand the sequences to ``engine`` (raises :class:`~zoo.serve.engine.QueueFull`)."""
+        """Hand the sequences to ``engine`` (raises :class:`~zoo.serve.scheduler.QueueFull`)."""
         engine.submit(self.sequences)
 
     async def events(self) -> AsyncIterator[tuple[int, Event]]:

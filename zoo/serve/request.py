@@ -1,0 +1,114 @@
+"""One request's prompt as the engine decodes it, and the events it emits: plain Python
+(the scheduler handles requests without importing torch)."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from ..generation.reply import Reply
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..generation import GenerationConfig
+    from ..tokenizers import Tokenizer
+
+__all__ = ["Event", "Finish", "Request"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Finish:
+    """The last event of a request.
+
+    Attributes:
+        reason: ``"stop"`` (an end-of-text id or a stop string), ``"length"``
+            (``max_new_tokens`` reached), ``"cancelled"`` or ``"error"``.
+        prompt_tokens: the prompt's length.
+        completion_tokens: tokens generated (an end-of-text id included).
+        error: what went wrong, for ``"error"``.
+    """
+
+    reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    error: str | None = None
+
+
+#: What a request emits: a piece of its text, then one :class:`Finish`.
+Event = str | Finish
+
+
+class Request:
+    """One prompt to continue, and where its text goes.
+
+    Args:
+        prompt: the prompt's ids.
+        config: the settings (``max_new_tokens``, ``temperature``, ``top_k``, ``top_p``,
+            ``seed``, ``stop``, ``vocab_limit``).
+        tokenizer: decodes the new tokens.
+        emit: called from the engine's thread with each :data:`Event`; must not block.
+        end_ids: ids that end the request (not part of its text).
+        flush: called from the engine's thread after a burst of events (a step's, an
+            admission's), once per burst however many requests share it: lets ``emit``
+            only queue its events and ``flush`` hand a whole step's on at once.
+    """
+
+    def __init__(
+        self,
+        prompt: Sequence[int],
+        config: GenerationConfig,
+        tokenizer: Tokenizer,
+        emit: Callable[[Event], None],
+        end_ids: Sequence[int] = (),
+        flush: Callable[[], None] | None = None,
+    ) -> None:
+        self.prompt = list(prompt)
+        self.config = config
+        self.emit = emit
+        self.flush = flush
+        self.reply = Reply(tokenizer, self.prompt, config, end_ids)
+        #: The generator its samples draw from (set by the runner when it joins the batch).
+        self.generator: torch.Generator | None = None
+        #: The last token picked that is part of its text: the next step's input.
+        self.last: int | None = None
+        self.finished = False
+        self._cancelled = threading.Event()
+
+    def cancel(self) -> None:
+        """Ask the engine to drop this request (from any thread); it finishes with
+        ``"cancelled"`` before the next step, freeing its slot."""
+        self._cancelled.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    @property
+    def generated(self) -> int:
+        """Tokens picked so far (an end id included)."""
+        return self.reply.generated
+
+    def take(self, token: int) -> bool:
+        """Record a picked token and emit its text; return whether the request ended."""
+        piece = self.reply.push(token)
+        if piece:
+            self.emit(piece)
+        if self.reply.reason is not None:
+            self.end(self.reply.reason)
+            return True
+        self.last = token
+        return False
+
+    def end(self, reason: str, error: str | None = None) -> None:
+        """Emit the rest of the text (unless cancelled or failed) and the :class:`Finish`."""
+        if self.finished:
+            return
+        self.finished = True
+        if reason in ("stop", "length"):
+            rest = self.reply.finish()
+            if rest:
+                self.emit(rest)
+        self.emit(Finish(reason, len(self.prompt), self.generated, error))
