@@ -6,6 +6,7 @@ and the named model's own tokenizer factory reads it at the commit the repo got.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 from pathlib import Path
@@ -23,16 +24,14 @@ import zoo
 from zoo.plugin.registry import load_registry
 
 #: named model -> (family in test_families, chat folder of tests/chat_folders, template?,
-#: the plugin module and attribute holding the pinned revision its tokenizer reads)
-CASES: dict[str, tuple[str, str, bool, str, str]] = {
-    "qwen2.5-0.5b-instruct": ("qwen2", "qwen2.5-instruct", True, "zoo_plugins.qwen2", "REVISION"),
-    "qwen3-0.6b": ("qwen3", "qwen3", True, "zoo_plugins.qwen3", "REVISION"),
-    "smollm2-135m-instruct": ("smollm2-like", "smollm2-instruct", True, "zoo_plugins.llama",
-                              "SMOLLM2_REVISION"),
-    "mistral-7b-v0.3": ("mistral", "mistral-instruct-v0.3", False, "zoo_plugins.mistral",
-                        "REVISION"),
-    "mixtral-8x7b": ("mixtral", "mistral-instruct-v0.3", False, "zoo_plugins.mixtral", "REVISION"),
-    "pythia-160m": ("gpt-neox", "qwen2.5-instruct", False, "zoo_plugins.gpt_neox", "REVISION"),
+#: the plugin module declaring its tokenizer)
+CASES: dict[str, tuple[str, str, bool, str]] = {
+    "qwen2.5-0.5b-instruct": ("qwen2", "qwen2.5-instruct", True, "zoo_plugins.qwen2"),
+    "qwen3-0.6b": ("qwen3", "qwen3", True, "zoo_plugins.qwen3"),
+    "smollm2-135m-instruct": ("smollm2-like", "smollm2-instruct", True, "zoo_plugins.llama"),
+    "mistral-7b-v0.3": ("mistral", "mistral-instruct-v0.3", False, "zoo_plugins.mistral"),
+    "mixtral-8x7b": ("mixtral", "mistral-instruct-v0.3", False, "zoo_plugins.mixtral"),
+    "pythia-160m": ("gpt-neox", "qwen2.5-instruct", False, "zoo_plugins.gpt_neox"),
 }  # fmt: skip
 
 CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}]
@@ -59,11 +58,25 @@ class _Tiny:
         return [self.spec]
 
 
+def _pin_tokenizer(monkeypatch: pytest.MonkeyPatch, module: str, name: str, commit: str) -> None:
+    """The family plugin ``module`` declares its repo tokenizer ``name`` at ``commit`` (the
+    local Hub's) instead of its pinned revision, for the registries loaded from now on."""
+    plugin = importlib.import_module(module)
+    declared = tuple(
+        dataclasses.replace(t, factory=dataclasses.replace(t.factory, revision=commit))
+        if t.name == name
+        else t
+        for t in plugin.family.tokenizers
+    )
+    repinned = dataclasses.replace(plugin.family, tokenizers=declared)
+    monkeypatch.setattr(plugin, "zoo_tokenizers", repinned.zoo_tokenizers)
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_named_model_loads_from_its_hub_repo_with_its_tokenizer(
     name: str, local_hub: Any, use_registry: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    family, chat, has_template, module, attribute = CASES[name]
+    family, chat, has_template, module = CASES[name]
     arch, spec, _ = zoo.get_registry().resolve(name)
     folder = tmp_path / "repo"
     ref = reference(family, folder)
@@ -74,7 +87,7 @@ def test_named_model_loads_from_its_hub_repo_with_its_tokenizer(
         assert len(list(folder.glob("model-*-of-*.safetensors"))) >= 3
     write_folder(folder, chat, template=None if has_template else "")
     commit = local_hub.add_files(spec.weights.repo, {p.name: p for p in folder.iterdir()})
-    monkeypatch.setattr(importlib.import_module(module), attribute, commit)
+    _pin_tokenizer(monkeypatch, module, spec.tokenizer, commit)
     layout = arch.checkpoint_layout(spec.weights.layout)
     config = layout.config_from_foreign(json.loads((folder / "config.json").read_text()))
     use_registry(load_registry(plugins={"tiny": _Tiny(spec, config, commit)}))
