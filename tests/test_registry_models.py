@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from zoo.plugin.registry import BUILTIN_REGISTRY, load_registry
+from zoo.plugin.tokenizer_specs import RepoTokenizer
 
 RECORDED = json.loads((Path(__file__).parent / "data" / "named_models.json").read_text())
 
@@ -85,3 +86,16 @@ def test_loading_a_hugging_face_folder_imports_only_its_layout(tmp_path):
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert out.strip().splitlines()[-1] == "['zoo_plugins.llama.convert']"
+
+
+def test_a_named_model_and_its_repo_tokenizer_read_one_repo_at_one_revision(registry):
+    """The weights ``registry.toml`` pins and the repo tokenizer the family's plugin declares
+    (``declare_family(repo=, revision=)``) are the same repo at the same revision."""
+    checked = 0
+    for name in RECORDED:
+        spec = registry.model(name)
+        factory = registry.tokenizer(spec.tokenizer).factory if spec.tokenizer else None
+        if spec.weights is not None and isinstance(factory, RepoTokenizer):
+            assert (factory.repo, factory.revision) == (spec.weights.repo, spec.weights.revision)
+            checked += 1
+    assert checked == 10
