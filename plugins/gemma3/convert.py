@@ -98,15 +98,8 @@ def _kind_theta(
     if not isinstance(sub, Mapping):
         raise r._error(f"{where} = {sub!r} must be an object")
     _check_default_rotary(r, where, sub)
-    top, nested = r.get(top_key, None, field=field), sub.get("rope_theta")
-    if nested is not None:
-        r.keys[field] = f"{where}.rope_theta"
-    if top is not None and nested is not None and top != nested:
-        raise r._error(
-            f"{top_key} = {top!r} and {where}.rope_theta = {nested!r} disagree; fix the "
-            "file so that one value remains"
-        )
-    theta = nested if nested is not None else top
+    nested = f"{kind}.rope_theta"  # read as rope_parameters.<kind>.rope_theta
+    theta = r._both(top_key, {nested: sub.get("rope_theta")}, nested, field=field)
     return default if theta is None else _positive(r, r.keys[field], theta)
 
 
