@@ -42,9 +42,9 @@ def resolve_tokenizer(model: ZooModel, tokenizer: Tokenizer | None, why: str) ->
             f"{model.tokenizer_error}. Pass tokenizer=..., or give ids instead of text"
         )
     if tokenizer is None and model.name:
-        from ..api import tokenizer as named_tokenizer
+        from ..plugin.registry import get_registry  # only here: a model that brings none
 
-        tokenizer = named_tokenizer(model.name)
+        tokenizer = get_registry().model_tokenizer(model.name).load()
     if tokenizer is None:
         raise ValueError(f"{why} needs a tokenizer: pass tokenizer=... (the model has none)")
     check_fits(tokenizer, model.config.vocab_size)  # type: ignore[attr-defined]
