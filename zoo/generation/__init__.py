@@ -9,6 +9,12 @@ return types stand on it (:mod:`zoo.generation.text`): :func:`generate_text` (``
 ``Iterator[str]``, for chat prompts). :func:`zoo.generate` takes every form in one call and
 routes it (:mod:`zoo.generation.dispatch`).
 
+What ``zoo chat`` and ``zoo serve`` share with them lives here once: the token picker
+(:mod:`zoo.generation.sampling`: :func:`~zoo.generation.sampling.pick` for a batch with one
+setting, :func:`~zoo.generation.sampling.pick_each` for rows with their own), the end-id,
+stop-string and length check of a reply (:mod:`zoo.generation.reply`) and the incremental
+detokeniser with stop-string hold-back (:mod:`zoo.generation.detokenize`).
+
 Importing the package imports no torch: :class:`GenerationConfig` and its checks are plain
 Python (``zoo generate`` checks its flags with them before torch loads); the rest is
 imported on first use.
