@@ -20,6 +20,7 @@ however deep in a function the import hides.
 from __future__ import annotations
 
 import ast
+import importlib
 import json
 import re
 import subprocess
@@ -52,9 +53,24 @@ def _parents(name: str) -> list[str]:
     return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
-def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+def _lazy_names(modules: dict[str, Path]) -> dict[str, dict[str, str]]:
+    """Package -> the module each name it exports on first use comes from (zoo._lazy), which
+    ``from package import name`` imports: the packages are imported to read them."""
+    for package in sorted(modules):
+        if modules[package].name == "__init__.py" and package.split(".")[0] == "zoo":
+            importlib.import_module(package)
+    return {
+        package: {name: ref.partition(":")[0] for name, ref in refs.items()}
+        for package, refs in getattr(importlib.import_module("zoo._lazy"), "LAZY_NAMES", {}).items()
+    }
+
+
+def _imports(
+    name: str, path: Path, modules: dict[str, Path], lazy: dict[str, dict[str, str]] | None = None
+) -> set[str]:
     """The modules ``name`` imports anywhere in its body (not under TYPE_CHECKING), with the
-    package ``__init__``s each import runs on the way."""
+    package ``__init__``s each import runs on the way (and, for a name a package exports
+    lazily, the module it comes from)."""
     tree = ast.parse(path.read_text())
     hidden = {
         id(sub)
@@ -77,6 +93,8 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
             targets = [s for s in subs if s in modules]
             if len(targets) < len(subs):
                 targets.append(prefix)
+            exported = (lazy or {}).get(prefix, {})
+            targets += [exported[a.name] for a in node.names if a.name in exported]
         else:
             continue
         for target in targets:
@@ -123,7 +141,8 @@ def _rings(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def _graph() -> dict[str, set[str]]:
     modules = _modules()
-    return {name: _imports(name, path, modules) for name, path in modules.items()}
+    lazy = _lazy_names(modules)
+    return {name: _imports(name, path, modules, lazy) for name, path in modules.items()}
 
 
 def _describe(ring: list[str], graph: dict[str, set[str]]) -> str:
@@ -166,6 +185,9 @@ def test_an_import_runs_the_packages_on_the_way(tmp_path):
     assert graph["a.b.c"] == {"a.d"}
     assert graph["a.d"] == {"x", "x.y"}
     assert _rings(graph) == [["a.b", "a.b.c", "a.d", "x.y"]]
+    # a name package a exports lazily (zoo._lazy) is an import of the module it comes from
+    (tmp_path / "x/z.py").write_text("from a import h\n")
+    assert _imports("x.z", tmp_path / "x/z.py", paths, {"a": {"h": "a.d"}}) == {"a", "a.d"}
 
 
 BARE = textwrap.dedent(

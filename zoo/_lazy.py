@@ -7,7 +7,11 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["lazy_attributes", "resolve"]
+__all__ = ["LAZY_NAMES", "lazy_attributes", "resolve"]
+
+#: Module -> the names its :func:`lazy_attributes` imports on first use, and from where: the
+#: imports a reader of the source cannot see (``tests/test_layering.py`` counts them).
+LAZY_NAMES: dict[str, Mapping[str, str]] = {}
 
 
 def resolve(ref: Any, *, modules: bool = False) -> Any:
@@ -35,6 +39,7 @@ def lazy_attributes(module: str, refs: Mapping[str, str]) -> Callable[[str], Any
     ``"package.module:attribute"``, or ``"package.module"`` for a module) on first use and
     keeps it in the module's namespace, so that importing the package imports none of them
     (nor torch, when they need it)."""
+    LAZY_NAMES[module] = refs
 
     def __getattr__(name: str) -> Any:
         if name not in refs:
