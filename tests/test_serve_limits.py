@@ -151,10 +151,10 @@ def test_headers_and_bodies_that_never_end_get_408_and_idle_connections_close():
 
 def test_beyond_the_cap_the_connection_waiting_longest_is_closed_or_503():
     with local(max_connections=3, header_timeout=30, grace=1) as server, ExitStack() as stack:
-        start = time.monotonic()
         waiting = [stack.enter_context(server.connect()) for _ in range(3)]
         waiting[1].sendall(HEAD)
         server.wait_open(3)
+        start = time.monotonic()  # all three accepted: from here each has waited 1 s
         status, body = server.get()  # none has waited the grace second: a burst
         assert status == 503 and json.loads(body)["error"]["code"] == "too_many_connections"
         time.sleep(max(0.0, start + 1 - time.monotonic()))

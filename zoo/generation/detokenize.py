@@ -34,10 +34,12 @@ class Decoder(Protocol):
 
 
 def cut_at_stop(text: str, stops: Sequence[str], start: int = 0) -> tuple[str, bool]:
-    """``text`` up to the first of ``stops`` found at or after ``start``, and whether one
-    was found."""
-    cuts = [i for i in (text.find(s, start) for s in stops) if i >= 0]
-    return (text[: min(cuts)], True) if cuts else (text, False)
+    """``text`` up to the first of ``stops`` to appear in it at or after ``start`` (the one
+    that ends first, as the text grows character by character; of two that end together,
+    the longer), and whether one was found. Where it is cut does not depend on how the text
+    arrives: in one piece, or token by token."""
+    found = [(i + len(s), i) for i, s in ((text.find(s, start), s) for s in stops) if i >= 0]
+    return (text[: min(found)[1]], True) if found else (text, False)
 
 
 class TextStream:
