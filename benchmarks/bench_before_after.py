@@ -15,7 +15,10 @@ over rounds; the ratio is after / before (above 1: faster now).
   and 64 greedy steps through the model's decoding session, at batch 1 and batch 8 (tokens
   per second), and the prefill of 1 x 128 tokens (ms);
 - training: ``zoo.train`` on Tiny Shakespeare bytes with a small GPT-2 (4 layers, width 256,
-  context 128, batch 8), time per step with the first steps excluded.
+  context 128, batch 8), time per step with the first steps excluded;
+- serving: ``zoo serve`` on the same checkpoint, started from each tree, sent 16 streamed
+  greedy completions of 32 tokens by 1 and by 8 concurrent clients (generated tokens per
+  second of wall time; the client is ``bench_serve.py``'s).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
+from bench_serve import free_port, load, prompts, running
 from common import machine_facts, publish
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,6 +104,34 @@ def _run(code: str, site: Path, *args: str) -> dict[str, float]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+SERVE = "import sys; from zoo.cli import main; sys.exit(main())"
+
+
+def _serve(site: Path, checkpoint: Path, log: Path) -> dict[str, float]:
+    """``zoo serve`` from one tree: tokens/s of 16 completions by 1 and by 8 clients."""
+    port = free_port()
+    command = [sys.executable, "-c", SERVE, "serve", str(checkpoint), "--port", str(port),
+               "--served-model-name", "gpt2", "--max-batch", "8",
+               "--log-level", "warning"]  # fmt: skip
+    texts = prompts(16)
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = str(site)  # read by the server process `running` starts
+    try:
+        with running(command, port, log):
+            load(port, "gpt2", texts[:2], 32, 2)  # warm-up
+            return {
+                f"serve {clients} client{'s' * (clients > 1)} (tok/s)": load(
+                    port, "gpt2", texts, 32, clients
+                ).tokens_per_second
+                for clients in (1, 8)
+            }
+    finally:
+        if old is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = old
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", default="HEAD", help="the git ref to compare against")
@@ -145,6 +177,9 @@ def main() -> None:
                     for code, arg in ((DECODE, str(ckpt)), (TRAIN, str(DATA))):
                         for key, value in _run(code, sites[side], arg).items():
                             rows[side].setdefault(key, []).append(value)
+                    served = _serve(sites[side], ckpt, work / f"serve-{side}.log")
+                    for key, value in served.items():
+                        rows[side].setdefault(key, []).append(value)
                 print(f"round {round_ + 1}/{args.repeats} done", flush=True)
         finally:
             for tree in ("before", "after"):
@@ -177,7 +212,7 @@ def main() -> None:
         f"{os.getloadavg()[0]:.1f} after the run.",
     ]
     publish(
-        "\n".join(lines), title="Before and after: decoding and training speed",
+        "\n".join(lines), title="Before and after: decoding, training and serving speed",
         markdown=args.markdown,
     )  # fmt: skip
 
