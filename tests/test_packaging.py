@@ -11,6 +11,11 @@ import subprocess
 import sys
 import tarfile
 import zipfile
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 from importlib import metadata
 from pathlib import Path
 
@@ -102,7 +107,7 @@ def test_the_distribution_is_torch_zoo():
     assert set(metadata.packages_distributions()["zoo"]) == {"torch-zoo"}  # import name: zoo
 
 
-def test_installed_wheel_lists_the_four_models(wheel, tmp_path):
+def test_installed_wheel_lists_every_model_of_its_registry_file(wheel, tmp_path):
     target = tmp_path / "site"
     subprocess.run(
         [
@@ -132,7 +137,10 @@ def test_installed_wheel_lists_the_four_models(wheel, tmp_path):
     )
     assert out.returncode == 0, out.stderr
     models = out.stdout.split("\n")[0].split()
-    assert {"gpt1", "gpt2-124m", "wiki-gpt-wordpiece", "transformer-encdec"} <= set(models)
+    with open(ROOT / "registry.toml", "rb") as file:
+        shipped = set(tomllib.load(file)["models"])
+    assert {"gpt1", "gpt2-124m", "wiki-gpt-wordpiece", "transformer-encdec"} <= shipped
+    assert set(models) == shipped  # zoo's own named models: registry.toml, in the wheel
 
 
 def test_ci_runs_the_readme_test_command():

@@ -27,6 +27,18 @@ def test_every_zoo_variable_the_code_names_is_in_the_table():
     assert named <= {variable for variable, _ in VARIABLES.values()}
 
 
+def test_each_variable_name_is_spelled_once_in_the_settings_table():
+    """Other modules take a variable's name from VARIABLES (for their messages), never a
+    second string literal that could drift from the one zoo reads."""
+    spelled = {
+        f"{path.relative_to(SOURCE)}: {match}"
+        for path in SOURCE.rglob("*.py")
+        if path.name != "settings.py"
+        for match in re.findall(r"[\"'](?:ZOO_[A-Z_]*|XDG_CACHE_HOME)[\"']", path.read_text())
+    }
+    assert spelled == set()
+
+
 def test_only_the_settings_module_reads_the_environment_for_zoo():
     readers = [
         f"{path.relative_to(SOURCE)}:{n}"

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import InsufficientMemoryError
+from .settings import VARIABLES, Settings
 
 if TYPE_CHECKING:
     import torch
@@ -29,13 +30,11 @@ __all__ = [
 ]
 
 #: Setting this environment variable to 1 skips the memory checks (builds and training).
-ALLOW_LARGE_ENV = "ZOO_ALLOW_LARGE"
+ALLOW_LARGE_ENV = VARIABLES["allow_large"][0]
 
 
 def allow_large() -> bool:
     """Whether ``ZOO_ALLOW_LARGE`` asks zoo to skip its memory checks."""
-    from .settings import Settings
-
     return Settings.from_env().allow_large
 
 

@@ -20,6 +20,11 @@ from .errors import ConfigError
 
 __all__ = ["VARIABLES", "Settings"]
 
+
+class _Refused(ValueError):
+    """A value a parser read but refuses; its message says what the variable must be."""
+
+
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
@@ -28,7 +33,7 @@ def _flag(text: str) -> bool:
     word = text.strip().lower()
     if word in _TRUE | _FALSE:
         return word in _TRUE
-    raise ValueError("must be 1 or 0 (or true/false, yes/no, on/off)")
+    raise _Refused("must be 1 or 0 (or true/false, yes/no, on/off)")
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -42,14 +47,14 @@ def _paths(text: str) -> tuple[str, ...]:
 def _seconds(text: str) -> float:
     value = float(text)
     if not (value > 0 and math.isfinite(value)):
-        raise ValueError("must be a number of seconds > 0")
+        raise _Refused("must be a number of seconds > 0")
     return value
 
 
 def _bytes(text: str) -> int:
     value = int(text)
     if value <= 0:
-        raise ValueError("must be a whole number of bytes > 0")
+        raise _Refused("must be a whole number of bytes > 0")
     return value
 
 
@@ -121,7 +126,7 @@ class Settings:
             try:
                 values[field] = parse(text)
             except ValueError as exc:
-                reason = str(exc) if "must" in str(exc) else f"is not valid ({exc})"
+                reason = str(exc) if isinstance(exc, _Refused) else f"is not valid ({exc})"
                 raise ConfigError(f"{variable}={text!r} {reason}") from None
         return cls(**values)
 

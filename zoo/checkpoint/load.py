@@ -19,7 +19,7 @@ from ..errors import (
     UnsafeCheckpointError,
 )
 from ..plugin.registry import get_registry
-from ..settings import Settings
+from ..settings import VARIABLES, Settings
 from .commit import clean_stale, pinned_version
 from .files import (
     PICKLE_SUFFIXES,
@@ -46,7 +46,7 @@ __all__ = ["WEIGHTS_DIR_ENV", "load_local", "local_weights_path"]
 
 
 #: Environment variable naming a folder of checkpoints, one sub-folder per named model.
-WEIGHTS_DIR_ENV = "ZOO_WEIGHTS_DIR"
+WEIGHTS_DIR_ENV = VARIABLES["weights_dir"][0]
 
 
 #: ``weights.path = "package:zoo_plugins.shakespeare/weights"``: a folder inside a package.
