@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from zoo.errors import PluginContractError
 from zoo.plugin.registry import BUILTIN_REGISTRY, load_registry
 from zoo.plugin.tokenizer_specs import RepoTokenizer
 
@@ -62,6 +63,18 @@ def test_each_declared_model_type_is_the_one_its_layout_reads(registry):
     assert len(declared) >= 12
     for (name, layout), model_type in declared.items():
         assert registry.architecture(name).checkpoint_layout(layout).model_type == model_type
+
+
+def test_a_declared_model_type_the_layout_does_not_read_is_refused_when_it_is_imported(
+    registry,
+):
+    """A plugin whose declaration and layout disagree fails with a clear error where the
+    layout is used (a folder matched by the declaration), not with a wrong load."""
+    qwen3 = registry.architecture("qwen3")
+    wrong = dataclasses.replace(qwen3, hf_model_types={"llama": "hf-qwen3"})
+    with pytest.raises(PluginContractError, match="declares that layout 'hf-qwen3' reads"):
+        wrong.checkpoint_layout("hf-qwen3")
+    assert qwen3.checkpoint_layout("hf-qwen3").model_type == "qwen3"
 
 
 _LOAD_LLAMA = """

@@ -186,13 +186,24 @@ class ArchitectureSpec:
         return next((t for t, name in self.hf_model_types.items() if name == layout), None)
 
     def checkpoint_layout(self, layout: str) -> Any:
-        """The key map for ``layout``, or a ``KeyError`` listing the layouts supported."""
+        """The key map for ``layout``, or a ``KeyError`` listing the layouts supported; a
+        :class:`~zoo.errors.PluginContractError` when it reads another ``model_type`` than
+        :attr:`hf_model_types` declares (a folder was matched to it by that declaration)."""
         if layout not in self.checkpoint_layouts:
             known = ", ".join(sorted(self.checkpoint_layouts)) or "none"
             raise KeyError(
                 f"architecture {self.name!r} has no checkpoint layout {layout!r} (it has: {known})"
             )
-        return resolve(self.checkpoint_layouts[layout])
+        keymap = resolve(self.checkpoint_layouts[layout])
+        declared = self.declared_model_type(layout)
+        read = getattr(keymap, "model_type", None)
+        if declared is not None and read != declared:
+            raise PluginContractError(
+                f"architecture {self.name!r}: hf_model_types declares that layout {layout!r} "
+                f"reads model_type {declared!r}, but the layout reads {read!r}; make the two "
+                "agree in the plugin"
+            )
+        return keymap
 
 
 def _file_sets(files: Any) -> Any:
