@@ -74,6 +74,7 @@ __all__ = [
     "HubNotFoundError",
     "HubOfflineError",
     "HubUnavailableError",
+    "LoRA",
     "LoadReport",
     "ModelConfig",
     "ModelInfo",
@@ -128,6 +129,7 @@ _EXPORTS = {
     "zoo.generation": ("GenerationConfig", "generate"),
     "zoo.hub": ("pull", "push"),
     "zoo.loading": ("convert_checkpoint", "load"),
+    "zoo.nn.lora": ("LoRA",),
     "zoo.plugin.hookspecs": ("hookimpl",),
     "zoo.plugin.registry": ("add_plugin", "get_registry", "reset_registry", "use_registry"),
     "zoo.plugin.specs": (

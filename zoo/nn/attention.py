@@ -95,6 +95,13 @@ class MultiHeadAttention(nn.Module):
         self.register_module("k_norm", None)
         self.norm_across_heads = False
 
+    def lora_parts(self) -> dict[str, tuple[tuple[str, int], ...]]:
+        """The fused projections' parts for LoRA (:mod:`zoo.nn.lora`): queries, keys and
+        values of ``qkv`` (keys and values of cross-attention's ``kv``)."""
+        if self.cross:
+            return {"kv": (("k", self.kv_width), ("v", self.kv_width))}
+        return {"qkv": (("q", self.q_width), ("k", self.kv_width), ("v", self.kv_width))}
+
     def _heads(self, x: Tensor) -> Tensor:
         b, t, width = x.shape
         return x.view(b, t, width // self.head_dim, self.head_dim).transpose(1, 2)  # (B, h, T, hd)

@@ -62,6 +62,11 @@ class GatedFeedForward(nn.Module):
         self.act = activation(act)
         self.proj = Linear(d_ff, d_model, bias=bias)
 
+    def lora_parts(self) -> dict[str, tuple[tuple[str, int], ...]]:
+        """``fc``'s parts for LoRA (:mod:`zoo.nn.lora`): the gate, then the up projection."""
+        d_ff = self.proj.in_features
+        return {"fc": (("gate", d_ff), ("up", d_ff))}
+
     def forward(self, x: Tensor) -> Tensor:
         gate, up = self.fc(x).chunk(2, dim=-1)  # 2 x (*, d_ff)
         return self.proj(self.act(gate) * up)
