@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, cast
 
 import torch
@@ -285,23 +285,42 @@ def target_names(model: nn.Module) -> list[str]:
 
 
 def plan_lora(
-    model: nn.Module, lora: LoRA, *, default_targets: Iterable[str] = DEFAULT_TARGETS
+    model: nn.Module,
+    lora: LoRA,
+    *,
+    default_targets: Iterable[str] = DEFAULT_TARGETS,
+    per_part: Callable[[str], bool] | None = None,
 ) -> dict[str, PartPlan]:
     """The part paths ``lora`` adapts on ``model``, each with its rank and scaling.
 
+    ``per_part(layer path)`` says whether a fused layer gets an adapter per part (default:
+    yes, as for a checkpoint layout that stores q/k/v apart) or one over the whole layer,
+    keyed by the layer's path (a layout that stores it fused too: GPT-2's ``c_attn``).
+
     Raises:
         ValueError: a target that names no layer or part of the model (the message lists
-            the names it has).
+            the names it has), or a part of a layer adapted whole.
     """
     targets = lora.targets if lora.targets is not None else tuple(default_targets)
     plan = PartPlan(lora.rank, lora.scaling)
     plans: dict[str, PartPlan] = {}
     hit: set[str] = set()
     for layer, owner, _, parts in layer_parts(model):
+        split = len(parts) > 1 and (per_part is None or per_part(layer))
         for target in targets:
             whole = _matches(layer, target)
+            if whole and not split:
+                plans[layer] = plan
+                hit.add(target)
+                continue
             for name, _ in parts:
                 path = _join(owner, name)
+                if path != layer and _matches(path, target) and not split:
+                    raise ValueError(
+                        f"LoRA target {target!r}: {layer} is adapted as one layer in this "
+                        f"model's checkpoint layout, not per part; target "
+                        f"{'.'.join(layer.split('.')[-2:])!r}"
+                    )
                 if whole or _matches(path, target):
                     plans[path] = plan
                     hit.add(target)
@@ -338,9 +357,12 @@ def attach_lora(
     left = dict(plans)
     done: list[str] = []
     for layer_path, owner, layer, parts in list(layer_parts(model)):
-        mine = {
-            name: left.pop(_join(owner, name)) for name, _ in parts if _join(owner, name) in left
-        }
+        if len(parts) > 1 and layer_path in left:  # a fused layer adapted whole
+            if any(_join(owner, name) in left for name, _ in parts):
+                raise ValueError(f"{layer_path} is planned both whole and per part")
+            parts = ((layer_path.rsplit(".", 1)[-1], sum(rows for _, rows in parts)),)
+        paths = {name: _join(owner, name) for name, _ in parts}
+        mine = {name: left.pop(path) for name, path in paths.items() if path in left}
         if not mine:
             continue
         weight = getattr(layer, "weight", None)
