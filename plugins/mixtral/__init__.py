@@ -17,5 +17,6 @@ family = declare_family(
     revision=REVISION,
     tokenizer_description="Mixtral SentencePiece BPE (32000 ids)",
     tokenizer_files=(),
+    lora_targets=("attn.qkv", "attn.proj"),  # the experts are stacked tensors, not linears
 )
 zoo_architectures, zoo_tokenizers = family.zoo_architectures, family.zoo_tokenizers

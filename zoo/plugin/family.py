@@ -73,6 +73,7 @@ def declare_family(
     tokenizer_files: tuple[str, ...] = ("generation_config.json",),
     tokenizers: Sequence[TokenizerSpec] = (),
     model: Any = DECODER,
+    lora_targets: tuple[str, ...] | None = None,
 ) -> Family:
     """The architecture of ``config`` (a :class:`zoo.config.ModelConfig` subclass; its
     ``architecture`` is the name) and the tokenizer of its Hub ``repo``, as a :class:`Family`.
@@ -94,6 +95,8 @@ def declare_family(
             names the end ids a chat model stops at); ``()`` where the repo has none.
         tokenizers: further tokenizers the family supplies.
         model: the model class (default: the shared decoder), or a lazy reference to it.
+        lora_targets: the layers a LoRA adapts by default (``ArchitectureSpec.lora_targets``;
+            ``None``: attention's and the feed-forward's projections).
     """
     name = config.architecture  # type: ignore[attr-defined]
     model_type, keymap = layout
@@ -105,6 +108,7 @@ def declare_family(
         description=description,
         checkpoint_layouts={layout_name: keymap},
         hf_model_types={model_type: layout_name},
+        lora_targets=lora_targets,
     )
     declared = list(tokenizers)
     if repo is not None:

@@ -80,6 +80,11 @@ class ArchitectureSpec:
             ``checkpoint_layouts`` reads (``{"gpt2": "hf-gpt2"}``), declared so that loading a
             Hugging Face folder imports only the layout of its ``model_type``. A layout left
             out here is imported to ask it (``KeyMap.model_type``) when any folder is read.
+        lora_targets: the layers a LoRA adapts when it names none (:class:`zoo.LoRA`'s
+            ``targets``), as zoo module names (``"attn.qkv"``); ``None``: every projection of
+            attention and of the feed-forward (:data:`zoo.nn.lora.DEFAULT_TARGETS`). A family
+            whose feed-forward is not made of linear layers (Mixtral's stacked experts) names
+            attention's only.
     """
 
     name: str
@@ -90,9 +95,20 @@ class ArchitectureSpec:
     checkpoint_layouts: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     reference: Any = None
     hf_model_types: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    lora_targets: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         check_name("architecture", self.name)
+        if self.lora_targets is not None:
+            targets = self.lora_targets
+            if isinstance(targets, str) or not targets or not all(
+                isinstance(t, str) and t for t in targets
+            ):
+                raise ValueError(
+                    f"architecture {self.name!r}: lora_targets must be a non-empty sequence "
+                    f"of module names such as ('attn.qkv', 'attn.proj'), got {targets!r}"
+                )
+            object.__setattr__(self, "lora_targets", tuple(targets))
         object.__setattr__(self, "blocks", tuple(self.blocks))
         object.__setattr__(self, "checkpoint_layouts", frozen_mapping(self.checkpoint_layouts))
         object.__setattr__(self, "hf_model_types", frozen_mapping(self.hf_model_types))
