@@ -38,9 +38,11 @@ __all__ = [
     "PartPlan",
     "adapted_layers",
     "adapter_parameters",
+    "adapter_placement",
     "adapter_state",
     "attach_lora",
     "detach_lora",
+    "install_adapter",
     "layer_parts",
     "load_adapter_state",
     "merge_lora",
@@ -365,22 +367,37 @@ def attach_lora(
         mine = {name: left.pop(path) for name, path in paths.items() if path in left}
         if not mine:
             continue
-        weight = getattr(layer, "weight", None)
-        device = next((t.device for t in layer.state_dict().values()), None)
-        chosen = dtype or (
-            weight.dtype
-            if isinstance(weight, Tensor) and weight.dtype in (torch.float32, torch.bfloat16)
-            else torch.float32
-        )
+        device, chosen = adapter_placement(layer, dtype)
         adapter = LayerAdapter(
             cast(int, layer.in_features), parts, mine, dropout, device=device, dtype=chosen
         )
-        layer.add_module("lora", adapter)
-        layer._zoo_lora_hook = layer.register_forward_hook(_add_update)  # type: ignore[assignment]
+        install_adapter(layer, adapter)
         done.append(layer_path)
     if left:
         raise ValueError(f"no such linear layer parts in this model: {sorted(left)}")
     return done
+
+
+def adapter_placement(
+    layer: nn.Module, dtype: torch.dtype | None = None
+) -> tuple[torch.device | None, torch.dtype]:
+    """Where an adapter of ``layer`` lives: the layer's device, and ``dtype`` if given, else
+    the layer's float32/bfloat16 weight dtype, else float32 (a quantized or float16 base)."""
+    weight = getattr(layer, "weight", None)
+    device = next((t.device for t in layer.state_dict().values()), None)
+    chosen = dtype or (
+        weight.dtype
+        if isinstance(weight, Tensor) and weight.dtype in (torch.float32, torch.bfloat16)
+        else torch.float32
+    )
+    return device, chosen
+
+
+def install_adapter(layer: nn.Module, adapter: nn.Module) -> None:
+    """Make ``adapter`` (forward ``(x, out) -> out``) ``layer``'s child ``lora`` and add it
+    on through a forward hook, as :func:`attach_lora` does (:func:`detach_lora` removes it)."""
+    layer.add_module("lora", adapter)
+    layer._zoo_lora_hook = layer.register_forward_hook(_add_update)  # type: ignore[assignment]
 
 
 def adapted_layers(model: nn.Module) -> dict[str, nn.Module]:
