@@ -30,6 +30,7 @@ from torch import Tensor, nn
 from ..options import QUANTIZE_MODES
 from .linear import Linear
 from .onednn import cpu_linear as float_linear
+from .quant_grad import frozen_linear, int4_columns, int8_columns, needs_input_grad
 
 __all__ = [
     "INT4_GROUP",
@@ -211,6 +212,10 @@ class Int8Linear(nn.Module):
         return cls(*int8_rows(linear.weight, release=release), linear.bias)
 
     def forward(self, x: Tensor) -> Tensor:
+        return frozen_linear(self, x) if needs_input_grad(x) else self.infer(x)
+
+    def infer(self, x: Tensor) -> Tensor:
+        """The forward without a gradient (inference; :mod:`zoo.nn.quant_grad` adds one)."""
         rows = x.reshape(-1, self.in_features)  # (B*T, K)
         scale = self.scale.to(x.dtype)
         if x.is_cpu and rows.shape[0] <= _FEW_ROWS:  # decoding: the int8 kernel
@@ -220,6 +225,10 @@ class Int8Linear(nn.Module):
         if self.bias is not None:
             y = y + self.bias.to(x.dtype)
         return y.view(*x.shape[:-1], self.out_features)
+
+    def columns(self, start: int, end: int, dtype: torch.dtype) -> Tensor:
+        """Input columns ``start:end`` of the dequantized weight, ``(N, end - start)``."""
+        return int8_columns(self.qweight, self.scale, start, end, dtype)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8"
@@ -234,6 +243,9 @@ def _dynamic_linear() -> Any:  # a subclass of torch.ao's dynamic Linear
 
     class DynamicInt8Linear(DynamicLinear):
         def forward(self, x: Tensor) -> Tensor:
+            return frozen_linear(self, x) if needs_input_grad(x) else self.infer(x)
+
+        def infer(self, x: Tensor) -> Tensor:
             try:
                 return super().forward(x)
             except RuntimeError as exc:
@@ -241,6 +253,11 @@ def _dynamic_linear() -> Any:  # a subclass of torch.ao's dynamic Linear
                     raise
                 nan = float("nan")
                 return x.new_full((*x.shape[:-1], self.out_features), nan)  # (*, N)
+
+        def columns(self, start: int, end: int, dtype: torch.dtype) -> Tensor:
+            weight = self.weight()  # per-channel qint8 (N, K), unpacked
+            scale = weight.q_per_channel_scales().float()  # float32 values, held as float64
+            return int8_columns(weight.int_repr(), scale, start, end, dtype)
 
     return DynamicInt8Linear
 
@@ -321,6 +338,10 @@ class Int4Linear(nn.Module):
         self.bias = nn.Parameter(bias.detach(), requires_grad=False) if bias is not None else None
 
     def forward(self, x: Tensor) -> Tensor:
+        return frozen_linear(self, x) if needs_input_grad(x) else self.infer(x)
+
+    def infer(self, x: Tensor) -> Tensor:
+        """The forward without a gradient (inference; :mod:`zoo.nn.quant_grad` adds one)."""
         rows = x.reshape(-1, self.in_features)  # (B*T, K)
         zeros = self.scales_and_zeros
         mm = torch._weight_int4pack_mm_for_cpu if x.is_cpu else torch._weight_int4pack_mm
@@ -329,6 +350,13 @@ class Int4Linear(nn.Module):
         if self.bias is not None:
             y = y + self.bias.to(x.dtype)
         return y.view(*x.shape[:-1], self.out_features)
+
+    def columns(self, start: int, end: int, dtype: torch.dtype) -> Tensor:
+        """Input columns ``start:end`` of the weight as the kernel dequantizes it."""
+        span = (start, end)
+        return int4_columns(
+            self.packed, self.scales_and_zeros, INT4_GROUP, self.in_features, span, dtype
+        )
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int4"
@@ -366,7 +394,10 @@ def quantize_(model: nn.Module, mode: str, *, release: bool = False) -> nn.Modul
     and a token embedding tied to the head by an :class:`Int8Embedding` over int8 rows (shared
     with a weight-only head). Weights are quantized one at a time; with ``release`` (weights
     memory-mapped from a file, as :func:`zoo.load` gives them) their float pages are given
-    back as it goes, so the float model is never resident. For inference only.
+    back as it goes, so the float model is never resident. The quantized layers stay frozen
+    but pass gradients to their inputs (:mod:`zoo.nn.quant_grad`), so adapters attached
+    after quantizing train on top (QLoRA); ``"int8"`` on the CPU keeps torch.ao's dynamic
+    int8 layer for training too, its backward through the dequantized int8 weight.
 
     Raises:
         ValueError: an unknown mode.

@@ -1,0 +1,116 @@
+"""Training on a quantized base (QLoRA): the gradient with respect to the input of a frozen
+quantized linear layer, so that adapters before it learn.
+
+PyTorch's quantized kernels (``_weight_int8pack_mm``, ``_weight_int4pack_mm[_for_cpu]``,
+torch.ao's dynamic int8 linear) have no backward. :func:`frozen_linear` runs a layer's own
+inference forward unchanged (its outputs are bit for bit those of inference) inside an
+autograd function whose backward is ``grad_out @ W``, with ``W`` the weight as the layer's
+kernel dequantizes it, built ``columns`` of the input at a time (:data:`CHUNK_ELEMENTS`
+floats at most), so the float weight is never whole in memory and nothing of the input is
+kept for the backward. The weight gets no gradient: it is frozen.
+
+Each layer says how its weight dequantizes through ``columns(start, end, dtype) -> (N, end -
+start)``: int8 rows from their codes and scales (:func:`int8_columns`), int4 through the
+int4 kernel itself applied to rows of the identity (:func:`int4_columns`: exact whatever
+packing layout the kernel uses on this machine or device).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "CHUNK_ELEMENTS",
+    "QuantizedLinear",
+    "frozen_linear",
+    "input_grad",
+    "int4_columns",
+    "int8_columns",
+    "needs_input_grad",
+]
+
+#: The most dequantized weight elements held at once in a backward (16 MiB of float32).
+CHUNK_ELEMENTS = 1 << 22
+
+
+class QuantizedLinear(Protocol):
+    """What :func:`frozen_linear` needs of a quantized linear layer."""
+
+    in_features: int
+    out_features: int
+
+    def infer(self, x: Tensor) -> Tensor:
+        """The inference forward, ``(*, K) -> (*, N)``."""
+        ...
+
+    def columns(self, start: int, end: int, dtype: torch.dtype) -> Tensor:
+        """The dequantized weight's input columns ``start:end``, ``(N, end - start)``."""
+        ...
+
+
+def needs_input_grad(x: Tensor) -> bool:
+    """Whether a gradient must flow back to ``x`` (grad mode on and ``x`` requires it)."""
+    return torch.is_grad_enabled() and x.requires_grad
+
+
+class _Frozen(torch.autograd.Function):
+    """``layer.infer(x)`` forward; ``grad @ W`` backward, to ``x`` only."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, layer: QuantizedLinear) -> Tensor:
+        ctx.layer = layer
+        ctx.shape = x.shape
+        ctx.dtype = x.dtype
+        return layer.infer(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
+        layer: QuantizedLinear = ctx.layer
+        rows = grad.reshape(-1, layer.out_features)  # (B*T, N)
+        return input_grad(layer, rows.to(ctx.dtype)).view(ctx.shape), None
+
+
+def frozen_linear(layer: QuantizedLinear, x: Tensor) -> Tensor:
+    """``layer.infer(x)``, with a gradient to ``x`` through the frozen quantized weight."""
+    out: Tensor = _Frozen.apply(x, layer)
+    return out
+
+
+def input_grad(layer: QuantizedLinear, grad: Tensor) -> Tensor:
+    """``grad @ W``, ``(M, N) -> (M, K)``, dequantizing ``W`` a few input columns at a time
+    (at most :data:`CHUNK_ELEMENTS` elements of it at once)."""
+    n, k = layer.out_features, layer.in_features
+    step = max(1, CHUNK_ELEMENTS // max(n, k))
+    out = grad.new_empty(grad.shape[0], k)
+    for start in range(0, k, step):
+        end = min(k, start + step)
+        out[:, start:end] = grad @ layer.columns(start, end, grad.dtype)  # (M, N) @ (N, c)
+    return out
+
+
+def int8_columns(q: Tensor, scale: Tensor, start: int, end: int, dtype: torch.dtype) -> Tensor:
+    """Columns ``start:end`` of int8 rows ``q`` ``(N, K)`` with ``scale`` ``(N,)``, dequantized
+    in ``dtype`` as :class:`~zoo.nn.quant.Int8Linear` does: ``(N, end - start)``."""
+    return q[:, start:end].to(dtype) * scale.to(dtype)[:, None]
+
+
+def int4_columns(
+    packed: Tensor,
+    scales_and_zeros: Tensor,
+    group: int,
+    in_features: int,
+    span: tuple[int, int],
+    dtype: torch.dtype,
+) -> Tensor:
+    """Columns ``span`` of an int4 weight, ``(N, end - start)`` in ``dtype``: the int4 kernel
+    applied to those rows of the identity, so each value is the weight exactly as the kernel
+    dequantizes it (one product by 1, the rest by 0)."""
+    start, end = span
+    kernel_dtype = scales_and_zeros.dtype
+    eye = torch.zeros(end - start, in_features, dtype=kernel_dtype, device=packed.device)
+    eye[:, start:end].fill_diagonal_(1)  # (c, K): rows start..end-1 of the identity
+    mm = torch._weight_int4pack_mm_for_cpu if packed.is_cpu else torch._weight_int4pack_mm
+    return mm(eye, packed, group, scales_and_zeros).t().to(dtype)  # (c, N) -> (N, c)
