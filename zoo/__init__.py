@@ -47,7 +47,7 @@ if TYPE_CHECKING:  # type checkers see the real names (and generate's overloads)
     )
     from .generation import GenerationConfig, generate
     from .hub import pull, push
-    from .loading import convert_checkpoint, load
+    from .loading import convert_checkpoint, load, merge
     from .plugin.hookspecs import hookimpl
     from .plugin.registry import add_plugin, get_registry, reset_registry, use_registry
     from .plugin.specs import (
@@ -101,6 +101,7 @@ __all__ = [
     "info",
     "list_models",
     "load",
+    "merge",
     "plugins",
     "pull",
     "push",
@@ -128,7 +129,7 @@ _EXPORTS = {
     "zoo.config": ("DecoderConfig", "ModelConfig", "TransformerConfig"),
     "zoo.generation": ("GenerationConfig", "generate"),
     "zoo.hub": ("pull", "push"),
-    "zoo.loading": ("convert_checkpoint", "load"),
+    "zoo.loading": ("convert_checkpoint", "load", "merge"),
     "zoo.nn.lora": ("LoRA",),
     "zoo.plugin.hookspecs": ("hookimpl",),
     "zoo.plugin.registry": ("add_plugin", "get_registry", "reset_registry", "use_registry"),

@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 from .checkpoint.files import PICKLE_SUFFIXES, WEIGHTS_FILE
 from .checkpoint.load import WEIGHTS_DIR_ENV, load_local, local_weights_path
-from .checkpoint.readers import existing_checkpoint
+from .checkpoint.manifest import CONFIG_FILE
+from .checkpoint.readers import existing_checkpoint, model_folder
 from .checkpoint.write import export, save
 from .errors import CheckpointError, UnknownModelError
+from .hub.download import ADAPTER_CONFIG
 from .hub.load import load_hf, load_named
 from .hub.source import PREFIX, parse_hf_source
 from .plugin.registry import get_registry
@@ -24,10 +26,12 @@ from .plugin.registry import get_registry
 if TYPE_CHECKING:
     import torch
 
+    from .adapters import BaseRecord
     from .nn.base import ZooModel
     from .plugin.specs import ModelSpec
+    from .tokenizers import Tokenizer
 
-__all__ = ["check_source", "convert_checkpoint", "load"]
+__all__ = ["check_adapter", "check_source", "convert_checkpoint", "load", "merge", "merge_to"]
 
 
 def _looks_like_path(source: str) -> bool:
@@ -53,6 +57,7 @@ def load(
     tokenizer: bool = True,
     quantize: str | None = None,
     onednn: bool = True,
+    adapter: str | os.PathLike[str] | None = None,
 ) -> ZooModel:
     """Load a model with its weights, ready for inference.
 
@@ -88,6 +93,14 @@ def load(
         onednn: run the CPU model's linear layers on oneDNN's kernels where this torch has
             them (:mod:`zoo.nn.onednn`: faster decoding; the weights are unchanged);
             ``False`` keeps PyTorch's default kernels.
+        adapter: a LoRA adapter to apply (:mod:`zoo.adapters`): a folder holding
+            ``adapter_config.json`` and ``adapter_model.safetensors`` (peft's or zoo's), a LoRA
+            training run's folder (its ``adapter/``), or ``"hf:org/name[@revision]"`` (pulled,
+            pinned to one commit and checked as weights are). The adapter's recorded base
+            must be ``source``: its sha256 fingerprint is compared on the float weights,
+            before any ``quantize``, and a different base is refused naming both. ``source``
+            may itself be an adapter folder or a LoRA run's folder: its base is loaded from
+            the name or repo it records.
 
     Returns:
         the model in eval mode, with ``model.tokenizer`` (``None`` when it has none or
@@ -101,6 +114,21 @@ def load(
         "tokenizer": tokenizer,
         "quantize": quantize,
     }
+    if adapter is None and (folder := _adapter_folder_of(source)) is not None:
+        source, adapter = _recorded_base(folder), folder
+    if adapter is not None:
+        model = _load_adapted(source, adapter, options)
+    else:
+        model = _load_base(source, options)
+    if onednn:
+        from .nn.onednn import use_onednn
+
+        use_onednn(model)  # in place (same modules, class changed): adapters' hooks stay
+    return model
+
+
+def _load_base(source: str | os.PathLike[str], options: dict[str, Any]) -> ZooModel:
+    """:func:`load` of ``source`` without an adapter or oneDNN."""
     if isinstance(source, str) and source.startswith("hf:"):
         model = load_hf(source, **options)
     elif isinstance(source, os.PathLike) or (isinstance(source, str) and _looks_like_path(source)):
@@ -109,11 +137,206 @@ def load(
         model = _load_named(source, **options)
     else:
         raise TypeError(f"source must be a path or a model name, got {type(source).__name__}")
-    if onednn:
-        from .nn.onednn import use_onednn
-
-        use_onednn(model)
     return model
+
+
+def _local_adapter(path: Path) -> Path | None:
+    """The adapter folder ``path`` stands for: itself when it holds ``adapter_config.json``,
+    a LoRA run's ``adapter/`` (a run folder with no model of its own), else ``None``."""
+    if (path / ADAPTER_CONFIG).is_file():
+        return path
+    if path.is_dir() and not (model_folder(path) / CONFIG_FILE).is_file():
+        inner = path / "adapter"
+        return inner if (inner / ADAPTER_CONFIG).is_file() else None
+    return None
+
+
+def _adapter_folder_of(source: object) -> Path | None:
+    """The adapter folder a local ``source`` of :func:`load` is (an adapter folder or a LoRA
+    run's folder), or ``None``: a model."""
+    if isinstance(source, str) and (source.startswith(PREFIX) or not _looks_like_path(source)):
+        return None
+    if not isinstance(source, (str, os.PathLike)):
+        return None
+    return _local_adapter(Path(os.path.expanduser(os.fspath(source))))
+
+
+def _adapter_directory(adapter: str | os.PathLike[str]) -> Path:
+    """The local folder of ``adapter``: a folder as it is (or a run's ``adapter/``); an
+    ``hf:`` adapter is fetched (pinned to one commit, each file checked) into the cache."""
+    if isinstance(adapter, str) and adapter.startswith(PREFIX):
+        from .hub.adapter import fetch_adapter
+
+        return fetch_adapter(parse_hf_source(adapter)).directory
+    if not isinstance(adapter, (str, os.PathLike)):
+        raise TypeError(f"adapter must be a path or hf:org/name, got {type(adapter).__name__}")
+    path = Path(os.path.expanduser(os.fspath(adapter)))
+    folder = _local_adapter(path)
+    if folder is None:
+        what = "does not exist" if not path.exists() else f"has no {ADAPTER_CONFIG}"
+        raise CheckpointError(
+            f"adapter {path} {what}: give a folder holding {ADAPTER_CONFIG} and "
+            "adapter_model.safetensors (peft's save_pretrained or zoo train --lora writes "
+            "one), a LoRA training run's folder, or hf:org/name[@revision]",
+            path=path,
+        )
+    return folder
+
+
+def _recorded_base(folder: Path) -> str:
+    """What :func:`load` loads as the base of the adapter in ``folder``: the named model, or
+    the Hub repo at the revision, that zoo's record names; for an adapter without one (peft
+    wrote it), peft's ``base_model_name_or_path`` (and ``revision``)."""
+    from .adapters import WEIGHTS_FILE, BaseRecord
+    from .checkpoint.files import read_safetensors
+    from .hub.adapter import describe_adapter
+
+    _, metadata = read_safetensors(folder / WEIGHTS_FILE)
+    record = BaseRecord.from_metadata(metadata, where=str(folder / WEIGHTS_FILE))
+    if record is not None:
+        name, repo, revision = record.name, record.repo, record.revision
+    else:
+        config = describe_adapter(folder).config
+        named, revision = config.get("base_model_name_or_path"), config.get("revision")
+        name = named if isinstance(named, str) and named in get_registry() else None
+        repo = named if isinstance(named, str) and name is None else None
+        revision = revision if isinstance(revision, str) and revision else None
+    if name:
+        return name
+    if repo and Path(os.path.expanduser(repo)).exists():
+        return repo  # peft recorded a local folder
+    if repo:
+        return f"{PREFIX}{repo}" + (f"@{revision}" if revision else "")
+    raise CheckpointError(
+        f"{folder} names no base model (by name or Hub repo); give the base: "
+        f"zoo.load(BASE, adapter={str(folder)!r}), or --adapter on the command line",
+        path=folder,
+    )
+
+
+def _load_adapted(
+    source: str | os.PathLike[str], adapter: str | os.PathLike[str], options: dict[str, Any]
+) -> ZooModel:
+    """:func:`load` with ``adapter``: fetched first (a bad adapter loads no base), then the
+    base as stored, whose fingerprint the adapter's record must match (before any ``dtype``
+    conversion or quantization), then the quantization (which replaces the linear layers),
+    then the adapter on top. Nothing is returned (or kept) when any step fails."""
+    import torch
+
+    from .adapters import apply_adapter, read_adapter
+
+    folder = _adapter_directory(adapter)
+    quantize, dtype = options["quantize"], options["dtype"]
+    model = _load_base(source, {**options, "quantize": None, "dtype": None})
+    found = read_adapter(folder, model=model)
+    fingerprint = _fingerprint(model, found.base, dtype)
+    if quantize is not None:
+        from .nn.quant import quantize_
+
+        release = dtype is None and all(p.is_cpu for p in model.parameters())
+        with torch.no_grad():
+            quantize_(model, quantize, release=release)
+    apply_adapter(model, found, fingerprint=fingerprint)
+    tokenizer = _adapter_tokenizer(folder) if options["tokenizer"] else None
+    if tokenizer is not None:
+        model.tokenizer = tokenizer
+    return model
+
+
+def _fingerprint(model: ZooModel, base: BaseRecord | None, dtype: torch.dtype | None) -> str | None:
+    """The fingerprint to hold against the adapter's record ``base`` (``None``: it has none):
+    of the weights as stored, or of them converted to ``dtype`` when that is what the
+    adapter was trained on. The model is converted to ``dtype`` either way."""
+    from .adapters import base_fingerprint
+
+    fingerprint = base_fingerprint(model) if base is not None else None
+    if dtype is not None:
+        model.to(dtype)  # what load(dtype=) gives: floating weights and buffers converted
+        if base is not None and fingerprint != base.sha256:
+            fingerprint = base_fingerprint(model)
+    return fingerprint
+
+
+def _adapter_tokenizer(folder: Path) -> Tokenizer | None:
+    """The tokenizer that came with an adapter, which replaces the base's (a chat
+    fine-tune's template): saved in the adapter folder (peft users save it there) or in
+    the LoRA run's ``tokenizer/`` beside ``adapter/``; ``None`` when there is none."""
+    from .tokenizers import load_folder
+
+    for where in (folder, folder.parent / "tokenizer" if folder.name == "adapter" else None):
+        if where is not None and any(
+            (where / name).is_file() for name in ("zoo_tokenizer.json", "tokenizer.json")
+        ):
+            return load_folder(where)
+    return None
+
+
+def merge(
+    base: str | os.PathLike[str],
+    adapter: str | os.PathLike[str],
+    *,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | None = None,
+) -> ZooModel:
+    """The model ``base`` with ``adapter`` folded into its weights: a plain model (no
+    adapter modules, the base's own state dict keys) that computes what the adapted one
+    does. ``base`` and ``adapter`` are what :func:`load` takes (``adapter``: a folder, a LoRA
+    run's folder or ``hf:org/name[@rev]``). :func:`zoo.save` (or ``zoo merge BASE ADAPTER
+    OUT``) writes it as a plain checkpoint.
+
+    Raises:
+        zoo.CheckpointError: ``adapter`` is no adapter; ValueError: its base is not ``base``.
+    """
+    from .nn.lora import merge_lora
+
+    model = load(base, adapter=adapter, device=device, dtype=dtype, onednn=False)
+    merge_lora(model)
+    return model
+
+
+def merge_to(
+    base: str | os.PathLike[str],
+    adapter: str | os.PathLike[str],
+    destination: str | os.PathLike[str],
+    *,
+    to: str | None = None,
+) -> tuple[Path, str]:
+    """Write :func:`merge`'s model to ``destination`` (atomically) in the base's own format
+    (a zoo checkpoint, or the Hugging Face layout the base was stored in), or in ``to``;
+    the tokenizer (and its chat template) go with it. Returns the folder and the format."""
+    if to is not None and not _LAYOUT.match(to):
+        raise CheckpointError(f"{to!r} is not a layout name; use 'zoo' or one such as 'hf-gpt2'")
+    model = merge(base, adapter)
+    layout = to or _own_format(base)
+    if layout == "zoo":
+        return save(model, destination), layout
+    return export(model, destination, layout=None if layout == "hf" else layout), layout
+
+
+def _own_format(source: str | os.PathLike[str]) -> str:
+    """``"zoo"`` when ``source`` is stored as a zoo checkpoint, else ``"hf"`` (the layout is
+    the architecture's Hugging Face one) or the named model's declared layout."""
+    from .checkpoint.manifest import config_format, read_config_json
+
+    if isinstance(source, str) and not _looks_like_path(source) and not source.startswith(PREFIX):
+        weights = _named_spec(source).weights
+        if weights is not None and weights.layout != "auto":
+            return weights.layout
+        path = local_weights_path(source)
+        if path is None:  # Hub weights, fetched by the load just made: read from the cache
+            from .hub.download import fetch
+            from .hub.source import resolve_source
+
+            path = fetch(resolve_source(source), verify=False).directory
+    elif isinstance(source, str) and source.startswith(PREFIX):
+        from .hub.download import fetch
+
+        path = fetch(parse_hf_source(source), verify=False).directory
+    else:
+        path = model_folder(Path(os.path.expanduser(os.fspath(source))))
+    folder = path if path.is_dir() else path.parent
+    data = read_config_json(folder)
+    return "zoo" if data is None or config_format(data, where=str(folder)) == "zoo" else "hf"
 
 
 def check_source(source: str) -> None:
@@ -126,6 +349,15 @@ def check_source(source: str) -> None:
         existing_checkpoint(Path(os.path.expanduser(source)))
     else:
         _named_spec(source)
+
+
+def check_adapter(adapter: str) -> None:
+    """Refuse an adapter :func:`load` would refuse before reading anything (no torch): a
+    malformed ``hf:`` source, a folder that is no adapter."""
+    if adapter.startswith(PREFIX):
+        parse_hf_source(adapter)
+    else:
+        _adapter_directory(adapter)
 
 
 def _named_spec(name: str) -> ModelSpec:

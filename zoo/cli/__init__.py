@@ -11,7 +11,7 @@ One module per group of commands, each a ``COMMANDS`` table of :class:`~zoo.cli.
 - :mod:`zoo.cli.generate`: ``generate``, ``classify``; :mod:`zoo.cli.chat`: ``chat``;
 - :mod:`zoo.cli.train`: ``train`` (its flags made from ``TrainConfig``, :mod:`zoo.cli.flags`);
 - :mod:`zoo.cli.serve`: ``serve``;
-- :mod:`zoo.cli.weights`: ``convert``, ``push``, ``pull``.
+- :mod:`zoo.cli.weights`: ``convert``, ``merge``, ``push``, ``pull``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ __all__ = ["build_parser", "main"]
 #: The commands, in the order ``zoo --help`` lists them.
 _ORDER = (
     "list", "info", "plugins", "tour", "generate", "chat", "classify", "train", "serve",
-    "convert", "check", "push", "pull",
+    "convert", "merge", "check", "push", "pull",
 )  # fmt: skip
 _GROUPS = (models, generate, chat, train, serve, weights)
 _BY_NAME = {name: command for group in _GROUPS for name, command in group.COMMANDS.items()}

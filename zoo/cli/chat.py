@@ -10,7 +10,14 @@ from typing import TYPE_CHECKING
 from .generate import add_sampling, generation_config, print_pieces
 from .output import printable
 from .parser import Command, check_utf8
-from .source import add_model_loading, check_model, given_tokenizer, load_for_generation
+from .source import (
+    add_adapter,
+    add_model_loading,
+    check_adapter,
+    check_model,
+    given_tokenizer,
+    load_for_generation,
+)
 
 if TYPE_CHECKING:
     from ..generation import GenerationConfig
@@ -31,7 +38,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from ..tokenizers import ChatTemplateError
 
     config = _chat_config(args)
-    model = load_for_generation(args)
+    model = load_for_generation(args, args.adapter)
     tokenizer = resolve_tokenizer(model, given_tokenizer(args), "zoo chat")
     if tokenizer.chat_template is None:
         raise ChatTemplateError(
@@ -68,6 +75,7 @@ def _chat_config(args: argparse.Namespace) -> GenerationConfig:
 def _check_chat(args: argparse.Namespace) -> None:
     _chat_config(args)
     check_model(args)
+    check_adapter(args)
 
 
 def _input_lines(prompt: bool) -> Iterator[str]:
@@ -128,6 +136,7 @@ def _chat_arguments(p: argparse.ArgumentParser) -> None:
         "tokenizer's name, or a tokenizer folder (default: the model's own)",
     )
     add_model_loading(p)
+    add_adapter(p)
 
 
 COMMANDS = {"chat": Command(cmd_chat, _chat_arguments, _check_chat)}

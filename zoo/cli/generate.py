@@ -10,7 +10,14 @@ from typing import TYPE_CHECKING
 from .. import api
 from ..options import GENERATION_DEFAULTS
 from .parser import Command, check_utf8
-from .source import add_model_loading, check_model, given_tokenizer, load_for_generation
+from .source import (
+    add_adapter,
+    add_model_loading,
+    check_adapter,
+    check_model,
+    given_tokenizer,
+    load_for_generation,
+)
 
 if TYPE_CHECKING:
     from ..generation import GenerationConfig
@@ -80,7 +87,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from ..generation import stream_text
 
     config = _generate_config(args)
-    model = load_for_generation(args)
+    model = load_for_generation(args, args.adapter)
     tokenizer = given_tokenizer(args)
     # the tokenizer and the prompt are checked here, before anything is printed
     pieces = stream_text(model, args.prompt, config, tokenizer=tokenizer)
@@ -100,6 +107,7 @@ def _generate_config(args: argparse.Namespace) -> GenerationConfig:
 def _check_generate(args: argparse.Namespace) -> None:
     _generate_config(args)
     check_model(args)
+    check_adapter(args)
 
 
 def _generate_arguments(p: argparse.ArgumentParser) -> None:
@@ -119,6 +127,7 @@ def _generate_arguments(p: argparse.ArgumentParser) -> None:
         "(default: the one saved with the checkpoint or declared by its named model)",
     )
     add_model_loading(p)
+    add_adapter(p)
 
 
 def cmd_classify(args: argparse.Namespace) -> int:

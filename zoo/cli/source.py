@@ -1,5 +1,6 @@
 """The model ``zoo generate``, ``chat`` and ``serve`` run: its loading flags (``--device``,
-``--dtype``, ``--quantize``, ``--compile``, ``--random``), their early check and the load."""
+``--dtype``, ``--quantize``, ``--compile``, ``--random``; ``--adapter`` for ``generate`` and
+``chat``), their early check and the load."""
 
 from __future__ import annotations
 
@@ -13,7 +14,14 @@ if TYPE_CHECKING:
     from ..nn.base import ZooModel
     from ..tokenizers import Tokenizer
 
-__all__ = ["add_model_loading", "check_model", "given_tokenizer", "load_for_generation"]
+__all__ = [
+    "add_adapter",
+    "add_model_loading",
+    "check_adapter",
+    "check_model",
+    "given_tokenizer",
+    "load_for_generation",
+]
 
 _DTYPES = ("float32", "bfloat16", "float16")
 
@@ -44,6 +52,32 @@ def add_model_loading(p: argparse.ArgumentParser, *, compile: bool = True) -> No
     )
 
 
+def add_adapter(p: argparse.ArgumentParser) -> None:
+    """``--adapter ADAPTER``: one LoRA adapter on the model (``zoo generate``, ``zoo chat``)."""
+    p.add_argument(
+        "--adapter",
+        metavar="ADAPTER",
+        default=None,
+        help="apply a LoRA adapter: a folder with adapter_config.json (peft's or zoo train "
+        "--lora's), a LoRA run's folder, or hf:org/name[@rev]; its recorded base must be the "
+        "model",
+    )
+
+
+def check_adapter(args: argparse.Namespace) -> None:
+    """``--adapter`` names an adapter (no torch), and goes with weights, not ``--random``."""
+    from .. import loading
+
+    if args.adapter is None:
+        return
+    if args.random:
+        raise ValueError(
+            "--adapter needs the base's weights (the adapter records them by their sha256); "
+            "leave out --random"
+        )
+    loading.check_adapter(args.adapter)
+
+
 def check_model(args: argparse.Namespace) -> None:
     """``zoo generate``, ``chat`` and ``serve``: the model (a named model with ``--random``)
     and ``--tokenizer`` exist, as loading them will require."""
@@ -57,8 +91,9 @@ def check_model(args: argparse.Namespace) -> None:
         api.check_tokenizer(args.tokenizer)
 
 
-def load_for_generation(args: argparse.Namespace) -> ZooModel:
-    """The model the loading flags name (see :func:`add_model_loading`)."""
+def load_for_generation(args: argparse.Namespace, adapter: str | None = None) -> ZooModel:
+    """The model the loading flags name (see :func:`add_model_loading`), with ``adapter``
+    (``--adapter``) applied."""
     import torch
 
     from .. import loading
@@ -74,7 +109,9 @@ def load_for_generation(args: argparse.Namespace) -> ZooModel:
             with torch.no_grad():
                 quantize_(model, args.quantize)
         return model
-    return loading.load(args.source, device=args.device, dtype=dtype, quantize=args.quantize)
+    return loading.load(
+        args.source, device=args.device, dtype=dtype, quantize=args.quantize, adapter=adapter
+    )
 
 
 def given_tokenizer(args: argparse.Namespace) -> Tokenizer | None:

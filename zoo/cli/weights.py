@@ -1,5 +1,5 @@
-"""``zoo pull``, ``push`` and ``convert``: checkpoints to and from the Hugging Face Hub and
-between layouts."""
+"""``zoo pull``, ``push``, ``convert`` and ``merge``: checkpoints (and LoRA adapters) to and
+from the Hugging Face Hub, between layouts, and an adapter folded into its base."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ __all__ = ["COMMANDS"]
 
 
 def cmd_push(args: argparse.Namespace) -> int:
-    """Publish a checkpoint directory (written by zoo.save, or a training run's folder) to a
-    Hugging Face Hub repo."""
+    """Publish a checkpoint directory (written by zoo.save, or a training run's folder) or a
+    LoRA adapter folder to a Hugging Face Hub repo."""
     from .. import hub
 
     ref = hub.push(
@@ -79,6 +79,42 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_merge(args: argparse.Namespace) -> int:
+    """Fold a LoRA adapter into its base model's weights and write the result as a plain
+    checkpoint (the base's own format, with its tokenizer and chat template)."""
+    from ..loading import merge_to
+
+    path, layout = merge_to(args.base, args.adapter, args.destination, to=args.to)
+    shown = "zoo" if layout == "zoo" else "Hugging Face"
+    print(f"wrote {path}: {args.base} with {args.adapter} merged ({shown} layout)")
+    return 0
+
+
+def _check_merge(args: argparse.Namespace) -> None:
+    from .. import loading
+
+    loading.check_source(args.base)
+    loading.check_adapter(args.adapter)
+
+
+def _merge_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "base", metavar="BASE", help="the base: a named model, hf:org/name[@rev] or a directory"
+    )
+    p.add_argument(
+        "adapter",
+        metavar="ADAPTER",
+        help="the LoRA adapter: a folder with adapter_config.json, a LoRA run's folder, or "
+        "hf:org/name[@rev]; it must record BASE",
+    )
+    p.add_argument("destination", metavar="OUT", help="directory to write (atomically)")
+    p.add_argument(
+        "--to",
+        default=None,
+        help="layout to write: zoo, or a Hugging Face one such as hf-gpt2 (default: the base's)",
+    )
+
+
 def _check_convert(args: argparse.Namespace) -> None:
     from .. import loading
 
@@ -98,8 +134,9 @@ def _push_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "directory",
         metavar="DIR",
-        help="a checkpoint directory written by zoo.save or zoo convert, or a training run's "
-        "folder (zoo train --out)",
+        help="a checkpoint directory written by zoo.save or zoo convert, a training run's "
+        "folder (zoo train --out), or a LoRA adapter folder (published with a card naming its "
+        "base)",
     )
     p.add_argument("repo", metavar="REPO", help="Hub repo id, org/name")
     p.add_argument("--revision", help="branch to commit to (default: the main branch)")
@@ -119,4 +156,5 @@ COMMANDS = {
     "convert": Command(cmd_convert, _convert_arguments, _check_convert),
     "push": Command(cmd_push, _push_arguments),
     "pull": Command(cmd_pull, _pull_arguments),
+    "merge": Command(cmd_merge, _merge_arguments, _check_merge),
 }

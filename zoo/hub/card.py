@@ -1,16 +1,19 @@
 """The ``README.md`` model card :func:`zoo.push` writes: YAML metadata for the Hub
-(``library_name: zoo``, tags, licence) and, for a reader, what the model is and how to load it.
+(``library_name: zoo``, tags, licence; for a LoRA adapter ``library_name: peft``, tag ``lora``
+and ``base_model``) and, for a reader, what the model is and how to load it.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from typing import Any
 
 from ..checkpoint.manifest import Manifest, plugin_distribution
 from ..errors import ZooError
 from ..plugin.registry import get_registry
 
-__all__ = ["DEFAULT_LICENSE", "model_card"]
+__all__ = ["DEFAULT_LICENSE", "adapter_card", "model_card"]
 
 #: Licence id written when the caller gives none: zoo cannot know the weights' licence.
 DEFAULT_LICENSE = "other"
@@ -113,4 +116,80 @@ model.tokenizer                          # when one was saved with the weights
 ```json
 {json.dumps(config, indent=2)}
 ```
+"""
+
+
+def _base_repo(base: Mapping[str, Any]) -> str | None:
+    """The Hub repo of an adapter's base, for the card's ``base_model``: the repo it records,
+    else its named model's weights repo (the registry's), else ``None``."""
+    repo = base.get("repo")
+    if isinstance(repo, str) and repo:
+        return repo
+    name = base.get("name")
+    registry = get_registry()
+    if isinstance(name, str) and name in registry:
+        weights = registry.model(name).weights
+        return weights.repo if weights is not None and weights.repo else None
+    return None
+
+
+def adapter_card(
+    config: Mapping[str, Any],
+    base: Mapping[str, Any],
+    repo_id: str,
+    *,
+    license: str = DEFAULT_LICENSE,
+) -> str:
+    """The model card of a LoRA adapter pushed to ``repo_id``: the Hub's adapter metadata
+    (``base_model``, ``library_name: peft``, tags ``lora``), the base it was trained on (name,
+    repo, revision, sha256 from ``base``) and its shape (from peft's ``config``)."""
+    from huggingface_hub import ModelCardData
+
+    base_repo = _base_repo(base)
+    tags = ["lora", "peft", "zoo", "safetensors"]
+    metadata = ModelCardData(
+        library_name="peft", license=license, tags=tags, base_model=base_repo
+    ).to_yaml()
+    targets = config.get("target_modules")
+    shown_targets = ", ".join(map(str, targets)) if isinstance(targets, list) else str(targets)
+    rows = [
+        ("base model", f"`{base.get('name')}`" if base.get("name") else "-"),
+        ("base repo", f"`{base_repo}`" if base_repo else "-"),
+        ("base revision", f"`{base.get('revision')}`" if base.get("revision") else "-"),
+        ("base sha256", f"`{base.get('sha256')}`" if base.get("sha256") else "not recorded"),
+        ("rank", str(config.get("r", "-"))),
+        ("alpha", str(config.get("lora_alpha", "-"))),
+        ("targets", shown_targets),
+    ]
+    table = "\n".join(f"| {key} | {value} |" for key, value in rows)
+    title = repo_id.split("/")[-1]
+    base_arg = base.get("name") or (f"hf:{base_repo}" if base_repo else "BASE")
+    return f"""---
+{metadata}
+---
+
+# {title}
+
+A LoRA adapter (`adapter_config.json`, `adapter_model.safetensors`, as peft writes them) for
+the base model below. zoo checks the base's weights against the sha256 recorded here before
+applying it, and refuses another base.
+
+| | |
+|---|---|
+{table}
+
+## Usage
+
+```python
+import zoo
+
+model = zoo.load("{base_arg}", adapter="hf:{repo_id}")
+merged = zoo.merge("{base_arg}", "hf:{repo_id}")   # the adapter folded into the weights
+```
+
+```sh
+zoo generate {base_arg} "Hello" --adapter hf:{repo_id}
+```
+
+With peft: `PeftModel.from_pretrained(base_model, "{repo_id}")`.
 """

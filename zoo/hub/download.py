@@ -48,10 +48,13 @@ from .failures import hub_errors, is_offline, transport_errors
 from .source import HubSource, resolve_source
 from .transfer import Limits, check_commit, check_filename, inside, within_deadline
 
-__all__ = ["HF_VOCAB_FILES", "Snapshot", "evict", "fetch", "pull"]
+__all__ = ["HF_VOCAB_FILES", "Pinned", "Snapshot", "evict", "fetch", "pin", "pull"]
 
 #: Vocabulary files fetched with a Hugging Face-layout checkpoint when the repo has them: what
 #: a plugin's tokenizer may read from the checkpoint directory (GPT-1's BPE files).
+#: The file that makes a repo (or a folder) a LoRA adapter, as peft writes it.
+ADAPTER_CONFIG = "adapter_config.json"
+
 HF_VOCAB_FILES = ("vocab.json", "merges.txt", "tokenizer.json")  # tokenizer files beside HF weights
 
 
@@ -292,15 +295,29 @@ def _fetch_shards(
     return {name: sha for name, (sha, _) in expected.items()}, all(hashed)
 
 
-def fetch(source: HubSource, *, token: str | bool | None = None, verify: bool = True) -> Snapshot:
-    """Fetch the files of ``source`` into the Hugging Face cache (see the module docstring).
+@dataclasses.dataclass(frozen=True)
+class Pinned:
+    """A repo revision resolved to one commit, ready to fetch files at it.
 
-    Args:
-        source: what to fetch.
-        token: Hub token; ``None`` uses ``HF_TOKEN`` or the saved login, ``False`` sends none.
-        verify: hash the weights now. :func:`zoo.load` passes ``False`` and lets the loader
-            hash them on a background thread while it builds the model.
+    Attributes:
+        commit: the 40-hex commit sha.
+        entries: ``{path: RepoSibling}`` at that commit (size, blob id, LFS sha256), or
+            ``None`` offline or when the Hub's metadata could not be read.
+        what: ``org/name@<sha12> (revision)``, for messages.
+        download: ``download(filename, large=False) -> path in the cache``, checked as
+            :func:`zoo.hub.transfer.download` checks (only ``large`` files may exceed the cap).
     """
+
+    commit: str
+    entries: Mapping[str, Any] | None
+    what: str
+    download: Callable[..., Path]
+
+
+def pin(source: HubSource, *, token: str | bool | None = None) -> Pinned:
+    """Resolve ``source``'s revision to a commit once (a server's answer never becomes a path
+    unchecked) and read the repo's file metadata at it; one deadline for all that and every
+    download made through the result."""
     from huggingface_hub import HfApi
 
     what = f"{source}"
@@ -337,10 +354,32 @@ def fetch(source: HubSource, *, token: str | bool | None = None, verify: bool = 
                 start=start,
             )
 
+    return Pinned(commit, entries, what, download)
+
+
+def fetch(
+    source: HubSource,
+    *,
+    token: str | bool | None = None,
+    verify: bool = True,
+    pinned: Pinned | None = None,
+) -> Snapshot:
+    """Fetch the files of ``source`` into the Hugging Face cache (see the module docstring).
+
+    Args:
+        source: what to fetch.
+        token: Hub token; ``None`` uses ``HF_TOKEN`` or the saved login, ``False`` sends none.
+        verify: hash the weights now. :func:`zoo.load` passes ``False`` and lets the loader
+            hash them on a background thread while it builds the model.
+        pinned: ``source`` already resolved by :func:`pin` (default: resolved here).
+    """
+    pinned = pinned or pin(source, token=token)
+    commit, entries, what, download = pinned.commit, pinned.entries, pinned.what, pinned.download
     if entries is not None and CONFIG_FILE not in entries:
         raise HubNotFoundError(
             f"{what}: the repo has no {CONFIG_FILE}, so it is neither a zoo checkpoint "
             f"(zoo.push writes one) nor a Hugging Face one (it has: {', '.join(sorted(entries))})"
+            + _adapter_hint(entries, source)
         )
     config = download(CONFIG_FILE)
     _verify_small(config, (entries or {}).get(CONFIG_FILE), what)
@@ -381,6 +420,16 @@ def fetch(source: HubSource, *, token: str | bool | None = None, verify: bool = 
         expected_from=expected_from,
         verified=verified,
         shards=shards,
+    )
+
+
+def _adapter_hint(entries: Mapping[str, Any], source: HubSource) -> str:
+    """What to do with a repo that holds a LoRA adapter rather than a model."""
+    if ADAPTER_CONFIG not in entries:
+        return ""
+    return (
+        f". It holds a LoRA adapter ({ADAPTER_CONFIG}): load it on its base model with "
+        f"zoo.load(BASE, adapter={str(source)!r}) (zoo generate BASE ... --adapter {source})"
     )
 
 

@@ -6,6 +6,7 @@ import dataclasses
 import os
 import re
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +21,8 @@ from ..checkpoint.shards import (
 )
 from ..checkpoint.write import save
 from ..errors import CheckpointError, ChecksumMismatchError, HubError, UnsafeCheckpointError
-from .card import DEFAULT_LICENSE, model_card
+from .adapter import ADAPTER_FILES, describe_adapter
+from .card import DEFAULT_LICENSE, adapter_card, model_card
 from .failures import hub_errors
 from .source import PREFIX
 from .transfer import check_filename, inside
@@ -28,7 +30,7 @@ from .transfer import check_filename, inside
 if TYPE_CHECKING:
     from torch import nn
 
-__all__ = ["CARD_FILE", "CommitRef", "push"]
+__all__ = ["CARD_FILE", "CommitRef", "adapter_folder", "push"]
 
 #: The model card file in the repo.
 CARD_FILE = "README.md"
@@ -234,6 +236,18 @@ def push(
         raise HubError(f"revision {revision!r} is a commit sha; push to a branch name instead")
     if max_shard_size is not None:
         parse_max_shard_size(max_shard_size)  # refused before anything is written or sent
+    if isinstance(model_or_directory, (str, os.PathLike)):
+        adapter = adapter_folder(Path(os.path.expanduser(os.fspath(model_or_directory))))
+        if adapter is not None:
+            return _push_adapter(
+                adapter,
+                repo_id,
+                revision=revision,
+                private=private,
+                token=token,
+                commit_message=commit_message,
+                license=license,
+            )
     with tempfile.TemporaryDirectory(prefix="zoo-push-") as staging:
         written = Path(staging) / "checkpoint"
         if isinstance(model_or_directory, (str, os.PathLike)):
@@ -258,6 +272,50 @@ def push(
         )
 
 
+def adapter_folder(path: Path) -> Path | None:
+    """The LoRA adapter folder ``path`` stands for: itself when it holds
+    ``adapter_config.json``, a LoRA run's ``adapter/`` when the run saved no model, else
+    ``None``."""
+    if (path / ADAPTER_FILES[0]).is_file():
+        return path
+    if path.is_dir() and not (model_folder(path) / CONFIG_FILE).is_file():
+        inner = path / "adapter"
+        return inner if (inner / ADAPTER_FILES[0]).is_file() else None
+    return None
+
+
+def _push_adapter(
+    directory: Path,
+    repo_id: str,
+    *,
+    revision: str | None,
+    private: bool,
+    token: str | bool | None,
+    commit_message: str | None,
+    license: str,
+) -> CommitRef:
+    """Publish the adapter in ``directory`` (its two files, as peft reads them) with a card
+    naming its base, in one commit."""
+    from huggingface_hub import CommitOperationAdd
+
+    facts = describe_adapter(directory)  # both files present, their headers readable
+    outside = [f for f in ADAPTER_FILES if not inside(directory / f, directory)]
+    if outside:
+        raise UnsafeCheckpointError(
+            f"{directory}: {', '.join(outside)} lead(s) outside the adapter folder (a link); "
+            "refusing to publish files from elsewhere"
+        )
+
+    def operations(repo: str) -> list:
+        card = adapter_card(facts.config, facts.base, repo, license=license)
+        added = [CommitOperationAdd(f, str(directory / f)) for f in ADAPTER_FILES]
+        return [*added, CommitOperationAdd(CARD_FILE, card.encode("utf-8"))]
+
+    base = facts.base.get("name") or facts.base.get("repo") or "its base"
+    message = commit_message or f"Upload a LoRA adapter for {base} with zoo"
+    return _commit(repo_id, operations, message, revision=revision, private=private, token=token)
+
+
 def _upload(
     directory: Path,
     files: list[str],
@@ -270,24 +328,36 @@ def _upload(
     commit_message: str | None,
     license: str,
 ) -> CommitRef:
+    def operations(repo: str) -> list:
+        card = model_card(manifest, repo, license=license)
+        return _operations(directory, files, card, manifest)
+
+    name = manifest.model_name or manifest.architecture
+    message = commit_message or f"Upload {name} with zoo"
+    return _commit(repo_id, operations, message, revision=revision, private=private, token=token)
+
+
+def _commit(
+    repo_id: str,
+    operations: Callable[[str], list],
+    message: str,
+    *,
+    revision: str | None,
+    private: bool,
+    token: str | bool | None,
+) -> CommitRef:
+    """Create the repo if needed (and the branch), then commit ``operations(repo id)`` in
+    one commit: the files appear together or not at all."""
     from huggingface_hub import HfApi
 
     api = HfApi(token=token)
     where = f"push to {repo_id}" + (f"@{revision}" if revision else "")
     with hub_errors(where, push=True):
         repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
-        operations = _operations(
-            directory, files, model_card(manifest, repo_id, license=license), manifest
-        )
+        made = operations(repo_id)
         if revision is not None:
             api.create_branch(repo_id, branch=revision, exist_ok=True)
-        name = manifest.model_name or manifest.architecture
-        info = api.create_commit(
-            repo_id,
-            operations,
-            commit_message=commit_message or f"Upload {name} with zoo",
-            revision=revision,
-        )
+        info = api.create_commit(repo_id, made, commit_message=message, revision=revision)
     return CommitRef(
         repo_id=repo_id, revision=revision or "main", sha=info.oid, url=str(info.commit_url)
     )
