@@ -1,0 +1,239 @@
+"""``adapter_config.json`` as peft writes it, and the checks on one zoo reads.
+
+zoo writes every key peft 0.21 writes, with peft's defaults where zoo has nothing to say. On
+reading, the keys zoo honours are read (``r``, ``lora_alpha``, ``lora_dropout``,
+``target_modules``, ``rank_pattern``, ``alpha_pattern``, ``use_rslora``; the adapted modules
+come from the weights, which also honours ``layers_to_transform``), the keys that change
+nothing at inference are ignored, and every other key must hold its default (``null``,
+``false``, ``{}``, ``[]``, or ``"none"`` for ``bias``): anything else (DoRA, ``modules_to_save``,
+a LoRA bias, activated LoRA, ...) is refused naming the key.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..errors import CheckpointError
+
+__all__ = ["CONFIG_FILE", "WEIGHTS_FILE", "LoraSettings", "check_config", "peft_config"]
+
+CONFIG_FILE = "adapter_config.json"
+WEIGHTS_FILE = "adapter_model.safetensors"
+
+#: Keys that change nothing once the weights are trained (initialisation, bookkeeping).
+_INERT = frozenset(
+    {
+        "auto_mapping", "base_model_name_or_path", "revision", "inference_mode",
+        "init_lora_weights", "peft_version", "task_type", "fan_in_fan_out",
+        "megatron_core", "megatron_config", "qalora_group_size", "loftq_config", "eva_config",
+        "corda_config", "lora_ga_config", "exclude_modules", "ensure_weight_tying",
+        "layers_to_transform", "layers_pattern",
+    }
+)  # fmt: skip
+
+#: Keys zoo reads.
+_READ = frozenset(
+    {"peft_type", "r", "lora_alpha", "lora_dropout", "target_modules", "rank_pattern",
+     "alpha_pattern", "use_rslora", "bias"}
+)  # fmt: skip
+
+
+def peft_config(
+    *,
+    rank: int,
+    alpha: float,
+    dropout: float,
+    target_modules: Sequence[str],
+    fan_in_fan_out: bool,
+    rank_pattern: Mapping[str, int],
+    alpha_pattern: Mapping[str, float],
+    base: str | None,
+    revision: str | None,
+) -> dict[str, Any]:
+    """The ``adapter_config.json`` peft 0.21 writes for a LoRA of these values."""
+
+    def number(value: float) -> float | int:
+        return int(value) if float(value).is_integer() else value
+
+    return {
+        "alora_invocation_tokens": None,
+        "alpha_pattern": {k: number(v) for k, v in alpha_pattern.items()},
+        "arrow_config": None,
+        "auto_mapping": None,
+        "base_model_name_or_path": base,
+        "bias": "none",
+        "corda_config": None,
+        "ensure_weight_tying": False,
+        "eva_config": None,
+        "exclude_modules": None,
+        "fan_in_fan_out": fan_in_fan_out,
+        "inference_mode": True,
+        "init_lora_weights": True,
+        "kasa_config": None,
+        "layer_replication": None,
+        "layers_pattern": None,
+        "layers_to_transform": None,
+        "loftq_config": {},
+        "lora_alpha": number(alpha),
+        "lora_bias": False,
+        "lora_dropout": dropout,
+        "lora_ga_config": None,
+        "megatron_config": None,
+        "megatron_core": "megatron.core",
+        "modules_to_save": None,
+        "monteclora_config": None,
+        "peft_type": "LORA",
+        "qalora_group_size": 16,
+        "r": rank,
+        "rank_pattern": dict(rank_pattern),
+        "revision": revision,
+        "target_modules": list(target_modules),
+        "target_parameters": None,
+        "task_type": "CAUSAL_LM",
+        "trainable_token_indices": None,
+        "use_bdlora": None,
+        "use_dora": False,
+        "use_qalora": False,
+        "use_rslora": False,
+        "velora_config": None,
+    }
+
+
+def _refuse(where: str, message: str) -> CheckpointError:
+    return CheckpointError(f"{where}: {message}", path=where)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+class LoraSettings:
+    """What zoo reads of a checked ``adapter_config.json``: ``rank``, ``alpha``,
+    ``dropout``, ``rslora``, ``target_modules`` (``None`` for peft's regex form) and the
+    per-module rank and alpha (:meth:`rank_of`, :meth:`alpha_of`, peft's pattern rules)."""
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self.rank: int = config["r"]
+        self.alpha: float = float(config["lora_alpha"])
+        self.dropout: float = float(config.get("lora_dropout") or 0.0)
+        self.rslora: bool = bool(config.get("use_rslora"))
+        targets = config.get("target_modules")
+        self.target_modules: tuple[str, ...] | None = (
+            tuple(targets) if isinstance(targets, list) else None
+        )
+        self.rank_pattern: dict[str, int] = dict(config.get("rank_pattern") or {})
+        self.alpha_pattern: dict[str, float] = dict(config.get("alpha_pattern") or {})
+
+    @staticmethod
+    def _pattern(patterns: Mapping[str, Any], module: str) -> str | None:
+        """peft's ``get_pattern_key``: the first pattern that ends ``module``."""
+        for key in patterns:
+            if re.match(rf"(.*\.)?({key})$", module):
+                return key
+        return None
+
+    def rank_of(self, module: str) -> int:
+        """The rank peft gives ``module``."""
+        key = self._pattern(self.rank_pattern, module)
+        return self.rank if key is None else self.rank_pattern[key]
+
+    def alpha_of(self, module: str) -> float:
+        """The alpha peft gives ``module``."""
+        key = self._pattern(self.alpha_pattern, module)
+        return self.alpha if key is None else float(self.alpha_pattern[key])
+
+    def scaling(self, module: str, rank: int) -> float:
+        """peft's scaling of ``module``'s update: alpha / rank (alpha / sqrt(rank) with
+        rslora)."""
+        return self.alpha_of(module) / (math.sqrt(rank) if self.rslora else rank)
+
+
+def _check_values(config: Mapping[str, Any], where: str) -> None:
+    """The values of the keys zoo reads, each of the right type."""
+    rank = config.get("r")
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+        raise _refuse(where, f"'r' must be a positive integer, got {rank!r}")
+    if not _is_number(config.get("lora_alpha")) or config["lora_alpha"] <= 0:
+        raise _refuse(
+            where, f"'lora_alpha' must be a positive number, got {config.get('lora_alpha')!r}"
+        )
+    dropout = config.get("lora_dropout", 0.0)
+    if dropout is not None and not (_is_number(dropout) and 0 <= dropout < 1):
+        raise _refuse(where, f"'lora_dropout' must be a number in [0, 1), got {dropout!r}")
+    if not isinstance(config.get("use_rslora", False), bool):
+        raise _refuse(where, f"'use_rslora' must be true or false, got {config['use_rslora']!r}")
+    targets = config.get("target_modules")
+    if not (
+        targets is None
+        or (isinstance(targets, str) and len(targets) <= 1000)
+        or (isinstance(targets, list) and all(isinstance(t, str) and t for t in targets))
+    ):
+        raise _refuse(where, f"'target_modules' must be a list of module names, got {targets!r}")
+    for key, test, what in (
+        ("rank_pattern", lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0,
+         "positive integers"),
+        ("alpha_pattern", lambda v: _is_number(v) and v > 0, "positive numbers"),
+    ):  # fmt: skip
+        patterns = config.get(key) or {}
+        if not isinstance(patterns, dict) or not all(
+            isinstance(k, str) and len(k) <= 1000 and test(v) for k, v in patterns.items()
+        ):
+            raise _refuse(where, f"{key!r} must map module names to {what}, got {patterns!r}")
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise _refuse(
+                    where, f"{key!r}: {pattern!r} is not a valid pattern ({exc})"
+                ) from None
+
+
+def check_config(config: Any, where: str) -> LoraSettings:
+    """The settings of a parsed ``adapter_config.json`` zoo can honour exactly.
+
+    Raises:
+        CheckpointError: not a LoRA (``peft_type``), a key zoo cannot honour set (``use_dora``,
+            ``modules_to_save``, ``bias``, ``lora_bias``, ``target_parameters``, ...), or a
+            value of the wrong type; the message names the key.
+    """
+    if not isinstance(config, dict):
+        raise _refuse(where, f"must hold a JSON object, not {type(config).__name__}")
+    kind = config.get("peft_type")
+    if kind != "LORA":
+        raise _refuse(
+            where, f"'peft_type' is {kind!r}; zoo reads LoRA adapters only (peft_type 'LORA')"
+        )
+    bias = config.get("bias", "none")
+    if bias != "none":
+        raise _refuse(
+            where,
+            f"'bias' is {bias!r}: the adapter trains biases, which zoo cannot apply; "
+            "zoo reads adapters with bias 'none'",
+        )
+    for key, value in config.items():
+        if key in _INERT or key in _READ:
+            continue
+        if value not in (None, False, {}, []):
+            raise _refuse(
+                where,
+                f"{key!r} is {value!r}, which zoo cannot honour exactly "
+                f"({_WHY.get(key, 'not a plain LoRA')}); zoo reads plain LoRA adapters",
+            )
+    _check_values(config, where)
+    return LoraSettings(config)
+
+
+#: Why a key is refused, for the message.
+_WHY = {
+    "use_dora": "DoRA rescales each weight by a learned magnitude",
+    "modules_to_save": "it replaces whole layers with trained copies",
+    "lora_bias": "the adapter has a bias of its own",
+    "target_parameters": "it adapts parameters, not linear layers",
+    "trainable_token_indices": "it trains embedding rows",
+    "layer_replication": "it repeats layers of the base",
+    "use_qalora": "QA-LoRA pools the adapter's input",
+    "alora_invocation_tokens": "activated LoRA applies only after its invocation tokens",
+}
