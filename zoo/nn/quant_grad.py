@@ -17,6 +17,7 @@ packing layout the kernel uses on this machine or device).
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Protocol
 
 import torch
@@ -105,12 +106,44 @@ def int4_columns(
     span: tuple[int, int],
     dtype: torch.dtype,
 ) -> Tensor:
-    """Columns ``span`` of an int4 weight, ``(N, end - start)`` in ``dtype``: the int4 kernel
-    applied to those rows of the identity, so each value is the weight exactly as the kernel
-    dequantizes it (one product by 1, the rest by 0)."""
+    """Columns ``span`` of an int4 weight, ``(N, end - start)`` in ``dtype``, as the kernels
+    dequantize it: ``(q - 8) * scale + zero``. On the CPU the codes are unpacked from the
+    packing layout found on this machine (:func:`_cpu_block`); elsewhere (or a layout not
+    known) the int4 kernel is applied to those rows of the identity (one product by 1, the
+    rest by 0: exact, but as slow as a forward of ``end - start`` rows)."""
     start, end = span
     kernel_dtype = scales_and_zeros.dtype
+    block = _cpu_block() if packed.is_cpu else None
+    if block is not None and packed.shape[0] % block == 0:
+        groups = torch.arange(start, end, device=packed.device) // group  # (c,)
+        scale, zero = scales_and_zeros[groups].transpose(0, 1).unbind(-1)  # (N, c) each
+        codes = _unpack_cpu(packed, block, start, end).to(kernel_dtype)  # (N, c)
+        return ((codes - 8) * scale + zero).to(dtype)
     eye = torch.zeros(end - start, in_features, dtype=kernel_dtype, device=packed.device)
     eye[:, start:end].fill_diagonal_(1)  # (c, K): rows start..end-1 of the identity
     mm = torch._weight_int4pack_mm_for_cpu if packed.is_cpu else torch._weight_int4pack_mm
     return mm(eye, packed, group, scales_and_zeros).t().to(dtype)  # (c, N) -> (N, c)
+
+
+def _unpack_cpu(packed: Tensor, block: int, start: int, end: int) -> Tensor:
+    """The int4 codes of input columns ``start:end`` from the CPU packing with ``block``
+    output rows a block: ``(N, K / 2)`` bytes laid out as ``(N / block, K, block / 2)``, a
+    byte holding row ``d`` of its block in its low half and row ``d + block / 2`` in its
+    high half. Returns ``(N, end - start)`` uint8."""
+    n = packed.shape[0]
+    tiles = packed.view(n // block, -1, block // 2)[:, start:end]  # (N / B, c, B / 2)
+    codes = torch.cat((tiles & 15, tiles >> 4), dim=-1)  # (N / B, c, B)
+    return codes.transpose(1, 2).reshape(n, end - start)
+
+
+@functools.cache
+def _cpu_block() -> int | None:
+    """The output rows of a block in ``torch._convert_weight_to_int4pack_for_cpu``'s layout
+    on this machine (it depends on the CPU: 32 with AVX2, 64 with AVX-512), found by packing
+    known codes; ``None`` where the layout is none of those (the kernel route is used)."""
+    q = torch.randint(0, 16, (128, 256), dtype=torch.int32, generator=torch.Generator())
+    packed = torch._convert_weight_to_int4pack_for_cpu(q, 8)
+    for block in (64, 32, 16):
+        if torch.equal(_unpack_cpu(packed, block, 0, 256).to(torch.int32), q):
+            return block
+    return None
