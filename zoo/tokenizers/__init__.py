@@ -36,6 +36,7 @@ from .serialization import load_directory, load_tokenizer, save_tokenizer
 
 if TYPE_CHECKING:
     from .chat import ChatTemplate
+    from .chat_files import with_chat_template
     from .hf_backend import HFTokenizer
     from .pretrained import from_pretrained, load_folder
     from .subword import SubwordBPE
@@ -59,6 +60,7 @@ __all__ = [
     "load_folder",
     "load_tokenizer",
     "save_tokenizer",
+    "with_chat_template",
 ]
 
 #: Imported on first use: they import tiktoken, ``tokenizers`` or jinja2.
@@ -69,6 +71,7 @@ _LAZY = {
     "load_folder": "zoo.tokenizers.pretrained:load_folder",
     "SubwordBPE": "zoo.tokenizers.subword:SubwordBPE",
     "TiktokenTokenizer": "zoo.tokenizers.tiktoken_backend:TiktokenTokenizer",
+    "with_chat_template": "zoo.tokenizers.chat_files:with_chat_template",
 }
 
 __getattr__ = lazy_attributes(__name__, _LAZY)

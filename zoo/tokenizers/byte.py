@@ -7,17 +7,25 @@ trained on character-level data, such as the shipped ``shakespeare-byte``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import json
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .base import Tokenizer
+from .chat_files import chat_from_manifest, chat_manifest
 from .chunking import CUT_ANYWHERE, pieces
-from .errors import TokenizerError, TokenizerInputError
+from .errors import TokenizerError, TokenizerInputError, VocabularyFileError
+from .files import MANIFEST, sha256_bytes, write_manifest
+
+if TYPE_CHECKING:
+    from .chat import ChatTemplate
 
 __all__ = ["ENDOFTEXT", "ByteTokenizer"]
 
 ENDOFTEXT = "<|endoftext|>"
+#: The file a byte tokenizer with a chat template saves it in (with its special-token strings).
+CHAT_FILE = "byte_chat_template.json"
 #: :meth:`ByteTokenizer.iter_encode` yields the ids of this many characters at a time.
 CHUNK_CHARS = 1 << 16
 
@@ -30,13 +38,16 @@ class ByteTokenizer(Tokenizer):
 
     kind = "byte"
 
-    def __init__(self, *, name: str = "byte", description: str = "") -> None:
+    def __init__(
+        self, *, name: str = "byte", description: str = "", chat: ChatTemplate | None = None
+    ) -> None:
         self._specials = {ENDOFTEXT: 256}
         super().__init__(
             name=name,
             roles={"bos": ENDOFTEXT, "eos": ENDOFTEXT},
             description=description or "UTF-8 bytes (256 ids) + <|endoftext|>, no data files",
-            by_name=True,
+            by_name=chat is None,
+            chat=chat,
         )
 
     @property
@@ -120,7 +131,37 @@ class ByteTokenizer(Tokenizer):
         return bytes(out)
 
     def save(self, directory: str | Path) -> list[str]:
-        raise TokenizerError("the byte tokenizer is rebuilt from its name; it writes no files")
+        """With a chat template (:func:`~zoo.tokenizers.with_chat_template`): the template
+        (``chat_template.jinja``) and the manifest. Without one there is nothing to write:
+        the tokenizer is rebuilt from its name."""
+        if self._chat is None:
+            raise TokenizerError("the byte tokenizer is rebuilt from its name; it writes no files")
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        data = json.dumps(chat_manifest(self), indent=2, ensure_ascii=False).encode("utf-8")
+        (directory / CHAT_FILE).write_bytes(data)
+        manifest = {
+            "name": self.name,
+            "kind": self.kind,
+            "backend": self.backend,
+            "description": self.description,
+            "files": {CHAT_FILE: sha256_bytes(data)},
+        }
+        write_manifest(directory, manifest)
+        return [CHAT_FILE, MANIFEST]
+
+    @classmethod
+    def from_manifest(cls, directory: Path, manifest: Mapping[str, Any]) -> ByteTokenizer:
+        """Rebuild from a directory written by :meth:`save` (manifest already verified)."""
+        try:
+            kept = json.loads((directory / CHAT_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError) as exc:
+            raise VocabularyFileError(f"cannot read {directory / CHAT_FILE}: {exc}") from None
+        if not isinstance(kept, dict) or kept.get("chat_template") is None:
+            raise VocabularyFileError(f"{directory / CHAT_FILE} holds no chat template")
+        name, description = manifest["name"], manifest.get("description", "")
+        chat = chat_from_manifest(directory, kept)
+        return cls(name=name, description=str(description), chat=chat)
 
 
 def load() -> ByteTokenizer:

@@ -40,7 +40,7 @@ from .chat_limits import (
     MAX_STEPS,
 )
 from .chat_messages import REASONING_FIELDS, plain, plain_messages
-from .chat_sandbox import compile_template
+from .chat_sandbox import GENERATION, GenerationSpans, compile_template
 from .errors import ChatTemplateError
 
 __all__ = [
@@ -154,6 +154,26 @@ class ChatTemplate:
         )
         return text if final is None else _cut_final(text, final)
 
+    def render_spans(
+        self,
+        messages: Any,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        chat_template: str | None = None,
+        **extra: Any,
+    ) -> tuple[str, list[tuple[int, int]]]:
+        """The whole conversation rendered (as :meth:`render`, no generation prompt), and the
+        ``(start, end)`` character offsets of the text of each ``{% generation %}`` block in
+        it, in order: what ``transformers`` reads for ``return_assistant_tokens_mask``. A
+        template without the tag gives no spans."""
+        tracker = GenerationSpans()
+        token = GENERATION.set(tracker)
+        try:
+            text = self.render(messages, tools=tools, chat_template=chat_template, **extra)
+        finally:
+            GENERATION.reset(token)
+        return text, list(tracker.spans)
+
 
 def _tool_schemas(tools: Sequence[Any] | None) -> list[Any] | None:
     if tools is None:
@@ -219,12 +239,15 @@ def _render(template: jinja2.Template, **variables: Any) -> str:
     token = limits.start()
     pieces: list[str] = []
     size = 0
+    tracker = GENERATION.get()  # where {% generation %} blocks fall, when asked
     try:
         parts: Iterator[str] = template.generate(**variables)
         for piece in parts:
             size += len(piece)
             limits.check_text(size, "the template's output reached")
             pieces.append(piece)
+            if tracker is not None:
+                tracker.size = size
     except jinja2.exceptions.SecurityError as exc:
         raise ChatTemplateError(f"the chat template was stopped by the sandbox: {exc}") from None
     except jinja2.exceptions.TemplateError as exc:  # raise_exception(...) and undefined names

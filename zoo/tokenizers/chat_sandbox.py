@@ -8,6 +8,8 @@ measured before they are built, operators, calls, filters and tests are checked 
 
 from __future__ import annotations
 
+import contextvars
+import dataclasses
 import functools
 from collections.abc import Callable
 from datetime import datetime
@@ -25,7 +27,24 @@ from . import chat_limits as limits
 from . import chat_operations as operations
 from .errors import ChatTemplateError
 
-__all__ = ["compile_template"]
+__all__ = ["GENERATION", "GenerationSpans", "compile_template"]
+
+
+@dataclasses.dataclass
+class GenerationSpans:
+    """Where the ``{% generation %}`` blocks of one render fall: ``size`` is the length of
+    the output so far (kept by the renderer), ``spans`` the ``(start, end)`` character
+    offsets of each block's text, as ``transformers`` records them for
+    ``return_assistant_tokens_mask``."""
+
+    size: int = 0
+    spans: list[tuple[int, int]] = dataclasses.field(default_factory=list)
+
+
+#: The spans of the render under way, when its caller asked for them (else ``None``).
+GENERATION: contextvars.ContextVar[GenerationSpans | None] = contextvars.ContextVar(
+    "zoo_generation_spans", default=None
+)
 
 #: Filters replaced by bounded equivalents (same results).
 _REPLACED_FILTERS: dict[str, Callable[..., Any]] = {
@@ -101,7 +120,8 @@ class _CodeGenerator(jinja2.compiler.CodeGenerator):
 
 class _Generation(jinja2.ext.Extension):
     """``{% generation %}...{% endgeneration %}``: marks the assistant's text for training
-    masks in ``transformers``; renders its body unchanged."""
+    masks (as in ``transformers``); renders its body unchanged, and records where it falls
+    when a :class:`GenerationSpans` is active (:data:`GENERATION`)."""
 
     tags = {"generation"}  # noqa: RUF012 (Jinja's own class attribute)
 
@@ -112,7 +132,11 @@ class _Generation(jinja2.ext.Extension):
         return jinja2.nodes.CallBlock(call, [], [], body).set_lineno(lineno)
 
     def _body(self, caller: Callable[[], str]) -> str:
-        return caller()
+        text = caller()
+        tracker = GENERATION.get()
+        if tracker is not None:  # the output so far ends where this block's text starts
+            tracker.spans.append((tracker.size, tracker.size + len(text)))
+        return text
 
 
 class _Sandbox(ImmutableSandboxedEnvironment):

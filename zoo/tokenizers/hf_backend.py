@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import tokenizers
 
 from .base import Tokenizer
+from .chat_files import chat_from_manifest, chat_manifest
 from .chunking import CUT_WORDS, pieces
 from .errors import TokenizerError, VocabularyFileError
 from .files import MANIFEST, sha256_bytes, write_manifest
@@ -263,9 +264,7 @@ class HFTokenizer(Tokenizer):
         extra_ends = [i for i in self.end_ids if i != self.eos_id]
         if extra_ends:
             manifest["end_ids"] = extra_ends
-        if self._chat is not None:
-            manifest["chat_template"] = dict(self._chat.templates)
-            manifest["template_tokens"] = dict(self._chat.tokens)
+        manifest.update(chat_manifest(self))
         write_manifest(directory, manifest)
         return [TOKENIZER_FILE, MANIFEST]
 
@@ -278,14 +277,7 @@ class HFTokenizer(Tokenizer):
             raise VocabularyFileError(
                 f"{directory / TOKENIZER_FILE} is not a valid tokenizers file: {exc}"
             ) from exc
-        chat = None
-        if manifest.get("chat_template") is not None:
-            from .chat import ChatTemplate
-
-            try:
-                chat = ChatTemplate(manifest["chat_template"], manifest.get("template_tokens", {}))
-            except TokenizerError as exc:
-                raise VocabularyFileError(f"{directory / MANIFEST}: {exc}") from None
+        chat = chat_from_manifest(directory, manifest)
         return cls(
             tokenizer,
             name=manifest["name"],

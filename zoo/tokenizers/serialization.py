@@ -19,11 +19,12 @@ __all__ = ["load_directory", "load_tokenizer", "save_tokenizer"]
 
 def _classes() -> dict[str, type[Tokenizer]]:
     """Manifest ``kind`` -> class. A fixed table: a saved file never names code to import."""
+    from .byte import ByteTokenizer
     from .hf_backend import HFTokenizer
     from .subword import SubwordBPE
     from .tiktoken_backend import TiktokenTokenizer
 
-    return {c.kind: c for c in (TiktokenTokenizer, HFTokenizer, SubwordBPE)}
+    return {c.kind: c for c in (TiktokenTokenizer, HFTokenizer, SubwordBPE, ByteTokenizer)}
 
 
 def load_directory(directory: str | Path) -> Tokenizer:

@@ -11,6 +11,7 @@ from typing import Any
 import tiktoken
 
 from .base import Tokenizer
+from .chat_files import chat_from_manifest, chat_manifest
 from .chunking import CUT_WORDS, pieces
 from .errors import TokenizerError, VocabularyFileError
 from .files import MANIFEST, read_verified, sha256_bytes, write_manifest
@@ -171,6 +172,7 @@ class TiktokenTokenizer(Tokenizer):
                 "pattern": self.encoding._pat_str,
                 "special_tokens": self._specials,
                 "files": {RANKS_FILE: sha256_bytes(data)},
+                **chat_manifest(self),
             },
         )
         return [RANKS_FILE, MANIFEST]
@@ -186,4 +188,5 @@ class TiktokenTokenizer(Tokenizer):
             roles=manifest.get("roles", {}),
             wrap=tuple(manifest.get("wrap", (None, None))),
             description=manifest.get("description", ""),
+            chat=chat_from_manifest(directory, manifest),
         )

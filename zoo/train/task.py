@@ -7,7 +7,7 @@ things that differ between tasks:
 - ``loss(model, inputs, targets)``: the training loss of one batch;
 - ``units(model)``: the sub-modules FSDP2 shards one by one (each block), before the root.
 
-Three specs are built in (:data:`TASKS`):
+Four specs are built in (:data:`TASKS`):
 
 - ``"causal-lm"``: a decoder on text, random windows of ``context_length + 1`` tokens
   (:class:`~zoo.train.data.TokenData`); its blocks are ``model.blocks``.
@@ -15,6 +15,11 @@ Three specs are built in (:data:`TASKS`):
   (:class:`~zoo.train.data.LabelData`); its blocks are its body's ``blocks``.
 - ``"seq2seq"``: an encoder-decoder on ``source<TAB>target`` lines, teacher forcing
   (:class:`~zoo.train.data.PairData`); its blocks are ``model.encoder`` and ``model.decoder``.
+- ``"chat"``: a decoder on conversations (a ``.jsonl`` file in OpenAI's messages format)
+  rendered through the tokenizer's chat template and packed in rows of ``context_length + 1``
+  tokens, the loss on the assistant's replies only (:mod:`zoo.train.chat`); its blocks are
+  ``model.blocks``. No model declares it: ``zoo train --task chat`` (or
+  ``model.train_task = "chat"``) picks it for a decoder.
 
 Each uses the mean token cross-entropy, padding ignored.
 
@@ -144,6 +149,12 @@ def _read_pairs(model: ZooModel, request: DataRequest) -> DataSource:
     return PairData.read(path, request.tokenizer, request.context, request.val_fraction)
 
 
+def _read_chat(model: ZooModel, request: DataRequest) -> DataSource:
+    from .chat import read_chat  # (imports the chat template renderer on first use)
+
+    return read_chat(model, request)
+
+
 def _decoder_blocks(model: nn.Module) -> list[nn.Module]:
     """A decoder's ``blocks`` (zoo.nn.DecoderLM's and the plugin guide's); none when it has
     no such attribute (FSDP2 then shards the root alone, and the run says so)."""
@@ -166,6 +177,7 @@ TASKS: dict[str, TaskSpec] = {
         TaskSpec("causal-lm", read=_read_text, units=_decoder_blocks),
         TaskSpec("classify", read=_read_labels, units=_classifier_blocks),
         TaskSpec("seq2seq", read=_read_pairs, units=_encoder_decoder_blocks),
+        TaskSpec("chat", read=_read_chat, units=_decoder_blocks),
     )
 }
 
