@@ -1,5 +1,6 @@
-"""``zoo train``: a model trained on text, pairs or labelled text. Its training flags are
-made from :class:`~zoo.train.TrainConfig`'s fields (:mod:`zoo.cli.flags`)."""
+"""``zoo train``: a model trained on text, pairs or labelled text, whole or through a LoRA
+(``--lora RANK``, on a base that may be quantized). Its training flags are made from
+:class:`~zoo.train.TrainConfig`'s fields (:mod:`zoo.cli.flags`)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,15 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from .. import api
-from ..options import MAX_DISTINCT_BYTES
+from ..options import MAX_DISTINCT_BYTES, QUANTIZE_MODES
 from ..train.config import TrainConfig
 from .flags import Derived, add_dataclass_flags, dataclass_values
 from .parser import Command, positive
 
 if TYPE_CHECKING:
+    from ..adapters import BaseRecord
     from ..nn.base import ZooModel
+    from ..nn.lora import LoRA
     from ..tokenizers import Tokenizer
 
 __all__ = ["COMMANDS", "DERIVED"]
@@ -23,9 +26,10 @@ DERIVED = {"min_lr": Derived("--lr / 10", lambda values: values["lr"] / 10)}
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    """Train a model (new, or fine-tune weights with --from) on text, pairs or labelled text;
-    works under torchrun. Exit status: 0 when done, 2 on an error (a diverged run included),
-    130/143 after SIGINT/SIGTERM (checkpoint saved: the same command resumes)."""
+    """Train a model (new, or fine-tune weights with --from, or a LoRA on a base with --lora)
+    on text, pairs or labelled text; works under torchrun. Exit status: 0 when done, 2 on an
+    error (a diverged run included), 130/143 after SIGINT/SIGTERM (checkpoint saved: the same
+    command resumes)."""
     from ..devices import check_computes
     from ..train import classifier, labels_in, train
 
@@ -45,10 +49,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         tokenizer=tokenizer,
         device=args.device,
         strategy=args.strategy,
+        adapter=_lora(args),
+        quantize=args.quantize,
+        base=_base_record(args, model) if args.lora else None,
     )
     if result.val_loss is not None:
         print(f"val loss {result.val_loss:.4f} after {result.steps} steps")
-    print(f"model: {result.checkpoint}")
+    print(f"{'adapter' if args.lora else 'model'}: {result.checkpoint}")
     return 128 + result.signal if result.signal else 0  # 130 (SIGINT), 143 (SIGTERM)
 
 
@@ -78,10 +85,41 @@ def _model(args: argparse.Namespace, overrides: dict[str, Any]) -> ZooModel:
 
     from .. import loading
 
+    if args.lora:  # the base: NAME_OR_PATH or --from (_check_train said which)
+        return loading.load(_base_source(args))
     if args.source is None:
         torch.manual_seed(args.seed)
         return api.build(args.model, **overrides)
     return loading.load(args.source)  # without --set: _check_train said so
+
+
+def _base_source(args: argparse.Namespace) -> str:
+    """The base a ``--lora`` run adapts: NAME_OR_PATH, or ``--from``."""
+    return str(args.model if args.source is None else args.source)
+
+
+def _lora(args: argparse.Namespace) -> LoRA | None:
+    """The LoRA of ``--lora RANK`` and its flags, or ``None``: train the whole model."""
+    if not args.lora:
+        return None
+    from ..nn.lora import LoRA
+
+    targets = tuple(args.lora_targets) if args.lora_targets else None
+    return LoRA(args.lora, args.lora_alpha, args.lora_dropout, targets)
+
+
+def _base_record(args: argparse.Namespace, model: ZooModel) -> BaseRecord:
+    """What the adapter records of its base: the Hub repo and revision of an ``hf:`` base,
+    else the model's name (the sha256 is computed by zoo.train)."""
+    from ..adapters import BaseRecord
+    from ..hub.source import parse_hf_source
+
+    source = _base_source(args)
+    unset = "0" * 64  # replaced by the fingerprint of the float weights
+    if source.startswith("hf:"):
+        hub = parse_hf_source(source)
+        return BaseRecord(name=model.name, repo=hub.repo_id, revision=hub.revision, sha256=unset)
+    return BaseRecord(name=model.name, repo=None, revision=None, sha256=unset)
 
 
 def train_config(args: argparse.Namespace) -> TrainConfig:
@@ -102,38 +140,92 @@ def _override(text: str) -> tuple[str, Any]:
         return key, value
 
 
-def _check_train(args: argparse.Namespace) -> None:
+def _check_lora(args: argparse.Namespace) -> None:
+    """``--lora``'s flags: a base with weights (NAME_OR_PATH or --from, not both), a valid
+    LoRA; without ``--lora`` none of its flags."""
     from .. import loading
+
+    if not args.lora:
+        given = [
+            name
+            for name, value in (
+                ("--lora-alpha", args.lora_alpha != _ALPHA),
+                ("--lora-dropout", args.lora_dropout != 0.0),
+                ("--lora-targets", args.lora_targets),
+                ("--quantize", args.quantize),
+            )
+            if value
+        ]
+        if given:
+            raise ValueError(
+                f"{', '.join(given)} go(es) with --lora RANK: a LoRA on a frozen base "
+                "(--quantize: QLoRA, a quantized frozen base)"
+            )
+        return
+    if (args.model is None) == (args.source is None):
+        raise ValueError("--lora adapts one base: NAME_OR_PATH (or --from SOURCE), once")
+    for flag, value in (("--set", args.set), ("--train-tokenizer", args.train_tokenizer)):
+        if value:
+            raise ValueError(f"{flag} makes a new model; --lora adapts trained weights")
+    if args.task == "classify":
+        raise ValueError("--task classify trains a new head; it cannot go with --lora")
+    source = _base_source(args)
+    loading.check_source(source)
+    from ..plugin.registry import get_registry
+
+    registry = get_registry()
+    named = source in registry and not source.startswith("hf:")  # a name: the named model
+    if named and registry.model(source).weights is None:
+        raise ValueError(
+            f"--lora adapts trained weights, and {source} has none (random weights only); "
+            "name a model with weights (zoo list shows them), a checkpoint folder or "
+            "hf:org/name"
+        )
+    _lora(args)  # rank, alpha, dropout, targets checked
+
+
+def _check_train(args: argparse.Namespace) -> None:
     from ..tokenizers.files import read_manifest
     from ..train.files import text_files
 
-    if (args.model is None) == (args.source is None):
-        raise ValueError(
-            "name the model once: NAME for a new model with random weights, or --from SOURCE "
-            "(a checkpoint directory, hf:org/name, or a named model with weights) to fine-tune"
-        )
+    _check_lora(args)
     if args.tokenizer_max_distinct is not None and args.train_tokenizer is None:
         raise ValueError("--tokenizer-max-distinct goes with --train-tokenizer")
-    if args.model is not None:
-        api.resolve_config(args.model, **dict(_override(item) for item in args.set or ()))
-    else:
-        if args.train_tokenizer is not None:
-            raise ValueError("--train-tokenizer makes a new vocabulary: it needs a new model")
-        if args.set:
-            raise ValueError("--set changes the config of a new model: it cannot go with --from")
-        loading.check_source(args.source)
+    if not args.lora:
+        _check_model(args)
     text_files(args.data)
     if args.tokenizer is not None:
         read_manifest(args.tokenizer)
     train_config(args)
 
 
+def _check_model(args: argparse.Namespace) -> None:
+    """NAME (a new model, its config changed by ``--set``) or ``--from`` (weights), once."""
+    from .. import loading
+
+    if (args.model is None) == (args.source is None):
+        raise ValueError(
+            "name the model once: NAME for a new model with random weights, or --from SOURCE "
+            "(a checkpoint directory, hf:org/name, or a named model with weights) to fine-tune"
+        )
+    if args.model is not None:
+        api.resolve_config(args.model, **dict(_override(item) for item in args.set or ()))
+        return
+    if args.train_tokenizer is not None:
+        raise ValueError("--train-tokenizer makes a new vocabulary: it needs a new model")
+    if args.set:
+        raise ValueError("--set changes the config of a new model: it cannot go with --from")
+    loading.check_source(args.source)
+
+
 def _train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "model",
         nargs="?",
-        metavar="NAME",
-        help="a named model to train from random weights (its config, changed by --set)",
+        metavar="NAME_OR_PATH",
+        help="a named model to train from random weights (its config, changed by --set); "
+        "with --lora, the base to adapt: a named model with weights, a checkpoint folder or "
+        "hf:org/name[@rev]",
     )
     p.add_argument(
         "--from",
@@ -197,8 +289,50 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
         help="under torchrun: ddp (whole model per process) or fsdp (FSDP2 sharding) "
         "(default: ddp)",
     )
+    _lora_arguments(p.add_argument_group("LoRA (zoo.LoRA)"))
     add_dataclass_flags(
         p.add_argument_group("training (zoo.train.TrainConfig)"), TrainConfig, DERIVED
+    )
+
+
+_ALPHA = 16.0  # zoo.LoRA's default (this module imports no torch to say so)
+
+
+def _lora_arguments(g: argparse._ArgumentGroup) -> None:
+    g.add_argument(
+        "--lora",
+        type=positive,
+        metavar="RANK",
+        help="train a LoRA of this rank on the frozen base instead of every weight; the run "
+        "writes <out>/adapter/ (peft's format, with the base's name and sha256) (default: none)",
+    )
+    g.add_argument(
+        "--lora-alpha",
+        type=float,
+        default=_ALPHA,
+        metavar="A",
+        help=f"the update is scaled by A / RANK (default: {_ALPHA:g})",
+    )
+    g.add_argument(
+        "--lora-dropout",
+        type=float,
+        default=0.0,
+        metavar="P",
+        help="dropout on the adapters' input while training (default: 0)",
+    )
+    g.add_argument(
+        "--lora-targets",
+        nargs="+",
+        metavar="NAME",
+        help="the layers to adapt, by zoo module name (attn.qkv, attn.q, attn.proj, ffn.fc, "
+        "ffn.proj, ...; a wrong one lists the model's) (default: the family's, attention's "
+        "and the feed-forward's projections)",
+    )
+    g.add_argument(
+        "--quantize",
+        choices=QUANTIZE_MODES,
+        help="with --lora: quantize the frozen base (QLoRA); the adapters train in float "
+        "(default: none)",
     )
 
 

@@ -101,8 +101,10 @@ class ArchitectureSpec:
         check_name("architecture", self.name)
         if self.lora_targets is not None:
             targets = self.lora_targets
-            if isinstance(targets, str) or not targets or not all(
-                isinstance(t, str) and t for t in targets
+            if (
+                isinstance(targets, str)
+                or not targets
+                or not all(isinstance(t, str) and t for t in targets)
             ):
                 raise ValueError(
                     f"architecture {self.name!r}: lora_targets must be a non-empty sequence "

@@ -27,7 +27,7 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..checkpoint import save
 from ..devices import check_computes, check_device
@@ -40,7 +40,11 @@ from .run import Run, diverged, finite, write_record
 from .start import start
 from .state import plain_model, save_state
 from .steps import evaluate_now, optimizer_step
-from .world import any_rank, barrier, join, max_rank
+from .world import World, any_rank, barrier, join, max_rank
+
+if TYPE_CHECKING:
+    from ..adapters import BaseRecord
+    from ..nn.lora import LoRA
 
 __all__ = ["TrainResult", "train"]
 
@@ -51,7 +55,8 @@ class TrainResult:
 
     Attributes:
         model: the trained model (unwrapped, on its training device).
-        checkpoint: ``<out>/model``, a zoo checkpoint (``zoo.load`` takes it).
+        checkpoint: ``<out>/model``, a zoo checkpoint (``zoo.load`` takes it); for a LoRA
+            run, ``<out>/adapter``, the adapter in peft's format with its base's record.
         losses: the training loss of every step run by this call (resumed steps excluded).
         val_loss: the last evaluated held-out loss.
         steps: the optimizer steps done in all (resumed ones included).
@@ -109,6 +114,9 @@ def train(
     device: str | None = None,
     strategy: str = "ddp",
     log: Callable[[str], None] | None = print,
+    adapter: LoRA | None = None,
+    quantize: str | None = None,
+    base: BaseRecord | None = None,
 ) -> TrainResult:
     """Train a zoo model: a decoder LM on text (random windows of ``context_length + 1``
     tokens), a classifier on labelled texts, or an encoder-decoder on source/target pairs
@@ -136,6 +144,16 @@ def train(
             ``"fsdp"`` (FSDP2: parameters, gradients and optimizer state sharded per block:
             the task spec's ``units``, then the root).
         log: where progress lines go (rank 0 only); ``None`` for silence.
+        adapter: train a LoRA (:class:`zoo.LoRA`) instead of the whole model: the model (the
+            base) is frozen, adapters are attached to the LoRA's targets (default: the
+            family's, see :mod:`zoo.nn.lora`) and only they are trained, checkpointed and
+            written, as ``<out>/adapter/`` (peft's files and the base's name, repo, revision
+            and sha256), not ``<out>/model``. AdamW decays the adapters' two matrices as any
+            weight matrix (``config.weight_decay``), as transformers' Trainer does.
+        quantize: with ``adapter``, train on a base quantized to ``"int8"`` or ``"int4"``
+            (QLoRA; the fingerprint is of the float weights, taken before).
+        base: with ``adapter``, the base's name, repo and revision to record (its sha256 is
+            computed here); default: the model's name.
 
     Raises:
         zoo.train.DataError: the data is missing, empty, not UTF-8 or shorter than a window.
@@ -144,6 +162,9 @@ def train(
         zoo.train.ResumeError: ``<out>/checkpoint/`` is damaged, or was written for another
             model or with other settings.
         zoo.train.RunLockedError: another run is training into ``out``.
+        ValueError: a LoRA target the model does not have (the names it has are listed),
+            ``quantize`` without ``adapter``, or a LoRA under ``strategy="fsdp"`` with
+            several processes.
         zoo.errors.ConfigError: ``device`` is not one this machine has, or is the meta device
             (or ``model`` is on it: shapes without values); or ``config.time_budget`` cannot
             fit one step with the final evaluation and checkpoint (said before step 1).
@@ -153,8 +174,19 @@ def train(
         raise ValueError(f"strategy must be 'ddp' or 'fsdp', got {strategy!r}")
     config = config or TrainConfig()
     out = Path(out)
+    if quantize is not None and adapter is None:
+        raise ValueError(
+            f"quantize={quantize!r} needs adapter=zoo.LoRA(...): a quantized base is frozen, "
+            "only a LoRA on it trains (QLoRA)"
+        )
     check_computes(check_device(device), model, "train", "zoo train --device cpu")
     world = join(device)
+    _check_strategy(adapter, strategy, world)
+    adapting = None
+    if adapter is not None:  # a wrong target is refused before the folder is touched
+        from .adapter import adapt
+
+        adapting = adapt(model, adapter, base=base, quantize=quantize)
     with contextlib.ExitStack() as stack:
         lock = _lock(out) if world.main else None
         if lock is not None:
@@ -164,12 +196,26 @@ def train(
                 f"{out} is being trained into by another run (it holds {out / _LOCK}); wait "
                 "for it to finish or stop it, or train into another --out"
             )
-        run = start(model, data, out, config, tokenizer, world, strategy, log, clock, stack)
+        run = start(
+            model, data, out, config, tokenizer, world, strategy, log, clock, stack, adapting
+        )
         return _train(run)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
 _LOCK = ".zoo-train-lock"
+
+
+def _check_strategy(adapter: LoRA | None, strategy: str, world: World) -> None:
+    """A LoRA trains on one process or under DDP (its frozen base stays out of the reducer);
+    FSDP2 is refused (it would shard a frozen, maybe quantized base for gradients it does
+    not have)."""
+    if adapter is not None and strategy == "fsdp" and world.size > 1:
+        raise ValueError(
+            "a LoRA run does not shard with --strategy fsdp: the base is frozen and only the "
+            "adapters train; use --strategy ddp (each process holds the base, quantized with "
+            "--quantize if it is too large)"
+        )
 
 
 def _lock(out: Path) -> Any:
@@ -257,7 +303,7 @@ def _checkpoint(run: Run, lr: float) -> None:
         raise diverged("a weight is NaN or infinite", run.step, lr, run)
     save_state(
         run.out, run.model, run.optimizer, run.step, run.generator, run.history, run.config,
-        main=run.world.main, tokenizer=run.tok,
+        main=run.world.main, tokenizer=run.tok, adapter=run.adapter,
     )  # fmt: skip
     run.saved_at = run.step
     run.budget.saved(time.monotonic() - save_began)
@@ -265,17 +311,23 @@ def _checkpoint(run: Run, lr: float) -> None:
 
 
 def _finish(run: Run, stopped: str, signum: int | None) -> TrainResult:
-    """Write the final model (``<out>/model``) and the last plot; the result."""
+    """Write the final model (``<out>/model``; a LoRA run's ``<out>/adapter``) and the last
+    plot; the result."""
     seconds = time.monotonic() - run.began
     run.progress.close()
-    checkpoint = run.out / "model"
+    checkpoint = run.out / ("model" if run.adapter is None else "adapter")
     world = run.world
     if not finite(run.model, world):
         raise diverged("a weight is NaN or infinite", run.step, run.config.lr_at(run.step), run)
-    plain = plain_model(run.model)
+    plain = plain_model(run.model) if run.adapter is None else run.model  # collective (FSDP)
     if world.main:
-        plain.tokenizer = run.tok
-        save(plain, checkpoint, tokenizer=run.tok)
+        if run.adapter is not None:
+            from .adapter import save_result
+
+            save_result(run.model, run.adapter, run.out, run.tok)
+        else:
+            plain.tokenizer = run.tok
+            save(plain, checkpoint, tokenizer=run.tok)
         if not run.plotting:
             run.say("matplotlib is not installed: no loss.png (pip install 'torch-zoo[train]')")
         elif run.plotted != len(run.history):

@@ -13,7 +13,10 @@ context, ``L`` the layers, ``d`` ``d_model``, ``f`` ``d_ff``, ``H`` heads, ``V``
 - logits: ``B * T * V`` floats, 2 copies (the logits, turned into their own gradient by
   :func:`zoo.train.loss.cross_entropy`, and the gradient flowing into the head), 8 bytes a
   position whether or not bf16 autocast is on (bf16 logits plus their float32 copy);
-- 150 MB of allocator and runtime slack.
+- 150 MB of allocator and runtime slack;
+- a frozen base (a LoRA run, :mod:`zoo.train.adapter`): its weights as they are held (float,
+  or a quantized layer's int8/int4 buffers), with no gradients or AdamW state; only the
+  trainable parameters (the adapters) get those.
 
 Calibration (CPU, torch 2.13, ``ru_maxrss`` of a child process running two steps of
 ``loss_of`` + backward + clipping + AdamW, minus its RSS after ``import torch``; gpt2-124m with
@@ -65,6 +68,7 @@ class TrainingMemory:
     attention: int
     logits: int
     slack: int = _SLACK
+    frozen: int = 0  # a frozen base's weights (no gradients, no optimizer state)
 
     @property
     def total(self) -> int:
@@ -80,6 +84,7 @@ class TrainingMemory:
             ("activations", self.activations),
             ("attention scores", self.attention),
             ("logits", self.logits),
+            ("frozen base", self.frozen),
         ]
         inner = ", ".join(f"{name} {format_bytes(n)}" for name, n in parts if n)
         return f"{format_bytes(self.total)} ({inner})"
@@ -134,6 +139,7 @@ def estimate_training_memory(
             seen.add(id(p))
             weights += p.numel() * 4  # float32 master weights (bf16 is autocast only)
     weights //= shards
+    frozen = _frozen(model)
     dims = _dims(model)
     t = context or dims["context"]
     tokens = micro_batch * t
@@ -155,7 +161,44 @@ def estimate_training_memory(
         activations=activations * 4,
         attention=attention,
         logits=rows * dims["outputs"] * _LOGIT_BYTES,
+        frozen=frozen,
     )
+
+
+def _quantized_layers(model: nn.Module) -> list[nn.Module]:
+    """Linear layers without a float weight parameter (zoo's int8/int4 ones, torch's
+    dynamic int8): a quantized, frozen base's."""
+    return [
+        m
+        for m in model.modules()
+        if isinstance(getattr(m, "in_features", None), int)
+        and isinstance(getattr(m, "out_features", None), int)
+        and not any(True for _ in m.parameters(recurse=False))
+    ]
+
+
+def _quantized_bytes(layer: nn.Module, device: torch.device | None = None) -> int:
+    """A quantized layer's weight bytes (its own buffers; one byte a weight where it keeps
+    them packed out of sight, as torch's dynamic int8 does); only those on ``device`` when
+    given."""
+    held = [
+        b for b in layer.buffers(recurse=False) if device is None or b.device.type == device.type
+    ]
+    if held or device is not None:
+        return sum(b.numel() * b.element_size() for b in held)
+    return int(layer.in_features) * int(layer.out_features)  # type: ignore[arg-type]
+
+
+def _frozen(model: nn.Module) -> int:
+    """Bytes of ``model``'s frozen weights: parameters without gradients, quantized layers'
+    weights (0 for a model that trains every parameter)."""
+    seen: set[int] = set()
+    total = 0
+    for p in model.parameters():
+        if id(p) not in seen and not p.requires_grad:
+            seen.add(id(p))
+            total += p.numel() * p.element_size()
+    return total + sum(_quantized_bytes(m) for m in _quantized_layers(model))
 
 
 def _held(model: nn.Module, device: torch.device) -> int:
@@ -166,7 +209,7 @@ def _held(model: nn.Module, device: torch.device) -> int:
         if id(p) not in seen and p.device.type == device.type:
             seen.add(id(p))
             held += p.numel() * p.element_size()
-    return held
+    return held + sum(_quantized_bytes(m, device) for m in _quantized_layers(model))
 
 
 def check_training_memory(

@@ -8,7 +8,7 @@ import dataclasses
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -21,6 +21,9 @@ from .files import text_files
 from .report import MetricsLog, Progress, read_run_record, utc_now, write_run_record
 from .task import DataSource, TaskSpec
 from .world import World, any_rank
+
+if TYPE_CHECKING:
+    from .adapter import AdapterRun
 
 __all__ = ["Run", "diverged", "finite", "open_record", "seed", "write_record"]
 
@@ -57,6 +60,7 @@ class Run:
     began: float = 0.0
     record: dict[str, Any] = dataclasses.field(default_factory=dict)  # run.json
     earlier: float = 0.0  # wall seconds of the earlier calls this run resumed
+    adapter: AdapterRun | None = None  # a LoRA run: what it adapts (zoo.train.adapter)
 
     @property
     def micro(self) -> int:
@@ -95,6 +99,15 @@ def open_record(run: Run, data: str | os.PathLike[str]) -> None:
         "context": run.context,
         "started": started if isinstance(started, str) else utc_now(),
     }
+    if run.adapter is not None:
+        base = run.adapter.base
+        run.record["adapter"] = {
+            "rank": run.adapter.lora.rank,
+            "alpha": run.adapter.lora.alpha,
+            "parts": len(run.adapter.plans),
+            "base": base.name or base.repo,
+            "quantize": run.adapter.quantize,
+        }
     write_record(run, "running")
 
 

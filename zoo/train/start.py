@@ -10,7 +10,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -29,6 +29,9 @@ from .steps import evaluate
 from .task import DataRequest, DataSource, TaskSpec, task_of
 from .world import World, any_rank
 
+if TYPE_CHECKING:
+    from .adapter import AdapterRun
+
 __all__ = ["opening_lines", "optimizer", "start"]
 
 
@@ -43,9 +46,10 @@ def start(
     log: Callable[[str], None] | None,
     clock: float,
     stack: contextlib.ExitStack,
+    adapter: AdapterRun | None = None,
 ) -> Run:
     """Everything before step 1: checks, data, sharding, optimizer, seeds, the resumed state,
-    the metrics log and the progress bar."""
+    the metrics log and the progress bar (``adapter``: a LoRA run, its adapters attached)."""
     say = log if (log is not None and world.main) else (lambda _line: None)
     spec, tok, context, source = _prepare(model, data, out, config, tokenizer, world, strategy)
     model = model.to(world.device).train()
@@ -55,7 +59,7 @@ def start(
     torch.manual_seed(seed(config, world.rank))
     begin, history = 0, list[dict[str, Any]]()
     if has_state(out):
-        begin, history = load_state(out, model, adamw, generator, config)
+        begin, history = load_state(out, model, adamw, generator, config, adapter)
         say(f"resumed {out / 'checkpoint'} at step {begin}")
     plotting = world.main and can_plot()  # the import is paid here, not in a timed step
     budget = Budget(config, world, clock)
@@ -79,6 +83,7 @@ def start(
         val_loss=_last_val_loss(history),
         plotting=plotting,
         began=began,
+        adapter=adapter,
     )  # fmt: skip
     open_record(run, data)
     return run
@@ -220,7 +225,7 @@ def _probe(
         began = time.monotonic()
         evaluate(model, source, config, world, spec, batches=1)
         seconds.append(time.monotonic() - began)
-    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    weights = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
     budget.probed(min(seconds), 3 * weights)  # weights and AdamW's two moments
     refusal = budget.cannot_start()
     if any_rank(refusal is not None, world):

@@ -2,6 +2,10 @@
 optimizer's tensors and the RNG states (safetensors), step, settings and history (JSON). Never
 pickle. Keyed by parameter names, so it loads on another number of processes.
 
+A LoRA run (:mod:`zoo.train.adapter`) keeps its adapters' weights instead of the model
+(``adapter.safetensors``) and records the adapter's shape and the base's fingerprint in
+``trainer.json``: it resumes only with the same adapter on the same base.
+
 Everything read back is checked against the model and the settings before any step: a damaged
 or tampered file (a tensor of the wrong shape would make the fused AdamW write past its end) is
 a :class:`~zoo.train.errors.ResumeError` naming what is wrong, never a crash or a silent NaN.
@@ -13,7 +17,7 @@ import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -27,10 +31,14 @@ from ..plugin.registry import get_registry
 from .config import TrainConfig
 from .errors import ResumeError
 
+if TYPE_CHECKING:
+    from .adapter import AdapterRun
+
 __all__ = ["has_state", "load_state", "plain_model", "save_state"]
 
 _STATE = "trainer.json"
 _TENSORS = "state.safetensors"
+_ADAPTER = "adapter.safetensors"  # a LoRA run's adapters, instead of the model
 _FIELDS = ("step", "exp_avg", "exp_avg_sq")  # AdamW's state per parameter
 _HOW = "delete it to start the run again, or train into another --out"
 
@@ -76,13 +84,17 @@ def save_state(
     *,
     main: bool,
     tokenizer: Any = None,
+    adapter: AdapterRun | None = None,
 ) -> None:
     """Write the resumable state atomically (collective under FSDP; only ``main`` writes);
-    ``checkpoint/model`` gets ``tokenizer`` with the weights, so it loads as a whole model."""
+    ``checkpoint/model`` gets ``tokenizer`` with the weights, so it loads as a whole model.
+    With ``adapter`` (a LoRA run) only the adapters' weights are kept, not the base's."""
     import safetensors.torch
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
-    plain = plain_model(model)
+    from .adapter import trainable_state
+
+    plain = plain_model(model) if adapter is None else model
     state: Any = get_optimizer_state_dict(model, optimizer, options=_full())
     if not main:
         return
@@ -104,8 +116,13 @@ def save_state(
         "scalars": scalars,
         "history": history,
     }
+    if adapter is not None:
+        meta["adapter"] = adapter.record()
     with atomic_directory(out / "checkpoint") as staging:
-        save(plain, staging / "model", tokenizer=tokenizer)
+        if adapter is None:
+            save(plain, staging / "model", tokenizer=tokenizer)
+        else:
+            safetensors.torch.save_file(trainable_state(model), str(staging / _ADAPTER))
         safetensors.torch.save_file(tensors, str(staging / _TENSORS))
         text = json.dumps(meta, indent=1, allow_nan=False)  # never bare NaN: valid JSON
         (staging / _STATE).write_text(text, encoding="utf-8")
@@ -117,10 +134,11 @@ def load_state(
     optimizer: torch.optim.Optimizer,
     generator: torch.Generator,
     config: TrainConfig,
+    adapter: AdapterRun | None = None,
 ) -> tuple[int, list[dict[str, Any]]]:
-    """Check ``<out>/checkpoint/`` against ``model``, ``optimizer`` and ``config``, then load
-    it into them; returns the step reached and the history. Raises :class:`ResumeError`
-    (nothing is loaded) when anything does not fit."""
+    """Check ``<out>/checkpoint/`` against ``model``, ``optimizer``, ``config`` and (a LoRA
+    run) ``adapter``, then load it into them; returns the step reached and the history.
+    Raises :class:`ResumeError` (nothing is loaded) when anything does not fit."""
     from torch.distributed.checkpoint.state_dict import (
         get_optimizer_state_dict,
         set_model_state_dict,
@@ -130,12 +148,9 @@ def load_state(
     folder = out / "checkpoint"
     meta = _read_meta(folder, config)
     step: int = meta["step"]
+    _check_adapter(folder, meta.get("adapter"), adapter)
     tensors = _read_tensors(folder)
-    try:
-        saved = load_local(folder / "model", tokenizer=False)
-    except ZooError as exc:
-        raise ResumeError(f"{folder / 'model'} cannot be resumed: {exc}") from exc
-    _check_model(folder, saved, model)
+    weights = _saved_weights(folder, model, adapter is not None)
     fresh: Any = get_optimizer_state_dict(model, optimizer, options=_full())  # collective
     state = _optimizer_state(folder, tensors, meta, model, step)
     groups = _param_groups(folder, meta["param_groups"], fresh["param_groups"])
@@ -146,7 +161,13 @@ def load_state(
     if unknown:
         raise ResumeError(f"{folder / _TENSORS}: unknown tensors {unknown[:5]}; {_HOW}")
 
-    set_model_state_dict(model, saved.state_dict(), options=_full())
+    if adapter is None:
+        set_model_state_dict(model, weights, options=_full())
+    else:
+        params = dict(model.named_parameters())
+        with torch.no_grad():
+            for name, value in weights.items():
+                params[name].copy_(value)
     full: Any = {"state": state, "param_groups": groups}
     set_optimizer_state_dict(model, optimizer, full, options=_full())
     torch.set_rng_state(tensors["rng.torch"])
@@ -155,6 +176,66 @@ def load_state(
 
 
 # -- checks ----------------------------------------------------------------------------------
+def _saved_weights(folder: Path, model: ZooModel, adapter: bool) -> dict[str, Tensor]:
+    """The saved model's state dict, or a LoRA run's adapter weights, checked against
+    ``model``."""
+    if adapter:
+        return _saved_adapter(folder, model)
+    try:
+        saved = load_local(folder / "model", tokenizer=False)
+    except ZooError as exc:
+        raise ResumeError(f"{folder / 'model'} cannot be resumed: {exc}") from exc
+    _check_model(folder, saved, model)
+    return saved.state_dict()
+
+
+def _saved_adapter(folder: Path, model: ZooModel) -> dict[str, Tensor]:
+    """A LoRA run's ``adapter.safetensors``: the model's trainable parameters, each of its
+    shape and dtype and finite."""
+    import safetensors.torch
+
+    path = folder / _ADAPTER
+    try:
+        saved = safetensors.torch.load_file(str(path))
+    except Exception as exc:  # a damaged or missing file: safetensors' own error, OSError
+        raise ResumeError(f"{path} cannot be read ({exc}); {_HOW}") from None
+    params = {name: p for name, p in model.named_parameters() if p.requires_grad}
+    names = sorted(set(saved) ^ set(params))
+    if names:
+        raise ResumeError(f"{path} does not hold this run's adapters (differ: {names[:3]}); {_HOW}")
+    for name, p in params.items():
+        _check_tensor(folder, name, saved[name], p.shape, p.dtype, _ADAPTER)
+    return saved
+
+
+def _check_adapter(folder: Path, saved: Any, adapter: AdapterRun | None) -> None:
+    """A LoRA run resumes only as the same LoRA on the same base; a full run only as one."""
+    now = None if adapter is None else adapter.record()
+    if saved == now:
+        return
+    if now is None:
+        rank = saved.get("rank") if isinstance(saved, dict) else "?"
+        raise ResumeError(
+            f"{folder} holds a LoRA run (rank {rank}): resume it with the same --lora settings "
+            f"and base, or {_HOW}"
+        )
+    if not isinstance(saved, dict):
+        raise ResumeError(f"{folder} holds a run that trained the whole model, not a LoRA; {_HOW}")
+    if saved.get("base_sha256") != now["base_sha256"]:
+        raise ResumeError(
+            f"{folder} trained an adapter on another base (sha256 {saved.get('base_sha256')!s:.16}"
+            f"..., this base is {now['base_sha256']:.16}...): resume on the base it started "
+            f"from, or {_HOW}"
+        )
+    changed = [
+        f"{k} {saved.get(k)!r:.60} (now {v!r:.60})" for k, v in now.items() if saved.get(k) != v
+    ]
+    raise ResumeError(
+        f"{folder} was written by a LoRA run of another shape: {', '.join(changed)}. Resume "
+        f"with the same --lora settings, or {_HOW}"
+    )
+
+
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
@@ -222,9 +303,14 @@ def _read_tensors(folder: Path) -> dict[str, Tensor]:
 
 
 def _check_tensor(
-    folder: Path, key: str, value: Tensor | None, shape: torch.Size, dtype: torch.dtype
+    folder: Path,
+    key: str,
+    value: Tensor | None,
+    shape: torch.Size,
+    dtype: torch.dtype,
+    file: str = _TENSORS,
 ) -> Tensor:
-    where = f"{folder / _TENSORS}: {key!r}"
+    where = f"{folder / file}: {key!r}"
     if value is None:
         raise ResumeError(f"{where} is missing; {_HOW}")
     if value.shape != shape or value.dtype != dtype:
