@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from ..errors import ZooError
 from .parser import Command, non_negative, positive, seconds
 from .source import add_model_loading, check_model, given_tokenizer, load_for_generation
+
+if TYPE_CHECKING:
+    from ..adapters import Adapter
+    from ..nn.base import ZooModel
 
 __all__ = ["COMMANDS"]
 
@@ -28,7 +33,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from ..settings import Settings
 
     api_key = args.api_key if args.api_key is not None else Settings.from_env().api_key
-    model = load_for_generation(args)
+    model, adapters = _load_served(args)
     check_batchable(model)
     tokenizer = resolve_tokenizer(model, given_tokenizer(args), "zoo serve")
     from ..serve import serve
@@ -57,14 +62,88 @@ def cmd_serve(args: argparse.Namespace) -> int:
         keep_alive=args.keep_alive,
         max_connections=args.max_connections,
         log_level=args.log_level,
+        adapters=adapters,
     )
     return 0
+
+
+def _load_served(args: argparse.Namespace) -> tuple[ZooModel, dict[str, Adapter]]:
+    """The model to serve and its ``--adapter`` s by name: every adapter fetched first (a bad
+    one loads no base), then the float base, which each adapter's record must match (its
+    sha256 on the float weights, before ``--quantize``), then the quantization."""
+    if not args.adapter:
+        return load_for_generation(args), {}
+    import torch
+
+    from .. import loading
+    from ..adapters import apply_adapter, base_fingerprint, read_adapter
+    from ..errors import CheckpointError
+    from ..nn.lora import detach_lora
+    from ..nn.onednn import use_onednn
+    from ..nn.quant import quantize_
+
+    folders = {name: loading._adapter_directory(source) for name, source in args.adapter}
+    dtype = getattr(torch, args.dtype) if args.dtype else None
+    model = loading.load(args.source, device=args.device, dtype=dtype, onednn=False)
+    fingerprint = base_fingerprint(model)
+    adapters = {}
+    for name, folder in folders.items():
+        adapter = read_adapter(folder, model=model)
+        try:  # apply_adapter's check of the base (both named), then the base alone again
+            apply_adapter(model, adapter, fingerprint=fingerprint)
+        except CheckpointError as exc:
+            raise exc.reworded(f"--adapter {name}: {exc}") from None
+        detach_lora(model)
+        adapters[name] = adapter
+    if args.quantize:
+        with torch.no_grad():
+            quantize_(model, args.quantize)
+    use_onednn(model)
+    return model, adapters
+
+
+def adapter_spec(text: str) -> tuple[str, str]:
+    """``--adapter``'s value as ``(model name, adapter)``: ``NAME=ADAPTER``, or ``ADAPTER``
+    alone, served under the name as given."""
+    name, equals, source = text.partition("=")
+    if not equals:
+        return text, text
+    if not name.strip() or not source.strip():
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give NAME=ADAPTER (the model name requests use, then an adapter "
+            "folder or hf:org/name), e.g. --adapter notes=runs/notes"
+        )
+    return name, source
 
 
 def _check_serve(args: argparse.Namespace) -> None:
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be from 0 to 65535 (0 picks a free port), got {args.port}")
     check_model(args)
+    _check_adapters(args)
+
+
+def _check_adapters(args: argparse.Namespace) -> None:
+    """Each ``--adapter`` names an adapter (no torch), under a name of its own."""
+    if not args.adapter:
+        return
+    from .. import loading
+
+    if args.random:
+        raise ValueError(
+            "--adapter needs the base's weights (an adapter records them by their sha256); "
+            "leave out --random"
+        )
+    names = [name for name, _ in args.adapter]
+    base = args.served_model_name or args.source
+    taken = sorted({n for n in names if names.count(n) > 1 or n == base})
+    if taken:
+        raise ValueError(
+            f"--adapter names {taken} twice (or as the base model {base!r} is named): give "
+            "each adapter a name of its own, --adapter NAME=ADAPTER"
+        )
+    for _, source in args.adapter:
+        loading.check_adapter(source)
 
 
 def _serve_arguments(p: argparse.ArgumentParser) -> None:
@@ -155,6 +234,18 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
         metavar="NAME",
         default=None,
         help="a named model's or a registered tokenizer's name (default: the model's own)",
+    )
+    p.add_argument(
+        "--adapter",
+        metavar="NAME=ADAPTER",
+        type=adapter_spec,
+        action="append",
+        default=[],
+        help="serve a LoRA adapter on the model as the model NAME (repeatable: requests for "
+        "different adapters and the base share each decoding step); ADAPTER: a folder with "
+        "adapter_config.json (peft's or zoo train --lora's), a LoRA run's folder, or "
+        "hf:org/name[@rev]; its recorded base must be the model. Without NAME=, the name "
+        "is ADAPTER as given",
     )
     add_model_loading(p, compile=False)  # the batched step is not compiled
     p.add_argument("--seed", type=int, default=None, help="the random weights' seed (--random)")

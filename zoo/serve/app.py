@@ -39,37 +39,50 @@ _DONE = ("stop", "length")
 
 
 class Served:
-    """What the endpoints serve: the engine, the tokenizer, the model's name and its chat
-    template, with the checks every request goes through."""
+    """What the endpoints serve: the engine, the tokenizer, the model's name (and each of
+    the engine's LoRA adapters, a model of its own name) and its chat template, with the
+    checks every request goes through."""
 
     def __init__(self, engine: Engine, tokenizer: Tokenizer, model_id: str) -> None:
+        if model_id in engine.adapter_ids:
+            raise ValueError(f"an adapter is named {model_id!r}, as the base model is")
         self.engine = engine
         self.tokenizer = tokenizer
         self.model_id = model_id
+        #: Every model name a request may give, with the adapter it applies (0: none).
+        self.models = {model_id: 0, **engine.adapter_ids}
         self.created = int(time.time())
         self.chat = ChatTemplates(tokenizer)
         self.vocab_size: int = engine.model.config.vocab_size
 
-    def card(self) -> dict[str, Any]:
-        """The model as ``/v1/models`` lists it."""
-        return {
-            "id": self.model_id,
+    def card(self, name: str) -> dict[str, Any]:
+        """A model as ``/v1/models`` lists it (an adapter names its base as ``parent``)."""
+        card = {
+            "id": name,
             "object": "model",
             "created": self.created,
             "owned_by": "zoo",
             "max_model_len": self.engine.max_len,
         }
+        return card if name == self.model_id else {**card, "parent": self.model_id}
 
-    def check(self, body: _Sampling) -> None:
-        """The model's name and the fields the server cannot honour."""
-        if body.model != self.model_id:
+    def adapter(self, name: str) -> int:
+        """The adapter a model name applies (0: the base); 404 for a name not served."""
+        if name not in self.models:
+            served = ", ".join(repr(m) for m in self.models)
             raise ApiError(
                 404,
-                f"the model {body.model!r} does not exist: this server serves "
-                f"{self.model_id!r} (GET /v1/models lists it)",
+                f"the model {name!r} does not exist: this server serves {served} "
+                f"(GET /v1/models lists {'them' if len(self.models) > 1 else 'it'})",
                 code="model_not_found",
                 param="model",
             )
+        return self.models[name]
+
+    def check(self, body: _Sampling) -> int:
+        """The model's name and the fields the server cannot honour; returns the adapter
+        the model name applies."""
+        adapter = self.adapter(body.model)
         unsupported = body.unsupported()
         if unsupported:
             raise ApiError(
@@ -78,6 +91,7 @@ class Served:
                 code="unsupported_parameter",
                 param=unsupported[0].split()[0],
             )
+        return adapter
 
     def config(self, body: _Sampling, max_tokens: int) -> GenerationConfig:
         """The generation settings of a request (a 400 for values out of range)."""
@@ -176,17 +190,17 @@ def create_app(
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [served.card()]}
+        return {"object": "list", "data": [served.card(name) for name in served.models]}
 
     @app.get("/v1/models/{name:path}")
     async def model(name: str) -> dict[str, Any]:
-        if name != model_id:
+        if name not in served.models:
             raise ApiError(404, f"the model {name!r} does not exist", code="model_not_found")
-        return served.card()
+        return served.card(name)
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> Response:
-        served.check(body)
+        adapter = served.check(body)
         max_tokens = body.max_tokens or 16
         prompts = _prompts(served, body.prompt)
         for i, ids in enumerate(prompts):
@@ -194,9 +208,9 @@ def create_app(
                 ids, max_tokens, f"prompt {i}" if len(prompts) > 1 else "the prompt"
             )
         config = served.config(body, max_tokens)
-        run = Run(prompts, config, tokenizer, _end_ids(tokenizer))
+        run = Run(prompts, config, tokenizer, _end_ids(tokenizer), adapter)
         served.submit(run)
-        head = _head("cmpl", "text_completion", model_id)
+        head = _head("cmpl", "text_completion", body.model)
         if body.stream:
             usage = body.stream_options is not None and body.stream_options.include_usage
             return _EventStream(_completion_chunks(run, head, usage), run)
@@ -209,15 +223,15 @@ def create_app(
 
     @app.post("/v1/chat/completions")
     async def chat(body: ChatRequest, request: Request) -> Response:
-        served.check(body)
+        adapter = served.check(body)
         prompt, end_ids = served.chat.prompt([m.plain() for m in body.messages])
         max_tokens = body.max_completion_tokens or body.max_tokens
         if max_tokens is None:  # as OpenAI: up to the end of the context
             max_tokens = max(1, engine.max_len - len(prompt))
         served.check_prompt(prompt, max_tokens, "the conversation")
-        run = Run([prompt], served.config(body, max_tokens), tokenizer, end_ids)
+        run = Run([prompt], served.config(body, max_tokens), tokenizer, end_ids, adapter)
         served.submit(run)
-        head = _head("chatcmpl", "chat.completion", model_id)
+        head = _head("chatcmpl", "chat.completion", body.model)
         if body.stream:
             usage = body.stream_options is not None and body.stream_options.include_usage
             chunk_head = {**head, "object": "chat.completion.chunk"}

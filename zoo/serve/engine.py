@@ -15,17 +15,19 @@ batching.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import torch
 
+from ..nn.lora_bank import attach_bank
 from .request import Event, Finish, Request
 from .runner import Runner
 from .scheduler import EngineStopped, QueueFull, Scheduler
 
 if TYPE_CHECKING:
     from ..nn.decoder import DecoderLM
+    from ..nn.lora_bank import LoRAWeights
 
 __all__ = ["Engine", "EngineStopped", "Event", "Finish", "QueueFull", "Request"]
 
@@ -45,6 +47,10 @@ class Engine:
         max_batch: requests decoding at once (slots).
         max_queue: requests that may wait for a slot; more are refused.
         max_len: positions per slot, prompt plus new tokens (default: the context length).
+        adapters: LoRA adapters by name (``zoo.adapters.Adapter`` s, checked against the
+            base by the caller), attached to ``model`` as one bank (:mod:`zoo.nn.lora_bank`):
+            a request picks one by :attr:`adapter_ids` (0: the base), and requests of
+            different adapters share each step.
     """
 
     def __init__(
@@ -54,11 +60,16 @@ class Engine:
         max_batch: int = 8,
         max_queue: int = 64,
         max_len: int | None = None,
+        adapters: Mapping[str, LoRAWeights] | None = None,
     ) -> None:
         self.scheduler: Scheduler[Request] = Scheduler(max_batch, max_queue)
         model.eval()
         self.model = model
-        self.runner = Runner(model, max_batch, max_len)
+        rows = attach_bank(model, adapters) if adapters else None
+        #: Each adapter's index, the :attr:`Request.adapter <zoo.serve.request.Request.adapter>`
+        #: that applies it.
+        self.adapter_ids: dict[str, int] = {name: i for i, name in enumerate(adapters or {}, 1)}
+        self.runner = Runner(model, max_batch, max_len, rows)
         self._thread = threading.Thread(target=self.run, name="zoo-serve-engine", daemon=True)
 
     @property

@@ -54,6 +54,8 @@ class Request:
         flush: called from the engine's thread after a burst of events (a step's, an
             admission's), once per burst however many requests share it: lets ``emit``
             only queue its events and ``flush`` hand a whole step's on at once.
+        adapter: the LoRA adapter its row applies, by index in the engine's
+            (:attr:`Engine.adapter_ids <zoo.serve.engine.Engine.adapter_ids>`); 0: none.
     """
 
     def __init__(
@@ -64,8 +66,10 @@ class Request:
         emit: Callable[[Event], None],
         end_ids: Sequence[int] = (),
         flush: Callable[[], None] | None = None,
+        adapter: int = 0,
     ) -> None:
         self.prompt = list(prompt)
+        self.adapter = adapter
         self.config = config
         self.emit = emit
         self.flush = flush

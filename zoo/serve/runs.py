@@ -75,12 +75,15 @@ class Run:
         config: GenerationConfig,
         tokenizer: Tokenizer,
         end_ids: Sequence[int],
+        adapter: int = 0,
     ) -> None:
         loop = asyncio.get_running_loop()
         self._outbox = _outboxes.get(loop) or _outboxes.setdefault(loop, Outbox(loop))
         self._queue: asyncio.Queue[tuple[int, Event]] = asyncio.Queue()
         self.sequences = [
-            Request(prompt, config, tokenizer, self._emitter(i), end_ids, self._outbox.flush)
+            Request(
+                prompt, config, tokenizer, self._emitter(i), end_ids, self._outbox.flush, adapter
+            )
             for i, prompt in enumerate(prompts)
         ]
 

@@ -28,7 +28,10 @@ from .guard import DEFAULT_MAX_BODY_BYTES
 from .limits import ACCEPT_BURST, Limits, bounded_protocol, connection_cap
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from ..nn.decoder import DecoderLM
+    from ..nn.lora_bank import LoRAWeights
     from ..tokenizers import Tokenizer
 
 __all__ = ["LOOPBACK", "bind", "http_server", "serve"]
@@ -75,6 +78,7 @@ def serve(
     max_connections: int | None = None,
     log_level: str = "info",
     ready: Callable[[str], None] | None = None,
+    adapters: Mapping[str, LoRAWeights] | None = None,
 ) -> None:
     """Serve ``model`` over the OpenAI HTTP API until SIGTERM or Ctrl+C.
 
@@ -95,9 +99,13 @@ def serve(
             limit leaves room for, at most 1024; see :func:`~zoo.serve.limits.connection_cap`).
         log_level: uvicorn's (``"warning"`` drops the line per request).
         ready: called with the base URL once the socket listens (default: print it).
+        adapters: LoRA adapters by name, each served as a model of that name beside
+            ``model_id`` (see :class:`~zoo.serve.engine.Engine`).
     """
     limits = Limits(header_timeout, body_timeout, keep_alive, connection_cap(max_connections))
-    engine = Engine(model, max_batch=max_batch, max_queue=max_queue, max_len=max_len)
+    engine = Engine(
+        model, max_batch=max_batch, max_queue=max_queue, max_len=max_len, adapters=adapters
+    )
     app = create_app(
         engine, tokenizer, model_id=model_id, api_key=api_key, max_body_bytes=max_body_bytes
     )
