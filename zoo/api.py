@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from .tokenizers import Tokenizer
 
 __all__ = [
+    "AdapterInfo",
     "ModelInfo",
     "build",
     "inert_fields",
@@ -64,6 +65,28 @@ class ModelInfo:
     components: tuple[tuple[str, str, str], ...] = ()
     #: The weights file, when described from a checkpoint rather than a named model.
     checkpoint: str | None = None
+    #: A LoRA adapter's facts when ``info`` was given one (the rest describes its base).
+    adapter: AdapterInfo | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class AdapterInfo:
+    """What ``zoo info ADAPTER`` shows of a LoRA adapter: the base it records (``base_name``,
+    ``base_repo``, ``base_revision``, ``base_sha256``; ``None`` where it records none, as in
+    an adapter peft wrote, whose ``base_model_name_or_path`` stands in), its ``rank``,
+    ``alpha`` and ``targets`` (peft's ``target_modules``), its ``parameters`` and ``size``
+    on disk in bytes, the ``directory`` it was read from."""
+
+    base_name: str | None
+    base_repo: str | None
+    base_revision: str | None
+    base_sha256: str | None
+    rank: int | None
+    alpha: float | None
+    targets: tuple[str, ...]
+    parameters: int
+    size: int
+    directory: str
 
 
 def resolve_config(
@@ -167,7 +190,8 @@ def info(source: str) -> ModelInfo:
     from .loading import _looks_like_path
 
     if source.startswith("hf:") or _looks_like_path(source):
-        return _checkpoint_info(source)
+        adapter = _adapter(source)
+        return _checkpoint_info(source) if adapter is None else _with_base(source, adapter)
     registry = get_registry()
     try:
         arch, spec, config = resolve_config(source)
@@ -194,6 +218,62 @@ def info(source: str) -> ModelInfo:
         tokenizer_description=_tokenizer_description(spec.tokenizer),
         components=_components(config),
     )
+
+
+def _adapter(source: str) -> AdapterInfo | None:
+    """The facts of the LoRA adapter ``source`` is (a folder, a LoRA run's folder, an ``hf:``
+    repo that holds one, fetched), or ``None`` when it is a model."""
+    from pathlib import Path
+
+    from .hub.adapter import adapter_folder, describe_adapter, fetch_adapter, is_adapter
+    from .hub.download import pin
+    from .hub.source import parse_hf_source
+
+    if source.startswith("hf:"):
+        hub_source = parse_hf_source(source)
+        pinned = pin(hub_source)
+        if not is_adapter(pinned, hub_source):
+            return None
+        folder: Path | None = fetch_adapter(hub_source, pinned=pinned).directory
+    else:
+        folder = adapter_folder(Path(os.path.expanduser(source)))
+    if folder is None:
+        return None
+    facts = describe_adapter(folder)
+    config, base = facts.config, facts.base
+    peft_base = config.get("base_model_name_or_path")
+    targets = config.get("target_modules")
+    rank, alpha = config.get("r"), config.get("lora_alpha")
+    return AdapterInfo(
+        base_name=base.get("name") if base else None,
+        base_repo=base.get("repo") if base else (peft_base if isinstance(peft_base, str) else None),
+        base_revision=base.get("revision"),
+        base_sha256=base.get("sha256"),
+        rank=rank if isinstance(rank, int) else None,
+        alpha=float(alpha) if isinstance(alpha, (int, float)) else None,
+        targets=tuple(map(str, targets)) if isinstance(targets, list) else (str(targets),),
+        parameters=facts.parameters,
+        size=sum(facts.files.values()),
+        directory=str(folder),
+    )
+
+
+def _with_base(source: str, adapter: AdapterInfo) -> ModelInfo:
+    """:func:`info` of an adapter: its base described when it is a named model (no weights
+    read), else only named."""
+    base = adapter.base_name or adapter.base_repo or "a base known by its sha256 only"
+    what = f"a LoRA adapter (rank {adapter.rank}) for {base}"
+    if adapter.base_name is not None and adapter.base_name in get_registry():
+        named = info(adapter.base_name)
+        return dataclasses.replace(
+            named, name=source, aliases=(), description=what, adapter=adapter
+        )
+    return ModelInfo(
+        name=source, aliases=(), description=what, architecture="-",
+        architecture_description=f"the base's; see zoo info {base}", plugin="-",
+        model_source=adapter.directory, blocks=(), positions="-", tokenizer=None, config={},
+        parameters=0, weights=None, adapter=adapter,
+    )  # fmt: skip
 
 
 def _blocks(arch: ArchitectureSpec, config: ModelConfig) -> tuple[str, ...]:

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 from .checkpoint.files import PICKLE_SUFFIXES, WEIGHTS_FILE
 from .checkpoint.load import WEIGHTS_DIR_ENV, load_local, local_weights_path
-from .checkpoint.manifest import CONFIG_FILE
 from .checkpoint.readers import existing_checkpoint, model_folder
 from .checkpoint.write import export, save
 from .errors import CheckpointError, UnknownModelError
+from .hub.adapter import adapter_folder
 from .hub.download import ADAPTER_CONFIG
 from .hub.load import load_hf, load_named
 from .hub.source import PREFIX, parse_hf_source
@@ -140,17 +140,6 @@ def _load_base(source: str | os.PathLike[str], options: dict[str, Any]) -> ZooMo
     return model
 
 
-def _local_adapter(path: Path) -> Path | None:
-    """The adapter folder ``path`` stands for: itself when it holds ``adapter_config.json``,
-    a LoRA run's ``adapter/`` (a run folder with no model of its own), else ``None``."""
-    if (path / ADAPTER_CONFIG).is_file():
-        return path
-    if path.is_dir() and not (model_folder(path) / CONFIG_FILE).is_file():
-        inner = path / "adapter"
-        return inner if (inner / ADAPTER_CONFIG).is_file() else None
-    return None
-
-
 def _adapter_folder_of(source: object) -> Path | None:
     """The adapter folder a local ``source`` of :func:`load` is (an adapter folder or a LoRA
     run's folder), or ``None``: a model."""
@@ -158,7 +147,7 @@ def _adapter_folder_of(source: object) -> Path | None:
         return None
     if not isinstance(source, (str, os.PathLike)):
         return None
-    return _local_adapter(Path(os.path.expanduser(os.fspath(source))))
+    return adapter_folder(Path(os.path.expanduser(os.fspath(source))))
 
 
 def _adapter_directory(adapter: str | os.PathLike[str]) -> Path:
@@ -171,7 +160,7 @@ def _adapter_directory(adapter: str | os.PathLike[str]) -> Path:
     if not isinstance(adapter, (str, os.PathLike)):
         raise TypeError(f"adapter must be a path or hf:org/name, got {type(adapter).__name__}")
     path = Path(os.path.expanduser(os.fspath(adapter)))
-    folder = _local_adapter(path)
+    folder = adapter_folder(path)
     if folder is None:
         what = "does not exist" if not path.exists() else f"has no {ADAPTER_CONFIG}"
         raise CheckpointError(

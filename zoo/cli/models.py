@@ -80,18 +80,31 @@ def tokenizer_line(info: api.ModelInfo) -> str:
 
 def cmd_info(args: argparse.Namespace) -> int:
     """Describe a model: a named model, a checkpoint directory or hf:org/name (reads its
-    config, not its weights); for a training run's folder (zoo train --out), the run too."""
+    config, not its weights); for a training run's folder (zoo train --out), the run too; for
+    a LoRA adapter, its base, rank, alpha, targets, parameters and size on disk."""
     from pathlib import Path
 
     from ..checkpoint.readers import model_folder
     from ..train.report import is_run_folder
 
     run = Path(args.name) if is_run_folder(Path(args.name)) else None
-    if run is not None and model_folder(run) == run:  # no checkpoint written yet
+    if run is not None and model_folder(run) == run and not (run / "adapter").is_dir():
         print(f"{args.name}: a training run (no model saved yet)")
         return _print_run(run)
     info = api.info(args.name)
     print(f"{info.name}: {printable(info.description)}")
+    if info.adapter is not None:
+        _print_adapter(info.adapter)
+        if info.architecture != "-":  # a base zoo can describe without its weights
+            print("  base model:")
+            _print_model(info)
+    else:
+        _print_model(info)
+    return _print_run(run) if run is not None else 0
+
+
+def _print_model(info: api.ModelInfo) -> None:
+    """The model's rows of ``zoo info``: what it is made of, its weights and config."""
     fields = [
         ("aliases", ", ".join(info.aliases) or "-"),
         ("architecture", f"{info.architecture} ({info.architecture_description})"),
@@ -112,7 +125,26 @@ def cmd_info(args: argparse.Namespace) -> int:
     print("  config:")
     for key, value in info.config.items():
         print(f"    {key} = {value!r}")
-    return _print_run(run) if run is not None else 0
+
+
+def _print_adapter(adapter: api.AdapterInfo) -> None:
+    """The adapter's rows of ``zoo info ADAPTER``: its base, shape and size."""
+    size = adapter.size
+    rows = [
+        ("base", adapter.base_name or "-"),
+        ("base repo", adapter.base_repo or "-"),
+        ("base revision", adapter.base_revision or "-"),
+        ("base sha256", adapter.base_sha256 or "not recorded (zoo cannot check the base)"),
+        ("rank", str(adapter.rank) if adapter.rank is not None else "-"),
+        ("alpha", f"{adapter.alpha:g}" if adapter.alpha is not None else "-"),
+        ("targets", ", ".join(adapter.targets) or "-"),
+        ("parameters", f"{adapter.parameters:,}"),
+        ("size on disk", f"{size:,} bytes ({size / 2**20:.2f} MiB)"),
+        ("folder", adapter.directory),
+    ]
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        print(f"  {key.ljust(width)}  {printable(value)}")
 
 
 def _print_run(folder: Path) -> int:
@@ -303,7 +335,8 @@ def _info_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "name",
         metavar="NAME_OR_SOURCE",
-        help="named model or alias, a checkpoint directory, or hf:org/name[@rev]",
+        help="named model or alias, a checkpoint directory, a LoRA adapter folder, or "
+        "hf:org/name[@rev]",
     )
 
 

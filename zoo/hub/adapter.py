@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..checkpoint.manifest import CONFIG_FILE
+from ..checkpoint.readers import model_folder
 from ..errors import CheckpointError, HubNotFoundError, UnsafeCheckpointError
 from .download import ADAPTER_CONFIG, Pinned, _verify_small, _verify_weights, pin
 from .source import HubSource
@@ -27,6 +29,7 @@ __all__ = [
     "ADAPTER_WEIGHTS",
     "AdapterFacts",
     "AdapterSnapshot",
+    "adapter_folder",
     "describe_adapter",
     "fetch_adapter",
     "is_adapter",
@@ -58,14 +61,26 @@ class AdapterSnapshot:
     sha256: str | None
 
 
+def adapter_folder(path: Path) -> Path | None:
+    """The LoRA adapter folder ``path`` stands for: itself when it holds
+    ``adapter_config.json``, a LoRA run's ``adapter/`` when the run saved no model, else
+    ``None``."""
+    if (path / ADAPTER_CONFIG).is_file():
+        return path
+    if path.is_dir() and not (model_folder(path) / CONFIG_FILE).is_file():
+        inner = path / "adapter"
+        return inner if (inner / ADAPTER_CONFIG).is_file() else None
+    return None
+
+
 def is_adapter(pinned: Pinned, source: HubSource) -> bool:
     """Whether the pinned repo holds an adapter and no model (``config.json``): from its file
     list online, from what an earlier pull cached offline."""
     if pinned.entries is not None:
-        return ADAPTER_CONFIG in pinned.entries and "config.json" not in pinned.entries
+        return ADAPTER_CONFIG in pinned.entries and CONFIG_FILE not in pinned.entries
     return (
         cached(source.repo_id, ADAPTER_CONFIG, pinned.commit) is not None
-        and cached(source.repo_id, "config.json", pinned.commit) is None
+        and cached(source.repo_id, CONFIG_FILE, pinned.commit) is None
     )
 
 

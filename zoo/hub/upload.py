@@ -21,7 +21,7 @@ from ..checkpoint.shards import (
 )
 from ..checkpoint.write import save
 from ..errors import CheckpointError, ChecksumMismatchError, HubError, UnsafeCheckpointError
-from .adapter import ADAPTER_FILES, describe_adapter
+from .adapter import ADAPTER_FILES, adapter_folder, describe_adapter
 from .card import DEFAULT_LICENSE, adapter_card, model_card
 from .failures import hub_errors
 from .source import PREFIX
@@ -30,7 +30,7 @@ from .transfer import check_filename, inside
 if TYPE_CHECKING:
     from torch import nn
 
-__all__ = ["CARD_FILE", "CommitRef", "adapter_folder", "push"]
+__all__ = ["CARD_FILE", "CommitRef", "push"]
 
 #: The model card file in the repo.
 CARD_FILE = "README.md"
@@ -270,18 +270,6 @@ def push(
             commit_message=commit_message,
             license=license,
         )
-
-
-def adapter_folder(path: Path) -> Path | None:
-    """The LoRA adapter folder ``path`` stands for: itself when it holds
-    ``adapter_config.json``, a LoRA run's ``adapter/`` when the run saved no model, else
-    ``None``."""
-    if (path / ADAPTER_FILES[0]).is_file():
-        return path
-    if path.is_dir() and not (model_folder(path) / CONFIG_FILE).is_file():
-        inner = path / "adapter"
-        return inner if (inner / ADAPTER_FILES[0]).is_file() else None
-    return None
 
 
 def _push_adapter(
