@@ -224,3 +224,36 @@ def test_qlora_from_the_command_line_on_an_int8_base(corpus, tmp_path):
     losses = [json.loads(line)["loss"] for line in (out / "metrics.jsonl").open()]
     assert len(losses) == 6 and losses[-1] < losses[0]
     assert json.loads((out / "run.json").read_text())["adapter"]["quantize"] == "int8"
+
+
+@pytest.mark.slow  # three processes start torch; two train under torchrun
+def test_two_gloo_processes_train_the_same_lora_as_one(corpus, tokenizer, tmp_path):
+    """DDP with a frozen base: the base stays out of the reducer, the adapters start from the
+    run's seed on every rank, and 2 processes x 2 sequences take one process's steps."""
+    zoo.save(tiny(), tmp_path / "base", tokenizer=tokenizer)
+    argv = ["-m", "zoo.cli", "train", str(tmp_path / "base"), "--lora", "4",
+            "--data", str(corpus), "--steps", "4", "--batch-size", "4", "--warmup", "1",
+            "--lr", "1e-2", "--eval-every", "0", "--eval-batches", "1"]  # fmt: skip
+    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    runs = [
+        subprocess.Popen(
+            [sys.executable, *prefix, *argv, "--out", str(tmp_path / name)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for name, prefix in (("one", []), ("two", torchrun))
+    ]
+    for run in runs:
+        _, err = run.communicate(timeout=300)
+        assert run.returncode == 0, err[-3000:]
+    one, two = (
+        [json.loads(line)["loss"] for line in (tmp_path / name / "metrics.jsonl").open()]
+        for name in ("one", "two")
+    )
+    assert one == pytest.approx(two, abs=1e-5)
+    a, b = (read_adapter(tmp_path / name / "adapter", model=tiny()) for name in ("one", "two"))
+    for key, value in a.state.items():
+        torch.testing.assert_close(b.state[key], value, atol=1e-5, rtol=0)

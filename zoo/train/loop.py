@@ -29,6 +29,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from ..checkpoint import save
 from ..devices import check_computes, check_device
 from ..nn.base import ZooModel
@@ -148,7 +150,7 @@ def train(
             base) is frozen, adapters are attached to the LoRA's targets (default: the
             family's, see :mod:`zoo.nn.lora`) and only they are trained, checkpointed and
             written, as ``<out>/adapter/`` (peft's files and the base's name, repo, revision
-            and sha256), not ``<out>/model``. AdamW decays the adapters' two matrices as any
+            and sha256), not ``<out>/model``. The adapters start from ``config.seed``. AdamW decays the adapters' two matrices as any
             weight matrix (``config.weight_decay``), as transformers' Trainer does.
         quantize: with ``adapter``, train on a base quantized to ``"int8"`` or ``"int4"``
             (QLoRA; the fingerprint is of the float weights, taken before).
@@ -186,6 +188,7 @@ def train(
     if adapter is not None:  # a wrong target is refused before the folder is touched
         from .adapter import adapt
 
+        torch.manual_seed(config.seed)  # the adapters' initial A: the run's, on every rank
         adapting = adapt(model, adapter, base=base, quantize=quantize)
     with contextlib.ExitStack() as stack:
         lock = _lock(out) if world.main else None
