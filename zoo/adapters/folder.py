@@ -34,7 +34,7 @@ from ..nn.lora import (
     detach_lora,
     load_adapter_state,
 )
-from .layout import Piece, Unit, by_module, pieces, units
+from .layout import Piece, Unit, module_lookup, pieces, units
 from .peft_config import CONFIG_FILE, WEIGHTS_FILE, LoraSettings, check_config, peft_config
 from .record import BaseRecord, base_fingerprint
 
@@ -230,18 +230,18 @@ def _convert(
     where: str,
 ) -> tuple[dict[str, PartPlan], dict[str, Tensor]]:
     """The plans and zoo-named weights of peft's ``pairs`` on ``model``."""
-    known = by_module(pieces(model))
+    find, names = module_lookup(model)
     places = units(model)
     plans: dict[str, PartPlan] = {}
     state: dict[str, Tensor] = {}
     for module, pair in sorted(pairs.items()):
         key = f"{_PREFIX}{module}.lora_A.weight"
-        piece = known.get(module)
+        piece = find(module)
         unit = None if piece is None else _unit_of(piece, places)
         if piece is None or unit is None:
             raise CheckpointError(
                 f"{where}: {key} adapts {module!r}, which is not a linear layer of this model "
-                f"(it has e.g. {', '.join(list(known)[:4])})",
+                f"(it has e.g. {', '.join(names[:4])})",
                 path=where,
             )
         a, b = pair["A"], pair["B"]

@@ -14,7 +14,7 @@ its pieces by zoo's own part paths.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -25,7 +25,7 @@ from ..config import ModelConfig
 from ..errors import CheckpointError
 from ..nn.lora import layer_parts
 
-__all__ = ["Piece", "Unit", "layout_of", "per_part", "pieces", "units"]
+__all__ = ["Piece", "Unit", "layout_of", "module_lookup", "per_part", "pieces", "units"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,9 +79,18 @@ def layout_of(model: nn.Module) -> tuple[str | None, object | None]:
     return names[0], keymap
 
 
+def _prefix(keymap: object, layer: str) -> str:
+    """What the foreign model's module names add to the layout's keys: the prefix it strips
+    (GPT-2's ``transformer.``), for every layer but the LM head, which sits beside it."""
+    prefixes = keymap.strip_prefixes  # type: ignore[attr-defined]
+    return prefixes[0] if prefixes and layer != "head" else ""
+
+
 def _layer_pieces(keymap: object, config: ModelConfig, layer: str, out: int) -> list[Piece]:
-    """The foreign modules of zoo layer ``layer`` (``out`` rows) in ``keymap``."""
+    """The foreign modules of zoo layer ``layer`` (``out`` rows) in ``keymap``, named as
+    in the foreign model with its LM head (peft's names)."""
     key = f"{layer}.weight"
+    prefix = _prefix(keymap, layer)
     index = torch.arange(out).reshape(out, 1)  # (out, 1): each row holds its own index
     for rule in keymap.fused:  # type: ignore[attr-defined]
         try:
@@ -90,7 +99,7 @@ def _layer_pieces(keymap: object, config: ModelConfig, layer: str, out: int) -> 
             continue  # the sizes do not fit this layer
         if split:
             return [
-                Piece(name.removesuffix(".weight"), layer, rows[:, 0])
+                Piece(prefix + name.removesuffix(".weight"), layer, rows[:, 0])
                 for name, rows in split.items()
             ]
     for rule in keymap.rules:  # type: ignore[attr-defined]
@@ -98,7 +107,8 @@ def _layer_pieces(keymap: object, config: ModelConfig, layer: str, out: int) -> 
         if foreign is not None:
             plain = dataclasses.replace(rule, transpose=False)  # A and B are never transposed
             rows = plain.convert(index, config, side="zoo")[:, 0]
-            return [Piece(foreign.removesuffix(".weight"), layer, rows, rule.transpose)]
+            module = prefix + foreign.removesuffix(".weight")
+            return [Piece(module, layer, rows, rule.transpose)]
     return []
 
 
@@ -156,6 +166,18 @@ def _out_rows(model: nn.Module, layer: str) -> int:
     return int(model.get_submodule(layer).out_features)  # type: ignore[arg-type]
 
 
-def by_module(found: list[Piece]) -> Mapping[str, Piece]:
-    """The pieces by foreign module name."""
-    return {piece.module: piece for piece in found}
+def module_lookup(model: nn.Module) -> tuple[Callable[[str], Piece | None], list[str]]:
+    """``(find, names)``: ``find(module)`` is the piece a foreign module name (peft's, from
+    the model with its LM head or from the bare base model without the layout's prefix)
+    stands for, or ``None``; ``names`` are every module name in order."""
+    _, keymap = layout_of(model)
+    found = pieces(model)
+    known = {piece.module: piece for piece in found}
+    prefixes = () if keymap is None else tuple(keymap.strip_prefixes)  # type: ignore[attr-defined]
+
+    def find(module: str) -> Piece | None:
+        return known.get(module) or next(
+            (known[p + module] for p in prefixes if p + module in known), None
+        )
+
+    return find, list(known)
