@@ -154,6 +154,14 @@ class ChatTemplate:
         )
         return text if final is None else _cut_final(text, final)
 
+    def render_opening(self, *, tools: Sequence[Mapping[str, Any]] | None = None) -> str:
+        """The generation prompt before any message (``messages=[]``, the prompt asked for):
+        what the template writes before a reply that opens the conversation."""
+        source = self.pick(tools=tools is not None)
+        variables = {**self.tokens, "tools": plain(_tool_schemas(tools))}
+        template = compile_template(source)
+        return _render(template, messages=[], add_generation_prompt=True, **variables)
+
     def render_spans(
         self,
         messages: Any,

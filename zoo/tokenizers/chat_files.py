@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from .base import Tokenizer
     from .chat import ChatTemplate
 
-__all__ = ["chat_from_manifest", "chat_manifest", "with_chat_template"]
+__all__ = ["chat_from_manifest", "chat_manifest", "read_template_file", "with_chat_template"]
 
 
 def chat_manifest(tokenizer: Tokenizer) -> dict[str, Any]:
@@ -62,3 +62,30 @@ def with_chat_template(tokenizer: Tokenizer, source: str) -> Tokenizer:
     made._chat = ChatTemplate({"default": source}, tokenizer._template_tokens())
     made.by_name = False
     return made
+
+
+def read_template_file(path: str | Path) -> str:
+    """The Jinja source of a chat template file (``--chat-template FILE``), compiled once to
+    check it.
+
+    Raises:
+        ChatTemplateError: the file cannot be read, is over the sandbox's source limit, is
+            not UTF-8, or is not a template Jinja compiles.
+    """
+    from .chat import compile_template
+    from .chat_limits import MAX_SOURCE
+
+    path = Path(path)
+    try:
+        if path.stat().st_size > 4 * MAX_SOURCE:  # (UTF-8: at most 4 bytes a character)
+            raise ChatTemplateError(f"{path} is over {MAX_SOURCE:,} characters")
+        source = path.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ChatTemplateError(f"cannot read the chat template {path}: {exc}") from None
+    if not source.strip():
+        raise ChatTemplateError(f"{path} is empty; a chat template is Jinja source")
+    try:
+        compile_template(source)
+    except ChatTemplateError as exc:
+        raise ChatTemplateError(f"{path}: {exc}") from None
+    return source

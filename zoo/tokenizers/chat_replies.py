@@ -95,7 +95,11 @@ def reply_spans(
     for k, message in enumerate(messages):
         if message.get("role") != "assistant":
             continue
-        before = template.render(messages[:k], add_generation_prompt=True, tools=tools) if k else ""
+        before = (
+            template.render(messages[:k], add_generation_prompt=True, tools=tools)
+            if k
+            else template.render_opening(tools=tools)
+        )
         upto = template.render(messages[: k + 1], tools=tools)
         if not upto.startswith(before) or not full.startswith(upto):
             raise ChatTemplateError(

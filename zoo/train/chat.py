@@ -37,7 +37,14 @@ if TYPE_CHECKING:
     from ..nn.base import ZooModel
     from .task import DataRequest
 
-__all__ = ["MAX_FILE_BYTES", "MAX_LINE_BYTES", "MAX_MESSAGES", "ChatData", "read_conversations"]
+__all__ = [
+    "MAX_FILE_BYTES",
+    "MAX_LINE_BYTES",
+    "MAX_MESSAGES",
+    "ChatData",
+    "for_chat",
+    "read_conversations",
+]
 
 #: The largest conversations file, one conversation (line) and one conversation's messages.
 MAX_FILE_BYTES = 1 << 30
@@ -240,3 +247,29 @@ def read_chat(model: ZooModel, request: DataRequest) -> ChatData:
     conversations = read_conversations(request.data)
     tokenizer, where = request.tokenizer, str(request.data)
     return ChatData.build(conversations, tokenizer, request.context, request.val_fraction, where)
+
+
+def for_chat(model: ZooModel, tokenizer: Any = None, template: str | None = None) -> Any:
+    """Set ``model`` to train on conversations (its ``train_task`` becomes ``"chat"``) and
+    return the tokenizer that renders them: ``tokenizer`` (default: the model's own, else its
+    named model's), given ``template`` (Jinja source) in place of its own template when one
+    is given. :func:`zoo.train.train` saves that tokenizer, template included, with the
+    result, so ``zoo chat`` on it renders what it was trained on.
+
+    Raises:
+        DataError: no tokenizer, or a tokenizer without a chat template and none given.
+    """
+    from ..tokenizers import with_chat_template
+    from .start import _tokenizer
+
+    tokenizer = _tokenizer(model, tokenizer)
+    if template is not None:
+        tokenizer = with_chat_template(tokenizer, template)
+    if tokenizer.chat_template is None:
+        raise DataError(
+            f"{tokenizer.name} has no chat template to render conversations with: give one "
+            "(zoo train --chat-template FILE; for shakespeare-byte, "
+            "plugins/shakespeare/data/chat_template.jinja)"
+        )
+    model.train_task = "chat"  # (an instance attribute: zoo.train.task.task_of reads it)
+    return tokenizer
