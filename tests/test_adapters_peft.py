@@ -74,25 +74,28 @@ def _zoo_adapter(model: torch.nn.Module, folder: Path, lora: LoRA, **record: Any
     )
 
 
-@pytest.mark.parametrize("family", list(PEFT_TARGETS))
+#: Qwen2 adds only q/k/v biases (no part of an adapter) to Llama's layout: run with the slow.
+FAMILY_CASES = [
+    pytest.param(f, marks=pytest.mark.slow) if f == "qwen2" else f for f in PEFT_TARGETS
+]
+
+
+@pytest.mark.parametrize("family", FAMILY_CASES)
 def test_zoo_adapter_loads_in_peft_with_equal_logits(family: str, tmp_path: Path) -> None:
     ref = _base(family, tmp_path / "base")
     model = zoo.load(tmp_path / "base")
     batch = padded_batch(COMMON["vocab_size"])
-    base_diff = max_logit_diff(model, ref, *batch)
     _zoo_adapter(model, tmp_path / "adapter", LoRA(rank=4, alpha=6.0))
     config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
     assert sorted(config["target_modules"]) == sorted(PEFT_TARGETS[family])
     assert config["fan_in_fan_out"] is (family == "gpt2")
     theirs = peft.PeftModel.from_pretrained(ref, tmp_path / "adapter").eval()
     diff = max_logit_diff(model, theirs, *batch)
-    print(f"{family}: zoo adapter in peft, max |zoo - peft| = {diff:.2e} (base {base_diff:.2e})")
-    assert diff <= 1e-5
-    with torch.no_grad(), theirs.disable_adapter():  # the adapter counts
-        assert max_logit_diff(model, theirs, *batch) > 0.01
+    print(f"{family}: zoo adapter in peft, max |zoo - peft| = {diff:.2e}")
+    assert diff <= 1e-5  # peft skipping a key would leave its adapter at B = 0: logits differ
 
 
-@pytest.mark.parametrize("family", list(PEFT_TARGETS))
+@pytest.mark.parametrize("family", FAMILY_CASES)
 def test_peft_adapter_loads_in_zoo_with_equal_logits(family: str, tmp_path: Path) -> None:
     ref = _base(family, tmp_path / "base", seed=1)
     model = zoo.load(tmp_path / "base")
@@ -171,7 +174,8 @@ def test_zoo_round_trip_keeps_weights_and_writes_peft_keys(tmp_path: Path) -> No
 @pytest.mark.parametrize(
     ("name", "values"),
     [
-        ("wiki-gpt-wordpiece", {"d_model": 32, "n_heads": 2, "n_layers": 2, "d_ff": 48, "vocab_size": 120}),
+        ("wiki-gpt-wordpiece", {"d_model": 32, "n_heads": 2, "n_layers": 2, "d_ff": 48,
+                                "vocab_size": 120}),
         ("transformer-encdec", {"d_model": 32, "n_heads": 2, "n_encoder_layers": 1,
                                 "n_decoder_layers": 1, "d_ff": 48, "vocab_size": 120}),
     ],
@@ -266,17 +270,25 @@ def _nan(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return state
 
 
+MAGNITUDE = "base_model.model.model.layers.0.self_attn.q_proj.lora_magnitude_vector"
+
+
+def _elsewhere(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    far = {k.replace("q_proj", "nowhere"): state[k] for k in (Q_A, Q_B)}
+    return {**state, **far}
+
+
 @pytest.mark.parametrize(
     ("tensors", "named"),
     [
-        (lambda s: {**s, "base_model.model.model.layers.0.self_attn.q_proj.lora_magnitude_vector": s[Q_B][:, 0]}, "lora_magnitude_vector"),
-        (lambda s: {**s, Q_A.replace("q_proj", "nowhere"): s[Q_A], Q_B.replace("q_proj", "nowhere"): s[Q_B]}, "nowhere"),
+        (lambda s: {**s, MAGNITUDE: s[Q_B][:, 0]}, "lora_magnitude_vector"),
+        (_elsewhere, "nowhere"),
         (lambda s: {k: v for k, v in s.items() if k != Q_B}, "lora_B"),
         (lambda s: {**s, Q_B: s[Q_B][:-1]}, "q_proj"),
         (lambda s: {**s, Q_A: s[Q_A].to(torch.int32)}, "q_proj"),
         (_nan, "NaN"),
     ],
-)  # fmt: skip
+)
 def test_weights_that_fit_nothing_are_refused_by_key(
     saved: tuple[Path, torch.nn.Module], tmp_path: Path, tensors: Any, named: str
 ) -> None:
@@ -308,7 +320,7 @@ def test_another_base_is_refused_naming_both(saved: tuple[Path, torch.nn.Module]
     torch.manual_seed(9)
     other = zoo.build("llama-tiny", **SMALL).eval()
     with pytest.raises(
-        CheckpointError, match="trained on .*sha256 .*not on this model.*sha256"
+        CheckpointError, match=r"trained on .*sha256 .*not on this model.*sha256"
     ) as err:
         apply_adapter(other, adapter)
     assert err.value.expected == adapter.base.sha256  # type: ignore[union-attr]
