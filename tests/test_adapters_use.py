@@ -7,6 +7,7 @@ made with :mod:`zoo.nn.lora` and :func:`zoo.adapters.save_adapter`."""
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -204,3 +205,15 @@ def test_a_corrupted_adapter_download_is_refused_and_evicted(
     local_hub.clear_faults()
     model = zoo.load("llama-tiny", adapter="hf:org/evil")  # the next try fetches it again
     assert torch.equal(_logits(model), made["logits"])
+
+
+def test_a_chat_fine_tunes_tokenizer_comes_with_its_adapter(made: dict, tmp_path: Path) -> None:
+    """A LoRA run's tokenizer/ (a chat template given at training) replaces the base's."""
+    from chat_folders import write_folder
+
+    run = tmp_path / "run"
+    shutil.copytree(made["adapter"], run / "adapter", symlinks=True)
+    write_folder(run / "tokenizer", "qwen2.5-instruct")
+    model = zoo.load("llama-tiny", adapter=run)
+    assert model.tokenizer.chat_template is not None
+    assert zoo.load(made["base"], adapter=made["adapter"]).tokenizer.chat_template is None
