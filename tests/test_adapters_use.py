@@ -6,6 +6,7 @@ made with :mod:`zoo.nn.lora` and :func:`zoo.adapters.save_adapter`."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -217,3 +218,11 @@ def test_a_chat_fine_tunes_tokenizer_comes_with_its_adapter(made: dict, tmp_path
     model = zoo.load("llama-tiny", adapter=run)
     assert model.tokenizer.chat_template is not None
     assert zoo.load(made["base"], adapter=made["adapter"]).tokenizer.chat_template is None
+
+
+def test_merge_writes_a_hugging_face_base_in_its_own_layout(made: dict, tmp_path: Path) -> None:
+    hf_base = zoo.export(zoo.load(made["base"]), tmp_path / "hf-base")  # the same weights
+    out = tmp_path / "merged-hf"
+    assert main(["merge", str(hf_base), str(made["adapter"]), str(out)]) == 0
+    assert json.loads((out / "config.json").read_text())["model_type"] == "llama"
+    torch.testing.assert_close(_logits(zoo.load(out)), made["logits"], atol=1e-5, rtol=0)
