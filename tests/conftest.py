@@ -59,8 +59,20 @@ def _loopback_only(host, *args, **kwargs):  # type: ignore[no-untyped-def]
     return _real_getaddrinfo(host, *args, **kwargs)
 
 
+def _share_the_cores() -> None:
+    """Under pytest-xdist (the README's ``-n``), give torch in each worker process its share of
+    the cores, not all of them: N workers each running a thread per core only spin against one
+    another. Set before torch is imported, so processes a test starts inherit the share too; an
+    ``OMP_NUM_THREADS`` the caller set wins."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers > 1:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (cores or 1) // workers)))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     global _site, _compile_cache
+    _share_the_cores()
     socket.getaddrinfo = _loopback_only
     # torch.compile's on-disk cache: a fresh one, never what an earlier run left in /tmp
     _compile_cache = Path(tempfile.mkdtemp(prefix="zoo-test-inductor-"))

@@ -378,7 +378,10 @@ PARALLEL_DOCUMENTS = 2
 def document_runs(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[Path, Future[list[str]]]]:
-    """Each selected document's run, started in the background: document -> its failures."""
+    """Each selected document's run, started in the background: document -> its failures.
+
+    Under pytest-xdist, the README's ``--dist loadfile`` keeps this file's tests in one worker,
+    the one that starts the runs (``--dist load`` would have each worker run every document)."""
     selected = [
         item.callspec.params["document"]
         for item in request.session.items

@@ -41,14 +41,28 @@ def test_gap():
 }
 
 
-def _run_with_our_conftest(folder: Path, body: str) -> subprocess.CompletedProcess[str]:
-    """Run pytest on ``body`` plus one passing test, under this suite's conftest as a plugin."""
+def _run_with_our_conftest(
+    folder: Path, *bodies: str, options: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
+    """Run pytest on ``bodies`` (a file each) plus one passing test, under this suite's conftest
+    as a plugin, with ``options`` added to the command."""
     (folder / "pytest.ini").write_text("[pytest]\n")  # the folder is its own rootdir
-    (folder / "test_case.py").write_text(body)
+    for number, body in enumerate(bodies):
+        (folder / f"test_case{number}.py").write_text(body)
     (folder / "test_ok.py").write_text("def test_ok():\n    pass\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), *sys.path])}
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "conftest"],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "conftest",
+            *options,
+        ],
         cwd=folder,
         env=env,
         capture_output=True,
@@ -69,3 +83,13 @@ def test_an_allowed_skip_passes(tmp_path):
     run = _run_with_our_conftest(tmp_path, body)
     assert run.returncode == pytest.ExitCode.OK, run.stdout + run.stderr
     assert "1 passed, 1 skipped" in run.stdout
+
+
+def test_the_rule_holds_with_the_readmes_worker_processes(tmp_path):
+    """The README runs the suite in pytest-xdist workers (``-n``): a skip reported by a worker
+    still fails the run, each one named."""
+    run = _run_with_our_conftest(tmp_path, *_CASES.values(), options=("-n", "2"))
+    assert run.returncode == pytest.ExitCode.TESTS_FAILED, run.stdout + run.stderr
+    summary = run.stdout.split("skips that are not allowed")[-1]
+    assert summary.count("test_case") == len(_CASES), run.stdout
+    assert "1 passed" in run.stdout
