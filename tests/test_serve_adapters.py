@@ -99,9 +99,12 @@ def adapters(base) -> dict[str, Weights]:
 IDS = torch.randint(0, 257, (4, 9), generator=torch.Generator().manual_seed(3))
 
 
-def test_each_row_applies_its_own_adapter(base, adapters):
+@pytest.mark.parametrize("dense", [True, False], ids=["masked", "gathered"])
+def test_each_row_applies_its_own_adapter(base, adapters, dense):
     model = copy.deepcopy(base)
     rows = attach_bank(model, adapters)
+    assert rows.dense  # 3 adapters: the masked dense products, unless told otherwise
+    rows.dense = dense
     assert rows.names == list(adapters)
     with torch.no_grad():
         rows.set([0, 1, 2, 3])

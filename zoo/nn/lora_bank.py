@@ -10,10 +10,12 @@ layer's update is one block-diagonal product, exactly the stack of the per-part 
 
 Which adapter each row applies is an :class:`AdapterRows` that every bank of the model
 shares, set once before each forward (:meth:`AdapterRows.set`): a row ``b`` gets
-``out[b] += B[i] @ (A[i] @ x[b])`` for its index ``i``, by gathered batched products. When
-every row has the same index (a prompt prefilled alone, a batch of one adapter) the bank
-runs that adapter's ``A`` and ``B`` as plain linear layers, and rows of index 0 alone
-skip it. The bank plugs in as the layer's ``lora`` child, through the hook
+``out[b] += B[i] @ (A[i] @ x[b])`` for its index ``i``. Rows of different adapters run in
+one pass: for a few adapters every adapter's ``A`` and ``B`` as two linear layers, each row
+keeping its own block of ranks by a mask (the fewest kernels); for many, each row's ``A``
+and ``B`` gathered into batched products. When every row has the same index (a prompt
+prefilled alone, a batch of one adapter) the bank runs that adapter's ``A`` and ``B`` as
+plain linear layers, and rows of index 0 alone skip it. The bank plugs in as the layer's ``lora`` child, through the hook
 :func:`zoo.nn.lora.attach_lora` uses (:func:`~zoo.nn.lora.detach_lora` removes it).
 """
 
@@ -51,6 +53,13 @@ class AdapterRows:
         device: where the index lives (the model's device).
     """
 
+    #: Up to this many adapters, rows of different adapters run every adapter's ``A`` and
+    #: ``B`` as two plain linear layers and keep their own block of ranks by a 0/1 mask
+    #: (fewest kernels: what decoding a small batch on a CPU waits on); beyond it, each
+    #: row's ``A`` and ``B`` are gathered into batched products (work per row, whatever
+    #: the number of adapters).
+    DENSE_MAX = 8
+
     def __init__(self, names: Sequence[str], device: torch.device | str | None = None) -> None:
         self.names = list(names)
         self.device = torch.device(device) if device is not None else torch.device("cpu")
@@ -58,6 +67,9 @@ class AdapterRows:
         self.index: Tensor | None = None
         #: The one adapter every row applies, or ``None`` when they differ.
         self.uniform: int | None = 0
+        #: Whether mixed rows take the masked dense products (see :data:`DENSE_MAX`).
+        self.dense = len(self.names) <= self.DENSE_MAX
+        self._masks: dict[tuple[int, torch.dtype], Tensor] = {}
 
     def set(self, index: Sequence[int]) -> None:
         """Each row's adapter for the forwards to come (one entry per row)."""
@@ -69,6 +81,18 @@ class AdapterRows:
             )
         self.uniform = index[0] if all(i == index[0] for i in index) else None
         self.index = torch.tensor(index, device=self.device)  # (N,)
+        self._masks.clear()
+
+    def mask(self, rank: int, dtype: torch.dtype) -> Tensor:
+        """``(N, (n + 1) * rank)``: 1 where a row's own adapter's block of ``rank`` is, else
+        0 (made once per :meth:`set` for each bank width)."""
+        key = (rank, dtype)
+        if key not in self._masks:
+            index = cast(Tensor, self.index)
+            adapters = torch.arange(len(self.names) + 1, device=index.device)  # (n + 1,)
+            hot = (index[:, None] == adapters).to(dtype)  # (N, n + 1)
+            self._masks[key] = hot.repeat_interleave(rank, dim=1)  # (N, (n + 1) * rank)
+        return self._masks[key]
 
 
 class LayerBank(nn.Module):
@@ -87,8 +111,12 @@ class LayerBank(nn.Module):
     def __init__(self, rows: AdapterRows, A: Tensor, B: Tensor) -> None:
         super().__init__()
         self.rows = rows
-        self.register_buffer("A", A, persistent=False)  # not in the model's state dict
+        self.rank = A.shape[1]
+        # not in the model's state dict; the stacks seen as one linear layer each:
+        # (n + 1) * R rows of A, and B's columns in the same order
+        self.register_buffer("A", A, persistent=False)
         self.register_buffer("B", B, persistent=False)
+        self.register_buffer("B_cols", B.permute(1, 0, 2).flatten(1), persistent=False)
 
     def forward(self, x: Tensor, out: Tensor) -> Tensor:
         """``out`` plus each row's adapter's update."""
@@ -108,8 +136,13 @@ class LayerBank(nn.Module):
                 "this batch (AdapterRows.set) before the forward"
             )
         flat = x.reshape(n, -1, x.shape[-1])  # (N, T, in)
-        low = torch.bmm(flat, A.index_select(0, index).transpose(1, 2))  # (N, T, R)
-        delta = torch.bmm(low, B.index_select(0, index).transpose(1, 2))  # (N, T, out)
+        if self.rows.dense:
+            low = nn.functional.linear(flat, A.flatten(0, 1))  # (N, T, (n + 1) * R)
+            low = low * self.rows.mask(self.rank, low.dtype)[:, None]  # its own block only
+            delta = nn.functional.linear(low, cast(Tensor, self.B_cols))  # (N, T, out)
+        else:
+            low = torch.bmm(flat, A.index_select(0, index).transpose(1, 2))  # (N, T, R)
+            delta = torch.bmm(low, B.index_select(0, index).transpose(1, 2))  # (N, T, out)
         return out + delta.view(out.shape).to(out.dtype)
 
     def extra_repr(self) -> str:
