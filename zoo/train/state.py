@@ -176,7 +176,7 @@ def load_state(
 
 
 # -- checks ----------------------------------------------------------------------------------
-def _saved_weights(folder: Path, model: ZooModel, adapter: bool) -> dict[str, Tensor]:
+def _saved_weights(folder: Path, model: ZooModel, adapter: bool) -> dict[str, Any]:
     """The saved model's state dict, or a LoRA run's adapter weights, checked against
     ``model``."""
     if adapter:
