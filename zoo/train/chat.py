@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -109,7 +110,7 @@ def _conversation(record: Any, line: int) -> Conversation:
     return Conversation(line, checked, tools)
 
 
-def read_conversations(path: str | Path) -> list[Conversation]:
+def read_conversations(path: str | os.PathLike[str]) -> list[Conversation]:
     """The conversations of a ``.jsonl`` file, every line checked.
 
     Raises:
@@ -271,5 +272,5 @@ def for_chat(model: ZooModel, tokenizer: Any = None, template: str | None = None
             "(zoo train --chat-template FILE; for shakespeare-byte, "
             "plugins/shakespeare/data/chat_template.jinja)"
         )
-    model.train_task = "chat"  # (an instance attribute: zoo.train.task.task_of reads it)
+    vars(model)["train_task"] = "chat"  # an instance attribute: zoo.train.task.task_of reads it
     return tokenizer
