@@ -253,6 +253,7 @@ Q_B = Q_A.replace("lora_A", "lora_B")
         ({"r": 0}, "'r'"),
         ({"r": 4}, "'r'"),  # the weights have rank 2
         ({"rank_pattern": {"q_proj": 3}}, "'rank_pattern'"),
+        ({"alpha_pattern": {"(.*)*x": 3}}, "'alpha_pattern'"),  # a nested repeat: no time bomb
         ({"lora_alpha": "8"}, "'lora_alpha'"),
     ],
 )

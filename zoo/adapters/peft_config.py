@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..errors import CheckpointError
@@ -151,44 +151,73 @@ class LoraSettings:
         return self.alpha_of(module) / (math.sqrt(rank) if self.rslora else rank)
 
 
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _positive(value: Any) -> bool:
+    return _is_number(value) and value > 0
+
+
+def _compiles(pattern: str) -> bool:
+    try:
+        re.compile(pattern)
+    except re.error:
+        return False
+    return len(pattern) <= 1000
+
+
+def _simple(pattern: str) -> bool:
+    """A ``rank_pattern`` / ``alpha_pattern`` key zoo matches: a valid pattern without groups
+    or counted repeats and with at most three ``*``/``+``/``?`` (module names, ``.``, classes
+    such as ``[0-3]``), so that matching it against a module name takes no time whatever the
+    file says (a nested repeat, ``(a*)*b``, can take years)."""
+    return (
+        _compiles(pattern)
+        and not set(pattern) & set("(){}")
+        and sum(pattern.count(c) for c in "*+?") <= 3
+    )
+
+
+def _names(value: Any) -> bool:
+    """peft's ``target_modules``: a list of names, or one regex."""
+    if isinstance(value, str):
+        return _compiles(value)
+    return isinstance(value, list) and all(isinstance(t, str) and t for t in value)
+
+
+def _patterns(test: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    """``rank_pattern`` / ``alpha_pattern``: valid patterns, each to a value ``test`` takes."""
+    return lambda value: (
+        isinstance(value, dict)
+        and all(isinstance(k, str) and _simple(k) and test(v) for k, v in value.items())
+    )
+
+
+#: The keys zoo reads: (key, its default when absent (``...``: required), the test, what it
+#: must be).
+_VALUES: tuple[tuple[str, Any, Callable[[Any], bool], str], ...] = (
+    ("r", ..., _positive_int, "a positive integer"),
+    ("lora_alpha", ..., _positive, "a positive number"),
+    ("lora_dropout", 0.0, lambda v: v is None or (_is_number(v) and 0 <= v < 1),
+     "a number in [0, 1)"),
+    ("use_rslora", False, lambda v: isinstance(v, bool), "true or false"),
+    ("target_modules", None, lambda v: v is None or _names(v),
+     "a list of module names (or a valid regex)"),
+    ("rank_pattern", {}, lambda v: v is None or _patterns(_positive_int)(v),
+     "an object of module names (simple patterns) to positive integers"),
+    ("alpha_pattern", {}, lambda v: v is None or _patterns(_positive)(v),
+     "an object of module names (simple patterns) to positive numbers"),
+)  # fmt: skip
+
+
 def _check_values(config: Mapping[str, Any], where: str) -> None:
     """The values of the keys zoo reads, each of the right type."""
-    rank = config.get("r")
-    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
-        raise _refuse(where, f"'r' must be a positive integer, got {rank!r}")
-    if not _is_number(config.get("lora_alpha")) or config["lora_alpha"] <= 0:
-        raise _refuse(
-            where, f"'lora_alpha' must be a positive number, got {config.get('lora_alpha')!r}"
-        )
-    dropout = config.get("lora_dropout", 0.0)
-    if dropout is not None and not (_is_number(dropout) and 0 <= dropout < 1):
-        raise _refuse(where, f"'lora_dropout' must be a number in [0, 1), got {dropout!r}")
-    if not isinstance(config.get("use_rslora", False), bool):
-        raise _refuse(where, f"'use_rslora' must be true or false, got {config['use_rslora']!r}")
-    targets = config.get("target_modules")
-    if not (
-        targets is None
-        or (isinstance(targets, str) and len(targets) <= 1000)
-        or (isinstance(targets, list) and all(isinstance(t, str) and t for t in targets))
-    ):
-        raise _refuse(where, f"'target_modules' must be a list of module names, got {targets!r}")
-    for key, test, what in (
-        ("rank_pattern", lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0,
-         "positive integers"),
-        ("alpha_pattern", lambda v: _is_number(v) and v > 0, "positive numbers"),
-    ):  # fmt: skip
-        patterns = config.get(key) or {}
-        if not isinstance(patterns, dict) or not all(
-            isinstance(k, str) and len(k) <= 1000 and test(v) for k, v in patterns.items()
-        ):
-            raise _refuse(where, f"{key!r} must map module names to {what}, got {patterns!r}")
-        for pattern in patterns:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise _refuse(
-                    where, f"{key!r}: {pattern!r} is not a valid pattern ({exc})"
-                ) from None
+    for key, default, test, what in _VALUES:
+        value = config.get(key, default)
+        if value is ... or not test(value):
+            got = "nothing" if value is ... else repr(value)[:200]
+            raise _refuse(where, f"{key!r} must be {what}, got {got}")
 
 
 def check_config(config: Any, where: str) -> LoraSettings:
