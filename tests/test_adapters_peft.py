@@ -340,3 +340,22 @@ def test_fingerprint_is_the_weights_not_the_folder(tmp_path: Path) -> None:
     with torch.no_grad():
         from_hf.final_norm.weight[0] += 1e-3
     assert base_fingerprint(from_hf) != fingerprint
+
+
+def test_gpt2_names_carry_the_lm_models_prefix_and_bare_names_are_read(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    small = {"d_model": 32, "n_heads": 2, "n_layers": 1, "d_ff": 48, "vocab_size": 97}
+    model = zoo.build("gpt2-124m", **small).eval()
+    base = zoo.build("gpt2-124m", **small).eval()
+    base.load_state_dict(model.state_dict())
+    _zoo_adapter(model, tmp_path / "adapter", LoRA(rank=2, targets=("attn.qkv", "head")))
+    keys = sorted(safetensors.torch.load_file(tmp_path / "adapter" / "adapter_model.safetensors"))
+    assert keys[0] == "base_model.model.lm_head.lora_A.weight"  # beside the base model
+    assert keys[2] == "base_model.model.transformer.h.0.attn.c_attn.lora_A.weight"
+    # peft on GPT2Model (no LM head) names the modules without "transformer."
+    bare = _copy(
+        tmp_path / "adapter",
+        tmp_path / "bare",
+        tensors=lambda s: {k.replace("transformer.", ""): v for k, v in s.items()},
+    )
+    assert read_adapter(bare, model=base).plans.keys() == {"blocks.0.attn.qkv", "head"}
