@@ -175,6 +175,19 @@ def test_a_short_chat_fine_tune_learns_and_keeps_its_template(tuned):
     assert loaded.tokenizer.encode("hé") == ByteTokenizer().encode("hé")
 
 
+def test_a_lora_chat_fine_tune_keeps_its_template_in_the_run_folder(tmp_path):
+    """With a LoRA the template goes to <out>/tokenizer/, and zoo.load(<out>) (the base with
+    its adapter) renders with it."""
+    model = zoo.load("shakespeare-byte")  # (the base the adapter records is reloaded)
+    tokenizer = for_chat(model, ByteTokenizer(), BYTE_TEMPLATE)
+    config = TrainConfig(steps=2, batch_size=2, warmup=0, eval_every=0, eval_batches=1)
+    lora = zoo.LoRA(rank=2)
+    train(
+        model, SAMPLE, tmp_path / "run", config=config, tokenizer=tokenizer, adapter=lora, log=None
+    )
+    assert zoo.load(tmp_path / "run").tokenizer.chat_template == BYTE_TEMPLATE
+
+
 def test_zoo_chat_answers_with_the_fine_tuned_model(tuned):
     env = {**os.environ, "PYTHONIOENCODING": "utf-8", "HF_HUB_OFFLINE": "1"}
     run = subprocess.run(
