@@ -9,48 +9,28 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+import test_train
 import torch
 
 import zoo
 from zoo.adapters import base_fingerprint, read_adapter
 from zoo.nn.lora import LoRA, adapter_parameters
-from zoo.tokenizers import SubwordBPE
 from zoo.train import ResumeError, TrainConfig, train
 from zoo.train.memory import estimate_training_memory
 
-WORDS = "the quick brown fox jumps over a lazy dog and then runs far into the green wood"
-TINY = {"n_layers": 2, "d_model": 32, "n_heads": 2, "d_ff": 64, "context_length": 32}
+#: The full-training tests' small corpus, its tokenizer (fixtures) and model.
+corpus, tokenizer, tiny = test_train.corpus, test_train.tokenizer, test_train.tiny
+
 LLAMA = {"d_model": 32, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "vocab_size": 300,
          "context_length": 32, "d_ff": 48}  # fmt: skip
 CONFIG = TrainConfig(
     steps=12, batch_size=8, lr=1e-2, min_lr=1e-3, warmup=2, eval_every=6, eval_batches=2
 )
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> Path:
-    rng = random.Random(0)
-    lines = [" ".join(rng.choice(WORDS.split()) for _ in range(10)) + "." for _ in range(300)]
-    path = tmp_path_factory.mktemp("corpus") / "text.txt"
-    path.write_text("\n".join(lines))
-    return path
-
-
-@pytest.fixture(scope="module")
-def tokenizer(corpus):
-    return SubwordBPE.train([corpus.read_text()], 300)
-
-
-def tiny(seed: int = 0, **overrides):
-    torch.manual_seed(seed)
-    return zoo.build("gpt2-124m", **{**TINY, "vocab_size": 300, "dropout": 0.0, **overrides})
 
 
 def _base_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
