@@ -359,3 +359,19 @@ def test_gpt2_names_carry_the_lm_models_prefix_and_bare_names_are_read(tmp_path:
         tensors=lambda s: {k.replace("transformer.", ""): v for k, v in s.items()},
     )
     assert read_adapter(bare, model=base).plans.keys() == {"blocks.0.attn.qkv", "head"}
+
+
+def test_a_quantized_base_takes_the_fingerprint_of_its_float_weights(
+    saved: tuple[Path, torch.nn.Module],
+) -> None:
+    from zoo.nn.quant import quantize_
+
+    base = zoo.build("llama-tiny", **SMALL).eval()
+    base.load_state_dict(saved[1].state_dict())
+    fingerprint = base_fingerprint(base)
+    quantize_(base, "int8")
+    adapter = read_adapter(saved[0], model=base)  # the layers keep their names and shapes
+    with pytest.raises(ValueError, match="before quantizing"):
+        apply_adapter(base, adapter)
+    apply_adapter(base, adapter, fingerprint=fingerprint)
+    assert len(adapter.plans) == 2 * 4  # q, k, v and proj of 2 blocks

@@ -106,11 +106,11 @@ def base_fingerprint(model: nn.Module) -> str:
         if key.startswith(skip):
             continue
         tensor = state[key]
-        if tensor.is_meta or tensor.is_quantized:
+        if not isinstance(tensor, torch.Tensor) or tensor.is_quantized or tensor.is_meta:
+            where = "on the meta device" if getattr(tensor, "is_meta", False) else "quantized"
             raise ValueError(
-                f"cannot fingerprint {key}: it is "
-                f"{'on the meta device' if tensor.is_meta else 'quantized'}; "
-                "take base_fingerprint of the loaded float model, before quantizing"
+                f"cannot fingerprint {key}: it is {where}; take base_fingerprint of the "
+                "loaded float model, before quantizing (apply_adapter(..., fingerprint=))"
             )
         flat = tensor.detach().reshape(-1).contiguous().cpu()  # (numel,): a view when it can be
         digest.update(f"{key}\0{flat.dtype}\0{tuple(tensor.shape)}\0".encode())
