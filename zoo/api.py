@@ -17,6 +17,7 @@ from .plugin.specs import COMPONENT_KINDS, ArchitectureSpec, ModelSpec, WeightsS
 if TYPE_CHECKING:
     import torch
 
+    from .hub.download import Pinned
     from .nn.base import ZooModel
     from .tokenizers import Tokenizer
 
@@ -190,8 +191,12 @@ def info(source: str) -> ModelInfo:
     from .loading import _looks_like_path
 
     if source.startswith("hf:") or _looks_like_path(source):
-        adapter = _adapter(source)
-        return _checkpoint_info(source) if adapter is None else _with_base(source, adapter)
+        from .hub.download import pin
+        from .hub.source import parse_hf_source
+
+        pinned = pin(parse_hf_source(source)) if source.startswith("hf:") else None
+        adapter = _adapter(source, pinned)  # the revision resolved once for both
+        return _checkpoint_info(source, pinned) if adapter is None else _with_base(source, adapter)
     registry = get_registry()
     try:
         arch, spec, config = resolve_config(source)
@@ -220,18 +225,16 @@ def info(source: str) -> ModelInfo:
     )
 
 
-def _adapter(source: str) -> AdapterInfo | None:
+def _adapter(source: str, pinned: Pinned | None) -> AdapterInfo | None:
     """The facts of the LoRA adapter ``source`` is (a folder, a LoRA run's folder, an ``hf:``
-    repo that holds one, fetched), or ``None`` when it is a model."""
+    repo that holds one, ``pinned``, fetched), or ``None`` when it is a model."""
     from pathlib import Path
 
     from .hub.adapter import adapter_folder, describe_adapter, fetch_adapter, is_adapter
-    from .hub.download import pin
     from .hub.source import parse_hf_source
 
-    if source.startswith("hf:"):
+    if pinned is not None:
         hub_source = parse_hf_source(source)
-        pinned = pin(hub_source)
         if not is_adapter(pinned, hub_source):
             return None
         folder: Path | None = fetch_adapter(hub_source, pinned=pinned).directory
@@ -338,7 +341,7 @@ def _components(config: ModelConfig) -> tuple[tuple[str, str, str], ...]:
     )
 
 
-def _checkpoint_info(source: str) -> ModelInfo:
+def _checkpoint_info(source: str, pinned: Pinned | None = None) -> ModelInfo:
     """:func:`info` for a checkpoint: recognised as :func:`zoo.load` recognises it, from its
     config, without reading the weights."""
     import os
@@ -354,7 +357,7 @@ def _checkpoint_info(source: str) -> ModelInfo:
         from .hub.source import parse_hf_source
 
         hub_source = parse_hf_source(source)
-        snapshot = fetch(hub_source, verify=False)
+        snapshot = fetch(hub_source, verify=False, pinned=pinned)
         directory, weights, file_given = snapshot.directory, snapshot.weights, False
         layout, model_name = hub_source.layout, hub_source.model_name
     else:

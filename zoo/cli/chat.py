@@ -10,14 +10,7 @@ from typing import TYPE_CHECKING
 from .generate import add_sampling, generation_config, print_pieces
 from .output import printable
 from .parser import Command, check_utf8
-from .source import (
-    add_adapter,
-    add_model_loading,
-    check_adapter,
-    check_model,
-    given_tokenizer,
-    load_for_generation,
-)
+from .source import add_model_loading, check_model, given_tokenizer, load_for_generation
 
 if TYPE_CHECKING:
     from ..generation import GenerationConfig
@@ -74,8 +67,7 @@ def _chat_config(args: argparse.Namespace) -> GenerationConfig:
 
 def _check_chat(args: argparse.Namespace) -> None:
     _chat_config(args)
-    check_model(args)
-    check_adapter(args)
+    check_model(args, adapter=True)
 
 
 def _input_lines(prompt: bool) -> Iterator[str]:
@@ -135,8 +127,7 @@ def _chat_arguments(p: argparse.ArgumentParser) -> None:
         help="the tokenizer (and its chat template) to use: a named model's or a registered "
         "tokenizer's name, or a tokenizer folder (default: the model's own)",
     )
-    add_model_loading(p)
-    add_adapter(p)
+    add_model_loading(p, adapter=True)
 
 
 COMMANDS = {"chat": Command(cmd_chat, _chat_arguments, _check_chat)}

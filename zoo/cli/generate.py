@@ -10,14 +10,7 @@ from typing import TYPE_CHECKING
 from .. import api
 from ..options import GENERATION_DEFAULTS
 from .parser import Command, check_utf8
-from .source import (
-    add_adapter,
-    add_model_loading,
-    check_adapter,
-    check_model,
-    given_tokenizer,
-    load_for_generation,
-)
+from .source import add_model_loading, check_model, given_tokenizer, load_for_generation
 
 if TYPE_CHECKING:
     from ..generation import GenerationConfig
@@ -106,8 +99,7 @@ def _generate_config(args: argparse.Namespace) -> GenerationConfig:
 
 def _check_generate(args: argparse.Namespace) -> None:
     _generate_config(args)
-    check_model(args)
-    check_adapter(args)
+    check_model(args, adapter=True)
 
 
 def _generate_arguments(p: argparse.ArgumentParser) -> None:
@@ -126,8 +118,7 @@ def _generate_arguments(p: argparse.ArgumentParser) -> None:
         help="the tokenizer to use: a named model's or a registered tokenizer's name "
         "(default: the one saved with the checkpoint or declared by its named model)",
     )
-    add_model_loading(p)
-    add_adapter(p)
+    add_model_loading(p, adapter=True)
 
 
 def cmd_classify(args: argparse.Namespace) -> int:

@@ -14,21 +14,17 @@ if TYPE_CHECKING:
     from ..nn.base import ZooModel
     from ..tokenizers import Tokenizer
 
-__all__ = [
-    "add_adapter",
-    "add_model_loading",
-    "check_adapter",
-    "check_model",
-    "given_tokenizer",
-    "load_for_generation",
-]
+__all__ = ["add_model_loading", "check_model", "given_tokenizer", "load_for_generation"]
 
 _DTYPES = ("float32", "bfloat16", "float16")
 
 
-def add_model_loading(p: argparse.ArgumentParser, *, compile: bool = True) -> None:
+def add_model_loading(
+    p: argparse.ArgumentParser, *, compile: bool = True, adapter: bool = False
+) -> None:
     """``--device``, ``--dtype``, ``--quantize``, ``--compile`` (unless ``compile`` is false)
-    and ``--random``: how :func:`load_for_generation` loads the model."""
+    and ``--random``: how :func:`load_for_generation` loads the model; ``--adapter`` (one LoRA
+    adapter on it) when ``adapter``."""
     p.add_argument("--device", default=None, help="cpu, cuda, ... (default: cpu)")
     p.add_argument("--dtype", choices=_DTYPES, default=None, help="default: as stored")
     p.add_argument(
@@ -50,10 +46,8 @@ def add_model_loading(p: argparse.ArgumentParser, *, compile: bool = True) -> No
         action="store_true",
         help="use a randomly initialised named model (no weights, works offline)",
     )
-
-
-def add_adapter(p: argparse.ArgumentParser) -> None:
-    """``--adapter ADAPTER``: one LoRA adapter on the model (``zoo generate``, ``zoo chat``)."""
+    if not adapter:
+        return
     p.add_argument(
         "--adapter",
         metavar="ADAPTER",
@@ -64,12 +58,10 @@ def add_adapter(p: argparse.ArgumentParser) -> None:
     )
 
 
-def check_adapter(args: argparse.Namespace) -> None:
+def _check_adapter(args: argparse.Namespace) -> None:
     """``--adapter`` names an adapter (no torch), and goes with weights, not ``--random``."""
     from .. import loading
 
-    if args.adapter is None:
-        return
     if args.random:
         raise ValueError(
             "--adapter needs the base's weights (the adapter records them by their sha256); "
@@ -78,9 +70,10 @@ def check_adapter(args: argparse.Namespace) -> None:
     loading.check_adapter(args.adapter)
 
 
-def check_model(args: argparse.Namespace) -> None:
+def check_model(args: argparse.Namespace, *, adapter: bool = False) -> None:
     """``zoo generate``, ``chat`` and ``serve``: the model (a named model with ``--random``)
-    and ``--tokenizer`` exist, as loading them will require."""
+    and ``--tokenizer`` exist, as loading them will require; with ``adapter``, the
+    ``--adapter`` given is one."""
     from .. import loading
 
     if args.random:
@@ -89,6 +82,8 @@ def check_model(args: argparse.Namespace) -> None:
         loading.check_source(args.source)
     if args.tokenizer:
         api.check_tokenizer(args.tokenizer)
+    if adapter and args.adapter is not None:
+        _check_adapter(args)
 
 
 def load_for_generation(args: argparse.Namespace, adapter: str | None = None) -> ZooModel:

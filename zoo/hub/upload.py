@@ -236,18 +236,11 @@ def push(
         raise HubError(f"revision {revision!r} is a commit sha; push to a branch name instead")
     if max_shard_size is not None:
         parse_max_shard_size(max_shard_size)  # refused before anything is written or sent
+    target = _Target(repo_id, revision, private, token)
     if isinstance(model_or_directory, (str, os.PathLike)):
         adapter = adapter_folder(Path(os.path.expanduser(os.fspath(model_or_directory))))
         if adapter is not None:
-            return _push_adapter(
-                adapter,
-                repo_id,
-                revision=revision,
-                private=private,
-                token=token,
-                commit_message=commit_message,
-                license=license,
-            )
+            return _commit(target, *_adapter_commit(adapter, commit_message, license))
     with tempfile.TemporaryDirectory(prefix="zoo-push-") as staging:
         written = Path(staging) / "checkpoint"
         if isinstance(model_or_directory, (str, os.PathLike)):
@@ -259,31 +252,15 @@ def push(
         else:
             directory = save(model_or_directory, written, max_shard_size=max_shard_size)
         manifest, files = _read_checkpoint(directory, repo_id)
-        return _upload(
-            directory,
-            files,
-            manifest,
-            repo_id,
-            revision=revision,
-            private=private,
-            token=token,
-            commit_message=commit_message,
-            license=license,
-        )
+        made = _checkpoint_commit(directory, files, manifest, commit_message, license)
+        return _commit(target, *made)
 
 
-def _push_adapter(
-    directory: Path,
-    repo_id: str,
-    *,
-    revision: str | None,
-    private: bool,
-    token: str | bool | None,
-    commit_message: str | None,
-    license: str,
-) -> CommitRef:
-    """Publish the adapter in ``directory`` (its two files, as peft reads them) with a card
-    naming its base, in one commit."""
+def _adapter_commit(
+    directory: Path, commit_message: str | None, license: str
+) -> tuple[Callable[[str], list], str]:
+    """What publishing the adapter in ``directory`` commits (its two files, as peft reads
+    them, and a card naming its base) and the commit message."""
     from huggingface_hub import CommitOperationAdd
 
     facts = describe_adapter(directory)  # both files present, their headers readable
@@ -300,48 +277,44 @@ def _push_adapter(
         return [*added, CommitOperationAdd(CARD_FILE, card.encode("utf-8"))]
 
     base = facts.base.get("name") or facts.base.get("repo") or "its base"
-    message = commit_message or f"Upload a LoRA adapter for {base} with zoo"
-    return _commit(repo_id, operations, message, revision=revision, private=private, token=token)
+    return operations, commit_message or f"Upload a LoRA adapter for {base} with zoo"
 
 
-def _upload(
-    directory: Path,
-    files: list[str],
-    manifest: Manifest,
-    repo_id: str,
-    *,
-    revision: str | None,
-    private: bool,
-    token: str | bool | None,
-    commit_message: str | None,
-    license: str,
-) -> CommitRef:
+def _checkpoint_commit(
+    directory: Path, files: list[str], manifest: Manifest, commit_message: str | None, license: str
+) -> tuple[Callable[[str], list], str]:
+    """What publishing the checkpoint in ``directory`` commits (``files`` and its card) and
+    the commit message."""
+
     def operations(repo: str) -> list:
         card = model_card(manifest, repo, license=license)
         return _operations(directory, files, card, manifest)
 
     name = manifest.model_name or manifest.architecture
-    message = commit_message or f"Upload {name} with zoo"
-    return _commit(repo_id, operations, message, revision=revision, private=private, token=token)
+    return operations, commit_message or f"Upload {name} with zoo"
 
 
-def _commit(
-    repo_id: str,
-    operations: Callable[[str], list],
-    message: str,
-    *,
-    revision: str | None,
-    private: bool,
-    token: str | bool | None,
-) -> CommitRef:
+@dataclasses.dataclass(frozen=True)
+class _Target:
+    """Where a push commits: the repo, the branch (``None``: the default), whether a new repo
+    is private, and the token."""
+
+    repo_id: str
+    revision: str | None
+    private: bool
+    token: str | bool | None
+
+
+def _commit(target: _Target, operations: Callable[[str], list], message: str) -> CommitRef:
     """Create the repo if needed (and the branch), then commit ``operations(repo id)`` in
     one commit: the files appear together or not at all."""
     from huggingface_hub import HfApi
 
-    api = HfApi(token=token)
-    where = f"push to {repo_id}" + (f"@{revision}" if revision else "")
+    api = HfApi(token=target.token)
+    revision = target.revision
+    where = f"push to {target.repo_id}" + (f"@{revision}" if revision else "")
     with hub_errors(where, push=True):
-        repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
+        repo_id = api.create_repo(target.repo_id, private=target.private, exist_ok=True).repo_id
         made = operations(repo_id)
         if revision is not None:
             api.create_branch(repo_id, branch=revision, exist_ok=True)
