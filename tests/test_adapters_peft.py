@@ -375,3 +375,20 @@ def test_a_quantized_base_takes_the_fingerprint_of_its_float_weights(
         apply_adapter(base, adapter)
     apply_adapter(base, adapter, fingerprint=fingerprint)
     assert len(adapter.plans) == 2 * 4  # q, k, v and proj of 2 blocks
+
+
+def test_a_whole_fused_adapter_is_written_as_exact_per_part_pieces(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = zoo.build("llama-tiny", **SMALL).eval()
+    base = zoo.build("llama-tiny", **SMALL).eval()
+    base.load_state_dict(model.state_dict())
+    lora = LoRA(rank=2, targets=("attn.qkv",))
+    attach_lora(model, plan_lora(model, lora, per_part=lambda layer: False))  # one over qkv
+    _randomize(model)
+    save_adapter(model, tmp_path / "a", base=BaseRecord(None, None, None, "0" * 64), lora=lora)
+    adapter = read_adapter(tmp_path / "a", model=base)  # q, k, v apart, as Llama's layout
+    assert sorted(adapter.plans)[:3] == ["blocks.0.attn.k", "blocks.0.attn.q", "blocks.0.attn.v"]
+    apply_adapter(base, adapter, check_base=False)
+    ids = torch.randint(0, 97, (2, 9), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        torch.testing.assert_close(base(ids), model(ids), rtol=0, atol=1e-6)
