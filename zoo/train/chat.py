@@ -260,10 +260,14 @@ def for_chat(model: ZooModel, tokenizer: Any = None, template: str | None = None
     Raises:
         DataError: no tokenizer, or a tokenizer without a chat template and none given.
     """
+    from ..plugin.registry import get_registry
     from ..tokenizers import with_chat_template
-    from .start import _tokenizer
 
-    tokenizer = _tokenizer(model, tokenizer)
+    tokenizer = tokenizer or model.tokenizer  # (zoo.train.start's choice, made before it)
+    if tokenizer is None and model.name:
+        tokenizer = get_registry().model_tokenizer(model.name).load()
+    if tokenizer is None:
+        raise DataError("chat fine-tuning needs a tokenizer: pass tokenizer=...")
     if template is not None:
         tokenizer = with_chat_template(tokenizer, template)
     if tokenizer.chat_template is None:
