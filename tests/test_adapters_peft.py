@@ -392,3 +392,22 @@ def test_a_whole_fused_adapter_is_written_as_exact_per_part_pieces(tmp_path: Pat
     ids = torch.randint(0, 97, (2, 9), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         torch.testing.assert_close(base(ids), model(ids), rtol=0, atol=1e-6)
+
+
+def test_a_layout_that_transforms_whole_state_dicts_is_refused(
+    saved: tuple[Path, torch.nn.Module], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dataclasses
+
+    from zoo.adapters import layout
+    from zoo.plugin.registry import get_registry
+
+    arch = get_registry().architecture("llama")
+    keymap = arch.checkpoint_layout("hf-llama")
+    permuted = dataclasses.replace(
+        keymap, merge_foreign=lambda s, c: s, split_foreign=lambda s, c: s
+    )
+    fake = dataclasses.replace(arch, checkpoint_layouts={"hf-llama": permuted})
+    monkeypatch.setattr(layout, "architecture", lambda *a, **k: fake)
+    with pytest.raises(CheckpointError, match="merge_foreign"):
+        read_adapter(saved[0], model=saved[1])
