@@ -226,3 +226,27 @@ def test_merge_writes_a_hugging_face_base_in_its_own_layout(made: dict, tmp_path
     assert main(["merge", str(hf_base), str(made["adapter"]), str(out)]) == 0
     assert json.loads((out / "config.json").read_text())["model_type"] == "llama"
     torch.testing.assert_close(_logits(zoo.load(out)), made["logits"], atol=1e-5, rtol=0)
+
+
+def test_a_peft_adapter_alone_loads_the_base_it_names(tmp_path: Path) -> None:
+    """peft records the base by ``base_model_name_or_path`` (here a local folder), and no
+    fingerprint: zoo.load(ADAPTER) loads that base, then the adapter, with peft's logits."""
+    peft = pytest.importorskip("peft")
+    transformers = pytest.importorskip("transformers")
+    from test_families import reference
+
+    reference("smollm2-like", tmp_path / "base")
+    base = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "base")  # its path kept
+    torch.manual_seed(2)
+    config = peft.LoraConfig(
+        r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"], init_lora_weights=False
+    )
+    theirs = peft.get_peft_model(base, config).eval()
+    theirs.save_pretrained(tmp_path / "adapter")
+    model = zoo.load(tmp_path / "adapter")
+    with torch.no_grad():
+        diff = (model(IDS) - theirs(IDS).logits).abs().max().item()
+    assert diff <= 1e-5
+    adapter = zoo.info(str(tmp_path / "adapter")).adapter
+    assert adapter is not None and adapter.base_sha256 is None and adapter.rank == 4
+    assert adapter.base_repo == str(tmp_path / "base")
