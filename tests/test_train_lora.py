@@ -237,3 +237,15 @@ def test_two_gloo_processes_train_the_same_lora_as_one(corpus, tokenizer, tmp_pa
     a, b = (read_adapter(tmp_path / name / "adapter", model=tiny()) for name in ("one", "two"))
     for key, value in a.state.items():
         torch.testing.assert_close(b.state[key], value, atol=1e-5, rtol=0)
+
+
+def test_fsdp_with_a_lora_is_refused_on_several_processes_only():
+    from zoo.train.loop import _check_strategy
+    from zoo.train.world import World
+
+    cpu = torch.device("cpu")
+    _check_strategy(LoRA(), "fsdp", World(0, 1, cpu))  # one process: nothing to shard
+    _check_strategy(LoRA(), "ddp", World(0, 2, cpu))
+    _check_strategy(None, "fsdp", World(0, 2, cpu))
+    with pytest.raises(ValueError, match="does not shard with --strategy fsdp"):
+        _check_strategy(LoRA(), "fsdp", World(0, 2, cpu))
