@@ -250,3 +250,18 @@ def test_a_peft_adapter_alone_loads_the_base_it_names(tmp_path: Path) -> None:
     adapter = zoo.info(str(tmp_path / "adapter")).adapter
     assert adapter is not None and adapter.base_sha256 is None and adapter.rank == 4
     assert adapter.base_repo == str(tmp_path / "base")
+
+
+def test_the_adapter_card_names_the_base_as_the_hub_expects() -> None:
+    from zoo.hub.card import adapter_card
+
+    def metadata(config: dict, base: dict) -> dict:
+        return yaml.safe_load(adapter_card(config, base, "org/x").split("---")[1])
+
+    named = metadata({"r": 8}, {"name": "gpt2-124m", "sha256": "ab" * 32})
+    assert named["base_model"] == "openai-community/gpt2"  # the named model's weights repo
+    assert named["library_name"] == "peft" and "lora" in named["tags"]
+    peft_written = {"r": 8, "base_model_name_or_path": "HuggingFaceTB/SmolLM2-135M"}
+    assert metadata(peft_written, {})["base_model"] == "HuggingFaceTB/SmolLM2-135M"
+    local = {"r": 8, "base_model_name_or_path": "/home/me/base"}
+    assert "base_model" not in metadata(local, {})  # a local path is no Hub repo

@@ -119,12 +119,22 @@ model.tokenizer                          # when one was saved with the weights
 """
 
 
-def _base_repo(base: Mapping[str, Any]) -> str | None:
-    """The Hub repo of an adapter's base, for the card's ``base_model``: the repo it records,
-    else its named model's weights repo (the registry's), else ``None``."""
+def _base_repo(base: Mapping[str, Any], config: Mapping[str, Any]) -> str | None:
+    """The Hub repo of an adapter's base, for the card's ``base_model``: the repo zoo's record
+    names, else its named model's weights repo (the registry's), else (an adapter peft wrote)
+    peft's ``base_model_name_or_path`` when it is a repo id, else ``None``."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
     repo = base.get("repo")
     if isinstance(repo, str) and repo:
         return repo
+    named = config.get("base_model_name_or_path")
+    if not base and isinstance(named, str) and named.count("/") == 1:
+        try:
+            validate_repo_id(named)
+        except HFValidationError:
+            return None
+        return named
     name = base.get("name")
     registry = get_registry()
     if isinstance(name, str) and name in registry:
@@ -145,13 +155,15 @@ def adapter_card(
     repo, revision, sha256 from ``base``) and its shape (from peft's ``config``)."""
     from huggingface_hub import ModelCardData
 
-    base_repo = _base_repo(base)
+    base_repo = _base_repo(base, config)
     tags = ["lora", "peft", "zoo", "safetensors"]
     metadata = ModelCardData(
         library_name="peft", license=license, tags=tags, base_model=base_repo
     ).to_yaml()
     targets = config.get("target_modules")
-    shown_targets = ", ".join(map(str, targets)) if isinstance(targets, list) else str(targets)
+    shown_targets = (
+        ", ".join(map(str, targets)) if isinstance(targets, list) else str(targets or "-")
+    )
     rows = [
         ("base model", f"`{base.get('name')}`" if base.get("name") else "-"),
         ("base repo", f"`{base_repo}`" if base_repo else "-"),
@@ -164,6 +176,12 @@ def adapter_card(
     table = "\n".join(f"| {key} | {value} |" for key, value in rows)
     title = repo_id.split("/")[-1]
     base_arg = base.get("name") or (f"hf:{base_repo}" if base_repo else "BASE")
+    check = (
+        "zoo checks the base's weights against the sha256 recorded here before applying it, "
+        "and refuses another base."
+        if base.get("sha256")
+        else "No fingerprint of the base is recorded: apply it to the base named here."
+    )
     return f"""---
 {metadata}
 ---
@@ -171,8 +189,7 @@ def adapter_card(
 # {title}
 
 A LoRA adapter (`adapter_config.json`, `adapter_model.safetensors`, as peft writes them) for
-the base model below. zoo checks the base's weights against the sha256 recorded here before
-applying it, and refuses another base.
+the base model below. {check}
 
 | | |
 |---|---|
