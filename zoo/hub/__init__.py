@@ -18,7 +18,8 @@ Modules: :mod:`.source` (``hf:`` strings and named models), :mod:`.download` (pu
 :mod:`.load` (``zoo.load`` on top of pull), :mod:`.upload` (push), :mod:`.card` (the model
 card), :mod:`.failures` (Hub errors as zoo errors), :mod:`.tokenizer_files` (a named model's
 tokenizer files, for :mod:`zoo.tokenizers`, which never fetches), :mod:`.transfer` (one
-file's checked download into the cache).
+file's checked download into the cache), :mod:`.adapter` (a LoRA adapter's pull and its facts:
+``zoo.load(BASE, adapter="hf:org/name")``, ``zoo info``, ``zoo push ADAPTER_DIR``).
 """
 
 from __future__ import annotations
