@@ -130,6 +130,19 @@ def test_bad_lines_are_refused_with_their_line_number(tmp_path, bad, message):
     assert message in str(caught.value)
 
 
+def test_sizes_are_bounded(tmp_path, monkeypatch):
+    """A line over MAX_LINE_BYTES, a file over MAX_FILE_BYTES: refused before parsing."""
+    import zoo.train.chat as chat
+
+    path = _write(tmp_path / "c.jsonl", [GOOD, GOOD])
+    monkeypatch.setattr(chat, "MAX_LINE_BYTES", 64)
+    with pytest.raises(DataError, match=r"line 1: longer than"):
+        read_conversations(path)
+    monkeypatch.setattr(chat, "MAX_FILE_BYTES", 100)
+    with pytest.raises(DataError, match=r"c\.jsonl is over"):
+        read_conversations(path)
+
+
 def test_a_conversation_longer_than_a_row_or_a_file_too_small_is_refused(tmp_path):
     tok = with_chat_template(ByteTokenizer(), BYTE_TEMPLATE)
     long = {"messages": [{"role": "user", "content": "x" * 200}, CONVERSATIONS[0][1]]}

@@ -121,14 +121,14 @@ def read_conversations(path: str | os.PathLike[str]) -> list[Conversation]:
     if path.is_dir():
         raise DataError(f"{path} is a folder; chat fine-tuning reads one .jsonl file")
     if path.is_file() and path.stat().st_size > MAX_FILE_BYTES:
-        raise DataError(f"{path} is over {MAX_FILE_BYTES >> 20} MiB; split it or sample it")
+        raise DataError(f"{path} is over {MAX_FILE_BYTES:,} bytes; split it or sample it")
     conversations = []
     for number, line in enumerate(_read_text(path).splitlines(), 1):
         if not line.strip():
             continue
         try:
             if len(line.encode("utf-8")) > MAX_LINE_BYTES:
-                raise ValueError(f"longer than {MAX_LINE_BYTES >> 20} MiB")
+                raise ValueError(f"longer than {MAX_LINE_BYTES:,} bytes")
             try:
                 record = json.loads(line)
             except (ValueError, RecursionError) as exc:
