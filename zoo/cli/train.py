@@ -41,6 +41,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     model = _model(args, overrides)
     if args.task == "classify":  # a linear head over the labels the data uses
         model = classifier(model, labels_in(args.data))
+    if args.task == "chat":  # conversations through a chat template (zoo.train.chat)
+        tokenizer = _chat_tokenizer(args, model, tokenizer)
     result = train(
         model,
         args.data,
@@ -76,6 +78,16 @@ def _tokenizer(args: argparse.Namespace, overrides: dict[str, Any]) -> Tokenizer
     )
     overrides.setdefault("vocab_size", tokenizer.vocab_size)
     return tokenizer
+
+
+def _chat_tokenizer(args: argparse.Namespace, model: ZooModel, tokenizer: Any) -> Any:
+    """The tokenizer that renders ``--task chat``'s conversations (``--chat-template``'s in
+    place of its own template when given); ``model`` set to train on them."""
+    from ..tokenizers.chat_files import read_template_file
+    from ..train.chat import for_chat
+
+    template = None if args.chat_template is None else read_template_file(args.chat_template)
+    return for_chat(model, tokenizer, template)
 
 
 def _model(args: argparse.Namespace, overrides: dict[str, Any]) -> ZooModel:
@@ -184,11 +196,23 @@ def _check_lora(args: argparse.Namespace) -> None:
     _lora(args)  # rank, alpha, dropout, targets checked
 
 
+def _check_chat(args: argparse.Namespace) -> None:
+    """``--chat-template`` goes with ``--task chat``, and is a template that compiles."""
+    if args.chat_template is None:
+        return
+    if args.task != "chat":
+        raise ValueError("--chat-template renders conversations: it goes with --task chat")
+    from ..tokenizers.chat_files import read_template_file
+
+    read_template_file(args.chat_template)
+
+
 def _check_train(args: argparse.Namespace) -> None:
     from ..tokenizers.files import read_manifest
     from ..train.files import text_files
 
     _check_lora(args)
+    _check_chat(args)
     if args.tokenizer_max_distinct is not None and args.train_tokenizer is None:
         raise ValueError("--tokenizer-max-distinct goes with --train-tokenizer")
     if not args.lora:
@@ -242,10 +266,19 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--task",
-        choices=("lm", "classify"),
+        choices=("lm", "classify", "chat"),
         default="lm",
         help="lm: the model's own task; classify: fine-tune it as a sequence classifier (a "
-        "linear head on the last token, saved with the checkpoint) (default: lm)",
+        "linear head on the last token, saved with the checkpoint); chat: fine-tune a "
+        'decoder on conversations (a .jsonl file, one {"messages": [...]} per line), the '
+        "loss on the assistant's replies only (default: lm)",
+    )
+    p.add_argument(
+        "--chat-template",
+        metavar="FILE",
+        help="with --task chat: render the conversations with this Jinja chat template "
+        "instead of the tokenizer's own; saved with the result, so zoo chat uses it "
+        "(default: the tokenizer's own)",
     )
     p.add_argument(
         "--out",
