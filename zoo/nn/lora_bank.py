@@ -15,8 +15,9 @@ one pass: for a few adapters every adapter's ``A`` and ``B`` as two linear layer
 keeping its own block of ranks by a mask (the fewest kernels); for many, each row's ``A``
 and ``B`` gathered into batched products. When every row has the same index (a prompt
 prefilled alone, a batch of one adapter) the bank runs that adapter's ``A`` and ``B`` as
-plain linear layers, and rows of index 0 alone skip it. The bank plugs in as the layer's ``lora`` child, through the hook
-:func:`zoo.nn.lora.attach_lora` uses (:func:`~zoo.nn.lora.detach_lora` removes it).
+plain linear layers, and rows of index 0 alone skip it. The bank plugs in as the layer's
+``lora`` child, through the hook :func:`zoo.nn.lora.attach_lora` uses
+(:func:`~zoo.nn.lora.detach_lora` removes it).
 """
 
 from __future__ import annotations
@@ -228,26 +229,29 @@ def attach_bank(
     """
     if adapted_layers(model):
         raise ValueError("this model already has LoRA adapters; detach_lora(model) first")
+    _check_keys(adapters)
+    rows = AdapterRows(list(adapters))
+    planned = {key for a in adapters.values() for key in a.plans}
+    banks: list[tuple[nn.Module, LayerBank]] = []
+    for layer_path, owner, layer, parts in list(layer_parts(model)):
+        units = [unit for unit in _units(layer_path, owner, parts) if unit[0] in planned]
+        if units:
+            banks.append((layer, _bank(rows, adapters, layer, units, dtype)))
+            planned.difference_update(key for key, _, _ in units)
+    if planned:
+        unknown = {name: sorted(planned & set(a.plans)) for name, a in adapters.items()}
+        raise ValueError(
+            "no such linear layer parts in this model: "
+            f"{ {name: keys for name, keys in unknown.items() if keys} }"
+        )
+    for layer, bank in banks:
+        install_adapter(layer, bank)
+    return rows
+
+
+def _check_keys(adapters: Mapping[str, LoRAWeights]) -> None:
+    """Every weight of each adapter belongs to one of its plans."""
     for name, adapter in adapters.items():
         extra = sorted(set(adapter.state) - {f"{k}.{w}" for k in adapter.plans for w in "AB"})
         if extra:
             raise ValueError(f"adapter {name!r}: weights without a plan: {extra}")
-    rows = AdapterRows(list(adapters))
-    left = {name: set(a.plans) for name, a in adapters.items()}
-    banks: list[tuple[nn.Module, LayerBank]] = []
-    for layer_path, owner, layer, parts in list(layer_parts(model)):
-        units = [
-            unit
-            for unit in _units(layer_path, owner, parts)
-            if any(unit[0] in a.plans for a in adapters.values())
-        ]
-        if units:
-            banks.append((layer, _bank(rows, adapters, layer, units, dtype)))
-            for keys in left.values():
-                keys.difference_update(key for key, _, _ in units)
-    unknown = {name: sorted(keys) for name, keys in left.items() if keys}
-    if unknown:
-        raise ValueError(f"no such linear layer parts in this model: {unknown}")
-    for layer, bank in banks:
-        install_adapter(layer, bank)
-    return rows
