@@ -147,8 +147,9 @@ class LayerBank(nn.Module):
         return out + delta.view(out.shape).to(out.dtype)
 
     def extra_repr(self) -> str:
-        n, rank, in_features = self.A.shape  # type: ignore[union-attr]
-        return f"{n - 1} adapters, {in_features} -> {self.B.shape[1]}, ranks {rank}"  # type: ignore[union-attr,index]
+        n, rank, in_features = cast(Tensor, self.A).shape
+        out_features = cast(Tensor, self.B).shape[1]
+        return f"{n - 1} adapters, {in_features} -> {out_features}, ranks {rank}"
 
 
 def _units(
