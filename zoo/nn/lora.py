@@ -21,14 +21,14 @@ of its path: ``attn.qkv`` adapts all three parts, ``attn.q`` only the queries,
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
+
+from .lora_config import DEFAULT_TARGETS, LoRA, PartPlan, Parts
 
 __all__ = [
     "DEFAULT_TARGETS",
@@ -49,73 +49,6 @@ __all__ = [
     "plan_lora",
     "target_names",
 ]
-
-#: The layers a LoRA adapts when it names none: every projection of attention and of the
-#: feed-forward (as QLoRA does), not the head or the embeddings.
-DEFAULT_TARGETS: tuple[str, ...] = ("attn.qkv", "attn.proj", "ffn.fc", "ffn.proj")
-
-_TARGET = re.compile(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*")
-
-
-@dataclasses.dataclass(frozen=True)
-class LoRA:
-    """A LoRA adapter's shape: ``rank``, ``alpha`` (the update is scaled by ``alpha / rank``),
-    ``dropout`` on the adapter's input (training only) and the ``targets`` it adapts (layer or
-    part names, see :mod:`zoo.nn.lora`; ``None``: the model family's default, else
-    :data:`DEFAULT_TARGETS`).
-
-    Example::
-
-        zoo.train(model, data, adapter=zoo.LoRA(rank=8, alpha=16, targets=("attn.qkv",)))
-    """
-
-    rank: int = 8
-    alpha: float = 16.0
-    dropout: float = 0.0
-    targets: tuple[str, ...] | None = None
-
-    def __post_init__(self) -> None:
-        if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 1:
-            raise ValueError(f"LoRA rank must be a positive integer, got {self.rank!r}")
-        alpha = self.alpha
-        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
-            raise ValueError(f"LoRA alpha must be a number, got {alpha!r}")
-        if not (math.isfinite(alpha) and alpha > 0):
-            raise ValueError(f"LoRA alpha must be positive and finite, got {alpha!r}")
-        object.__setattr__(self, "alpha", float(alpha))
-        dropout = self.dropout
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)):
-            raise ValueError(f"LoRA dropout must be a number in [0, 1), got {dropout!r}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"LoRA dropout must be in [0, 1), got {dropout!r}")
-        object.__setattr__(self, "dropout", float(dropout))
-        if self.targets is not None:
-            if isinstance(self.targets, str):
-                raise ValueError(
-                    f"LoRA targets must be a sequence of names, got the string {self.targets!r}"
-                    f" (write targets=({self.targets!r},))"
-                )
-            targets = tuple(self.targets)
-            bad = [t for t in targets if not isinstance(t, str) or not _TARGET.fullmatch(t)]
-            if not targets or bad:
-                raise ValueError(
-                    f"LoRA targets must be non-empty dotted module names (e.g. 'attn.qkv'), "
-                    f"got {bad or list(targets)!r}"
-                )
-            object.__setattr__(self, "targets", targets)
-
-    @property
-    def scaling(self) -> float:
-        """The factor on the low-rank update: ``alpha / rank``."""
-        return self.alpha / self.rank
-
-
-@dataclasses.dataclass(frozen=True)
-class PartPlan:
-    """One part's adapter: its ``rank`` and the ``scaling`` on its update."""
-
-    rank: int
-    scaling: float
 
 
 class LowRank(nn.Module):
@@ -166,7 +99,7 @@ class LayerAdapter(nn.Module):
     def __init__(
         self,
         in_features: int,
-        parts: tuple[tuple[str, int], ...],
+        parts: Parts,
         plans: Mapping[str, PartPlan],
         dropout: float = 0.0,
         *,
@@ -249,14 +182,14 @@ def _join(owner: str, name: str) -> str:
 
 def layer_parts(
     model: nn.Module,
-) -> Iterator[tuple[str, str, nn.Module, tuple[tuple[str, int], ...]]]:
+) -> Iterator[tuple[str, str, nn.Module, Parts]]:
     """Every linear layer of ``model`` that may be adapted: ``(layer path, owner path, layer,
     parts)``, where ``parts`` are ``(name, rows)`` in output order, from the owner's
     ``lora_parts()`` for a fused layer, else one part named as the layer."""
     for owner_path, owner in model.named_modules():
         if isinstance(owner, (LayerAdapter, LowRank)):
             continue
-        fused: Mapping[str, tuple[tuple[str, int], ...]] = (
+        fused: Mapping[str, Parts] = (
             owner.lora_parts() if callable(getattr(owner, "lora_parts", None)) else {}
         )
         for name, child in owner.named_children():
@@ -310,22 +243,9 @@ def plan_lora(
     for layer, owner, _, parts in layer_parts(model):
         split = len(parts) > 1 and (per_part is None or per_part(layer))
         for target in targets:
-            whole = _matches(layer, target)
-            if whole and not split:
-                plans[layer] = plan
-                hit.add(target)
-                continue
-            for name, _ in parts:
-                path = _join(owner, name)
-                if path != layer and _matches(path, target) and not split:
-                    raise ValueError(
-                        f"LoRA target {target!r}: {layer} is adapted as one layer in this "
-                        f"model's checkpoint layout, not per part; target "
-                        f"{'.'.join(layer.split('.')[-2:])!r}"
-                    )
-                if whole or _matches(path, target):
-                    plans[path] = plan
-                    hit.add(target)
+            paths = _targeted(layer, owner, parts, target, split=split)
+            plans.update(dict.fromkeys(paths, plan))
+            hit.update([target] if paths else [])
     missing = [t for t in targets if t not in hit]
     if missing:
         raise ValueError(
@@ -333,6 +253,22 @@ def plan_lora(
             f"{', '.join(target_names(model))}"
         )
     return plans
+
+
+def _targeted(layer: str, owner: str, parts: Parts, target: str, *, split: bool) -> list[str]:
+    """The part paths of one layer that ``target`` names: its parts', or (a fused layer
+    adapted whole, ``split`` false) the layer's own path."""
+    whole = _matches(layer, target)
+    if whole and not split:
+        return [layer]
+    paths = [_join(owner, name) for name, _ in parts]
+    named = [path for path in paths if whole or _matches(path, target)]
+    if named and not split and named != [layer]:
+        raise ValueError(
+            f"LoRA target {target!r}: {layer} is adapted as one layer in this model's "
+            f"checkpoint layout, not per part; target {'.'.join(layer.split('.')[-2:])!r}"
+        )
+    return named
 
 
 def attach_lora(
