@@ -139,8 +139,12 @@ class LayerBank(nn.Module):
         flat = x.reshape(n, -1, x.shape[-1])  # (N, T, in)
         if self.rows.dense:
             low = nn.functional.linear(flat, A.flatten(0, 1))  # (N, T, (n + 1) * R)
-            low = low * self.rows.mask(self.rank, low.dtype)[:, None]  # its own block only
-            delta = nn.functional.linear(low, cast(Tensor, self.B_cols))  # (N, T, out)
+            low.mul_(self.rows.mask(self.rank, low.dtype)[:, None])  # its own block only
+            cols = cast(Tensor, self.B_cols)
+            if out.dtype == low.dtype and out.is_contiguous():  # the sum in the product
+                both = torch.addmm(out.view(-1, out.shape[-1]), low.flatten(0, 1), cols.t())
+                return both.view(out.shape)
+            delta = nn.functional.linear(low, cols)  # (N, T, out)
         else:
             low = torch.bmm(flat, A.index_select(0, index).transpose(1, 2))  # (N, T, R)
             delta = torch.bmm(low, B.index_select(0, index).transpose(1, 2))  # (N, T, out)
