@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import openai
 import pytest
 import torch
-from test_serve import Server
+from test_serve import Collect, Server
 
 import zoo
 from zoo.cli import main
@@ -31,7 +30,7 @@ from zoo.nn.lora import (
     plan_lora,
 )
 from zoo.nn.lora_bank import AdapterRows, attach_bank
-from zoo.serve.engine import Engine, Finish, Request
+from zoo.serve.engine import Engine, Request
 
 SMALL = {"vocab_size": 257, "context_length": 64, "d_model": 32, "d_ff": 48}
 
@@ -146,22 +145,6 @@ def test_a_bank_refuses_what_does_not_fit_and_attaches_nothing(base, adapters):
     with pytest.raises(ValueError, match="the adapter index has 3 rows, the batch 4"):
         model(IDS)
     assert isinstance(rows, AdapterRows)
-
-
-class Collect:
-    """A request's events, as the engine emits them from its thread."""
-
-    def __init__(self) -> None:
-        self.pieces: list[str] = []
-        self.finish: Finish | None = None
-        self.done = threading.Event()
-
-    def __call__(self, event: str | Finish) -> None:
-        if isinstance(event, Finish):
-            self.finish = event
-            self.done.set()
-        else:
-            self.pieces.append(event)
 
 
 def _serve(engine: Engine, jobs: list[tuple[list[int], int]], n: int) -> list[str]:
