@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -144,7 +145,9 @@ def test_info_of_an_adapter(made: dict, capsys: pytest.CaptureFixture[str]) -> N
     assert "base model:" in out and "llama" in out
 
 
-def test_push_and_pull_an_adapter(made: dict, local_hub: LocalHub) -> None:
+def test_push_and_pull_an_adapter(
+    made: dict, local_hub: LocalHub, hub_offline: Callable[[bool], None]
+) -> None:
     ref = zoo.push(made["root"] / "run", "org/tiny-lora")
     files = set(local_hub.list_files("org/tiny-lora", ref.sha)) - {".gitattributes"}
     assert files == {"README.md", "adapter_config.json", "adapter_model.safetensors"}
@@ -158,6 +161,10 @@ def test_push_and_pull_an_adapter(made: dict, local_hub: LocalHub) -> None:
     assert info.adapter is not None and info.adapter.base_name == "llama-tiny"
     with pytest.raises(zoo.HubNotFoundError, match=r"LoRA adapter.*adapter="):
         zoo.load("hf:org/tiny-lora")  # an adapter is no model: says how to load it
+    hub_offline(True)  # a warm cache serves the pinned adapter without the Hub
+    seen = len(local_hub.requests)
+    assert torch.equal(_logits(zoo.load("llama-tiny", adapter=ref.source)), made["logits"])
+    assert len(local_hub.requests) == seen
 
 
 def _pushed(made: dict, local_hub: LocalHub, tmp_path: Path, readme: bytes | None = None) -> Path:
