@@ -37,6 +37,8 @@ from common import machine_facts, publish
 SIZES = {
     "small": {"hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 4,
               "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 8192},
+    "medium": {"hidden_size": 512, "intermediate_size": 2048, "num_hidden_layers": 8,
+               "num_attention_heads": 8, "num_key_value_heads": 4, "vocab_size": 32000},
     "smollm2-135m": {"hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
                      "num_attention_heads": 9, "num_key_value_heads": 3, "vocab_size": 49152},
 }  # fmt: skip
@@ -138,6 +140,8 @@ def run(engine: str, args: argparse.Namespace, folder: Path) -> dict:
         "projections": PROJECTIONS,
     }
     env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error"}
+    if args.threads:
+        env["OMP_NUM_THREADS"] = str(args.threads)
     result = subprocess.run(
         [sys.executable, "-c", CHILD, json.dumps(spec)], capture_output=True, text=True, env=env
     )
@@ -186,6 +190,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     parser.add_argument("--engines", default=",".join(ENGINES), help="comma-separated subset")
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args()
@@ -205,7 +210,8 @@ def main() -> None:
     size = ", ".join(f"{k} {v}" for k, v in SIZES[args.size].items())
     report = table(results) + (
         f"\n\nLlama layout ({size}, tied embeddings; {parameters:,} parameters, random), "
-        f"float32, CPU, batch {args.batch} x {args.seq} tokens, LoRA rank {args.rank} "
+        f"float32, CPU ({args.threads or os.cpu_count()} threads), batch {args.batch} x "
+        f"{args.seq} tokens, LoRA rank {args.rank} "
         f"(alpha {2 * args.rank}) on all 7 projections, AdamW; {args.steps} steps of which "
         f"{args.warmup} untimed, medians of {args.repeats} interleaved repeats. QLoRA int8 "
         "on the CPU is torch.ao's dynamic int8 (activations quantized per call too); int4 "
