@@ -142,6 +142,26 @@ def test_the_memory_estimate_knows_a_frozen_base(corpus, tokenizer, tmp_path):
     assert lora.total < full.total and "frozen base" in lora.describe()
 
 
+@pytest.mark.parametrize("mode", ["int8", "int8-weight"])
+def test_the_memory_estimate_knows_a_quantized_base(mode):
+    """A quantized base counts its int8 weights (buffers, or torch's packed ones at a byte
+    each), about a quarter of the float ones."""
+    from zoo.nn.lora import attach_lora, plan_lora
+    from zoo.nn.quant import quantize_
+
+    cpu = torch.device("cpu")
+    runs = []
+    for quantize in (False, True):
+        model = tiny()
+        if quantize:
+            quantize_(model, mode)
+        attach_lora(model, plan_lora(model, LoRA(rank=4)))
+        runs.append(estimate_training_memory(model, micro_batch=2, device=cpu))
+    float_base, quantized = runs[0].frozen, runs[1]
+    assert quantized.weights == runs[0].weights  # the adapters, float32 either way
+    assert float_base / 5 < quantized.frozen < float_base / 2
+
+
 def _cli(*argv: str) -> tuple[int, str]:
     from zoo.cli import main
 

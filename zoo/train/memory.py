@@ -16,7 +16,7 @@ context, ``L`` the layers, ``d`` ``d_model``, ``f`` ``d_ff``, ``H`` heads, ``V``
 - 150 MB of allocator and runtime slack;
 - a frozen base (a LoRA run, :mod:`zoo.train.adapter`): its weights as they are held (float,
   or a quantized layer's int8/int4 buffers), with no gradients or AdamW state; only the
-  trainable parameters (the adapters) get those.
+  trainable parameters (the adapters) get those (see :func:`_frozen`).
 
 Calibration (CPU, torch 2.13, ``ru_maxrss`` of a child process running two steps of
 ``loss_of`` + backward + clipping + AdamW, minus its RSS after ``import torch``; gpt2-124m with
@@ -165,51 +165,39 @@ def estimate_training_memory(
     )
 
 
-def _quantized_layers(model: nn.Module) -> list[nn.Module]:
-    """Linear layers without a float weight parameter (zoo's int8/int4 ones, torch's
-    dynamic int8): a quantized, frozen base's."""
+def _packed_layers(model: nn.Module) -> list[nn.Module]:
+    """Linear layers that hold their weight out of sight, neither a parameter nor a buffer
+    (torch's dynamic int8 packs it): a quantized, frozen base's."""
     return [
         m
         for m in model.modules()
         if isinstance(getattr(m, "in_features", None), int)
         and isinstance(getattr(m, "out_features", None), int)
         and not any(True for _ in m.parameters(recurse=False))
+        and not any(True for _ in m.buffers(recurse=False))
     ]
-
-
-def _quantized_bytes(layer: nn.Module, device: torch.device | None = None) -> int:
-    """A quantized layer's weight bytes (its own buffers; one byte a weight where it keeps
-    them packed out of sight, as torch's dynamic int8 does); only those on ``device`` when
-    given."""
-    held = [
-        b for b in layer.buffers(recurse=False) if device is None or b.device.type == device.type
-    ]
-    if held or device is not None:
-        return sum(b.numel() * b.element_size() for b in held)
-    return int(layer.in_features) * int(layer.out_features)  # type: ignore[arg-type]
 
 
 def _frozen(model: nn.Module) -> int:
-    """Bytes of ``model``'s frozen weights: parameters without gradients, quantized layers'
-    weights (0 for a model that trains every parameter)."""
-    seen: set[int] = set()
-    total = 0
-    for p in model.parameters():
-        if id(p) not in seen and not p.requires_grad:
-            seen.add(id(p))
-            total += p.numel() * p.element_size()
-    return total + sum(_quantized_bytes(m) for m in _quantized_layers(model))
+    """Bytes of ``model``'s frozen weights: parameters without gradients, buffers (a
+    quantized layer's int8/int4 weights and scales) and packed weights at a byte each (0 for
+    a model that trains every parameter and holds no buffers)."""
+    frozen = [p for p in model.parameters() if not p.requires_grad]
+    held = sum(t.numel() * t.element_size() for t in [*frozen, *model.buffers()])
+    return held + sum(int(m.in_features) * int(m.out_features) for m in _packed_layers(model))
 
 
 def _held(model: nn.Module, device: torch.device) -> int:
-    """Bytes of ``model``'s parameters already on ``device`` (no longer in its free memory)."""
+    """Bytes of ``model``'s parameters and buffers already on ``device`` (no longer in its
+    free memory)."""
     seen: set[int] = set()
     held = 0
     for p in model.parameters():
         if id(p) not in seen and p.device.type == device.type:
             seen.add(id(p))
             held += p.numel() * p.element_size()
-    return held + sum(_quantized_bytes(m, device) for m in _quantized_layers(model))
+    here = [b for b in model.buffers() if b.device.type == device.type]
+    return held + sum(b.numel() * b.element_size() for b in here)
 
 
 def check_training_memory(
