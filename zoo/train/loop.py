@@ -150,8 +150,9 @@ def train(
             base) is frozen, adapters are attached to the LoRA's targets (default: the
             family's, see :mod:`zoo.nn.lora`) and only they are trained, checkpointed and
             written, as ``<out>/adapter/`` (peft's files and the base's name, repo, revision
-            and sha256), not ``<out>/model``. The adapters start from ``config.seed``. AdamW decays the adapters' two matrices as any
-            weight matrix (``config.weight_decay``), as transformers' Trainer does.
+            and sha256), not ``<out>/model``. The adapters start from ``config.seed``.
+            AdamW decays the adapters' two matrices as any weight matrix
+            (``config.weight_decay``), as transformers' Trainer does.
         quantize: with ``adapter``, train on a base quantized to ``"int8"`` or ``"int4"``
             (QLoRA; the fingerprint is of the float weights, taken before).
         base: with ``adapter``, the base's name, repo and revision to record (its sha256 is

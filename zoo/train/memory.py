@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import InsufficientMemoryError
 from ..memory import ALLOW_LARGE_ENV, allow_large, available_memory, format_bytes
@@ -184,7 +184,8 @@ def _frozen(model: nn.Module) -> int:
     a model that trains every parameter and holds no buffers)."""
     frozen = [p for p in model.parameters() if not p.requires_grad]
     held = sum(t.numel() * t.element_size() for t in [*frozen, *model.buffers()])
-    return held + sum(int(m.in_features) * int(m.out_features) for m in _packed_layers(model))
+    packed = [(m.in_features, m.out_features) for m in _packed_layers(model)]
+    return held + sum(cast(int, i) * cast(int, o) for i, o in packed)
 
 
 def _held(model: nn.Module, device: torch.device) -> int:
