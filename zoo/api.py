@@ -198,6 +198,8 @@ def info(source: str) -> ModelInfo:
         adapter = _adapter(source, pinned)  # the revision resolved once for both
         return _checkpoint_info(source, pinned) if adapter is None else _with_base(source, adapter)
     registry = get_registry()
+    if registry.is_adapter(source):
+        return _named_adapter(source)
     try:
         arch, spec, config = resolve_config(source)
     except UnknownModelError as exc:
@@ -258,6 +260,23 @@ def _adapter(source: str, pinned: Pinned | None) -> AdapterInfo | None:
         parameters=facts.parameters,
         size=sum(facts.files.values()),
         directory=str(folder),
+    )
+
+
+def _named_adapter(name: str) -> ModelInfo:
+    """:func:`info` of a named adapter: its base's, under the adapter's name, saying whose
+    adapter it is and where it is pinned (nothing is fetched)."""
+    registry = get_registry()
+    spec = registry.adapter(name)
+    what = f"a LoRA adapter of {spec.base}, pinned at {spec.source}" + (
+        f" (sha256 {spec.sha256})" if spec.sha256 else ""
+    )
+    return dataclasses.replace(
+        info(spec.base),
+        name=spec.name,
+        aliases=(),
+        description=f"{what}: {spec.description}" if spec.description else what,
+        model_source=registry.source("adapter", spec.name),
     )
 
 

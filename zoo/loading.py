@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from .adapters import BaseRecord
     from .nn.base import ZooModel
-    from .plugin.specs import ModelSpec
+    from .plugin.specs import AdapterSpec, ModelSpec
     from .tokenizers import Tokenizer
 
 __all__ = ["check_adapter", "check_source", "convert_checkpoint", "load", "merge", "merge_to"]
@@ -44,7 +44,17 @@ def _looks_like_path(source: str) -> bool:
         or source.startswith(("~", "."))
         or Path(source).suffix.lower() in {".safetensors", ".json", *PICKLE_SUFFIXES}
     )
-    return spelled_as_path or (source not in get_registry() and Path(source).exists())
+    registry = get_registry()
+    named = source in registry or registry.is_adapter(source)
+    return spelled_as_path or (not named and Path(source).exists())
+
+
+def _named_adapter(source: object) -> AdapterSpec | None:
+    """The named adapter (a registry entry) ``source`` is, or ``None``."""
+    if not isinstance(source, str) or source.startswith(PREFIX) or _looks_like_path(source):
+        return None
+    registry = get_registry()
+    return registry.adapter(source) if registry.is_adapter(source) else None
 
 
 def load(
@@ -71,7 +81,9 @@ def load(
             - a named model (``"gpt2-124m"``) whose weights are on this machine: at the
               registry entry's ``weights.path``, or in ``$ZOO_WEIGHTS_DIR/<name>/``;
               otherwise fetched from the entry's Hub repo (:mod:`zoo.hub`);
-            - ``"hf:org/name"`` or ``"hf:org/name@revision"``: a Hub repo (:mod:`zoo.hub`).
+            - ``"hf:org/name"`` or ``"hf:org/name@revision"``: a Hub repo (:mod:`zoo.hub`);
+            - a named adapter (``[adapters.NAME]`` in a registry file, or a plugin's
+              ``zoo_adapters``): its base model, with it applied.
         device: where the weights go (default CPU). CPU weights stay memory-mapped from the
             file (copy-on-write) and are never copied.
         dtype: floating dtype to convert to (default: keep the file's).
@@ -96,7 +108,9 @@ def load(
         adapter: a LoRA adapter to apply (:mod:`zoo.adapters`): a folder holding
             ``adapter_config.json`` and ``adapter_model.safetensors`` (peft's or zoo's), a LoRA
             training run's folder (its ``adapter/``), or ``"hf:org/name[@revision]"`` (pulled,
-            pinned to one commit and checked as weights are). The adapter's recorded base
+            pinned to one commit and checked as weights are), or a named adapter (its pinned
+            repo, its ``sha256`` checked; ``source`` must be the named base it declares, or
+            a copy of that base's weights). The adapter's recorded base
             must be ``source``: its sha256 fingerprint is compared on the float weights,
             before any ``quantize``, and a different base is refused naming both. ``source``
             may itself be an adapter folder or a LoRA run's folder: its base is loaded from
@@ -114,7 +128,9 @@ def load(
         "tokenizer": tokenizer,
         "quantize": quantize,
     }
-    if adapter is None and (folder := _adapter_folder_of(source)) is not None:
+    if adapter is None and (named := _named_adapter(source)) is not None:
+        source, adapter = named.base, named.name
+    elif adapter is None and (folder := _adapter_folder_of(source)) is not None:
         source, adapter = _recorded_base(folder), folder
     if adapter is not None:
         model = _load_adapted(source, adapter, options)
@@ -157,6 +173,10 @@ def _adapter_directory(adapter: str | os.PathLike[str]) -> Path:
         from .hub.adapter import fetch_adapter
 
         return fetch_adapter(parse_hf_source(adapter)).directory
+    if (named := _named_adapter(adapter)) is not None:
+        from .hub.adapter import fetch_named_adapter
+
+        return fetch_named_adapter(named).directory
     if not isinstance(adapter, (str, os.PathLike)):
         raise TypeError(f"adapter must be a path or hf:org/name, got {type(adapter).__name__}")
     path = Path(os.path.expanduser(os.fspath(adapter)))
@@ -166,7 +186,8 @@ def _adapter_directory(adapter: str | os.PathLike[str]) -> Path:
         raise CheckpointError(
             f"adapter {path} {what}: give a folder holding {ADAPTER_CONFIG} and "
             "adapter_model.safetensors (peft's save_pretrained or zoo train --lora writes "
-            "one), a LoRA training run's folder, or hf:org/name[@revision]",
+            "one), a LoRA training run's folder, hf:org/name[@revision] or a named adapter "
+            "(`zoo list` shows them)",
             path=path,
         )
     return folder
@@ -214,6 +235,7 @@ def _load_adapted(
 
     from .adapters import apply_adapter, read_adapter
 
+    _check_named_base(source, adapter)
     folder = _adapter_directory(adapter)
     quantize, dtype = options["quantize"], options["dtype"]
     model = _load_base(source, {**options, "quantize": None, "dtype": None})
@@ -230,6 +252,24 @@ def _load_adapted(
     if tokenizer is not None:
         model.tokenizer = tokenizer
     return model
+
+
+def _check_named_base(source: str | os.PathLike[str], adapter: str | os.PathLike[str]) -> None:
+    """Refuse a named adapter given with another named model than the base it declares,
+    naming both, before anything is fetched. A base given as a folder or ``hf:`` repo is
+    checked by the adapter's recorded fingerprint instead."""
+    named = _named_adapter(adapter)
+    if named is None or not isinstance(source, str) or _named_adapter(source) is not None:
+        return
+    if source.startswith(PREFIX) or _looks_like_path(source):
+        return
+    registry = get_registry()
+    if registry.model(source).name != registry.model(named.base).name:
+        raise ValueError(
+            f"adapter {named.name!r} is for base model {named.base!r}, not {source!r}: load "
+            f"it with its own base (zoo.load({named.name!r}), or --adapter {named.name} "
+            f"with {named.base})"
+        )
 
 
 def _fingerprint(model: ZooModel, base: BaseRecord | None, dtype: torch.dtype | None) -> str | None:
@@ -336,16 +376,19 @@ def check_source(source: str) -> None:
         parse_hf_source(source)
     elif _looks_like_path(source):
         existing_checkpoint(Path(os.path.expanduser(source)))
+    elif (named := _named_adapter(source)) is not None:
+        _named_spec(named.base)
     else:
         _named_spec(source)
 
 
 def check_adapter(adapter: str) -> None:
     """Refuse an adapter :func:`load` would refuse before reading anything (no torch): a
-    malformed ``hf:`` source, a folder that is no adapter."""
+    malformed ``hf:`` source, a folder that is no adapter. A named adapter is fetched only
+    when it loads."""
     if adapter.startswith(PREFIX):
         parse_hf_source(adapter)
-    else:
+    elif _named_adapter(adapter) is None:
         _adapter_directory(adapter)
 
 

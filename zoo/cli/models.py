@@ -56,6 +56,9 @@ def cmd_list(args: argparse.Namespace) -> int:
                 spec.description,
             )
         )
+    for name in registry.adapters():
+        adapter = registry.adapter(name)
+        rows.append((name, f"LoRA adapter of {adapter.base}", "", "yes", adapter.description))
     rows += [(name, "-", "", "", note) for name, note in conflict_notes()]
     print(table(sorted(rows), ("model", "architecture", "aliases", "weights", "description")))
     _problem_notes()

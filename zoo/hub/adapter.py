@@ -4,7 +4,9 @@ one), pinned to one commit and checked as weights are (:mod:`zoo.hub.download`):
 is resolved once, every file is fetched at that commit through :mod:`zoo.hub.transfer` (no
 server answer chooses a path; every file but the weights is capped), the small files are
 checked against the Hub's git blob ids and the weights against its LFS sha256. Nothing else
-is fetched: no pickles (``adapter_model.bin``), no code.
+is fetched: no pickles (``adapter_model.bin``), no code. A named adapter (a registry entry,
+:class:`~zoo.plugin.specs.AdapterSpec`) is its pinned repo, its weights held to the sha256 the
+registry pins as well.
 """
 
 from __future__ import annotations
@@ -15,14 +17,24 @@ import math
 import struct
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..checkpoint.manifest import CONFIG_FILE
 from ..checkpoint.readers import model_folder
 from ..errors import CheckpointError, HubNotFoundError, UnsafeCheckpointError
-from .download import ADAPTER_CONFIG, Pinned, _verify_small, _verify_weights, pin
+from .download import (
+    ADAPTER_CONFIG,
+    Pinned,
+    _expected_sha256,
+    _verify_small,
+    _verify_weights,
+    pin,
+)
 from .source import HubSource
 from .transfer import cached
+
+if TYPE_CHECKING:
+    from ..plugin.specs import AdapterSpec
 
 __all__ = [
     "ADAPTER_FILES",
@@ -32,6 +44,7 @@ __all__ = [
     "adapter_folder",
     "describe_adapter",
     "fetch_adapter",
+    "fetch_named_adapter",
     "is_adapter",
 ]
 
@@ -140,6 +153,30 @@ def fetch_adapter(
     else:  # a small adapter stored in git: its blob id
         _verify_small(weights, entry, pinned.what)
     return AdapterSnapshot(source, pinned.commit, config.parent, lfs_sha and str(lfs_sha).lower())
+
+
+def fetch_named_adapter(spec: AdapterSpec, *, token: str | bool | None = None) -> AdapterSnapshot:
+    """Fetch the named adapter ``spec`` (:func:`fetch_adapter` of its repo at its revision);
+    its weights must have the sha256 the registry pins: a pin the Hub's LFS metadata
+    contradicts is refused before any download, a downloaded file that differs is deleted
+    from the cache and refused.
+
+    Raises:
+        zoo.ChecksumMismatchError: the weights are not the ones the registry pins.
+    """
+    source = HubSource(spec.repo, spec.revision, filename=ADAPTER_WEIGHTS, sha256=spec.sha256)
+    what = f"adapter {spec.name!r} ({source})"
+    pinned = pin(source, token=token)
+    entry = (pinned.entries or {}).get(ADAPTER_WEIGHTS)
+    lfs = getattr(getattr(entry, "lfs", None), "sha256", None)
+    says = f"the registry's pin for {spec.name}"
+    _expected_sha256(  # the pin and the Hub disagree: refused before any download
+        {says: spec.sha256, "the Hub's LFS metadata": lfs}, what, ADAPTER_WEIGHTS
+    )
+    snapshot = fetch_adapter(source, token=token, pinned=pinned)
+    if spec.sha256 is not None:
+        _verify_weights(snapshot.directory / ADAPTER_WEIGHTS, spec.sha256.lower(), says, True, what)
+    return snapshot
 
 
 #: The safetensors metadata key of zoo's base record (:mod:`zoo.adapters.record`).

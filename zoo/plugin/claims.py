@@ -26,19 +26,27 @@ from ..errors import (
     ZooError,
 )
 from .host import PluginInfo
-from .specs import COMPONENT_KINDS, ArchitectureSpec, ComponentSpec, ModelSpec, TokenizerSpec
+from .specs import (
+    COMPONENT_KINDS,
+    AdapterSpec,
+    ArchitectureSpec,
+    ComponentSpec,
+    ModelSpec,
+    TokenizerSpec,
+)
 
 if TYPE_CHECKING:
     from ..nn.parts import Parts
 
 __all__ = ["Entry", "Kind", "Registry"]
 
-S = TypeVar("S", ArchitectureSpec, ModelSpec, TokenizerSpec, ComponentSpec)
+S = TypeVar("S", ArchitectureSpec, ModelSpec, TokenizerSpec, ComponentSpec, AdapterSpec)
 #: What the registry holds: architectures, models, tokenizers, and the components of
 #: :data:`zoo.plugin.specs.COMPONENT_KINDS` (each kind its own namespace).
 Kind = Literal[
     "architecture",
     "model",
+    "adapter",
     "tokenizer",
     "positions",
     "norm",
@@ -79,7 +87,13 @@ class Registry:
     def __init__(self, *, strict: bool = False, prefer: Iterable[str] = ()) -> None:
         self.strict = strict
         self.prefer = tuple(prefer)
-        kinds: tuple[Kind, ...] = ("architecture", "model", "tokenizer", *COMPONENT_KINDS)  # type: ignore[assignment]
+        kinds: tuple[Kind, ...] = (
+            "architecture",
+            "model",
+            "adapter",
+            "tokenizer",
+            *COMPONENT_KINDS,
+        )  # type: ignore[assignment]
         self._claims: dict[Kind, dict[str, list[Entry[Any]]]] = {kind: {} for kind in kinds}
         #: alias -> the (model name, source) pairs that claim it
         self._alias_claims: dict[str, list[tuple[str, str]]] = {}
@@ -105,6 +119,18 @@ class Registry:
         self._claims["model"].setdefault(spec.name, []).append(Entry(spec, source))
         for alias in dict.fromkeys(spec.aliases):  # an alias listed twice is one claim
             self._alias_claims.setdefault(alias, []).append((spec.name, source))
+
+    def add_adapter(self, spec: AdapterSpec, source: str) -> None:
+        """Register a named adapter. Its name shares the models' namespace: a name a model (or
+        an alias) and an adapter both claim is a conflict, as between two models."""
+        self._claims["adapter"].setdefault(spec.name, []).append(Entry(spec, source))
+
+    def add_named(self, spec: ModelSpec | AdapterSpec, source: str) -> None:
+        """Register a named model or a named adapter."""
+        if isinstance(spec, AdapterSpec):
+            self.add_adapter(spec, source)
+        else:
+            self.add_model(spec, source)
 
     def verify_architectures(self) -> None:
         """Import every architecture's config and model class now (they are imported lazily,
@@ -152,7 +178,17 @@ class Registry:
         sources = [e.source for e in self._claims[kind].get(name, [])]
         if kind == "model":
             sources += [src for _, src in self._alias_claims.get(name, [])]
+        if kind in ("model", "adapter"):  # one namespace: models, their aliases, adapters
+            sources += self._other_namespace(kind, name)
         return sources
+
+    def _other_namespace(self, kind: Kind, name: str) -> list[str]:
+        """The sources claiming ``name`` in the other half of the shared namespace: adapters
+        for a model's name, models and aliases for an adapter's."""
+        if kind == "model":
+            return [e.source for e in self._claims["adapter"].get(name, [])]
+        models = [e.source for e in self._claims["model"].get(name, [])]
+        return models + [src for _, src in self._alias_claims.get(name, [])]
 
     def _preferred(self, sources: list[str]) -> str | None:
         """The source ``prefer`` picks among ``sources``, if it names exactly one."""
@@ -187,12 +223,24 @@ class Registry:
             return entries[0] if entries else None
         chosen = self._preferred(sources)
         winner = next((e for e in entries if e.source == chosen), None)
+        if winner is None and kind == "adapter" and chosen is not None:
+            return None  # the preferred claim is a model's
+        if winner is None and kind == "model" and chosen in self._other_namespace(kind, name):
+            return None  # the preferred claim is an adapter's
         if winner is None:
             raise RegistryConflictError(self.conflict_message(kind, name))
         return winner
 
     def _model_entry(self, name: str) -> Entry[Any] | None:
-        """Resolve a model name or alias; an alias leads to its model's own resolution."""
+        """Resolve a model name or alias; an alias leads to its model's own resolution. A
+        name an adapter claims too is a conflict, or ``None`` when the adapter is preferred."""
+        adapters = [e.source for e in self._claims["adapter"].get(name, [])]
+        if adapters:
+            chosen = self._preferred(self._claimants("model", name))
+            if chosen is None and len(self._claimants("model", name)) > 1:
+                raise RegistryConflictError(self.conflict_message("model", name))
+            if chosen is None or chosen in adapters:
+                return None
         aliased = self._alias_claims.get(name, [])
         if aliased and name not in self._claims["model"]:
             targets = {target for target, _ in aliased}
@@ -234,6 +282,12 @@ class Registry:
         if entry is not None:
             return entry
         if kind == "model":
+            if self.is_adapter(name):
+                spec = self.adapter(name)
+                raise UnknownModelError(
+                    f"{name!r} is a LoRA adapter of {spec.base!r}, not a model: "
+                    f"zoo.load({name!r}) loads {spec.base!r} with it"
+                )
             if name in self._claims["architecture"]:
                 raise UnknownModelError(self._architecture_not_model(name))
             names = list(self._claims["model"]) + list(self._alias_claims)
@@ -241,6 +295,8 @@ class Registry:
                 self._unknown(kind, name, names) + " Run `zoo list` to see every named model."
             )
         message = self._unknown(kind, name, self._claims[kind])
+        if kind == "adapter":
+            raise UnknownModelError(message + " Run `zoo list` to see every named adapter.")
         if kind in COMPONENT_KINDS:
             raise ConfigError(
                 message.replace(f"unknown {kind}", f"unknown {kind} component", 1)
@@ -274,6 +330,18 @@ class Registry:
     def model(self, name: str) -> ModelSpec:
         """The named model called ``name`` (or with that alias)."""
         return self._entry("model", name).spec
+
+    def adapter(self, name: str) -> AdapterSpec:
+        """The named adapter called ``name``."""
+        return self._entry("adapter", name).spec
+
+    def is_adapter(self, name: str) -> bool:
+        """Whether ``name`` resolves to a named adapter (a conflict on it raises)."""
+        return name in self._claims["adapter"] and self._pick("adapter", name) is not None
+
+    def adapters(self) -> list[str]:
+        """Names of the usable named adapters, sorted."""
+        return sorted(self._usable("adapter"))
 
     def tokenizer(self, name: str) -> TokenizerSpec:
         """The tokenizer called ``name``."""
@@ -389,6 +457,8 @@ class Registry:
     def _contested(self) -> dict[tuple[Kind, str], list[str]]:
         names: list[tuple[Kind, str]] = [(k, n) for k, t in self._claims.items() for n in t]
         names += [("model", alias) for alias in self._alias_claims]
+        shared = {n for k, n in names if k == "model"}  # a name both claim: one conflict
+        names = [(k, n) for k, n in names if not (k == "adapter" and n in shared)]
         contested = {}
         for kind, name in dict.fromkeys(names):
             sources = self._claimants(kind, name)

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import pluggy
 
-from .specs import ArchitectureSpec, ComponentSpec, ModelSpec, TokenizerSpec
+from .specs import AdapterSpec, ArchitectureSpec, ComponentSpec, ModelSpec, TokenizerSpec
 
 __all__ = ["hookimpl", "hookspec"]
 
@@ -39,6 +39,12 @@ def zoo_architectures() -> Sequence[ArchitectureSpec]:
 def zoo_models() -> Sequence[ModelSpec]:
     """Return named models this plugin adds (in addition to those in ``registry.toml``, where
     all of zoo's own live; a registry file of the plugin's own says the same as data)."""
+
+
+@hookspec
+def zoo_adapters() -> Sequence[AdapterSpec]:
+    """Return named LoRA adapters this plugin adds: each a pinned Hub repo and the named base
+    model it applies to (a registry file's ``[adapters.NAME]`` tables say the same as data)."""
 
 
 @hookspec

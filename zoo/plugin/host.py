@@ -20,6 +20,7 @@ import pluggy
 from ..errors import PluginError
 from . import hookspecs
 from .specs import (
+    AdapterSpec,
     ArchitectureSpec,
     ComponentSpec,
     ModelSpec,
@@ -37,6 +38,7 @@ HOOKS: dict[str, type] = {
     "zoo_models": ModelSpec,
     "zoo_tokenizers": TokenizerSpec,
     "zoo_components": ComponentSpec,
+    "zoo_adapters": AdapterSpec,
 }
 
 
@@ -56,7 +58,7 @@ class Contribution:
     """One spec and the plugin that supplied it."""
 
     plugin: str
-    spec: ArchitectureSpec | ModelSpec | TokenizerSpec
+    spec: ArchitectureSpec | ModelSpec | TokenizerSpec | ComponentSpec | AdapterSpec
 
 
 _reason = describe_exception

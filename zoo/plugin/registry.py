@@ -21,7 +21,7 @@ from ..errors import ZooError
 from ..settings import Settings
 from .claims import Entry, Registry
 from .host import Contribution, PluginHost
-from .specs import ArchitectureSpec, ComponentSpec, ModelSpec, TokenizerSpec
+from .specs import AdapterSpec, ArchitectureSpec, ComponentSpec, ModelSpec, TokenizerSpec
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -45,8 +45,11 @@ BUILTIN_REGISTRY = "registry.toml"
 
 
 # -- loading --------------------------------------------------------------------------------
-def read_registry_file(path: str | Path, *, text: str | None = None) -> list[ModelSpec]:
-    """Parse a registry TOML file (``[models.NAME]`` tables) into model specs.
+def read_registry_file(
+    path: str | Path, *, text: str | None = None
+) -> list[ModelSpec | AdapterSpec]:
+    """Parse a registry TOML file (``[models.NAME]`` and ``[adapters.NAME]`` tables) into
+    model and adapter specs.
 
     Every way a file can be bad (unreadable, not UTF-8, not TOML, nested too deeply to parse,
     an invalid entry) is a :class:`~zoo.errors.ZooError` naming the file.
@@ -70,17 +73,26 @@ def read_registry_file(path: str | Path, *, text: str | None = None) -> list[Mod
             f"cannot read registry file {path}: its arrays or tables are nested too deeply "
             "to parse; a registry entry needs a few levels at most"
         ) from None
-    unknown = sorted(set(data) - {"models"})
+    unknown = sorted(set(data) - {"models", "adapters"})
     if unknown:
         raise ZooError(
-            f"registry file {path}: unknown top-level key(s) {unknown}; use [models.NAME]"
+            f"registry file {path}: unknown top-level key(s) {unknown}; use [models.NAME] "
+            "or [adapters.NAME]"
         )
-    specs = []
-    for name, table in data.get("models", {}).items():
-        try:
-            specs.append(ModelSpec.from_toml(name, table))
-        except (TypeError, ValueError, RecursionError) as exc:
-            raise ZooError(f"registry file {path}: {exc}") from exc
+    specs: list[ModelSpec | AdapterSpec] = []
+    kinds: tuple[tuple[str, type[ModelSpec] | type[AdapterSpec]], ...] = (
+        ("models", ModelSpec),
+        ("adapters", AdapterSpec),
+    )
+    for key, kind in kinds:
+        tables = data.get(key, {})
+        if not isinstance(tables, Mapping):
+            raise ZooError(f"registry file {path}: {key} must be tables [{key}.NAME]")
+        for name, table in tables.items():
+            try:
+                specs.append(kind.from_toml(name, table))
+            except (TypeError, ValueError, RecursionError) as exc:
+                raise ZooError(f"registry file {path}: {exc}") from exc
     return specs
 
 
@@ -126,10 +138,10 @@ def load_registry(
     _add_specs(registry, contributions)
     builtin = resources.files("zoo").joinpath("registry.toml")
     for spec in read_registry_file(BUILTIN_REGISTRY, text=builtin.read_text(encoding="utf-8")):
-        registry.add_model(spec, BUILTIN_REGISTRY)
+        registry.add_named(spec, BUILTIN_REGISTRY)
     for c in contributions:
-        if isinstance(c.spec, ModelSpec):
-            registry.add_model(c.spec, f"plugin {c.plugin}")
+        if isinstance(c.spec, (ModelSpec, AdapterSpec)):
+            registry.add_named(c.spec, f"plugin {c.plugin}")
     files = settings.registry_path if registry_files is None else registry_files
     _add_files(registry, files, strict=strict)
     return registry
@@ -160,7 +172,7 @@ def _add_files(registry: Registry, files: Iterable[str | Path], *, strict: bool)
             registry.problems.append((str(path), str(exc)))
             continue
         for spec in specs:
-            registry.add_model(spec, str(path))
+            registry.add_named(spec, str(path))
 
 
 _default: Registry | None = None

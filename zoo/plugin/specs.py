@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._lazy import resolve
 from ..errors import PluginContractError, PluginError
-from .model_specs import ModelSpec, WeightsSource, check_name, frozen_mapping
+from .model_specs import AdapterSpec, ModelSpec, WeightsSource, check_name, frozen_mapping
 
 if TYPE_CHECKING:
     from ..tokenizers import Tokenizer
@@ -28,6 +28,7 @@ _CONTRACT = (
 
 __all__ = [
     "COMPONENT_KINDS",
+    "AdapterSpec",
     "ArchitectureSpec",
     "ComponentSpec",
     "ModelSpec",
