@@ -234,13 +234,8 @@ class Registry:
     def _model_entry(self, name: str) -> Entry[Any] | None:
         """Resolve a model name or alias; an alias leads to its model's own resolution. A
         name an adapter claims too is a conflict, or ``None`` when the adapter is preferred."""
-        adapters = [e.source for e in self._claims["adapter"].get(name, [])]
-        if adapters:
-            chosen = self._preferred(self._claimants("model", name))
-            if chosen is None and len(self._claimants("model", name)) > 1:
-                raise RegistryConflictError(self.conflict_message("model", name))
-            if chosen is None or chosen in adapters:
-                return None
+        if self.is_adapter(name):
+            return None
         aliased = self._alias_claims.get(name, [])
         if aliased and name not in self._claims["model"]:
             targets = {target for target, _ in aliased}
