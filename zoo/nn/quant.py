@@ -220,8 +220,8 @@ class Int8Linear(nn.Module):
         scale = self.scale.to(x.dtype)
         if x.is_cpu and rows.shape[0] <= _FEW_ROWS:  # decoding: the int8 kernel
             y = torch._weight_int8pack_mm(rows.contiguous(), self.qweight, scale)
-        else:  # prefill (or not the CPU): dequantize once, one float matrix product
-            y = float_linear(rows, self.qweight.to(x.dtype) * scale[:, None])
+        else:  # prefill (or not the CPU): dequantize once (in place: one float copy held),
+            y = float_linear(rows, self.qweight.to(x.dtype).mul_(scale[:, None]))  # one product
         if self.bias is not None:
             y = y + self.bias.to(x.dtype)
         return y.view(*x.shape[:-1], self.out_features)
