@@ -269,3 +269,15 @@ def test_fsdp_with_a_lora_is_refused_on_several_processes_only():
     _check_strategy(None, "fsdp", World(0, 2, cpu))
     with pytest.raises(ValueError, match="does not shard with --strategy fsdp"):
         _check_strategy(LoRA(), "fsdp", World(0, 2, cpu))
+
+
+def test_a_family_declares_its_default_targets():
+    from zoo.plugin.registry import get_registry
+    from zoo.plugin.specs import ArchitectureSpec
+    from zoo.train.adapter import default_targets
+
+    assert get_registry().architecture("mixtral").lora_targets == ("attn.qkv", "attn.proj")
+    assert default_targets(tiny()) == ("attn.qkv", "attn.proj", "ffn.fc", "ffn.proj")
+    for bad in ("attn.qkv", (), ("attn.qkv", "")):
+        with pytest.raises(ValueError, match="lora_targets must be a non-empty sequence"):
+            ArchitectureSpec(name="x", config="m:C", model="m:M", lora_targets=bad)
