@@ -98,18 +98,17 @@ def adapters(base) -> dict[str, Weights]:
 IDS = torch.randint(0, 257, (4, 9), generator=torch.Generator().manual_seed(3))
 
 
-@pytest.mark.parametrize("dense", [True, False], ids=["masked", "gathered"])
-def test_each_row_applies_its_own_adapter(base, adapters, dense):
+def test_each_row_applies_its_own_adapter(base, adapters):
     model = copy.deepcopy(base)
     rows = attach_bank(model, adapters)
-    assert rows.dense  # 3 adapters: the masked dense products, unless told otherwise
-    rows.dense = dense
     assert rows.names == list(adapters)
     with torch.no_grad():
         rows.set([0, 1, 2, 3])
         mixed = model(IDS)
         rows.set([2] * 4)
         uniform = model(IDS)
+        rows.set([3, 2, 1, 0])  # other rows, other adapters: the gathered weights follow
+        turned = model(IDS)
         expected = [base(IDS[:1])[0]] + [
             merged(base, a)(IDS[i : i + 1])[0] for i, a in enumerate(adapters.values(), 1)
         ]
@@ -119,6 +118,10 @@ def test_each_row_applies_its_own_adapter(base, adapters, dense):
         torch.testing.assert_close(
             uniform, merged(base, adapters["q-down"])(IDS), atol=1e-4, rtol=1e-4
         )
+        for row, adapter in enumerate((3, 2, 1, 0)):
+            ids = IDS[row : row + 1]
+            want = merged(base, list(adapters.values())[adapter - 1])(ids) if adapter else base(ids)
+            torch.testing.assert_close(turned[row], want[0], atol=1e-4, rtol=1e-4)
     assert not any("lora" in k for k in model.state_dict())  # the base's keys only
     detach_lora(model)
     with torch.no_grad():

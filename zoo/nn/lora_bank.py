@@ -11,11 +11,10 @@ layer's update is one block-diagonal product, exactly the stack of the per-part 
 Which adapter each row applies is an :class:`AdapterRows` that every bank of the model
 shares, set once before each forward (:meth:`AdapterRows.set`): a row ``b`` gets
 ``out[b] += B[i] @ (A[i] @ x[b])`` for its index ``i``. Rows of different adapters run in
-one pass: for a few adapters every adapter's ``A`` and ``B`` as two linear layers, each row
-keeping its own block of ranks by a mask (the fewest kernels); for many, each row's ``A``
-and ``B`` gathered into batched products. When every row has the same index (a prompt
-prefilled alone, a batch of one adapter) the bank runs that adapter's ``A`` and ``B`` as
-plain linear layers, and rows of index 0 alone skip it. The bank plugs in as the layer's
+one pass, each row's ``A`` and ``B`` gathered into batched products (kept from one step to
+the next while the rows' adapters stay the same). When every row has the same index (a
+prompt prefilled alone, a batch of one adapter) the bank runs that adapter's ``A`` and
+``B`` as plain linear layers, and rows of index 0 alone skip it. The bank plugs in as the layer's
 ``lora`` child, through the hook :func:`zoo.nn.lora.attach_lora` uses
 (:func:`~zoo.nn.lora.detach_lora` removes it).
 """
@@ -54,51 +53,39 @@ class AdapterRows:
         device: where the index lives (the model's device).
     """
 
-    #: Up to this many adapters, rows of different adapters run every adapter's ``A`` and
-    #: ``B`` as two plain linear layers and keep their own block of ranks by a 0/1 mask
-    #: (fewest kernels: what decoding a small batch on a CPU waits on); beyond it, each
-    #: row's ``A`` and ``B`` are gathered into batched products (work per row, whatever
-    #: the number of adapters).
-    DENSE_MAX = 8
-
     def __init__(self, names: Sequence[str], device: torch.device | str | None = None) -> None:
         self.names = list(names)
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         #: ``(N,)``, each row's adapter (``None`` until :meth:`set`).
         self.index: Tensor | None = None
+        #: The same as a tuple: what the banks' gathered weights are kept for.
+        self.key: tuple[int, ...] = ()
         #: The one adapter every row applies, or ``None`` when they differ.
         self.uniform: int | None = 0
-        #: Whether mixed rows take the masked dense products (see :data:`DENSE_MAX`).
-        self.dense = len(self.names) <= self.DENSE_MAX
-        self._masks: dict[tuple[int, torch.dtype], Tensor] = {}
 
     def set(self, index: Sequence[int]) -> None:
         """Each row's adapter for the forwards to come (one entry per row)."""
-        index = list(index)
-        bad = [i for i in index if not 0 <= i <= len(self.names)]
-        if bad or not index:
+        key = tuple(index)
+        if key == self.key:
+            return
+        bad = [i for i in key if not 0 <= i <= len(self.names)]
+        if bad or not key:
             raise ValueError(
-                f"adapter indices must be in [0, {len(self.names)}], one per row; got {index}"
+                f"adapter indices must be in [0, {len(self.names)}], one per row; got {list(key)}"
             )
-        self.uniform = index[0] if all(i == index[0] for i in index) else None
-        self.index = torch.tensor(index, device=self.device)  # (N,)
-        self._masks.clear()
-
-    def mask(self, rank: int, dtype: torch.dtype) -> Tensor:
-        """``(N, (n + 1) * rank)``: 1 where a row's own adapter's block of ``rank`` is, else
-        0 (made once per :meth:`set` for each bank width)."""
-        key = (rank, dtype)
-        if key not in self._masks:
-            index = cast(Tensor, self.index)
-            adapters = torch.arange(len(self.names) + 1, device=index.device)  # (n + 1,)
-            hot = (index[:, None] == adapters).to(dtype)  # (N, n + 1)
-            self._masks[key] = hot.repeat_interleave(rank, dim=1)  # (N, (n + 1) * rank)
-        return self._masks[key]
+        self.uniform = key[0] if all(i == key[0] for i in key) else None
+        self.index = torch.tensor(key, device=self.device)  # (N,)
+        self.key = key
 
 
 class LayerBank(nn.Module):
     """Every adapter of one linear layer, stacked; its forward takes the layer's input and
     output and adds each row's own adapter's update.
+
+    Rows of different adapters gather their ``A`` and ``B`` into batched products; the
+    gathered weights are kept while the rows' adapters stay the same (from one decoding
+    step to the next, until a request joins or leaves), so a step runs two products per
+    layer, as one adapter's would.
 
     Args:
         rows: the shared per-row adapter index.
@@ -112,12 +99,19 @@ class LayerBank(nn.Module):
     def __init__(self, rows: AdapterRows, A: Tensor, B: Tensor) -> None:
         super().__init__()
         self.rows = rows
-        self.rank = A.shape[1]
-        # not in the model's state dict; the stacks seen as one linear layer each:
-        # (n + 1) * R rows of A, and B's columns in the same order
-        self.register_buffer("A", A, persistent=False)
+        self.register_buffer("A", A, persistent=False)  # not in the model's state dict
         self.register_buffer("B", B, persistent=False)
-        self.register_buffer("B_cols", B.permute(1, 0, 2).flatten(1), persistent=False)
+        self._gathered: tuple[tuple[int, ...], Tensor, Tensor] | None = None
+
+    def _rows_weights(self) -> tuple[Tensor, Tensor]:
+        """Each row's ``A`` transposed ``(N, in, R)`` and ``B`` transposed ``(N, R, out)``."""
+        key = self.rows.key
+        if self._gathered is None or self._gathered[0] != key:
+            index = cast(Tensor, self.rows.index)
+            a = cast(Tensor, self.A).index_select(0, index).transpose(1, 2)  # (N, in, R)
+            b = cast(Tensor, self.B).index_select(0, index).transpose(1, 2)  # (N, R, out)
+            self._gathered = (key, a, b)
+        return self._gathered[1], self._gathered[2]
 
     def forward(self, x: Tensor, out: Tensor) -> Tensor:
         """``out`` plus each row's adapter's update."""
@@ -129,26 +123,17 @@ class LayerBank(nn.Module):
         if which is not None:
             delta = nn.functional.linear(nn.functional.linear(x, A[which]), B[which])
             return out + delta.to(out.dtype)
-        index = cast(Tensor, self.rows.index)
         n = x.shape[0]
-        if index.shape[0] != n:
+        if len(self.rows.key) != n:
             raise ValueError(
-                f"the adapter index has {index.shape[0]} rows, the batch {n}; set it for "
-                "this batch (AdapterRows.set) before the forward"
+                f"the adapter index has {len(self.rows.key)} rows, the batch {n}; set it "
+                "for this batch (AdapterRows.set) before the forward"
             )
-        flat = x.reshape(n, -1, x.shape[-1])  # (N, T, in)
-        if self.rows.dense:
-            low = nn.functional.linear(flat, A.flatten(0, 1))  # (N, T, (n + 1) * R)
-            low.mul_(self.rows.mask(self.rank, low.dtype)[:, None])  # its own block only
-            cols = cast(Tensor, self.B_cols)
-            if out.dtype == low.dtype and out.is_contiguous():  # the sum in the product
-                both = torch.addmm(out.view(-1, out.shape[-1]), low.flatten(0, 1), cols.t())
-                return both.view(out.shape)
-            delta = nn.functional.linear(low, cols)  # (N, T, out)
-        else:
-            low = torch.bmm(flat, A.index_select(0, index).transpose(1, 2))  # (N, T, R)
-            delta = torch.bmm(low, B.index_select(0, index).transpose(1, 2))  # (N, T, out)
-        return out + delta.view(out.shape).to(out.dtype)
+        a, b = self._rows_weights()
+        low = torch.bmm(x.reshape(n, -1, x.shape[-1]), a)  # (N, T, R)
+        if out.dtype == low.dtype and out.is_contiguous():  # the sum in the product
+            return torch.baddbmm(out.view(n, -1, out.shape[-1]), low, b).view(out.shape)
+        return out + torch.bmm(low, b).view(out.shape).to(out.dtype)  # (N, *, out)
 
     def extra_repr(self) -> str:
         n, rank, in_features = cast(Tensor, self.A).shape
