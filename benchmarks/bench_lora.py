@@ -15,7 +15,8 @@ up/down_proj``) and runs the same plain loop: forward, cross-entropy, backward, 
 on random token ids. The first ``--warmup`` steps are not timed; a run's step time is its
 median (wall clock; "CPU s/step", the process's CPU time, moves less with the machine's
 load). Engines are interleaved repeat by repeat (order reversed every other repeat); the
-table shows medians over repeats and ratios to transformers' full fine-tuning. "Peak RSS"
+table shows medians over repeats and ratios to transformers' full fine-tuning. "Weights"
+counts the model's tensors (int8/int4 bytes once quantized) with the adapters. "Peak RSS"
 is the process's maximum resident memory (``ru_maxrss``); "over start" subtracts the
 resident memory after ``import torch, transformers, peft, zoo`` and before loading.
 """
@@ -63,6 +64,15 @@ CHILD = textwrap.dedent(
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
 
+    def tensors_mb(model):  # weights (int8/int4 bytes when quantized) and adapters, once
+        seen, total = set(), 0
+        for value in model.state_dict(keep_vars=True).values():  # torch.ao: (weight, bias)
+            for t in value if isinstance(value, tuple) else (value,):
+                if isinstance(t, torch.Tensor) and t.data_ptr() not in seen:
+                    seen.add(t.data_ptr())
+                    total += t.numel() * t.element_size()
+        return total / 2**20
+
     spec = json.loads(sys.argv[1])
     engine, rank, folder = spec["engine"], spec["rank"], spec["folder"]
     torch.manual_seed(0)
@@ -105,6 +115,7 @@ CHILD = textwrap.dedent(
         "cpu_s": statistics.median(cpu[spec["warmup"]:]),
         "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "start_mb": start_mb,
+        "tensors_mb": tensors_mb(model),
         "trainable": sum(p.numel() for p in params),
         "loss": losses[0],
     }))
@@ -159,15 +170,17 @@ def table(results: dict[str, list[dict]]) -> str:
     base = med["hf-full"]
     rows = [
         "| engine | trainable parameters | step (s) | vs transformers full | CPU s/step "
-        "| vs transformers full | peak RSS (MB) | over start (MB) | vs transformers full |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| vs transformers full | weights (MB) | peak RSS (MB) | over start (MB) "
+        "| vs transformers full |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for engine, m in med.items():
         over, base_over = m["peak_mb"] - m["start_mb"], base["peak_mb"] - base["start_mb"]
         rows.append(
             f"| {ENGINES[engine]} | {m['trainable']:,.0f} | {m['step_s']:.2f} | "
             f"{m['step_s'] / base['step_s']:.2f}x | {m['cpu_s']:.2f} | "
-            f"{m['cpu_s'] / base['cpu_s']:.2f}x | {m['peak_mb']:,.0f} | {over:,.0f} | "
+            f"{m['cpu_s'] / base['cpu_s']:.2f}x | {m['tensors_mb']:,.0f} | "
+            f"{m['peak_mb']:,.0f} | {over:,.0f} | "
             f"{over / base_over:.2f}x |"
         )
     lora, theirs = med.get("zoo-lora"), med.get("hf-peft")
