@@ -133,13 +133,21 @@ class LayerAdapter(nn.Module):
         if len(self.parts) == 1:
             ((name, _),) = self.parts
             return out + self.low[name](x).to(out.dtype)
-        pieces = out.split([rows for _, rows in self.parts], dim=-1)
-        return torch.cat(
-            [
-                piece + self.low[name](x).to(out.dtype) if name in self.low else piece
-                for (name, _), piece in zip(self.parts, pieces, strict=True)
-            ],
-            dim=-1,
+        # one product for every part's A, one for their B side by side:
+        # (*, in) -> (*, sum of ranks) -> (*, out)
+        lows = self._lows()
+        h = nn.functional.linear(x, torch.cat([low.A for low in lows.values()]))
+        return out + nn.functional.linear(h, self._block_b(lows)).to(out.dtype)
+
+    def _block_b(self, lows: dict[str, LowRank]) -> Tensor:
+        """Each adapted part's ``B * scaling`` in its rows and its rank's columns, zero
+        elsewhere: ``(out, sum of ranks)``, columns in the order of ``lows``."""
+        some = next(iter(lows.values())).B
+        return torch.block_diag(
+            *(
+                lows[name].B * lows[name].scaling if name in lows else some.new_zeros(rows, 0)
+                for name, rows in self.parts
+            )
         )
 
     def _lows(self) -> dict[str, LowRank]:
