@@ -72,10 +72,15 @@ def _logits(model: torch.nn.Module) -> torch.Tensor:
         return model(IDS)
 
 
-def test_a_named_adapter_loads_alone_or_with_its_base(made: dict, hub: Callable) -> None:
+def test_a_named_adapter_loads_alone_or_with_its_base(
+    made: dict, hub: Callable, local_hub: LocalHub, hub_offline: Callable[[bool], None]
+) -> None:
     hub()
     assert torch.equal(_logits(zoo.load("tiny-lora")), made["logits"])
+    hub_offline(True)  # pinned and cached: the same adapter, no request to the Hub
+    seen = len(local_hub.requests)
     assert torch.equal(_logits(zoo.load("llama-tiny", adapter="tiny-lora")), made["logits"])
+    assert len(local_hub.requests) == seen
     merged = zoo.merge("llama-tiny", "tiny-lora")
     torch.testing.assert_close(_logits(merged), made["logits"], atol=1e-5, rtol=1e-5)
 
@@ -114,6 +119,9 @@ def test_cli_generate_info_and_list(
     row = next(line for line in capsys.readouterr().out.splitlines() if "tiny-lora" in line)
     assert "LoRA adapter of llama-tiny" in row and "tiny poems" in row
     assert main([*flag[:2], "x", "--adapter", "no-such-thing"]) == 2
+    capsys.readouterr()
+    assert main(["merge", "tiny-lora", "tiny-lora", "out"]) == 2  # a base must be a model
+    assert "'tiny-lora' is a LoRA adapter of 'llama-tiny', not a model" in capsys.readouterr().err
 
 
 def test_a_name_a_model_and_an_adapter_claim_is_a_conflict(hub: Callable) -> None:

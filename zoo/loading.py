@@ -368,15 +368,18 @@ def _own_format(source: str | os.PathLike[str]) -> str:
     return "zoo" if data is None or config_format(data, where=str(folder)) == "zoo" else "hf"
 
 
-def check_source(source: str) -> None:
+def check_source(source: str, *, named_adapter: bool = False) -> None:
     """Refuse what :func:`load` would refuse before reading anything: a malformed ``hf:``
     source, a path that does not exist, a name no registry knows. Nothing is read or
-    imported (no torch), so the command line reports a typo at once."""
+    imported (no torch), so the command line reports a typo at once. A named adapter (whose
+    base loads with it) is a source only with ``named_adapter``: ``zoo generate``, ``chat``
+    and ``serve`` take one, commands that need a model (``zoo train``, ``zoo merge``'s
+    base) are told it is an adapter."""
     if source.startswith(PREFIX):
         parse_hf_source(source)
     elif _looks_like_path(source):
         existing_checkpoint(Path(os.path.expanduser(source)))
-    elif (named := _named_adapter(source)) is not None:
+    elif named_adapter and (named := _named_adapter(source)) is not None:
         _named_spec(named.base)
     else:
         _named_spec(source)

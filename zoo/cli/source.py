@@ -79,7 +79,7 @@ def check_model(args: argparse.Namespace, *, adapter: bool = False) -> None:
     if args.random:
         api.resolve_config(args.source)
     else:
-        loading.check_source(args.source)
+        loading.check_source(args.source, named_adapter=True)
     if args.tokenizer:
         api.check_tokenizer(args.tokenizer)
     if adapter and args.adapter is not None:
