@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
+from forkserver import ForkServer
 
 import zoo
 from zoo.nn.quant import QUANTIZE_MODES
@@ -69,6 +70,38 @@ CHILD = textwrap.dedent(
 )
 
 
+@pytest.fixture(scope="module")
+def children() -> Iterator[ForkServer]:
+    """One interpreter that has imported torch and zoo; each case runs in a child forked from
+    it: a process of its own (a crash still fails only its case), without paying those imports
+    again (2 s or more each on 2 cores)."""
+    server = ForkServer("import json, sys, warnings, torch, zoo\n")
+    yield server
+    server.close()
+
+
+def _run_child(
+    server: ForkServer, code: str, args: list[str], folder: Path
+) -> subprocess.CompletedProcess[str]:
+    """``code`` in a child of ``server`` with ``sys.argv[1:]`` = ``args``, as ``subprocess.run``
+    would run it: its stdout and stderr (kept in ``folder``, whatever the child wrote before
+    it ended or crashed) and exit code (``-N`` for signal N)."""
+    folder.mkdir()
+    out, err = folder / "stdout", folder / "stderr"
+    redirect = "os.dup2(os.open({!r}, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), {})\n"
+    prologue = (
+        f"import os, sys\nsys.argv = {['-c', *args]!r}\n"
+        + redirect.format(str(out), 1)
+        + redirect.format(str(err), 2)
+    )
+    child = server.start(prologue + code)
+    try:
+        returncode = child.wait(timeout=300)
+    finally:
+        child.kill()
+    return subprocess.CompletedProcess(args, returncode, out.read_text(), err.read_text())
+
+
 def _layouts() -> list[tuple[str, str]]:
     """(architecture, layout) for every layout of every installed architecture, plus zoo's."""
     registry = zoo.get_registry()
@@ -90,7 +123,7 @@ def test_every_declared_layout_is_covered():
 
 
 @pytest.mark.parametrize(("arch", "layout"), _layouts())
-def test_quantized_load_through_a_layout(arch, layout, tmp_path):
+def test_quantized_load_through_a_layout(arch, layout, tmp_path, children):
     name, sizes = SMALL[arch]
     torch.manual_seed(0)
     model = zoo.build(name, **sizes).eval()
@@ -99,12 +132,7 @@ def test_quantized_load_through_a_layout(arch, layout, tmp_path):
         zoo.save(model, folder)
     else:
         zoo.export(model, folder, layout=layout)
-    run = subprocess.run(
-        [sys.executable, "-c", CHILD, str(folder), *QUANTIZE_MODES],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    run = _run_child(children, CHILD, [str(folder), *QUANTIZE_MODES], tmp_path / "child")
     lines = run.stdout.splitlines()
     started = [line.split()[1] for line in lines if line.startswith("case ")]
     assert run.returncode == 0, (
@@ -170,7 +198,7 @@ EXTREME = textwrap.dedent(
 )
 
 
-def test_weights_of_3e38_quantize_run_and_warn_in_every_mode(tmp_path):
+def test_weights_of_3e38_quantize_run_and_warn_in_every_mode(tmp_path, children):
     """Weights at float32's edge overflow the float model to NaN; the quantized model gives
     NaN too rather than FBGEMM's raw ``RuntimeError: In ChooseQuantizationParams``, and
     quantizing warns, naming the weights, in every mode: a whole matrix of ±3e38 (its
@@ -182,14 +210,9 @@ def test_weights_of_3e38_quantize_run_and_warn_in_every_mode(tmp_path):
         model.blocks[0].ffn.fc.weight.fill_(3e38)
         model.blocks[0].ffn.fc.weight[::2] = -3e38
         model.blocks[1].attn.proj.weight[3, 5] = 3e38
-    zoo.save(model, tmp_path)
+    zoo.save(model, tmp_path / "ckpt")
     names = ["blocks.0.ffn.fc.weight", "blocks.1.attn.proj.weight"]
-    run = subprocess.run(
-        [sys.executable, "-c", EXTREME, str(tmp_path), *names],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    run = _run_child(children, EXTREME, [str(tmp_path / "ckpt"), *names], tmp_path / "child")
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.split() == [w for m in QUANTIZE_MODES for w in ("ok", m, "named")]
 
