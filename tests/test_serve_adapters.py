@@ -279,3 +279,19 @@ def test_serve_refuses_a_bad_adapter_before_serving(folders, capsys):
     assert main(["serve", base, "--port", "0", *wrong]) != 0
     err = capsys.readouterr().err
     assert "--adapter b: this adapter was trained on an unnamed model, sha256 000000000000" in err
+
+
+def test_serve_refuses_an_adapter_given_as_the_base(tmp_path, capsys):
+    """An adapter folder as the base would load its base with it attached; serving it with
+    --adapter beside is refused, pointing to the base."""
+    from zoo.adapters import BaseRecord, base_fingerprint, save_adapter
+
+    model = zoo.load("shakespeare-byte")
+    record = BaseRecord("shakespeare-byte", None, None, base_fingerprint(model))
+    lora = LoRA(rank=2, targets=("attn.proj",))
+    attach_lora(model, plan_lora(model, lora))
+    save_adapter(model, tmp_path / "notes", base=record, lora=lora)
+    served = ["serve", str(tmp_path / "notes"), "--port", "0"]
+    assert main([*served, "--adapter", f"b={tmp_path / 'notes'}"]) != 0
+    err = capsys.readouterr().err
+    assert "is an adapter (or a LoRA run), not a base: serve its base" in err

@@ -31,7 +31,15 @@ if TYPE_CHECKING:
     from .plugin.specs import AdapterSpec, ModelSpec
     from .tokenizers import Tokenizer
 
-__all__ = ["check_adapter", "check_source", "convert_checkpoint", "load", "merge", "merge_to"]
+__all__ = [
+    "adapter_directory",
+    "check_adapter",
+    "check_source",
+    "convert_checkpoint",
+    "load",
+    "merge",
+    "merge_to",
+]
 
 
 def _looks_like_path(source: str) -> bool:
@@ -166,7 +174,7 @@ def _adapter_folder_of(source: object) -> Path | None:
     return adapter_folder(Path(os.path.expanduser(os.fspath(source))))
 
 
-def _adapter_directory(adapter: str | os.PathLike[str]) -> Path:
+def adapter_directory(adapter: str | os.PathLike[str]) -> Path:
     """The local folder of ``adapter``: a folder as it is (or a run's ``adapter/``); an
     ``hf:`` adapter is fetched (pinned to one commit, each file checked) into the cache."""
     if isinstance(adapter, str) and adapter.startswith(PREFIX):
@@ -236,7 +244,7 @@ def _load_adapted(
     from .adapters import apply_adapter, read_adapter
 
     _check_named_base(source, adapter)
-    folder = _adapter_directory(adapter)
+    folder = adapter_directory(adapter)
     quantize, dtype = options["quantize"], options["dtype"]
     model = _load_base(source, {**options, "quantize": None, "dtype": None})
     found = read_adapter(folder, model=model)
@@ -392,7 +400,7 @@ def check_adapter(adapter: str) -> None:
     if adapter.startswith(PREFIX):
         parse_hf_source(adapter)
     elif _named_adapter(adapter) is None:
-        _adapter_directory(adapter)
+        adapter_directory(adapter)
 
 
 def _named_spec(name: str) -> ModelSpec:

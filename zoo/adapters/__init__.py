@@ -6,7 +6,7 @@ base. See docs/peft.md."""
 
 from __future__ import annotations
 
-from .folder import Adapter, apply_adapter, read_adapter, save_adapter
+from .folder import Adapter, apply_adapter, check_adapter_base, read_adapter, save_adapter
 from .layout import per_part
 from .peft_config import CONFIG_FILE, WEIGHTS_FILE
 from .record import BaseRecord, base_fingerprint
@@ -18,6 +18,7 @@ __all__ = [
     "BaseRecord",
     "apply_adapter",
     "base_fingerprint",
+    "check_adapter_base",
     "per_part",
     "read_adapter",
     "save_adapter",

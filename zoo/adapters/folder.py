@@ -38,7 +38,7 @@ from .layout import Piece, Unit, module_lookup, pieces, units
 from .peft_config import CONFIG_FILE, WEIGHTS_FILE, LoraSettings, check_config, peft_config
 from .record import BaseRecord, base_fingerprint
 
-__all__ = ["Adapter", "apply_adapter", "read_adapter", "save_adapter"]
+__all__ = ["Adapter", "apply_adapter", "check_adapter_base", "read_adapter", "save_adapter"]
 
 _PREFIX = "base_model.model."
 _KEY = re.compile(r"base_model\.model\.(?P<module>.+)\.lora_(?P<which>[AB])\.weight")
@@ -308,6 +308,25 @@ def read_adapter(directory: str | os.PathLike[str], *, model: nn.Module) -> Adap
     return Adapter(lora=lora, plans=plans, state=state, base=base)
 
 
+def check_adapter_base(adapter: Adapter, fingerprint: str, model: nn.Module) -> None:
+    """Refuse ``model`` (whose weights' :func:`~zoo.adapters.base_fingerprint` is
+    ``fingerprint``) when ``adapter`` records another base.
+
+    Raises:
+        CheckpointError: the model is not the adapter's base (both named).
+    """
+    if adapter.base is None or fingerprint == adapter.base.sha256:
+        return
+    name = getattr(model, "name", None) or type(model).__name__
+    raise CheckpointError(
+        f"this adapter was trained on {adapter.base.describe()}, not on this model "
+        f"({name}, sha256 {fingerprint[:12]}); load it on its own base (or pass "
+        "check_base=False to apply it anyway)",
+        expected=adapter.base.sha256,
+        actual=fingerprint,
+    )
+
+
 def apply_adapter(
     model: nn.Module,
     adapter: Adapter,
@@ -328,17 +347,8 @@ def apply_adapter(
         CheckpointError: the model is not the adapter's base (both named).
         ValueError: the model already has adapters.
     """
-    if check_base and adapter.base is not None:
-        actual = fingerprint or base_fingerprint(model)
-        if actual != adapter.base.sha256:
-            name = getattr(model, "name", None) or type(model).__name__
-            raise CheckpointError(
-                f"this adapter was trained on {adapter.base.describe()}, not on this model "
-                f"({name}, sha256 {actual[:12]}); load it on its own base (or pass "
-                "check_base=False to apply it anyway)",
-                expected=adapter.base.sha256,
-                actual=actual,
-            )
+    if check_base:
+        check_adapter_base(adapter, fingerprint or base_fingerprint(model), model)
     done = attach_lora(model, adapter.plans, dropout=adapter.lora.dropout)
     try:
         load_adapter_state(model, adapter.state)

@@ -76,24 +76,29 @@ def _load_served(args: argparse.Namespace) -> tuple[ZooModel, dict[str, Adapter]
     import torch
 
     from .. import loading
-    from ..adapters import apply_adapter, base_fingerprint, read_adapter
+    from ..adapters import base_fingerprint, check_adapter_base, read_adapter
     from ..errors import CheckpointError
-    from ..nn.lora import detach_lora
+    from ..nn.lora import adapted_layers
     from ..nn.onednn import use_onednn
     from ..nn.quant import quantize_
 
-    folders = {name: loading._adapter_directory(source) for name, source in args.adapter}
+    folders = {name: loading.adapter_directory(source) for name, source in args.adapter}
     dtype = getattr(torch, args.dtype) if args.dtype else None
     model = loading.load(args.source, device=args.device, dtype=dtype, onednn=False)
+    if adapted_layers(model):
+        raise ValueError(
+            f"{args.source} is an adapter (or a LoRA run), not a base: serve its base and "
+            f"name each adapter with --adapter NAME=ADAPTER (zoo info {args.source} names "
+            "the base)"
+        )
     fingerprint = base_fingerprint(model)
     adapters = {}
     for name, folder in folders.items():
         adapter = read_adapter(folder, model=model)
-        try:  # apply_adapter's check of the base (both named), then the base alone again
-            apply_adapter(model, adapter, fingerprint=fingerprint)
+        try:
+            check_adapter_base(adapter, fingerprint, model)
         except CheckpointError as exc:
             raise exc.reworded(f"--adapter {name}: {exc}") from None
-        detach_lora(model)
         adapters[name] = adapter
     if args.quantize:
         with torch.no_grad():
