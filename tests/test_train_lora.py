@@ -281,3 +281,12 @@ def test_a_family_declares_its_default_targets():
     for bad in ("attn.qkv", (), ("attn.qkv", "")):
         with pytest.raises(ValueError, match="lora_targets must be a non-empty sequence"):
             ArchitectureSpec(name="x", config="m:C", model="m:M", lora_targets=bad)
+
+
+def test_a_model_that_already_carries_an_adapter_is_refused_pointing_to_merge():
+    from zoo.train.adapter import adapt
+
+    model = tiny()
+    adapt(model, LoRA(rank=2))
+    with pytest.raises(ValueError, match=r"already carries a LoRA adapter.*zoo merge"):
+        adapt(model, LoRA(rank=2))

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from ..nn.lora import DEFAULT_TARGETS, LoRA, PartPlan, attach_lora, plan_lora
+from ..nn.lora import DEFAULT_TARGETS, LoRA, PartPlan, adapted_layers, attach_lora, plan_lora
 from ..options import QUANTIZE_MODES
 
 if TYPE_CHECKING:
@@ -90,6 +90,12 @@ def adapt(
 
     if quantize is not None and quantize not in QUANTIZE_MODES:
         raise ValueError(f"quantize must be one of {', '.join(QUANTIZE_MODES)}, got {quantize!r}")
+    if adapted_layers(model):
+        raise ValueError(
+            "this model already carries a LoRA adapter (an adapter or a LoRA run was given as "
+            "the base): merge it first (zoo merge BASE ADAPTER OUT, or zoo.merge) and train "
+            "on the merged model"
+        )
     plans = plan_lora(model, lora, default_targets=default_targets(model), per_part=per_part(model))
     sha = base_fingerprint(model)  # of the float weights, before any quantization
     if base is None:
