@@ -337,6 +337,10 @@ class Int4Linear(nn.Module):
         bias = linear.bias
         self.bias = nn.Parameter(bias.detach(), requires_grad=False) if bias is not None else None
 
+    #: Training multiplies many rows by the dequantized weight (the CPU int4 kernel is
+    #: several times slower than a float product there): :func:`~zoo.nn.quant_grad.frozen_linear`.
+    slow_on_many_rows = True
+
     def forward(self, x: Tensor) -> Tensor:
         return frozen_linear(self, x) if needs_input_grad(x) else self.infer(x)
 

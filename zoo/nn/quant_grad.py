@@ -3,11 +3,13 @@ quantized linear layer, so that adapters before it learn.
 
 PyTorch's quantized kernels (``_weight_int8pack_mm``, ``_weight_int4pack_mm[_for_cpu]``,
 torch.ao's dynamic int8 linear) have no backward. :func:`frozen_linear` runs a layer's own
-inference forward unchanged (its outputs are bit for bit those of inference) inside an
-autograd function whose backward is ``grad_out @ W``, with ``W`` the weight as the layer's
-kernel dequantizes it, built ``columns`` of the input at a time (:data:`CHUNK_ELEMENTS`
-floats at most), so the float weight is never whole in memory and nothing of the input is
-kept for the backward. The weight gets no gradient: it is frozen.
+inference forward unchanged (its outputs are bit for bit those of inference; a layer
+``slow_on_many_rows``, int4, multiplies many rows by its dequantized weight instead:
+:func:`dequantized_product`) inside an autograd function whose backward is ``grad_out @ W``,
+with ``W`` the weight as the layer's kernel dequantizes it, built ``columns`` of the input
+at a time (:data:`CHUNK_ELEMENTS` floats at most), so the float weight is never whole in
+memory and nothing of the input is kept for the backward. The weight gets no gradient: it
+is frozen.
 
 Each layer says how its weight dequantizes through ``columns(start, end, dtype) -> (N, end -
 start)``: int8 rows from their codes and scales (:func:`int8_columns`), int4 through the
@@ -25,7 +27,9 @@ from torch import Tensor
 
 __all__ = [
     "CHUNK_ELEMENTS",
+    "MANY_ROWS",
     "QuantizedLinear",
+    "dequantized_product",
     "frozen_linear",
     "input_grad",
     "int4_columns",
@@ -35,6 +39,10 @@ __all__ = [
 
 #: The most dequantized weight elements held at once in a backward (16 MiB of float32).
 CHUNK_ELEMENTS = 1 << 22
+
+#: Input rows beyond which a layer ``slow_on_many_rows`` multiplies by its dequantized
+#: weight in training (:func:`dequantized_product`) instead of running its kernel.
+MANY_ROWS = 16
 
 
 class QuantizedLinear(Protocol):
@@ -65,6 +73,8 @@ class _Frozen(torch.autograd.Function):
         ctx.layer = layer
         ctx.shape = x.shape
         ctx.dtype = x.dtype
+        if getattr(layer, "slow_on_many_rows", False) and x.numel() > MANY_ROWS * x.shape[-1]:
+            return dequantized_product(layer, x)
         return layer.infer(x)
 
     @staticmethod
@@ -78,6 +88,25 @@ def frozen_linear(layer: QuantizedLinear, x: Tensor) -> Tensor:
     """``layer.infer(x)``, with a gradient to ``x`` through the frozen quantized weight."""
     out: Tensor = _Frozen.apply(x, layer)
     return out
+
+
+def dequantized_product(layer: QuantizedLinear, x: Tensor) -> Tensor:
+    """``x @ W^T + bias`` with ``W`` dequantized a few input columns at a time (at most
+    :data:`CHUNK_ELEMENTS` elements of it at once), ``(*, K) -> (*, N)``: training's forward
+    for a layer whose kernel is slow on many rows (``slow_on_many_rows``: the CPU int4
+    kernel, several times a float product there), equal to its kernel's output up to the
+    rounding of the kernel's own arithmetic."""
+    n, k = layer.out_features, layer.in_features
+    rows = x.reshape(-1, k)  # (M, K)
+    step = max(1, CHUNK_ELEMENTS // max(n, k))
+    y = rows.new_zeros(rows.shape[0], n)
+    for start in range(0, k, step):
+        end = min(k, start + step)
+        y.addmm_(rows[:, start:end], layer.columns(start, end, rows.dtype).t())  # (M, c) (c, N)
+    bias = getattr(layer, "bias", None)
+    if bias is not None:
+        y = y + bias.to(x.dtype)
+    return y.view(*x.shape[:-1], n)
 
 
 def input_grad(layer: QuantizedLinear, grad: Tensor) -> Tensor:
