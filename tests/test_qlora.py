@@ -240,3 +240,18 @@ def test_qlora_on_cuda():
     for mode in ("int8-weight", "int4"):
         assert got[mode]["losses"][-1] < 0.9 * got[mode]["losses"][0]
         assert got[mode]["grad_error"] <= 1e-2  # bfloat16 int4 kernel on CUDA
+
+
+def test_int4_leaves_a_layer_of_40_outputs_to_int8():
+    """The CPU int4 packing takes output rows 16 at a time: a layer of 40 outputs (a multiple
+    of 8 only) used to fail in quantize_ with the kernel's RuntimeError."""
+    code = (
+        "import torch; from zoo.nn import Linear; from zoo.nn.quant import quantize_\n"
+        "m = torch.nn.Sequential(Linear(256, 40)); quantize_(m, 'int4')\n"
+        "print(type(m[0]).__name__)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-1] == "Int8Linear"

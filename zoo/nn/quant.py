@@ -387,9 +387,10 @@ def _int4_flaws(
 
 def supports_int4(linear: nn.Linear) -> bool:
     """Whether the int4 kernels take this layer's shape (the CUDA one packs the input
-    features in tiles of ``_INNER_K_TILES * 16``); others are quantized to int8."""
+    features in tiles of ``_INNER_K_TILES * 16``, the CPU one packs output rows 16 at a
+    time); others are quantized to int8."""
     n, k = linear.weight.shape
-    return k % (_INNER_K_TILES * 16) == 0 and k % INT4_GROUP == 0 and n % 8 == 0
+    return k % (_INNER_K_TILES * 16) == 0 and k % INT4_GROUP == 0 and n % 16 == 0
 
 
 def quantize_(model: nn.Module, mode: str, *, release: bool = False) -> nn.Module:
