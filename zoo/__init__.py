@@ -60,6 +60,7 @@ if TYPE_CHECKING:  # type checkers see the real names (and generate's overloads)
 
 __all__ = [
     "DISTRIBUTION",
+    "AdapterSpec",
     "ArchitectureSpec",
     "CheckpointError",
     "ChecksumMismatchError",
@@ -134,6 +135,7 @@ _EXPORTS = {
     "zoo.plugin.hookspecs": ("hookimpl",),
     "zoo.plugin.registry": ("add_plugin", "get_registry", "reset_registry", "use_registry"),
     "zoo.plugin.specs": (
+        "AdapterSpec",
         "ArchitectureSpec",
         "ComponentSpec",
         "ModelSpec",
