@@ -152,7 +152,7 @@ def test_models_declare_their_task_and_undeclared_ones_default():
 def test_an_unknown_task_name_says_which_exist():
     model = zoo.build("gpt2-124m", **TINY, vocab_size=300)
     model.train_task = "translate"  # type: ignore[attr-defined]
-    with pytest.raises(ConfigError, match=r"'translate'.*causal-lm, classify, seq2seq"):
+    with pytest.raises(ConfigError, match=r"'translate'.*causal-lm, chat, classify, seq2seq"):
         task_of(model)
 
 
