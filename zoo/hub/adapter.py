@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..checkpoint.adapter_record import BaseRecord
 from ..checkpoint.manifest import CONFIG_FILE
 from ..checkpoint.readers import model_folder
 from ..errors import CheckpointError, HubNotFoundError, UnsafeCheckpointError
@@ -179,8 +180,6 @@ def fetch_named_adapter(spec: AdapterSpec, *, token: str | bool | None = None) -
     return snapshot
 
 
-#: The safetensors metadata key of zoo's base record (:mod:`zoo.adapters.record`).
-BASE_KEY = "zoo.base"
 #: The largest safetensors header read to describe an adapter.
 _MAX_HEADER = 64 << 20
 
@@ -239,9 +238,10 @@ def describe_adapter(directory: Path) -> AdapterFacts:
     config = _json_object(config_path.read_bytes(), str(config_path))
     header = _header(weights)
     metadata = header.get("__metadata__") or {}
-    text = metadata.get(BASE_KEY) if isinstance(metadata, dict) else None
-    record = _json_object(text, f"{weights} (metadata {BASE_KEY})") if isinstance(text, str) else {}
-    base = {k: v for k, v in record.items() if isinstance(v, str)}  # data, shown as text
+    if not isinstance(metadata, dict):
+        raise CheckpointError(f"{weights}: its header's __metadata__ is not a JSON object")
+    record = BaseRecord.from_metadata(metadata, where=str(weights))
+    base = {k: v for k, v in dataclasses.asdict(record).items() if v} if record else {}
     files = {
         p.name: p.stat().st_size
         for p in sorted(directory.iterdir())
