@@ -46,7 +46,9 @@ __all__ = [
     "layer_parts",
     "load_adapter_state",
     "merge_lora",
+    "part_path",
     "plan_lora",
+    "refuse_adapted",
     "target_names",
 ]
 
@@ -184,8 +186,16 @@ def _is_linear(module: nn.Module) -> bool:
     )
 
 
-def _join(owner: str, name: str) -> str:
+def part_path(owner: str, name: str) -> str:
+    """The path of part (or child) ``name`` of the module at path ``owner``."""
     return f"{owner}.{name}" if owner else name
+
+
+def refuse_adapted(model: nn.Module) -> None:
+    """Refuse a model that already carries adapters (:func:`attach_lora` and
+    :mod:`zoo.nn.lora_bank` attach to a bare base only)."""
+    if adapted_layers(model):
+        raise ValueError("this model already has LoRA adapters; detach_lora(model) first")
 
 
 def layer_parts(
@@ -206,10 +216,10 @@ def layer_parts(
             parts = fused.get(name) or ((name, int(child.out_features)),)
             if sum(rows for _, rows in parts) != child.out_features:
                 raise ValueError(
-                    f"{_join(owner_path, name)}: lora_parts() gives {sum(r for _, r in parts)} "
+                    f"{part_path(owner_path, name)}: lora_parts() gives {sum(r for _, r in parts)} "
                     f"rows for a layer of {child.out_features}"
                 )
-            yield _join(owner_path, name), owner_path, child, parts
+            yield part_path(owner_path, name), owner_path, child, parts
 
 
 def _matches(path: str, target: str) -> bool:
@@ -223,7 +233,7 @@ def target_names(model: nn.Module) -> list[str]:
     for layer, owner, _, parts in layer_parts(model):
         names.add(".".join(layer.split(".")[-2:]))
         if len(parts) > 1:
-            names.update(".".join(_join(owner, p).split(".")[-2:]) for p, _ in parts)
+            names.update(".".join(part_path(owner, p).split(".")[-2:]) for p, _ in parts)
     return sorted(n for n in names if not n.split(".")[0].isdigit())
 
 
@@ -269,7 +279,7 @@ def _targeted(layer: str, owner: str, parts: Parts, target: str, *, split: bool)
     whole = _matches(layer, target)
     if whole and not split:
         return [layer]
-    paths = [_join(owner, name) for name, _ in parts]
+    paths = [part_path(owner, name) for name, _ in parts]
     named = [path for path in paths if whole or _matches(path, target)]
     if named and not split and named != [layer]:
         raise ValueError(
@@ -296,18 +306,17 @@ def attach_lora(
         ValueError: a part path the model does not have, or a model that already has
             adapters (:func:`detach_lora` first).
     """
-    if adapted_layers(model):
-        raise ValueError("this model already has LoRA adapters; detach_lora(model) first")
+    refuse_adapted(model)
     if freeze:
         model.requires_grad_(False)
     left = dict(plans)
     done: list[str] = []
     for layer_path, owner, layer, parts in list(layer_parts(model)):
         if len(parts) > 1 and layer_path in left:  # a fused layer adapted whole
-            if any(_join(owner, name) in left for name, _ in parts):
+            if any(part_path(owner, name) in left for name, _ in parts):
                 raise ValueError(f"{layer_path} is planned both whole and per part")
             parts = ((layer_path.rsplit(".", 1)[-1], sum(rows for _, rows in parts)),)
-        paths = {name: _join(owner, name) for name, _ in parts}
+        paths = {name: part_path(owner, name) for name, _ in parts}
         mine = {name: left.pop(path) for name, path in paths.items() if path in left}
         if not mine:
             continue
@@ -366,7 +375,7 @@ def _adapters(model: nn.Module) -> Iterator[tuple[str, LowRank]]:
         adapter = getattr(layer, "lora", None)
         if isinstance(adapter, LayerAdapter):
             for name, low in adapter.low.items():
-                yield _join(owner, name), low  # type: ignore[misc]
+                yield part_path(owner, name), low  # type: ignore[misc]
         del layer_path
 
 

@@ -27,7 +27,14 @@ from typing import Protocol, cast
 import torch
 from torch import Tensor, nn
 
-from .lora import PartPlan, adapted_layers, adapter_placement, install_adapter, layer_parts
+from .lora import (
+    PartPlan,
+    adapter_placement,
+    install_adapter,
+    layer_parts,
+    part_path,
+    refuse_adapted,
+)
 
 __all__ = ["AdapterRows", "LayerBank", "LoRAWeights", "attach_bank"]
 
@@ -150,7 +157,7 @@ def _units(
     and (a fused layer) the whole layer."""
     units, start = [], 0
     for name, rows in parts:
-        units.append((f"{owner}.{name}" if owner else name, start, rows))
+        units.append((part_path(owner, name), start, rows))
         start += rows
     if len(parts) > 1:
         units.append((layer_path, 0, start))
@@ -219,8 +226,7 @@ def attach_bank(
             plan or the layer, keys without a plan (each named with its adapter), or a
             model with adapters already.
     """
-    if adapted_layers(model):
-        raise ValueError("this model already has LoRA adapters; detach_lora(model) first")
+    refuse_adapted(model)
     _check_keys(adapters)
     rows = AdapterRows(list(adapters))
     planned = {key for a in adapters.values() for key in a.plans}
