@@ -15,7 +15,7 @@ step's mask is passed to :meth:`DecoderLM.logits` ready made.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Generic, TypeVar
 
 import torch
@@ -35,27 +35,33 @@ class SlotLayerCache(LayerCache):
 
     Args:
         k, v: the layer's whole buffers, ``(R, H, L, hd)`` (``R`` slots of ``L`` positions).
-        rows: the rows in use, the first ``N``.
+        rows: the rows a forward pass runs on: the first ``N`` (an int; read as views), or
+            the slots of each of its ``N`` rows (a ``(N,)`` tensor; read as a gathered copy).
         span: the positions a step reads, the first ``S``.
-        index: ``(N * H,)`` where each row's heads' new keys and values go, in the buffers
-            seen as ``R * H * L`` vectors of ``hd``: ``(row * H + head) * L + position``
-            (:meth:`SlotBatch.step` computes it once for every layer).
+        index: ``(N * H * T,)`` where each row's heads' new keys and values go, in the
+            buffers seen as ``R * H * L`` vectors of ``hd``: ``(slot * H + head) * L +
+            position`` (computed once for every layer).
     """
 
-    def __init__(self, k: Tensor, v: Tensor, rows: int, span: int, index: Tensor) -> None:
-        super().__init__(k[:rows, :, :span], v[:rows, :, :span])  # (N, H, S, hd) views
+    def __init__(self, k: Tensor, v: Tensor, rows: int | Tensor, span: int, index: Tensor) -> None:
+        if isinstance(rows, int):
+            super().__init__(k[:rows, :, :span], v[:rows, :, :span])  # (N, H, S, hd) views
+            self._rows: Tensor | None = None
+        else:
+            super().__init__(k[:, :, :span], v[:, :, :span])  # (R, H, S, hd), gathered on read
+            self._rows = rows
         self._k_vectors = k.view(-1, k.shape[-1])  # (R * H * L, hd), the same memory
         self._v_vectors = v.view(-1, v.shape[-1])
         self.index = index
 
     def write(self, start: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Store each row's one new key and value ``(N, H, 1, hd)`` at that row's position
-        (``start`` is ignored) and return every position the step reads, ``(N, H, S, hd)``."""
-        if k.shape[2] != 1:
-            raise ValueError(f"a slot step appends one token per row, got {k.shape[2]}")
-        self._k_vectors.index_copy_(0, self.index, k.reshape(-1, k.shape[-1]))  # (N * H, hd)
+        """Store each row's new keys and values ``(N, H, T, hd)`` at that row's positions
+        (``start`` is ignored) and return every position the pass reads, ``(N, H, S, hd)``."""
+        self._k_vectors.index_copy_(0, self.index, k.reshape(-1, k.shape[-1]))  # (N * H * T, hd)
         self._v_vectors.index_copy_(0, self.index, v.reshape(-1, v.shape[-1]))
-        return self.k, self.v
+        if self._rows is None:
+            return self.k, self.v
+        return self.k.index_select(0, self._rows), self.v.index_select(0, self._rows)
 
 
 class SlotKVCache(KVCache):
@@ -104,24 +110,39 @@ def check_batchable(model: object) -> None:
 class SlotBatch(Generic[K]):
     """Sequences decoding together, each at its own position: continuous batching.
 
-    Each sequence is known by a key of the caller's choosing. :meth:`add` prefills a prompt
-    into a free slot and returns its next-token logits; :meth:`step` appends one token to
-    every sequence in :attr:`keys` order and returns the next logits of each; :meth:`remove`
-    frees a sequence's slot at once. A sequence's logits do not depend on which others share
-    the batch (up to the float rounding of batched kernels): the prompt runs alone, and a
-    step's mask lets each row see its own keys only.
+    Each sequence is known by a key of the caller's choosing. :meth:`open` gives a sequence
+    a free slot; :meth:`extend` runs prompt chunks of several sequences in one forward pass
+    (each at its own position) and returns each one's next-token logits; :meth:`step`
+    appends one token to each decoding sequence and returns their next logits; :meth:`remove`
+    frees a sequence's slot at once. :meth:`add` is :meth:`open` plus one :meth:`extend` of
+    the whole prompt. A sequence's logits do not depend on which others share the batch (up
+    to the float rounding of batched kernels): a pass's mask lets each row see its own keys
+    only.
+
+    A slot's first positions may also be filled by copying keys and values in
+    (:meth:`row_cache`, then :meth:`fill`), e.g. from a :class:`~zoo.nn.prefix_cache.PrefixCache`.
 
     Args:
         model: a :class:`DecoderLM` (its position scheme must add no attention score bias).
         max_rows: slots, the most sequences decoding at once.
         max_len: positions per slot, prompt plus new tokens (default: the context length).
+        before_forward: called before each forward pass with the sequences of its rows, in
+            row order (e.g. to pick each row's LoRA adapter, :mod:`zoo.nn.lora_bank`).
 
     Shape:
         - add: ``ids`` ``(T,)`` -> logits ``(vocab,)``.
+        - extend: ``M`` chunks of ``T_i`` ids -> logits ``(M, vocab)``.
         - step: ``tokens`` ``(N,)`` -> logits ``(N, vocab)``, ``N = len(keys)``.
     """
 
-    def __init__(self, model: DecoderLM, max_rows: int, max_len: int | None = None) -> None:
+    def __init__(
+        self,
+        model: DecoderLM,
+        max_rows: int,
+        max_len: int | None = None,
+        *,
+        before_forward: Callable[[list[K]], None] | None = None,
+    ) -> None:
         check_batchable(model)
         c = model.config
         max_len = c.context_length if max_len is None else max_len
@@ -144,6 +165,11 @@ class SlotBatch(Generic[K]):
         #: The sequences in their rows' order.
         self.keys: list[K] = []
         self._lengths: list[int] = []  # tokens in each row's cache
+        self._before_forward = before_forward
+
+    def _prepare(self, rows: list[K]) -> None:
+        if self._before_forward is not None:
+            self._before_forward(rows)
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -157,66 +183,167 @@ class SlotBatch(Generic[K]):
         """Tokens in ``key``'s cache: its prompt and the tokens appended since."""
         return self._lengths[self.keys.index(key)]
 
-    def add(self, key: K, ids: Tensor | Sequence[int]) -> Tensor:
-        """Prefill a prompt ``(T,)`` into a free slot as sequence ``key``; return its
-        next-token logits ``(vocab,)``. Runs the model on the prompt alone, as a decoding
-        session would."""
+    def open(self, key: K) -> None:
+        """Give sequence ``key`` a free slot, empty (fill it with :meth:`extend`)."""
         if key in self.keys:
             raise ValueError(f"sequence {key!r} is in the batch already")
         if not self.free:
             raise ValueError(f"all {self.max_rows} slots are in use; remove a sequence first")
-        c = self.model.config
-        ids = torch.as_tensor(ids, device=self.device)
-        prompt = check_token_ids(
-            ids[None], vocab_size=c.vocab_size, context_length=self.max_len, name="prompt ids"
-        )  # (1, T)
-        t = prompt.shape[1]
-        if t >= self.max_len:
-            raise ValueError(
-                f"the prompt has {t} tokens, and a slot holds {self.max_len} positions: "
-                "no room for a new token"
-            )
-        row = len(self.keys)
-        cache = _RowCache(self._k, self._v, row)
-        positions = torch.arange(t, device=self.device)[None]  # (1, T)
-        logits = self.model.logits(prompt, None, positions, cache=cache, last_only=True)
         self.keys.append(key)
-        self._lengths.append(t)
-        return logits[0, -1]
+        self._lengths.append(0)
 
-    def step(self, tokens: Tensor) -> Tensor:
-        """Append one token to each sequence, ``(N,)`` in :attr:`keys` order; return each
-        one's next-token logits ``(N, vocab)``."""
-        n = len(self.keys)
-        if tokens.shape != (n,):
-            raise ValueError(f"step takes one token per sequence, shape ({n},); got {tokens.shape}")
-        if n and max(self._lengths) >= self.max_len:
-            full = self.keys[max(range(n), key=self._lengths.__getitem__)]
+    def row_cache(self, key: K) -> tuple[list[Tensor], list[Tensor]]:
+        """``key``'s slot: its keys and values, a ``(H, L, hd)`` view per layer."""
+        row = self.keys.index(key)
+        return [k[row] for k in self._k], [v[row] for v in self._v]
+
+    def fill(self, key: K, length: int) -> None:
+        """Count the first ``length`` positions of ``key``'s slot as holding its keys and
+        values (copied in through :meth:`row_cache`)."""
+        if not 0 <= length < self.max_len:
+            raise ValueError(f"a filled length must be in [0, {self.max_len}), got {length}")
+        self._lengths[self.keys.index(key)] = length
+
+    def add(self, key: K, ids: Tensor | Sequence[int]) -> Tensor:
+        """Prefill a prompt ``(T,)`` into a free slot as sequence ``key``; return its
+        next-token logits ``(vocab,)``. Runs the model on the prompt alone, as a decoding
+        session would."""
+        self.open(key)
+        try:
+            return self.extend([(key, ids)])[0]
+        except BaseException:
+            self.remove(key)
+            raise
+
+    def extend(self, chunks: Sequence[tuple[K, Tensor | Sequence[int]]]) -> Tensor:
+        """Append each chunk of ids ``(T_i,)`` to its sequence's cache, all in one forward
+        pass; return each sequence's next-token logits ``(M, vocab)``, in ``chunks`` order.
+
+        One chunk runs exactly as a decoding session would run it; several are left-padded
+        to the longest, their padding kept out of every cache and every real token's view.
+        """
+        if not chunks:
+            raise ValueError("extend takes at least one chunk")
+        rows = [self.keys.index(key) for key, _ in chunks]
+        if len(set(rows)) != len(rows):
+            raise ValueError("extend takes at most one chunk per sequence")
+        ids = [self._checked(key, chunk) for key, chunk in chunks]
+        self._prepare([key for key, _ in chunks])
+        if len(ids) == 1:
+            return self._extend_one(rows[0], ids[0])
+        return self._extend_many(rows, ids)
+
+    def _checked(self, key: K, chunk: Tensor | Sequence[int]) -> Tensor:
+        """``chunk`` as validated ids ``(T,)`` that fit in ``key``'s slot with room for a new
+        token."""
+        c = self.model.config
+        ids = torch.as_tensor(chunk, device=self.device)
+        ids = check_token_ids(
+            ids[None], vocab_size=c.vocab_size, context_length=self.max_len, name="prompt ids"
+        )[0]  # (T,)
+        length = self._lengths[self.keys.index(key)]
+        if length + len(ids) >= self.max_len:
             raise ValueError(
-                f"sequence {full!r} fills its slot ({self.max_len} positions); remove it"
+                f"the prompt has {length + len(ids)} tokens, and a slot holds {self.max_len} "
+                "positions: no room for a new token"
             )
-        span = max(self._lengths) + 1  # positions any row reads this step
-        lengths = torch.tensor(self._lengths, device=self.device)  # (N,)
-        keys = self._positions[:span]  # (S,)
-        allowed = keys <= lengths[:, None]  # (N, S): a row's own keys and the new one
-        masks = self.model.window_masks(  # (N, 1, 1, S) per window
-            allowed[:, None, None, :], lengths[:, None, None, None], keys
+        return ids
+
+    def _extend_one(self, row: int, ids: Tensor) -> Tensor:
+        """One chunk, as a decoding session runs it: ``(1, vocab)``."""
+        start, t = self._lengths[row], len(ids)
+        cache = _RowCache(self._k, self._v, row)
+        cache.length = start
+        keep = (
+            None if start == 0 else torch.ones(1, start + t, dtype=torch.bool, device=self.device)
         )
-        heads = self._heads  # (N, H): row * H + head
-        index = (heads[:n] * self.max_len + lengths[:, None]).reshape(-1)  # (N * H,)
+        positions = torch.arange(start, start + t, device=self.device)[None]  # (1, T)
+        logits = self.model.logits(ids[None], keep, positions, cache=cache, last_only=True)
+        self._lengths[row] = start + t
+        return logits[:, -1]
+
+    def _extend_many(self, rows: list[int], chunks: list[Tensor]) -> Tensor:
+        """Several chunks, left-padded into one ``(M, T)`` pass: ``(M, vocab)``. A padding
+        token sits at position 0, sees key 0 only, and writes to the slot's last position,
+        which no prompt token can hold (a prompt leaves room for a new token)."""
+        m, t = len(chunks), max(len(c) for c in chunks)
+        starts = torch.tensor([self._lengths[r] for r in rows], device=self.device)  # (M,)
+        sizes = torch.tensor([len(c) for c in chunks], device=self.device)  # (M,)
+        ids = torch.zeros(m, t, dtype=torch.long, device=self.device)
+        for i, chunk in enumerate(chunks):
+            ids[i, t - len(chunk) :] = chunk
+        offsets = torch.arange(t, device=self.device) - t  # (T,): -T .. -1
+        query = starts[:, None] + sizes[:, None] + offsets  # (M, T); padding < start
+        real = offsets >= -sizes[:, None]  # (M, T)
+        where = torch.where(real, query, self.max_len - 1)  # (M, T) cache position written
+        positions = torch.where(real, query, 0)  # (M, T)
+        span = int((starts + sizes).max())
+        keys = self._positions[:span]  # (S,)
+        allowed = keys <= positions[:, None, :, None]  # (M, 1, T, S)
+        masks = self.model.window_masks(allowed, positions[:, None, :, None], keys)
+        slots = torch.tensor(rows, device=self.device)  # (M,)
+        heads = self._heads[slots]  # (M, H): slot * H + head
+        index = (heads[:, :, None] * self.max_len + where[:, None, :]).reshape(-1)  # (M * H * T,)
+        read: int | Tensor = m if rows == list(range(m)) else slots
         layers = [
-            SlotLayerCache(k, v, n, span, index) for k, v in zip(self._k, self._v, strict=True)
+            SlotLayerCache(k, v, read, span, index) for k, v in zip(self._k, self._v, strict=True)
         ]
         logits = self.model.logits(
-            tokens.to(self.device)[:, None],  # (N, 1)
+            ids,
             None,
-            lengths[:, None],  # (N, 1): each new token's position
+            positions,
             cache=SlotKVCache(layers, self.max_len),
             last_only=True,
             mask=masks,
         )
-        self._lengths = [length + 1 for length in self._lengths]
+        for row, chunk in zip(rows, chunks, strict=True):
+            self._lengths[row] += len(chunk)
         return logits[:, -1]
+
+    def step(self, tokens: Tensor, keys: Sequence[K] | None = None) -> Tensor:
+        """Append one token to each sequence of ``keys`` (default: every one, in
+        :attr:`keys` order), ``tokens`` ``(N,)`` in that order; return each one's
+        next-token logits ``(N, vocab)``. The others (e.g. sequences still prefilling) keep
+        their caches: the pass runs on the rows up to the last one stepped, and a row not
+        stepped writes only where its next token will go."""
+        keys = self.keys if keys is None else keys
+        n = len(keys)
+        if tokens.shape != (n,):
+            raise ValueError(f"step takes one token per sequence, shape ({n},); got {tokens.shape}")
+        if not n:
+            return torch.empty(0, self.model.config.vocab_size, device=self.device)
+        rows = [self.keys.index(key) for key in keys]
+        for key, row in zip(keys, rows, strict=True):
+            if self._lengths[row] >= self.max_len:
+                raise ValueError(
+                    f"sequence {key!r} fills its slot ({self.max_len} positions); remove it"
+                )
+        used = max(rows) + 1  # the pass runs on rows [0, used)
+        self._prepare(self.keys[:used])
+        inputs = torch.zeros(used, dtype=torch.long, device=self.device)
+        inputs[rows] = tokens.to(self.device)
+        lengths = torch.tensor(self._lengths[:used], device=self.device)  # (U,)
+        span = int(lengths.max()) + 1  # positions any row reads this step
+        key_positions = self._positions[:span]  # (S,)
+        allowed = key_positions <= lengths[:, None]  # (U, S): a row's own keys and the new one
+        masks = self.model.window_masks(  # (U, 1, 1, S) per window
+            allowed[:, None, None, :], lengths[:, None, None, None], key_positions
+        )
+        index = (self._heads[:used] * self.max_len + lengths[:, None]).reshape(-1)  # (U * H,)
+        layers = [
+            SlotLayerCache(k, v, used, span, index) for k, v in zip(self._k, self._v, strict=True)
+        ]
+        logits = self.model.logits(
+            inputs[:, None],  # (U, 1)
+            None,
+            lengths[:, None],  # (U, 1): each new token's position
+            cache=SlotKVCache(layers, self.max_len),
+            last_only=True,
+            mask=masks,
+        )[:, -1]  # (U, vocab)
+        for row in rows:
+            self._lengths[row] += 1
+        return logits if rows == list(range(used)) else logits[rows]
 
     def remove(self, key: K) -> None:
         """Free ``key``'s slot; the last row moves into it (its cache copied), so the rows in
