@@ -320,10 +320,27 @@ class SlotBatch(Generic[K]):
                 )
         used = max(rows) + 1  # the pass runs on rows [0, used)
         self._prepare(self.keys[:used])
+        logits = self._step_logits(rows, tokens)  # (N, vocab)
+        for row in rows:
+            self._lengths[row] += 1
+        return logits
+
+    def _step_logits(self, rows: list[int], tokens: Tensor) -> Tensor:
+        """:meth:`step`'s forward pass over rows ``[0, max(rows)]``, ``tokens`` ``(N,)`` for
+        ``rows``: their next-token logits ``(N, vocab)`` (lengths not yet advanced)."""
+        used = max(rows) + 1
         inputs = torch.zeros(used, dtype=torch.long, device=self.device)
         inputs[rows] = tokens.to(self.device)
         lengths = torch.tensor(self._lengths[:used], device=self.device)  # (U,)
         span = int(lengths.max()) + 1  # positions any row reads this step
+        logits = self._forward_rows(inputs, lengths, span)  # (U, vocab)
+        return logits if rows == list(range(used)) else logits[rows]
+
+    def _forward_rows(self, inputs: Tensor, lengths: Tensor, span: int) -> Tensor:
+        """One token ``inputs`` ``(U,)`` for each of rows ``[0, U)`` at positions ``lengths``
+        ``(U,)``, reading each row's first ``span`` positions: logits ``(U, vocab)``. Waits
+        for nothing on the host (:mod:`zoo.nn.slot_step` records and compiles it)."""
+        used = len(inputs)
         key_positions = self._positions[:span]  # (S,)
         allowed = key_positions <= lengths[:, None]  # (U, S): a row's own keys and the new one
         masks = self.model.window_masks(  # (U, 1, 1, S) per window
@@ -333,7 +350,7 @@ class SlotBatch(Generic[K]):
         layers = [
             SlotLayerCache(k, v, used, span, index) for k, v in zip(self._k, self._v, strict=True)
         ]
-        logits = self.model.logits(
+        return self.model.logits(
             inputs[:, None],  # (U, 1)
             None,
             lengths[:, None],  # (U, 1): each new token's position
@@ -341,9 +358,6 @@ class SlotBatch(Generic[K]):
             last_only=True,
             mask=masks,
         )[:, -1]  # (U, vocab)
-        for row in rows:
-            self._lengths[row] += 1
-        return logits if rows == list(range(used)) else logits[rows]
 
     def remove(self, key: K) -> None:
         """Free ``key``'s slot; the last row moves into it (its cache copied), so the rows in
