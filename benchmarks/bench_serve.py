@@ -1,22 +1,37 @@
-"""zoo serve under load: tokens/s and time to first token at several numbers of concurrent
-clients, against ``transformers serve`` on the same weights, in the same run.
+"""zoo serve under load, against ``transformers serve --continuous-batching`` on the same
+weights, in the same run: throughput and latency at several numbers of clients, the stall of
+running streams while a long prompt arrives, and prompts that share a long prefix.
 
     python benchmarks/bench_serve.py --markdown benchmarks/RESULTS-serve.md
-    python benchmarks/bench_serve.py --models shakespeare-byte --clients 1 8 --requests 8
+    python benchmarks/bench_serve.py --quick                  # a smoke test, about a minute
+    python benchmarks/bench_serve.py --parts stall prefix --rounds 5
+    python benchmarks/bench_serve.py --setting "zoo serve=" --setting "chunk 32=--prefill-chunk 32"
 
-For each model (``shakespeare-byte``, trained; ``gpt2-124m`` with random weights of its real
-shape, saved with ``zoo.save``) each server is started in its own process, one at a time, and
-sent the same requests: ``--requests`` completions of prompts cut from Tiny Shakespeare,
-greedy, ``--max-tokens`` new tokens each, streamed (server-sent events read over plain HTTP
-connections by one event loop), by 1, 4, 8 and 16 concurrent clients. Reported per level:
-generated tokens per second of wall time (all requests), that as a multiple of one client's,
-the time to the first text (p50, p95) and the whole request's latency (p50). The issue's bar:
-zoo at 8 clients reaches >= 3x the tokens/s of the same requests sent one at a time.
+Every server runs in its own process, all of them started before the first measurement and
+kept up to the last, so the servers (and zoo serve's settings) take turns within each round
+and a change in the machine's load hits them alike; the turns rotate from round to round.
+By default: ``zoo serve`` as it starts, ``zoo serve`` with chunked prefill and the prefix cache
+off (``--prefill-chunk 0 --prefix-cache-mb 0``, when this tree's zoo serve has those flags),
+and ``transformers serve --continuous-batching`` (from ``--transformers-python``, on the model
+converted to the Hugging Face layout with ``zoo convert --to hf-gpt2``). A server that does not
+start is reported with the reason.
 
-``transformers serve`` runs from ``--transformers-python`` (it needs ``accelerate``, which zoo
-does not), on the model converted to the Hugging Face layout (``zoo convert --to hf-gpt2``),
-twice: as it starts by default, and with ``--continuous-batching``. A server that does not start is
-reported with the reason.
+The model: ``gpt2-124m`` with random weights of its real shape, saved with ``zoo.save`` (12
+layers, a context of 1,024), or ``shakespeare-byte`` (trained; a context of 128, so the long
+prompts are cut to fit). Every request is a streamed greedy completion (server-sent events
+read by one event loop in this process, see serve_client.py). Parts (``--parts``):
+
+- ``levels``: ``--requests`` completions (at least one per client) of prompts of 20-60
+  characters of Tiny Shakespeare, ``--max-tokens`` new tokens each, by 1, 4, 8 and 16
+  concurrent clients: tokens per second of wall time (the median round's), time to first
+  text and inter-token latency (the gaps between one request's pieces of text) p50/p95 over
+  every request of every round, the whole request's latency p50.
+- ``stall``: ``--streams`` streams of ``--stream-tokens`` decode; a ``--long-prompt``-token
+  prompt arrives; the streams' longest gap overlapping its prefill against their median gap
+  (the issue's goal: <= 5x). See serve_probes.py.
+- ``prefix``: ``--prefix-requests`` requests sharing a ``--prefix-tokens`` prefix, one after
+  another: requests 2..n's time to first text over the first's (goal: <= 0.5x); the control,
+  a prefix of its own for each, beside it.
 """
 
 from __future__ import annotations
@@ -24,37 +39,47 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import http.client
-import json
 import os
-import socket
-import statistics
+import shlex
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import Any, TypeVar
 
 import torch
 from common import machine_facts, publish
+from serve_client import (
+    Result,
+    Server,
+    complete,
+    free_port,
+    median,
+    percentile,
+    prompts,
+    running,
+)
+from serve_probes import Corpus, Prefix, RoundTexts, Stall, shared_prefix, stall
 
 import zoo
 from zoo.loading import convert_checkpoint
 
-ROOT = Path(__file__).resolve().parents[1]
-SHAKESPEARE = ROOT / "plugins" / "shakespeare" / "data" / "tinyshakespeare.txt"
+__all__ = ["Level", "Result", "complete", "free_port", "load", "percentile", "prompts", "running"]
 
-
-@dataclass(frozen=True)
-class Result:
-    """One request: seconds to its first text and to its end, tokens generated, its text."""
-
-    first: float
-    total: float
-    tokens: int
-    text: str
+#: zoo serve with chunked prefill and the prefix cache off: the engine before this round.
+BEFORE = (
+    "zoo serve, whole prefill, no prefix cache",
+    ["--prefill-chunk", "0", "--prefix-cache-mb", "0"],
+)
+T = TypeVar("T")
+CONTINUOUS = "transformers serve --continuous-batching"
+QUICK = dict(models=["shakespeare-byte"], clients=[1, 4], requests=4, rounds=1, max_tokens=16,
+             streams=2, stream_tokens=40, warm=4, long_prompt=100, prefix_tokens=60,
+             prefix_requests=3)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -69,108 +94,7 @@ class Level:
     @property
     def tokens_per_second(self) -> float:
         """The median round's."""
-        return statistics.median(self.rates)
-
-
-def prompts(n: int) -> list[str]:
-    """``n`` prompts: runs of lines of Tiny Shakespeare, 20 to 60 characters."""
-    lines = [line for line in SHAKESPEARE.read_text().splitlines() if len(line) > 12]
-    found, i = [], 0
-    while len(found) < n:
-        text = lines[i] + "\n" + lines[i + 1]
-        found.append(text[: 20 + (len(found) * 7) % 41])
-        i += 37
-    return found
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@contextlib.contextmanager
-def running(command: list[str], port: int, log: Path, timeout: float = 300) -> Iterator[None]:
-    """A server process, until it answers ``GET /v1/models`` on ``port``; stopped after."""
-    with open(log, "w") as out:
-        process = subprocess.Popen(
-            command, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"}
-        )
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"exited with {process.returncode}: {log.read_text()[-600:]}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"did not answer in {timeout:.0f} s: {log.read_text()[-600:]}")
-            with contextlib.suppress(OSError):
-                connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-                connection.request("GET", "/v1/models")
-                if connection.getresponse().status == 200:
-                    break
-            time.sleep(0.5)
-        yield
-    finally:
-        process.terminate()
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-async def _body(reader: asyncio.StreamReader, chunked: bool) -> AsyncIterator[bytes]:
-    """The response body as it arrives (chunked transfer encoding undone)."""
-    if not chunked:
-        while data := await reader.read(65536):
-            yield data
-        return
-    while size := int((await reader.readline()).split(b";")[0].strip() or b"0", 16):
-        yield await reader.readexactly(size)
-        await reader.readexactly(2)  # the CRLF after each chunk
-
-
-async def complete(port: int, model: str, prompt: str, max_tokens: int) -> Result:
-    """One streamed greedy completion, timed, over a plain HTTP/1.1 connection read by the
-    event loop. (A lean client: the clients share the machine's cores with the server; one
-    thread with an event loop and no client library costs the least.)"""
-    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens,
-                       "temperature": 0, "stream": True,
-                       "stream_options": {"include_usage": True}}).encode()  # fmt: skip
-    start = time.perf_counter()
-    first = None
-    pieces, tokens, chunks = [], None, 0
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        writer.write(
-            b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
-            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
-        )
-        status = await reader.readline()
-        headers = b""
-        while (line := await reader.readline()) not in (b"\r\n", b""):
-            headers += line.lower()
-        if b" 200 " not in status:
-            raise RuntimeError(f"{status!r}: {(await reader.read(300))!r}")
-        rest = b""
-        async for data in _body(reader, b"transfer-encoding: chunked" in headers):
-            *lines, rest = (rest + data).split(b"\n")
-            for line in lines:
-                if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
-                    continue
-                chunk = json.loads(line[6:])
-                if chunk.get("usage"):
-                    tokens = chunk["usage"]["completion_tokens"]
-                for choice in chunk.get("choices") or ():
-                    if choice.get("text"):
-                        chunks += 1
-                        pieces.append(choice["text"])
-                        if first is None:
-                            first = time.perf_counter() - start
-    finally:
-        writer.close()
-    total = time.perf_counter() - start
-    return Result(first if first is not None else total, total, tokens or chunks, "".join(pieces))
+        return median(self.rates)
 
 
 def load(port: int, model: str, texts: list[str], max_tokens: int, clients: int) -> Level:
@@ -191,161 +115,475 @@ def load(port: int, model: str, texts: list[str], max_tokens: int, clients: int)
     return Level(clients, [sum(r.tokens for r in results) / wall], results)
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+@dataclass
+class Served:
+    """One server (a zoo serve setting or transformers serve) and what was measured on it."""
 
+    label: str
+    server: Server
+    model: str
+    shown: str
+    levels: dict[int, list[Level]] = field(default_factory=dict)
+    stalls: list[Stall] = field(default_factory=list)
+    prefixes: list[tuple[Prefix, Prefix]] = field(default_factory=list)
+    failed: str | None = None
 
-def measure(
-    name: str,
-    port: int,
-    model: str,
-    texts: list[str],
-    max_tokens: int,
-    levels: list[int],
-    rounds: int,
-) -> list[Level]:
-    """Every level ``rounds`` times, the levels taking turns within each round (so that a
-    change in the machine's load hits every level alike)."""
-    load(port, model, texts[:2], max_tokens, 2)  # warm-up: first calls, allocations
-    found: dict[int, list[Level]] = {clients: [] for clients in levels}
-    for _ in range(rounds):
-        for clients in levels:
-            level = load(port, model, texts, max_tokens, clients)
-            print(f"  {name}: {clients} clients, {level.tokens_per_second:.1f} tok/s", flush=True)
-            found[clients].append(level)
-    return [
-        Level(
+    def merged(self, clients: int) -> Level:
+        runs = self.levels[clients]
+        return Level(
             clients,
             [rate for level in runs for rate in level.rates],
             [result for level in runs for result in level.results],
         )
-        for clients, runs in found.items()
-    ]
 
 
-def rows(model: str, server: str, levels: list[Level], reference: list[str]) -> list[str]:
-    base = levels[0].tokens_per_second
+def zoo_options() -> str:
+    """``zoo serve --help`` of this tree (to know which flags it has)."""
+    return subprocess.run(
+        [sys.executable, "-m", "zoo.cli", "serve", "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+
+
+def settings(args: argparse.Namespace, notes: list[str]) -> list[tuple[str, list[str]]]:
+    """zoo serve's settings to run: ``--setting`` s as given, else as it starts and
+    :data:`BEFORE` (when this tree has its flags), each with ``--zoo-args`` after."""
+    common = shlex.split(args.zoo_args)
+    if args.setting:
+        chosen = [(label, shlex.split(flags)) for label, flags in args.setting]
+    else:
+        chosen = [("zoo serve", [])]
+        help_text = zoo_options()
+        missing = [flag for flag in BEFORE[1] if flag.startswith("--") and flag not in help_text]
+        if missing:
+            notes.append(f"no '{BEFORE[0]}' setting: this tree's zoo serve lacks {missing}")
+        else:
+            chosen.append(BEFORE)
+    return [(label, [*flags, *common]) for label, flags in chosen]
+
+
+def setting_spec(text: str) -> tuple[str, str]:
+    label, equals, flags = text.partition("=")
+    if not equals or not label.strip():
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give LABEL=FLAGS, e.g. 'chunk 32=--prefill-chunk 32'"
+        )
+    return label.strip(), flags
+
+
+def servers(args: argparse.Namespace, model: str, folder: Path, notes: list[str]) -> list[Served]:
+    """Every server of ``model``, started (not yet ready)."""
+    source, hf = checkpoints(model, folder, transformers=not args.no_transformers)
+    found = []
+    for i, (label, flags) in enumerate(settings(args, notes)):
+        port = free_port()
+        command = [sys.executable, "-m", "zoo.cli", "serve", source, "--port", str(port),
+                   "--served-model-name", model, "--max-batch", str(args.max_batch),
+                   "--log-level", "warning", *flags]  # fmt: skip
+        log = folder / f"zoo-{i}.log"
+        shown = shlex.join(["zoo", "serve", Path(source).name, *command[5:]])
+        found.append(Served(label, Server(command, port, log), model, shown))
+    if not args.no_transformers:
+        flavours = [("transformers serve", [])] if args.transformers_plain else []
+        for i, (label, extra) in enumerate([*flavours, (CONTINUOUS, ["--continuous-batching"])]):
+            port = free_port()
+            command = [args.transformers_python, "-c",
+                       "import sys; from transformers.cli.transformers import main; "
+                       "sys.argv[0] = 'transformers'; sys.exit(main())",
+                       "serve", str(hf), "--port", str(port), "--host", "127.0.0.1",
+                       "--device", "cpu", *extra]  # fmt: skip
+            log = folder / f"transformers-{i}.log"
+            shown = shlex.join(["transformers", "serve", "HF_FOLDER", *command[5:]])
+            found.append(Served(label, Server(command, port, log), str(hf), shown))
+    for served in found:
+        served.server.start()
+    return found
+
+
+def checkpoints(model: str, folder: Path, *, transformers: bool) -> tuple[str, Path | None]:
+    """What ``zoo serve`` serves (a name or a folder) and the model in the HF layout."""
+    if model == "gpt2-124m":  # no official weights offline: random ones of the real shape
+        torch.manual_seed(0)
+        source: str | Path = zoo.save(zoo.build("gpt2-124m"), folder / "zoo")
+    else:
+        source = model
+    hf = convert_checkpoint(str(source), folder / "hf", to="hf-gpt2") if transformers else None
+    return str(source), Path(hf) if hf else None
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """The probes' lengths in tokens, cut to fit the model's context."""
+
+    long_prompt: int
+    prefix: int
+    stream_tokens: int
+
+    @classmethod
+    def fit(cls, args: argparse.Namespace, context: int) -> Sizes:
+        room = context - args.probe_tokens
+        return cls(
+            min(args.long_prompt, room - 8),
+            min(args.prefix_tokens, room - 64),  # a suffix: at most 60 characters
+            min(args.stream_tokens, context - 64),
+        )
+
+
+def round_of(
+    args: argparse.Namespace,
+    served: list[Served],
+    turn: int,
+    texts: RoundTexts,
+    sizes: Sizes,
+) -> None:
+    """One round: every part, the servers taking turns (their order rotated by ``turn``)."""
+    order = served[turn % len(served) :] + served[: turn % len(served)]
+    distinct = prompts(args.requests)
+    for clients in args.clients if "levels" in args.parts else ():
+        level_texts = [distinct[i % len(distinct)] for i in range(max(args.requests, clients))]
+        for s in order:
+            level = attempt(s, load, level_texts, args.max_tokens, clients)
+            if level is not None:
+                s.levels.setdefault(clients, []).append(level)
+                print(f"  {s.label}: {clients} clients, {level.rates[0]:.1f} tok/s", flush=True)
+    for s in order if "stall" in args.parts else ():
+        found = attempt(
+            s,
+            partial(
+                stall,
+                stream_tokens=sizes.stream_tokens,
+                long_tokens=args.probe_tokens,
+                warm=args.warm,
+            ),
+            prompts(args.streams),
+            texts.long_prompt,
+        )
+        if found is not None:
+            s.stalls.append(found)
+            print(
+                f"  {s.label}: stall {found.longest * 1e3:.0f} ms, median gap "
+                f"{found.median * 1e3:.0f} ms ({found.ratio:.1f}x)",
+                flush=True,
+            )
+    for s in order if "prefix" in args.parts else ():
+        pair = attempt(s, shared_prefix, texts, args.probe_tokens)
+        if pair is not None:
+            s.prefixes.append(pair)
+            print(
+                f"  {s.label}: shared prefix {pair[0].ratio:.2f}x, control {pair[1].ratio:.2f}x",
+                flush=True,
+            )
+
+
+def attempt(served: Served, measure: Callable[..., T], *args: Any) -> T | None:
+    """``measure(port, model, *args)`` on ``served``; None if it failed before, or fails now
+    (then it is marked failed, with the reason, and measured no more)."""
+    if served.failed is not None:
+        return None
+    try:
+        return measure(served.server.port, served.model, *args)
+    except (RuntimeError, OSError, ValueError) as exc:
+        served.failed = f"{type(exc).__name__}: {str(exc)[-400:]}"
+        print(f"  {served.label} failed: {served.failed}", flush=True)
+        return None
+
+
+def level_rows(model: str, served: list[Served], clients: list[int]) -> list[str]:
+    first = next((s for s in served if s.levels), None)
+    reference = [r.text for r in first.levels[clients[0]][0].results] if first else []
     out = []
-    for level in levels:
-        firsts = [r.first * 1000 for r in level.results]
-        texts = [r.text for r in level.results]
-        same = sum(t == reference[i % len(reference)] for i, t in enumerate(texts))
+    for s in served:
+        if not s.levels:
+            continue
+        base = s.merged(clients[0]).tokens_per_second if clients[0] in s.levels else float("nan")
+        for n in clients:
+            if n not in s.levels:
+                continue
+            level = s.merged(n)
+            firsts = [r.first * 1e3 for r in level.results]
+            gaps = [g * 1e3 for r in level.results for g in r.gaps()] or [float("nan")]
+            same = sum(r.text == reference[i % len(reference)] for i, r in enumerate(level.results))
+            out.append(
+                f"| {model} | {s.label} | {n} | {level.tokens_per_second:.1f} | "
+                f"{level.tokens_per_second / base:.2f}x | {percentile(firsts, 0.5):.0f} | "
+                f"{percentile(firsts, 0.95):.0f} | {percentile(gaps, 0.5):.0f} | "
+                f"{percentile(gaps, 0.95):.0f} | "
+                f"{median([r.total for r in level.results]):.2f} | {same}/{len(level.results)} |"
+            )
+    return out
+
+
+def level_notes(model: str, served: list[Served], clients: list[int]) -> list[str]:
+    """Each server's 8-client scaling and each zoo setting's tokens/s over transformers'."""
+    notes = []
+    for s in served:
+        if 1 in s.levels and 8 in s.levels:
+            rounds = [
+                b.rates[0] / a.rates[0] for a, b in zip(s.levels[1], s.levels[8], strict=False)
+            ]
+            ratio = s.merged(8).tokens_per_second / s.merged(1).tokens_per_second
+            each = ", ".join(f"{r:.2f}x" for r in rounds)
+            notes.append(
+                f"{model}: {s.label} at 8 clients: {ratio:.2f}x the tokens/s of 1 "
+                f"client (rounds: {each})"
+            )
+    peer = next((s for s in served if s.label == CONTINUOUS and s.levels), None)
+    for s in served:
+        if peer is None or not s.label.startswith("zoo") or not s.levels:
+            continue
+        ratios = [
+            f"{s.merged(n).tokens_per_second / peer.merged(n).tokens_per_second:.2f}x"
+            for n in clients
+            if n in s.levels and n in peer.levels
+        ]
+        notes.append(
+            f"{model}: {s.label} / {CONTINUOUS}, tokens/s at {clients} clients: {', '.join(ratios)}"
+        )
+    return notes
+
+
+def stall_rows(model: str, served: list[Served], streams: int, tokens: int) -> list[str]:
+    out = []
+    for s in served:
+        if not s.stalls:
+            continue
+        ratios = [x.ratio for x in s.stalls]
+        early = sum(x.ended_early for x in s.stalls)
         out.append(
-            f"| {model} | {server} | {level.clients} | {level.tokens_per_second:.1f} | "
-            f"{level.tokens_per_second / base:.2f}x | {percentile(firsts, 0.5):.0f} | "
-            f"{percentile(firsts, 0.95):.0f} | "
-            f"{statistics.median(r.total for r in level.results):.2f} | "
-            f"{same}/{len(texts)} |"
+            f"| {model} | {s.label} | {streams} | {tokens} | "
+            f"{median([x.longest for x in s.stalls]) * 1e3:.0f} | "
+            f"{median([x.median for x in s.stalls]) * 1e3:.0f} | {median(ratios):.1f}x | "
+            f"{', '.join(f'{r:.1f}x' for r in ratios)} | "
+            f"{median([x.long_first for x in s.stalls]) * 1e3:.0f} | {early} |"
         )
     return out
 
 
-def scaling(levels: list[Level]) -> str:
-    """8 clients' tokens/s over 1 client's: the median, and each round's (the two measured
-    next to each other)."""
-    by = {level.clients: level for level in levels}
-    if 1 not in by or 8 not in by:
-        return "(no 1- and 8-client levels)"
-    rounds = [b / a for a, b in zip(by[1].rates, by[8].rates, strict=True)]
-    each = ", ".join(f"{r:.2f}x" for r in rounds)
-    median = by[8].tokens_per_second / by[1].tokens_per_second
-    return f"at 8 clients: {median:.2f}x the tokens/s of 1 client (rounds: {each})"
+def prefix_rows(model: str, served: list[Served], tokens: int) -> list[str]:
+    first = next((s for s in served if s.prefixes), None)
+    out = []
+    for s in served:
+        if not s.prefixes or first is None:
+            continue
+        shared = [pair[0] for pair in s.prefixes]
+        control = [pair[1] for pair in s.prefixes]
+        pairs = zip(s.prefixes, first.prefixes, strict=False)
+        same = [
+            a == b
+            for mine, theirs in pairs
+            for x, y in zip(mine, theirs, strict=True)
+            for a, b in zip(x.replies, y.replies, strict=True)
+        ]
+        out.append(
+            f"| {model} | {s.label} | {tokens} | "
+            f"{median([p.firsts[0] for p in shared]) * 1e3:.0f} | "
+            f"{median([median(list(p.firsts[1:])) for p in shared]) * 1e3:.0f} | "
+            f"{median([p.ratio for p in shared]):.2f}x | "
+            f"{', '.join(f'{p.ratio:.2f}x' for p in shared)} | "
+            f"{median([p.ratio for p in control]):.2f}x | {sum(same)}/{len(same)} |"
+        )
+    return out
 
 
-def checkpoints(model: str, folder: Path) -> tuple[str, Path]:
-    """What ``zoo serve`` serves (a name or a folder) and the model in the HF layout."""
-    if model == "gpt2-124m":  # no official weights offline: random ones of the real shape
-        torch.manual_seed(0)
-        source = zoo.save(zoo.build("gpt2-124m"), folder / "zoo")
-    else:
-        source = model
-    hf = convert_checkpoint(str(source), folder / "hf", to="hf-gpt2")
-    return str(source), Path(hf)
+LEVELS_HEAD = [
+    "| model | server | clients | tokens/s | vs 1 client | first text p50 (ms) | "
+    "first text p95 (ms) | inter-token p50 (ms) | inter-token p95 (ms) | latency p50 (s) | "
+    "same text as the first alone |",
+    "|---|---|---|---|---|---|---|---|---|---|---|",
+]
+STALL_HEAD = [
+    "| model | server | streams | long prompt (tokens) | longest gap in its prefill (ms) | "
+    "median gap (ms) | ratio (goal <= 5x) | rounds | long prompt's first text (ms) | "
+    "streams ended before it |",
+    "|---|---|---|---|---|---|---|---|---|---|",
+]
+PREFIX_HEAD = [
+    "| model | server | prefix (tokens) | first text, request 1 (ms) | first text, requests "
+    "2-n (ms) | ratio (goal <= 0.5x) | rounds | control: own prefixes | same text as the "
+    "first server |",
+    "|---|---|---|---|---|---|---|---|---|",
+]
 
 
-def main() -> None:
+@dataclass
+class Report:
+    levels: list[str] = field(default_factory=lambda: list(LEVELS_HEAD))
+    stalls: list[str] = field(default_factory=lambda: list(STALL_HEAD))
+    prefixes: list[str] = field(default_factory=lambda: list(PREFIX_HEAD))
+    notes: list[str] = field(default_factory=list)
+    loads: list[float] = field(default_factory=list)
+    commands: list[str] = field(default_factory=list)
+
+
+def measure_model(args: argparse.Namespace, model: str, folder: Path, report: Report) -> None:
+    """Every server of ``model`` up at once, ``--rounds`` rounds, the rows of the report."""
+    context = zoo.info(model).config["context_length"]
+    sizes = Sizes.fit(args, context)
+    tokenizer = zoo.tokenizer(model)
+    corpus = Corpus(lambda text: len(tokenizer.encode(text)))
+    with contextlib.ExitStack() as stack:
+        print(f"{model}: starting the servers", flush=True)
+        served = servers(args, model, folder, report.notes)
+        for s in served:
+            stack.callback(s.server.stop)
+        for s in served:
+            report.commands.append(f"{s.label}: `{s.shown}`")
+            try:
+                s.server.wait_ready()
+            except RuntimeError as exc:
+                s.failed = f"did not start: {str(exc)[-400:]}"
+            attempt(s, warm_up, corpus.take(sizes.long_prompt), args.max_tokens)
+        for turn in range(args.rounds):
+            report.loads.append(os.getloadavg()[0])
+            print(
+                f"{model}: round {turn + 1} of {args.rounds} (load {report.loads[-1]:.1f})",
+                flush=True,
+            )
+            texts = RoundTexts.take(
+                corpus,
+                long_tokens=sizes.long_prompt,
+                prefix_tokens=sizes.prefix,
+                n=args.prefix_requests,
+            )
+            round_of(args, served, turn, texts, sizes)
+    counts = (len(tokenizer.encode(texts.long_prompt)), len(tokenizer.encode(texts.shared_prefix)))
+    report.levels += level_rows(model, served, args.clients)
+    report.notes += level_notes(model, served, args.clients)
+    report.stalls += stall_rows(model, served, args.streams, counts[0])
+    report.prefixes += prefix_rows(model, served, counts[1])
+    report.notes += [
+        f"{model}: {s.label} stopped being measured: {s.failed}" for s in served if s.failed
+    ]
+
+
+def warm_up(port: int, model: str, long_prompt: str, max_tokens: int) -> None:
+    """Two short requests and one long prompt (first calls, allocations)."""
+    load(port, model, prompts(2), max_tokens, 2)
+    asyncio.run(complete(port, model, long_prompt, 2))
+
+
+def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--models", nargs="+", default=["shakespeare-byte", "gpt2-124m"])
+    parser.add_argument("--quick", action="store_true", help=f"a smoke test: {QUICK}")
+    parser.add_argument("--models", nargs="+", default=["gpt2-124m"])
+    parser.add_argument(
+        "--parts",
+        nargs="+",
+        choices=["levels", "stall", "prefix"],
+        default=["levels", "stall", "prefix"],
+    )
     parser.add_argument("--clients", nargs="+", type=int, default=[1, 4, 8, 16])
-    parser.add_argument("--requests", type=int, default=16, help="per level (default: 16)")
+    parser.add_argument(
+        "--requests", type=int, default=8, help="per level, at least one per client (default: 8)"
+    )
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--max-batch", type=int, default=16, help="zoo serve's (default: 16)")
     parser.add_argument("--rounds", type=int, default=3, help="median over (default: 3)")
+    parser.add_argument("--streams", type=int, default=4, help="stall: streams running")
+    parser.add_argument("--stream-tokens", type=int, default=96, help="stall: each stream's")
+    parser.add_argument(
+        "--warm",
+        type=int,
+        default=8,
+        help="stall: each stream's pieces of text before the long prompt is sent",
+    )
+    parser.add_argument("--long-prompt", type=int, default=900, help="stall: tokens")
+    parser.add_argument("--prefix-tokens", type=int, default=800)
+    parser.add_argument("--prefix-requests", type=int, default=6)
+    parser.add_argument(
+        "--probe-tokens",
+        type=int,
+        default=8,
+        help="new tokens of the long prompt and of the prefix requests",
+    )
+    parser.add_argument(
+        "--setting",
+        action="append",
+        type=setting_spec,
+        metavar="LABEL=FLAGS",
+        help="a zoo serve setting to run (repeatable; replaces the default "
+        f"two: 'zoo serve=' and '{BEFORE[0]}={shlex.join(BEFORE[1])}')",
+    )
+    parser.add_argument("--zoo-args", default="", help="flags for every zoo serve setting")
     parser.add_argument(
         "--transformers-python",
         default=sys.executable,
         help="the Python that runs transformers serve (with accelerate installed)",
     )
     parser.add_argument("--no-transformers", action="store_true")
+    parser.add_argument(
+        "--transformers-plain",
+        action="store_true",
+        help="also transformers serve as it starts (one request at a time)",
+    )
     parser.add_argument("--markdown", type=Path, help="also write the report to this file")
     args = parser.parse_args()
-    texts = prompts(args.requests)
-    lines = [
-        "| model | server | clients | tokens/s | vs 1 client | first text p50 (ms) | "
-        "first text p95 (ms) | latency p50 (s) | same text as zoo alone |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    notes = []
-    load_before = os.getloadavg()[0]
+    if args.quick:
+        parser.set_defaults(**QUICK)
+        args = parser.parse_args()
+    args.clients = sorted({1, *args.clients})  # 'vs 1 client' needs 1
+    return args
+
+
+def main() -> None:
+    args = arguments()
+    began, load_before = time.monotonic(), os.getloadavg()[0]
+    report = Report()
     with tempfile.TemporaryDirectory() as tmp:
         for model in args.models:
-            folder = Path(tmp) / model
-            source, hf = checkpoints(model, folder)
-            port = free_port()
-            zoo_command = [sys.executable, "-m", "zoo.cli", "serve", source, "--port", str(port),
-                           "--served-model-name", model, "--max-batch", str(args.max_batch),
-                           "--log-level", "warning"]  # fmt: skip
-            print(f"{model}: zoo serve", flush=True)
-            with running(zoo_command, port, folder / "zoo.log"):
-                levels = measure(
-                    "zoo", port, model, texts, args.max_tokens, args.clients, args.rounds
-                )
-            reference = [r.text for r in levels[0].results[: len(texts)]]
-            lines += rows(model, f"zoo serve (max batch {args.max_batch})", levels, reference)
-            notes.append(f"{model}: zoo serve {scaling(levels)}")
-            if args.no_transformers:
-                continue
-            for label, extra in (
-                ("transformers serve", []),
-                ("transformers serve --continuous-batching", ["--continuous-batching"]),
-            ):
-                port = free_port()
-                command = [args.transformers_python, "-c",
-                           "import sys; from transformers.cli.transformers import main; "
-                           "sys.argv[0] = 'transformers'; sys.exit(main())",
-                           "serve", str(hf), "--port", str(port), "--host", "127.0.0.1",
-                           "--device", "cpu", *extra]  # fmt: skip
-                print(f"{model}: {label}", flush=True)
-                try:
-                    with running(command, port, folder / "transformers.log"):
-                        levels = measure(
-                            label, port, str(hf), texts, args.max_tokens, args.clients, args.rounds
-                        )
-                except (RuntimeError, OSError) as exc:
-                    notes.append(f"{model}: {label} did not run: {str(exc)[-400:]}")
-                    continue
-                lines += rows(model, label, levels, reference)
-                notes.append(f"{model}: {label} {scaling(levels)}")
+            (Path(tmp) / model).mkdir()
+            measure_model(args, model, Path(tmp) / model, report)
+    took = time.monotonic() - began
     facts = machine_facts("torch", "transformers", "fastapi", "uvicorn")
-    report = "\n".join(
+    rounds = f"the median of {args.rounds} round{'s' * (args.rounds > 1)}"
+    text = "\n".join(
         [
-            *lines,
+            "## Throughput and latency by number of clients",
             "",
-            *[f"- {n}" for n in notes],
+            *report.levels,
             "",
-            f"{args.requests} requests per level, prompts of 20-60 characters of Tiny "
-            f"Shakespeare, greedy, {args.max_tokens} new tokens each, streamed; tokens/s = all "
-            f"generated tokens / wall time of the level, the median of {args.rounds} rounds "
-            "(levels taking turns within a round); first-text and latency percentiles over "
-            "every request of every round. 'same text' counts replies equal to zoo serve's "
-            "at 1 client in the first round.",
+            f"{args.requests} prompts per level (sent again in turn where a level has more "
+            "clients), of 20-60 "
+            f"characters of Tiny Shakespeare, greedy, {args.max_tokens} new tokens each, "
+            f"streamed; tokens/s = all generated tokens / wall time of the level, {rounds}; "
+            "first text, inter-token gaps (between one request's pieces of text) and latency: "
+            "percentiles over every request of every round. 'same text' counts replies equal "
+            "to the first server's at 1 client in the first round.",
+            "",
+            f"## Stall: {args.streams} streams decoding while a long prompt arrives",
+            "",
+            *report.stalls,
+            "",
+            f"Each stream: {args.stream_tokens} greedy tokens (at most); the long prompt is sent "
+            f"once each stream has sent {args.warm} pieces of text and asks {args.probe_tokens} "
+            "tokens. Longest gap: the longest between two pieces of one stream's text that "
+            "overlaps the long prompt's prefill (its sending to its first text); median gap: "
+            f"over all the streams' gaps; each a median over rounds (every round's ratio shown).",
+            "",
+            f"## Shared prefix: {args.prefix_requests} requests one after another",
+            "",
+            *report.prefixes,
+            "",
+            f"Each request: a prefix of whole lines of Tiny Shakespeare, then 20-60 characters "
+            f"of its own, {args.probe_tokens} new tokens. Ratio: requests 2-n's median time to "
+            "first text over request 1's, the median over rounds (every round's shown); the "
+            "control sends the same with a new prefix for each request. Every round's "
+            "prefixes and long prompt are new to every server (lines of Tiny Shakespeare "
+            "used once in the run).",
+            "",
+            *[f"- {n}" for n in report.notes],
+            "",
+            "Servers: " + "; ".join(report.commands) + ".",
             "",
             f"Machine: {facts}; torch threads {torch.get_num_threads()}; load average "
-            f"{load_before:.1f} before, {os.getloadavg()[0]:.1f} after.",
+            f"{load_before:.1f} before, at each round's start "
+            f"{', '.join(f'{x:.1f}' for x in report.loads)}, {os.getloadavg()[0]:.1f} after; "
+            f"the run took {took / 60:.1f} min.",
         ]
     )
-    publish(report, title="zoo serve under load", markdown=args.markdown)
+    publish(text, title="zoo serve under load", markdown=args.markdown)
 
 
 if __name__ == "__main__":
