@@ -8,11 +8,13 @@
   :class:`~zoo.serve.request.Request` is one prompt and where its text goes. Token picking,
   stop handling and the text come from :mod:`zoo.generation`, as :func:`zoo.generate`'s.
 - :mod:`zoo.serve.app`: the FastAPI application (``/v1/models``, ``/v1/completions``,
-  ``/v1/chat/completions``, server-sent events, errors in OpenAI's shape); requests pass
+  ``/v1/chat/completions``, server-sent events, errors in OpenAI's shape, ``/health`` and
+  Prometheus's ``/metrics`` from :mod:`zoo.serve.metrics`); requests pass
   :mod:`zoo.serve.guard` (API key, body size) first.
 - :mod:`zoo.serve.server`: binds the socket and runs uvicorn; SIGTERM drains.
 
-Needs the ``serve`` extra: ``pip install 'torch-zoo[serve]'`` (FastAPI and uvicorn).
+Needs the ``serve`` extra: ``pip install 'torch-zoo[serve]'`` (FastAPI, uvicorn and
+``prometheus_client``).
 Importing the package imports neither them nor torch: the names below load on first use.
 """
 

@@ -1,6 +1,6 @@
 """The HTTP application of ``zoo serve``: OpenAI's ``/v1/models``, ``/v1/completions`` and
 ``/v1/chat/completions`` (streamed as server-sent events with ``stream: true``), plus
-``/health``, on FastAPI.
+``/health`` and Prometheus's ``/metrics`` (:mod:`zoo.serve.metrics`), on FastAPI.
 
 Each request is checked in full before any model time is spent (the model's name, the
 fields, the prompt against the context), then its prompts join the :class:`Engine`'s running
@@ -11,6 +11,7 @@ server goes on serving.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 import uuid
@@ -20,6 +21,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException
 
 from ..generation import GenerationConfig
@@ -27,6 +29,7 @@ from ..tokenizers import Tokenizer
 from .chat import ChatTemplates
 from .engine import Engine
 from .guard import DEFAULT_MAX_BODY_BYTES, Guard
+from .metrics import Metrics
 from .protocol import ApiError, ChatRequest, CompletionRequest, Prompt, _Sampling, error_body
 from .request import Finish
 from .runs import Run
@@ -54,6 +57,8 @@ class Served:
         self.created = int(time.time())
         self.chat = ChatTemplates(tokenizer)
         self.vocab_size: int = engine.model.config.vocab_size
+        #: What ``/metrics`` reports: this application's own registry.
+        self.metrics = Metrics(engine, self.models)
 
     def card(self, name: str) -> dict[str, Any]:
         """A model as ``/v1/models`` lists it (an adapter names its base as ``parent``)."""
@@ -78,6 +83,20 @@ class Served:
                 param="model",
             )
         return self.models[name]
+
+    def run(
+        self,
+        prompts: Sequence[Sequence[int]],
+        body: _Sampling,
+        max_tokens: int,
+        end_ids: Sequence[int],
+    ) -> Run:
+        """A request's sequences, counted under its model's name; checked (:meth:`check`)."""
+        adapter = self.models[body.model]
+        observer = self.metrics.model(body.model)
+        return Run(
+            prompts, self.config(body, max_tokens), self.tokenizer, end_ids, adapter, observer
+        )
 
     def check(self, body: _Sampling) -> int:
         """The model's name and the fields the server cannot honour; returns the adapter
@@ -179,6 +198,7 @@ def create_app(
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
+        stats = getattr(engine, "prefix_cache_stats", lambda: None)()  # TODO(H1): direct
         return {
             "status": "ok",
             "model": model_id,
@@ -186,7 +206,12 @@ def create_app(
             "waiting": engine.waiting,
             "max_batch": engine.max_batch,
             "max_queue": engine.max_queue,
+            "prefix_cache": None if stats is None else dataclasses.asdict(stats),
         }
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(served.metrics.text(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
@@ -200,15 +225,14 @@ def create_app(
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> Response:
-        adapter = served.check(body)
+        served.check(body)
         max_tokens = body.max_tokens or 16
         prompts = _prompts(served, body.prompt)
         for i, ids in enumerate(prompts):
             served.check_prompt(
                 ids, max_tokens, f"prompt {i}" if len(prompts) > 1 else "the prompt"
             )
-        config = served.config(body, max_tokens)
-        run = Run(prompts, config, tokenizer, _end_ids(tokenizer), adapter)
+        run = served.run(prompts, body, max_tokens, _end_ids(tokenizer))
         served.submit(run)
         head = _head("cmpl", "text_completion", body.model)
         if body.stream:
@@ -223,13 +247,13 @@ def create_app(
 
     @app.post("/v1/chat/completions")
     async def chat(body: ChatRequest, request: Request) -> Response:
-        adapter = served.check(body)
+        served.check(body)
         prompt, end_ids = served.chat.prompt([m.plain() for m in body.messages])
         max_tokens = body.max_completion_tokens or body.max_tokens
         if max_tokens is None:  # as OpenAI: up to the end of the context
             max_tokens = max(1, engine.max_len - len(prompt))
         served.check_prompt(prompt, max_tokens, "the conversation")
-        run = Run([prompt], served.config(body, max_tokens), tokenizer, end_ids, adapter)
+        run = served.run([prompt], body, max_tokens, end_ids)
         served.submit(run)
         head = _head("chatcmpl", "chat.completion", body.model)
         if body.stream:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..generation.reply import Reply
 
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
     from ..generation import GenerationConfig
     from ..tokenizers import Tokenizer
 
-__all__ = ["Event", "Finish", "Request"]
+__all__ = ["Event", "Finish", "Observer", "Request"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +42,24 @@ class Finish:
 Event = str | Finish
 
 
+class Observer(Protocol):
+    """What a request tells as it decodes (from the engine's thread; must be cheap and must
+    not block): :class:`zoo.serve.metrics.ModelMetrics` counts and times it."""
+
+    def received(self, requests: int) -> None:
+        """``requests`` were queued (from the thread that queued them)."""
+
+    def first_token(self, prompt_tokens: int, seconds: float) -> None:
+        """The first new token, ``seconds`` after the request was queued (its prompt of
+        ``prompt_tokens`` ids is prefilled)."""
+
+    def next_token(self, seconds: float) -> None:
+        """Another new token, ``seconds`` after the one before."""
+
+    def finished(self, reason: str, seconds: float) -> None:
+        """The request ended (:attr:`Finish.reason`), ``seconds`` after it was queued."""
+
+
 class Request:
     """One prompt to continue, and where its text goes.
 
@@ -56,6 +75,8 @@ class Request:
             only queue its events and ``flush`` hand a whole step's on at once.
         adapter: the LoRA adapter its row applies, by index in the engine's
             (:attr:`Engine.adapter_ids <zoo.serve.engine.Engine.adapter_ids>`); 0: none.
+        observer: told of its first token, each later one and its end, with the times
+            between (``time.perf_counter()`` seconds; see :meth:`queued`).
     """
 
     def __init__(
@@ -67,9 +88,15 @@ class Request:
         end_ids: Sequence[int] = (),
         flush: Callable[[], None] | None = None,
         adapter: int = 0,
+        observer: Observer | None = None,
     ) -> None:
         self.prompt = list(prompt)
         self.adapter = adapter
+        self.observer = observer
+        #: When it was queued (``time.perf_counter()``): made, until :meth:`queued`.
+        self.arrival = time.perf_counter()
+        #: When its latest token was taken (``None`` before the first).
+        self.last_token_at: float | None = None
         self.config = config
         self.emit = emit
         self.flush = flush
@@ -80,6 +107,12 @@ class Request:
         self.last: int | None = None
         self.finished = False
         self._cancelled = threading.Event()
+
+    def queued(self) -> None:
+        """Mark now as its arrival, from which its time to first token and its latency
+        count: call it as it is handed to the engine (:meth:`Run.submit
+        <zoo.serve.runs.Run.submit>` does)."""
+        self.arrival = time.perf_counter()
 
     def cancel(self) -> None:
         """Ask the engine to drop this request (from any thread); it finishes with
@@ -97,6 +130,13 @@ class Request:
 
     def take(self, token: int) -> bool:
         """Record a picked token and emit its text; return whether the request ended."""
+        now = time.perf_counter()
+        if self.observer is not None:
+            if self.last_token_at is None:
+                self.observer.first_token(len(self.prompt), now - self.arrival)
+            else:
+                self.observer.next_token(now - self.last_token_at)
+        self.last_token_at = now
         piece = self.reply.push(token)
         if piece:
             self.emit(piece)
@@ -115,4 +155,6 @@ class Request:
             rest = self.reply.finish()
             if rest:
                 self.emit(rest)
+        if self.observer is not None:
+            self.observer.finished(reason, time.perf_counter() - self.arrival)
         self.emit(Finish(reason, len(self.prompt), self.generated, error))

@@ -11,7 +11,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .request import Event, Request
+from .request import Event, Observer, Request
 
 if TYPE_CHECKING:
     from ..generation import GenerationConfig
@@ -66,7 +66,9 @@ class Run:
 
     Made on the event loop; the engine's thread emits into an ``asyncio.Queue`` through the
     loop's :class:`Outbox` (and flushes it after each step). :meth:`cancel` (a client gone)
-    drops every sequence that has not finished.
+    drops every sequence that has not finished. An ``observer`` (the served model's
+    :class:`~zoo.serve.metrics.ModelMetrics`) is told of each sequence as it is queued,
+    decodes and ends.
     """
 
     def __init__(
@@ -76,14 +78,15 @@ class Run:
         tokenizer: Tokenizer,
         end_ids: Sequence[int],
         adapter: int = 0,
+        observer: Observer | None = None,
     ) -> None:
         loop = asyncio.get_running_loop()
         self._outbox = _outboxes.get(loop) or _outboxes.setdefault(loop, Outbox(loop))
         self._queue: asyncio.Queue[tuple[int, Event]] = asyncio.Queue()
+        self.observer = observer
+        flush = self._outbox.flush
         self.sequences = [
-            Request(
-                prompt, config, tokenizer, self._emitter(i), end_ids, self._outbox.flush, adapter
-            )
+            Request(prompt, config, tokenizer, self._emitter(i), end_ids, flush, adapter, observer)
             for i, prompt in enumerate(prompts)
         ]
 
@@ -94,8 +97,13 @@ class Run:
         return emit
 
     def submit(self, engine: Engine) -> None:
-        """Hand the sequences to ``engine`` (raises :class:`~zoo.serve.scheduler.QueueFull`)."""
+        """Hand the sequences to ``engine`` (raises :class:`~zoo.serve.scheduler.QueueFull`),
+        their arrival stamped now (:meth:`Request.queued <zoo.serve.request.Request.queued>`)."""
+        for sequence in self.sequences:
+            sequence.queued()
         engine.submit(self.sequences)
+        if self.observer is not None:
+            self.observer.received(len(self.sequences))
 
     async def events(self) -> AsyncIterator[tuple[int, Event]]:
         """``(prompt index, event)`` until every sequence has finished. The pieces of a
