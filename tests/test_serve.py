@@ -184,13 +184,19 @@ def test_the_engine_admits_requests_between_steps_of_the_running_ones():
     tok = model.tokenizer
     engine = Engine(model, max_batch=4, max_queue=4)
     sizes: list[int] = []
-    step = engine.runner.batch.step
+    prefills: list[int] = []
+    step, extend = engine.runner.batch.step, engine.runner.batch.extend
 
-    def counting_step(tokens: torch.Tensor) -> torch.Tensor:
+    def counting_step(tokens: torch.Tensor, keys: list[Request]) -> torch.Tensor:
         sizes.append(len(tokens))
-        return step(tokens)
+        return step(tokens, keys)
+
+    def counting_extend(chunks: list[tuple[Request, list[int]]]) -> torch.Tensor:
+        prefills.append(len(chunks))
+        return extend(chunks)
 
     engine.runner.batch.step = counting_step  # type: ignore[method-assign]
+    engine.runner.batch.extend = counting_extend  # type: ignore[method-assign]
     flushes: list[int] = []  # a burst's events are flushed once, whoever emitted them
     engine.start()
     try:
@@ -210,7 +216,8 @@ def test_the_engine_admits_requests_between_steps_of_the_running_ones():
         assert all(s.done.wait(60) for s in sinks)
     finally:
         engine.stop()
-    assert len(flushes) == len(sizes) + 2, "not one flush per step and per admission"
+    assert len(flushes) == len(sizes) + len(prefills), "not one flush per step and prefill"
+    assert prefills == [1, 3], "the prompts waiting together were not prefilled together"
     assert sinks[0].finish is not None and sinks[0].finish.reason == "length"
     for prompt, sink in zip(prompts, sinks, strict=True):
         assert "".join(sink.pieces) == zoo.generate(

@@ -175,9 +175,9 @@ def test_a_greedy_reply_is_the_same_alone_or_mixed_and_equals_the_merged_model(b
     sizes: list[list[int]] = []  # each decoding step's adapter per row
     step = engine.runner.batch.step
 
-    def recording_step(tokens: torch.Tensor) -> torch.Tensor:
+    def recording_step(tokens: torch.Tensor, keys: list[object]) -> torch.Tensor:
         sizes.append(engine.runner.adapters.index.tolist())  # type: ignore[union-attr]
-        return step(tokens)
+        return step(tokens, keys)  # type: ignore[arg-type]
 
     engine.runner.batch.step = recording_step  # type: ignore[method-assign]
     engine.start()

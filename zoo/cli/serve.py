@@ -63,6 +63,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_connections=args.max_connections,
         log_level=args.log_level,
         adapters=adapters,
+        prefill_chunk=args.prefill_chunk or None,
+        prefix_cache_bytes=args.prefix_cache_mb * 2**20,
     )
     return 0
 
@@ -189,6 +191,22 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
         type=positive,
         default=None,
         help="prompt plus new tokens per sequence (the cache's length; default: the context)",
+    )
+    p.add_argument(
+        "--prefill-chunk",
+        type=non_negative,
+        default=128,
+        metavar="TOKENS",
+        help="prompt tokens prefilled per step at most, so a long prompt enters over several "
+        "steps while the running streams keep emitting; 0: whole prompts (default: 128)",
+    )
+    p.add_argument(
+        "--prefix-cache-mb",
+        type=non_negative,
+        default=512,
+        metavar="MB",
+        help="memory for the keys and values of prompt prefixes kept between requests (a "
+        "system prompt, a chat's turns so far); 0 turns it off (default: 512)",
     )
     p.add_argument(
         "--max-body-bytes",

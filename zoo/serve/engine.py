@@ -4,9 +4,12 @@ Split as vLLM splits it: the :class:`~zoo.serve.scheduler.Scheduler` (plain Pyth
 which requests join and leave the batch; the :class:`~zoo.serve.runner.Runner` holds their
 rows of a :class:`zoo.nn.slots.SlotBatch` and runs the model; :meth:`Engine.step` schedules,
 runs and updates, once. Requests hand :class:`~zoo.serve.request.Request` s to
-:meth:`Engine.submit`; between two steps waiting ones are admitted into free slots (each
-prompt prefilled on its own), then one step picks every running request's next token with
-its own settings and hands the text on through its ``emit`` callback. A request leaves the
+:meth:`Engine.submit`; between two steps waiting ones are admitted into free slots (with the
+prompt prefix a :class:`~zoo.nn.prefix_cache.PrefixCache` holds copied in), then one step
+picks every decoding request's next token with its own settings and hands the text on
+through its ``emit`` callback, and prefills the next chunk of the prompts still coming in (at
+most ``prefill_chunk`` tokens, several prompts in one pass), so a long prompt delays the
+running streams by one chunk per step, not by its whole prefill. A request leaves the
 batch when it ends (an end-of-text id, a stop string, ``max_new_tokens``) or is cancelled
 (its client went away), and its slot takes the next waiting request at once: continuous
 batching.
@@ -20,9 +23,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ..nn.base import activation_dtype
 from ..nn.lora_bank import attach_bank
+from ..nn.prefix_cache import PrefixCache, PrefixCacheStats
 from .request import Event, Finish, Request
-from .runner import Runner
+from .runner import DEFAULT_PREFILL_CHUNK, Chunk, Runner
 from .scheduler import EngineStopped, QueueFull, Scheduler
 
 if TYPE_CHECKING:
@@ -30,6 +35,9 @@ if TYPE_CHECKING:
     from ..nn.lora_bank import LoRAWeights
 
 __all__ = ["Engine", "EngineStopped", "Event", "Finish", "QueueFull", "Request"]
+
+#: The prefix cache's memory unless told otherwise.
+DEFAULT_PREFIX_CACHE_BYTES = 512 * 2**20
 
 
 class Engine:
@@ -51,6 +59,10 @@ class Engine:
             base by the caller), attached to ``model`` as one bank (:mod:`zoo.nn.lora_bank`):
             a request picks one by :attr:`adapter_ids` (0: the base), and requests of
             different adapters share each step.
+        prefill_chunk: prompt tokens a step prefills at most, padding included (``None``:
+            whole prompts, each in the step after it joins).
+        prefix_cache_bytes: memory for the keys and values of prompt prefixes kept between
+            requests (0: none kept).
     """
 
     def __init__(
@@ -61,6 +73,8 @@ class Engine:
         max_queue: int = 64,
         max_len: int | None = None,
         adapters: Mapping[str, LoRAWeights] | None = None,
+        prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK,
+        prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES,
     ) -> None:
         self.scheduler: Scheduler[Request] = Scheduler(max_batch, max_queue)
         model.eval()
@@ -69,7 +83,14 @@ class Engine:
         #: Each adapter's index, the :attr:`Request.adapter <zoo.serve.request.Request.adapter>`
         #: that applies it.
         self.adapter_ids: dict[str, int] = {name: i for i, name in enumerate(adapters or {}, 1)}
-        self.runner = Runner(model, max_batch, max_len, rows)
+        self.runner = Runner(
+            model,
+            max_batch,
+            max_len,
+            rows,
+            prefill_chunk=prefill_chunk,
+            prefix_cache=_prefix_cache(model, prefix_cache_bytes),
+        )
         self._thread = threading.Thread(target=self.run, name="zoo-serve-engine", daemon=True)
 
     @property
@@ -103,6 +124,11 @@ class Engine:
         """Requests waiting for a slot."""
         return self.scheduler.waiting
 
+    def prefix_cache_stats(self) -> PrefixCacheStats | None:
+        """What the prefix cache holds and has done (``None``: none is kept)."""
+        cache = self.runner.prefix_cache
+        return cache.stats() if cache is not None else None
+
     def start(self) -> None:
         """Run the engine on a thread of its own (see :meth:`run`)."""
         self._thread.start()
@@ -135,28 +161,44 @@ class Engine:
 
     def step(self) -> None:
         """Schedule (admit waiting requests, drop cancelled ones), run one decoding step
-        for the batch, and update each request with its token (its text, its end)."""
+        for the requests past their prompts and one prefill chunk for those still coming in,
+        and update each request with its token (its text, its end)."""
         schedule = self.scheduler.schedule()
         for request in schedule.cancelled:
             self.runner.remove(request)
             request.end("cancelled")
-        for request in schedule.admitted:
-            self._admit(request)
-        _flush([*schedule.admitted, *schedule.cancelled])
-        if len(self.runner):
+        failed = [r for r in schedule.admitted if not self._admit(r)]
+        _flush([*failed, *schedule.cancelled])
+        if self.runner.decoding:
             _flush(self._decode())
+        chunks = self.runner.plan()
+        if chunks:
+            _flush(self._prefill(chunks))
 
-    def _admit(self, request: Request) -> None:
+    def _admit(self, request: Request) -> bool:
+        """Give ``request`` a slot; ``False`` if that failed (it has ended)."""
         try:
-            token = self.runner.prefill(request)
+            self.runner.admit(request)
         except Exception as exc:  # this prompt only: the others go on
             self._fail([request], exc)
-            return
-        self._update([request], [token])
+            return False
+        return True
+
+    def _prefill(self, chunks: list[Chunk]) -> list[Request]:
+        """Run the prompt chunks ``chunks``; those that end a prompt give its first token.
+        Returns the chunks' requests."""
+        requests = [c.request for c in chunks]
+        try:
+            tokens = self.runner.prefill(chunks)
+        except Exception as exc:  # these prompts only: the others go on
+            self._fail(requests, exc)
+            return requests
+        self._update([c.request for c in chunks if c.last], tokens)
+        return requests
 
     def _decode(self) -> list[Request]:
-        """One token for every request in the batch; returns them."""
-        requests = self.runner.requests
+        """One token for every request past its prompt; returns them."""
+        requests = self.runner.decoding
         try:
             tokens = self.runner.step(requests)
         except Exception as exc:  # e.g. out of memory: these requests fail, the server stays
@@ -176,14 +218,15 @@ class Engine:
             if ended:
                 self._retire(request)
 
-    def _retire(self, request: Request) -> None:
-        self.runner.remove(request)
+    def _retire(self, request: Request, keep: bool = True) -> None:
+        self.runner.remove(request, keep)
         self.scheduler.finish(request)
 
     def _fail(self, requests: list[Request], exc: Exception) -> None:
-        """End ``requests`` with ``exc`` and free their slots."""
+        """End ``requests`` with ``exc`` and free their slots (nothing they computed is
+        kept)."""
         for request in requests:
-            self._retire(request)
+            self._retire(request, keep=False)
             request.end("error", f"{type(exc).__name__}: {exc}")
 
     def _fail_all(self, message: str) -> None:
@@ -198,3 +241,21 @@ def _flush(requests: list[Request]) -> None:
     """Call the ``flush`` of ``requests`` that have one, each distinct one once."""
     for flush in {r.flush for r in requests if r.flush is not None}:
         flush()
+
+
+def _prefix_cache(model: DecoderLM, max_bytes: int) -> PrefixCache | None:
+    """A prefix cache of ``max_bytes`` for ``model``'s keys and values (``None`` for 0)."""
+    if max_bytes < 0:
+        raise ValueError(f"prefix_cache_bytes must be >= 0, got {max_bytes}")
+    if not max_bytes:
+        return None
+    c = model.config
+    dtype, device = activation_dtype(model)
+    return PrefixCache(
+        c.n_layers,
+        c.n_kv_heads or c.n_heads,
+        c.head_size,
+        max_bytes=max_bytes,
+        dtype=dtype,
+        device=device,
+    )

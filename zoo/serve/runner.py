@@ -1,13 +1,25 @@
 """The model side of ``zoo serve``: the running requests' rows of one
-:class:`zoo.nn.slots.SlotBatch`, a prompt's prefill when it joins, and one decoding step for
-all of them, each picking its next token with its own settings
-(:func:`zoo.generation.sampling.pick_each`, the picker :func:`zoo.generate` uses). With
-LoRA adapters (:mod:`zoo.nn.lora_bank`) each row applies its request's own, set before
+:class:`zoo.nn.slots.SlotBatch`, their prompts prefilled a budget of tokens per step, and one
+decoding step for those past their prompt, each picking its next token with its own settings
+(:func:`zoo.generation.sampling.pick_each`, the picker :func:`zoo.generate` uses).
+
+A request that joins gets a slot at once; the leading blocks of its prompt that a
+:class:`~zoo.nn.prefix_cache.PrefixCache` holds are copied in, and the rest enters in chunks:
+each step prefills at most ``prefill_chunk`` prompt tokens, the chunks of the prompts waiting
+together in one left-padded forward pass (:meth:`SlotBatch.extend`), so a long prompt never
+holds the running streams for longer than one chunk. Its last chunk gives its first token;
+from the next step on it decodes with the others. Its computed blocks are kept in the prefix
+cache once its prompt is in, and again when it leaves (the reply too, which a chat's next turn
+starts with).
+
+With LoRA adapters (:mod:`zoo.nn.lora_bank`) each row applies its request's own, set before
 every forward from the rows' requests, so a row's adapter follows its request whichever
-slot it is in."""
+slot it is in; the prefix cache keeps each adapter's keys apart.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 import torch
@@ -18,9 +30,45 @@ from ..nn.slots import SlotBatch
 if TYPE_CHECKING:
     from ..nn.decoder import DecoderLM
     from ..nn.lora_bank import AdapterRows
+    from ..nn.prefix_cache import PrefixCache
     from .request import Request
 
-__all__ = ["Runner"]
+__all__ = ["Chunk", "Runner", "plan_chunks"]
+
+#: Prompt tokens a step prefills at most, unless told otherwise.
+DEFAULT_PREFILL_CHUNK = 128
+
+
+@dataclasses.dataclass(frozen=True)
+class Chunk:
+    """The next ``size`` prompt tokens of ``request``, from position ``start``."""
+
+    request: Request
+    start: int
+    size: int
+
+    @property
+    def last(self) -> bool:
+        """Whether the chunk ends the prompt (it gives the first token)."""
+        return self.start + self.size == len(self.request.prompt)
+
+
+def plan_chunks(left: list[int], budget: int | None) -> list[int]:
+    """How many tokens each of the first prompts waiting (``left``: the tokens each has left,
+    in arrival order) prefills in the next pass, left-padded together: at most ``budget``
+    tokens counting the padding (``None``: no bound). Takes the number of prompts that
+    prefills the most real tokens (the fewest padded ones on a tie)."""
+    if budget is None:
+        return list(left)
+    best: tuple[int, int] = (0, 0)  # (real tokens, -padded tokens)
+    sizes: list[int] = []
+    for m in range(1, min(len(left), budget) + 1):
+        width = min(budget // m, max(left[:m]))
+        chunk = [min(n, width) for n in left[:m]]
+        score = (sum(chunk), sum(chunk) - m * width)
+        if score > best:
+            best, sizes = score, chunk
+    return sizes
 
 
 class Runner:
@@ -32,6 +80,10 @@ class Runner:
         max_len: positions per slot, prompt plus new tokens (default: the context length).
         adapters: the model's per-row adapter index (:func:`zoo.nn.lora_bank.attach_bank`),
             set from each request's :attr:`~zoo.serve.request.Request.adapter`.
+        prefill_chunk: prompt tokens prefilled per step at most, padding included (``None``:
+            whole prompts).
+        prefix_cache: where prompt prefixes' keys and values are kept between requests
+            (``None``: nowhere).
     """
 
     def __init__(
@@ -40,9 +92,21 @@ class Runner:
         max_rows: int,
         max_len: int | None = None,
         adapters: AdapterRows | None = None,
+        *,
+        prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK,
+        prefix_cache: PrefixCache | None = None,
     ) -> None:
-        self.batch: SlotBatch[Request] = SlotBatch(model, max_rows, max_len)
+        if prefill_chunk is not None and prefill_chunk < 1:
+            raise ValueError(f"prefill_chunk must be a positive integer, got {prefill_chunk}")
+        self.batch: SlotBatch[Request] = SlotBatch(
+            model, max_rows, max_len, before_forward=self._select
+        )
         self.adapters = adapters
+        self.prefill_chunk = prefill_chunk
+        self.prefix_cache = prefix_cache
+        # prompt tokens in the slot of each request still prefilling, in arrival order
+        self._prefilled: dict[Request, int] = {}
+        self._fed: dict[Request, list[int]] = {}  # tokens decoded into each slot after the prompt
 
     def _select(self, requests: list[Request]) -> None:
         """Each row's adapter for the next forward: its request's."""
@@ -62,31 +126,92 @@ class Runner:
     def __len__(self) -> int:
         return len(self.batch)
 
-    def prefill(self, request: Request) -> int:
-        """Give ``request`` a slot, run its prompt and pick its first token."""
+    def admit(self, request: Request) -> None:
+        """Give ``request`` a slot, with the leading blocks of its prompt that the prefix
+        cache holds copied in; the rest is prefilled by :meth:`prefill`."""
+        if len(request.prompt) >= self.max_len:  # the slot batch says the same, later
+            raise ValueError(
+                f"the prompt has {len(request.prompt)} tokens, and a slot holds "
+                f"{self.max_len} positions: no room for a new token"
+            )
         request.generator = seeded_generator(request.config, self.batch.device)
-        self._select([request])
-        logits = self.batch.add(request, request.prompt)  # (vocab,)
-        return pick_each(logits[None], [request.config], [request.generator])[0]
+        self.batch.open(request)
+        cached = 0
+        if self.prefix_cache is not None:
+            match = self.prefix_cache.match(request.prompt, request.adapter)
+            self.prefix_cache.load(match, *self.batch.row_cache(request))
+            cached = min(match.length, len(request.prompt) - 1)  # the last one gives logits
+            self.batch.fill(request, cached)
+        self._prefilled[request] = cached
+        self._fed[request] = []
 
     @property
-    def requests(self) -> list[Request]:
-        """The running requests, in the batch's order."""
-        return list(self.batch.keys)
+    def prefilling(self) -> list[Request]:
+        """Requests whose prompts are not all in yet, in arrival order."""
+        return list(self._prefilled)
+
+    @property
+    def decoding(self) -> list[Request]:
+        """Requests past their prompts, in the batch's order."""
+        return [r for r in self.batch.keys if r not in self._prefilled]
+
+    def plan(self) -> list[Chunk]:
+        """The prompt chunks the next :meth:`prefill` runs (see :func:`plan_chunks`)."""
+        waiting = list(self._prefilled.items())
+        sizes = plan_chunks([len(r.prompt) - n for r, n in waiting], self.prefill_chunk)
+        return [Chunk(r, n, size) for (r, n), size in zip(waiting, sizes, strict=False)]
+
+    def prefill(self, chunks: list[Chunk]) -> list[int]:
+        """Run ``chunks`` (from :meth:`plan`) in one pass; return the first token of each
+        request whose prompt they end, in ``chunks`` order."""
+        logits = self.batch.extend(
+            [(c.request, c.request.prompt[c.start : c.start + c.size]) for c in chunks]
+        )  # (M, vocab)
+        ended = [i for i, c in enumerate(chunks) if c.last]
+        for c in chunks:
+            self._prefilled[c.request] += c.size
+        for i in ended:
+            request = chunks[i].request
+            del self._prefilled[request]
+            self._keep(request, request.prompt)
+        requests = [chunks[i].request for i in ended]
+        return pick_each(
+            logits[ended], [r.config for r in requests], [r.generator for r in requests]
+        )
 
     def step(self, requests: list[Request]) -> list[int]:
-        """One token for every running request (``requests``: :attr:`requests`): the token
-        each picked."""
-        self._select(requests)
-        logits = self.batch.step(torch.tensor([r.last for r in requests]))  # (N, vocab)
+        """One token for every request in ``requests`` (:attr:`decoding`): the token each
+        picked."""
+        tokens = [r.last for r in requests]
+        logits = self.batch.step(torch.tensor(tokens), requests)  # (N, vocab)
+        for request, token in zip(requests, tokens, strict=True):
+            self._fed[request].append(token)  # type: ignore[arg-type]
         configs = [r.config for r in requests]
         return pick_each(logits, configs, [r.generator for r in requests])
 
-    def remove(self, request: Request) -> None:
-        """Free ``request``'s slot, if it has one."""
-        if request in self.batch.keys:
-            self.batch.remove(request)
+    def _keep(self, request: Request, tokens: list[int]) -> None:
+        """Keep the blocks of ``tokens`` (in ``request``'s slot from position 0) in the
+        prefix cache."""
+        if self.prefix_cache is not None:
+            self.prefix_cache.store(tokens, *self.batch.row_cache(request), request.adapter)
+
+    def remove(self, request: Request, keep: bool = True) -> None:
+        """Free ``request``'s slot, if it has one, keeping what it computed in the prefix
+        cache unless ``keep`` is false (it failed)."""
+        if request not in self.batch.keys:
+            return
+        if keep:
+            prefilled = self._prefilled.get(request)
+            if prefilled is None:
+                self._keep(request, request.prompt + self._fed[request])
+            else:
+                self._keep(request, request.prompt[:prefilled])
+        self._prefilled.pop(request, None)
+        self._fed.pop(request, None)
+        self.batch.remove(request)
 
     def clear(self) -> None:
         """Free every slot."""
+        self._prefilled.clear()
+        self._fed.clear()
         self.batch.clear()

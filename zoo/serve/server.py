@@ -23,9 +23,10 @@ from typing import TYPE_CHECKING, Any
 import uvicorn
 
 from .app import create_app
-from .engine import Engine
+from .engine import DEFAULT_PREFIX_CACHE_BYTES, Engine
 from .guard import DEFAULT_MAX_BODY_BYTES
 from .limits import ACCEPT_BURST, Limits, bounded_protocol, connection_cap
+from .runner import DEFAULT_PREFILL_CHUNK
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -79,6 +80,8 @@ def serve(
     log_level: str = "info",
     ready: Callable[[str], None] | None = None,
     adapters: Mapping[str, LoRAWeights] | None = None,
+    prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK,
+    prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES,
 ) -> None:
     """Serve ``model`` over the OpenAI HTTP API until SIGTERM or Ctrl+C.
 
@@ -101,10 +104,19 @@ def serve(
         ready: called with the base URL once the socket listens (default: print it).
         adapters: LoRA adapters by name, each served as a model of that name beside
             ``model_id`` (see :class:`~zoo.serve.engine.Engine`).
+        prefill_chunk, prefix_cache_bytes: prompt tokens prefilled per step at most
+            (``None``: whole prompts) and the prefix cache's memory (0: none); see
+            :class:`~zoo.serve.engine.Engine`.
     """
     limits = Limits(header_timeout, body_timeout, keep_alive, connection_cap(max_connections))
     engine = Engine(
-        model, max_batch=max_batch, max_queue=max_queue, max_len=max_len, adapters=adapters
+        model,
+        max_batch=max_batch,
+        max_queue=max_queue,
+        max_len=max_len,
+        adapters=adapters,
+        prefill_chunk=prefill_chunk,
+        prefix_cache_bytes=prefix_cache_bytes,
     )
     app = create_app(
         engine, tokenizer, model_id=model_id, api_key=api_key, max_body_bytes=max_body_bytes
