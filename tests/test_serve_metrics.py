@@ -7,7 +7,6 @@ the scrape example of docs/serve.md run as written."""
 
 from __future__ import annotations
 
-import dataclasses
 import http.client
 import json
 import threading
@@ -40,8 +39,10 @@ class Local:
     """``create_app`` of a fresh engine behind the server's uvicorn set-up, in threads, on a
     free port of 127.0.0.1; the engine's loop starts with :meth:`start` (or at once)."""
 
-    def __init__(self, model: Any, *, start: bool = True, api_key: str | None = None) -> None:
-        self.engine = Engine(model, max_batch=2, max_queue=4)
+    def __init__(
+        self, model: Any, *, start: bool = True, api_key: str | None = None, **engine: Any
+    ) -> None:
+        self.engine = Engine(model, max_batch=2, max_queue=4, **engine)
         self.key = api_key
         app = create_app(self.engine, model.tokenizer, model_id=MODEL, api_key=api_key)
         self.server = http_server(app, Limits(), log_level="warning")
@@ -148,7 +149,6 @@ def test_counters_and_histograms_move_by_the_requests_known_counts(local):
     assert inf == itl and value(after, "zoo_inter_token_latency_seconds_sum") > 0
     assert engine_value(after, "zoo_requests_running") == 0
     assert engine_value(after, "zoo_requests_waiting") == 0
-    assert not any(name.startswith("zoo_prefix_cache") for name, _ in after), "caching is off"
 
 
 def _stream_first_chunk(local: Local, max_tokens: int) -> http.client.HTTPConnection:
@@ -244,43 +244,51 @@ def test_two_applications_keep_their_own_counts(model, local):
     assert value(theirs, "zoo_time_to_first_token_seconds_count") == 0
 
 
-@dataclasses.dataclass(frozen=True)
-class Stats:  # the shape of zoo.nn.prefix_cache.PrefixCacheStats
-    queries: int = 6
-    hits: int = 5
-    hit_tokens: int = 4000
-    miss_tokens: int = 810
-    bytes: int = 1 << 20
-    capacity_bytes: int = 1 << 28
-    blocks: int = 50
-    evictions: int = 2
+#: The prefix cache's fields (zoo.nn.prefix_cache.PrefixCacheStats) and their metrics.
+PREFIX_CACHE = {
+    "queries": "zoo_prefix_cache_queries_total",
+    "hits": "zoo_prefix_cache_hits_total",
+    "hit_tokens": "zoo_prefix_cache_hit_tokens_total",
+    "miss_tokens": "zoo_prefix_cache_miss_tokens_total",
+    "evictions": "zoo_prefix_cache_evictions_total",
+    "bytes": "zoo_prefix_cache_bytes",
+    "capacity_bytes": "zoo_prefix_cache_capacity_bytes",
+    "blocks": "zoo_prefix_cache_blocks",
+}
 
 
-def test_the_prefix_cache_is_reported_when_on(model):
-    local = Local(model, start=False, api_key=KEY)
+def test_the_prefix_cache_is_reported_as_health_reports_it(model):
+    local = Local(model, api_key=KEY, prefix_cache_bytes=2**20)
     try:
-        status, _, body = local.request("GET", "/health")
-        assert status == 200 and json.loads(body)["prefix_cache"] is None
-        local.engine.prefix_cache_stats = Stats
-        status, _, body = local.request("GET", "/health")
-        assert json.loads(body)["prefix_cache"] == dataclasses.asdict(Stats())
+        prompt = list(range(65, 65 + 40))  # 40 ids: two whole blocks of 16 to share
+        for _ in range(2):
+            local.complete(prompt=prompt, max_tokens=2)
         samples = local.metrics()
+        status, _, body = local.request("GET", "/health")
         local.key = None
         refused, _, _ = local.request("GET", "/metrics")
     finally:
         local.stop()
     assert refused == 401, "/metrics needs the API key, as /health does"
-    expected = {
-        "zoo_prefix_cache_queries_total": 6,
-        "zoo_prefix_cache_hits_total": 5,
-        "zoo_prefix_cache_hit_tokens_total": 4000,
-        "zoo_prefix_cache_miss_tokens_total": 810,
-        "zoo_prefix_cache_evictions_total": 2,
-        "zoo_prefix_cache_bytes": 1 << 20,
-        "zoo_prefix_cache_capacity_bytes": 1 << 28,
-        "zoo_prefix_cache_blocks": 50,
+    assert status == 200
+    health = json.loads(body)["prefix_cache"]
+    assert set(health) == set(PREFIX_CACHE), "a field of PrefixCacheStats has no metric"
+    assert {name: samples[(name, ())] for name in PREFIX_CACHE.values()} == {
+        name: health[field] for field, name in PREFIX_CACHE.items()
     }
-    assert {name: samples[(name, ())] for name in expected} == expected
+    assert health["queries"] == 2 and health["hits"] == 1 and health["hit_tokens"] >= 32
+    assert 0 < health["bytes"] <= health["capacity_bytes"] <= 2**20  # whole blocks
+
+
+def test_without_a_prefix_cache_there_is_none_to_report(model):
+    local = Local(model, start=False, prefix_cache_bytes=0)
+    try:
+        samples = local.metrics()
+        status, _, body = local.request("GET", "/health")
+    finally:
+        local.stop()
+    assert status == 200 and json.loads(body)["prefix_cache"] is None
+    assert not [name for name, _ in samples if name.startswith("zoo_prefix_cache")]
 
 
 def test_the_scrape_example_of_the_guide_runs(local):

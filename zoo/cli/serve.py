@@ -23,10 +23,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     in flight finish)."""
     try:
         import fastapi  # noqa: F401
+        import prometheus_client  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as exc:
         raise ZooError(
-            f"zoo serve needs FastAPI and uvicorn ({exc}): pip install 'torch-zoo[serve]'"
+            f"zoo serve needs FastAPI, uvicorn and prometheus_client ({exc}): "
+            "pip install 'torch-zoo[serve]'"
         ) from None
     from ..generation.text import resolve_tokenizer
     from ..nn.slots import check_batchable

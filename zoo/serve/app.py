@@ -198,7 +198,7 @@ def create_app(
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
-        stats = getattr(engine, "prefix_cache_stats", lambda: None)()  # TODO(H1): direct
+        stats = engine.prefix_cache_stats()
         return {
             "status": "ok",
             "model": model_id,

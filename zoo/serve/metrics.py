@@ -95,51 +95,45 @@ class Metrics:
     def __init__(self, engine: Engine, models: Iterable[str]) -> None:
         self.registry = CollectorRegistry()
         self.engine = engine
-        model = ("model",)
-        self.received = Counter(
+        registry = self.registry
+
+        def counter(name: str, help_text: str, *labels: str) -> Counter:
+            return Counter(name, help_text, ("model", *labels), registry=registry)
+
+        def histogram(name: str, help_text: str, buckets: tuple[float, ...]) -> Histogram:
+            return Histogram(name, help_text, ("model",), registry=registry, buckets=buckets)
+
+        self.received = counter(
             "zoo_requests_received",
             "Requests queued for decoding (one per prompt; refused ones not counted).",
-            model,
-            registry=self.registry,
         )
-        self.finished = Counter(
+        self.finished = counter(
             "zoo_requests_finished",
             "Requests ended, by reason: stop, length, cancelled or error.",
-            (*model, "reason"),
-            registry=self.registry,
+            "reason",
         )
-        self.prompt_tokens = Counter(
+        self.prompt_tokens = counter(
             "zoo_prompt_tokens",
             "Prompt tokens of the requests that got their first token (prefilled).",
-            model,
-            registry=self.registry,
         )
-        self.generation_tokens = Counter(
+        self.generation_tokens = counter(
             "zoo_generation_tokens",
             "Tokens generated (an end-of-text token included, as usage counts it).",
-            model,
-            registry=self.registry,
         )
-        self.ttft = Histogram(
+        self.ttft = histogram(
             "zoo_time_to_first_token_seconds",
             "From a request's arrival in the queue to its first token.",
-            model,
-            registry=self.registry,
-            buckets=TTFT_BUCKETS,
+            TTFT_BUCKETS,
         )
-        self.itl = Histogram(
+        self.itl = histogram(
             "zoo_inter_token_latency_seconds",
             "Between two consecutive tokens of one request.",
-            model,
-            registry=self.registry,
-            buckets=ITL_BUCKETS,
+            ITL_BUCKETS,
         )
-        self.latency = Histogram(
+        self.latency = histogram(
             "zoo_request_latency_seconds",
             "From a request's arrival in the queue to its end, whatever the reason.",
-            model,
-            registry=self.registry,
-            buckets=LATENCY_BUCKETS,
+            LATENCY_BUCKETS,
         )
         self.models = {name: ModelMetrics(self, name) for name in models}
         self.registry.register(_EngineCollector(engine))
@@ -153,28 +147,20 @@ class Metrics:
         return generate_latest(self.registry)
 
 
-#: The prefix cache's numbers: stats field -> (metric, help, counter?).
-_PREFIX_CACHE = {
-    "queries": ("zoo_prefix_cache_queries", "Prompts looked up in the prefix cache.", True),
-    "hits": ("zoo_prefix_cache_hits", "Prompts that reused at least one cached block.", True),
-    "hit_tokens": (
-        "zoo_prefix_cache_hit_tokens",
-        "Prompt tokens whose keys and values came from the cache.",
-        True,
-    ),
-    "miss_tokens": (
-        "zoo_prefix_cache_miss_tokens",
-        "Prompt tokens looked up and not found (computed).",
-        True,
-    ),
-    "evictions": ("zoo_prefix_cache_evictions", "Blocks evicted (least recently used).", True),
-    "bytes": ("zoo_prefix_cache_bytes", "Bytes of keys and values held now.", False),
-    "capacity_bytes": (
-        "zoo_prefix_cache_capacity_bytes",
-        "The most bytes the prefix cache may hold.",
-        False,
-    ),
-    "blocks": ("zoo_prefix_cache_blocks", "Blocks held now.", False),
+#: The prefix cache's counters (``zoo_prefix_cache_<field>_total``): stats field -> help.
+_CACHE_COUNTERS = {
+    "queries": "Prompts looked up in the prefix cache.",
+    "hits": "Prompts that reused at least one cached block.",
+    "hit_tokens": "Prompt tokens whose keys and values came from the cache.",
+    "miss_tokens": "Prompt tokens looked up and not found (computed).",
+    "evictions": "Blocks evicted (least recently used first).",
+}
+
+#: What the prefix cache holds now (``zoo_prefix_cache_<field>``): stats field -> help.
+_CACHE_GAUGES = {
+    "bytes": "Bytes of keys and values held now.",
+    "capacity_bytes": "The most bytes the prefix cache may hold.",
+    "blocks": "Blocks held now.",
 }
 
 
@@ -198,13 +184,12 @@ class _EngineCollector:
         )
         for name, help_text, value in now:
             yield GaugeMetricFamily(name, help_text, value=value)
-        read = getattr(engine, "prefix_cache_stats", None)  # TODO(H1): direct once it lands
-        stats = read() if read is not None else None
+        stats = engine.prefix_cache_stats()
         if stats is None:  # prefix caching is off
             return
-        for field, (name, help_text, counter) in _PREFIX_CACHE.items():
-            value = getattr(stats, field)
-            if counter:
-                yield CounterMetricFamily(name, help_text, value=value)
-            else:
-                yield GaugeMetricFamily(name, help_text, value=value)
+        for field, help_text in _CACHE_COUNTERS.items():
+            name = f"zoo_prefix_cache_{field}"
+            yield CounterMetricFamily(name, help_text, value=getattr(stats, field))
+        for field, help_text in _CACHE_GAUGES.items():
+            name = f"zoo_prefix_cache_{field}"
+            yield GaugeMetricFamily(name, help_text, value=getattr(stats, field))
