@@ -58,6 +58,16 @@ def _bytes(text: str) -> int:
     return value
 
 
+def _threads(text: str) -> int | None:
+    word = text.strip().lower()
+    if word == "auto":
+        return None
+    value = int(word)
+    if value < 0:
+        raise _Refused("must be auto, 0 (leave torch's thread count alone) or a thread count")
+    return value
+
+
 def _secret(text: str) -> str:
     return text.strip()  # checked where it is used, so that no error message repeats it
 
@@ -88,6 +98,10 @@ class Settings:
             never shown in the settings' ``repr``.
         xdg_cache_home: ``XDG_CACHE_HOME``: the user's cache folder (default ``~/.cache``),
             where zoo's is unless ``ZOO_CACHE_DIR`` says otherwise.
+        decode_threads: ``ZOO_DECODE_THREADS``: threads of a CPU decoding step: ``auto``
+            (default, ``None``: the cores other processes leave free, at most torch's count;
+            :class:`zoo.nn.threads.DecodeThreads`), ``0`` (torch's count, untouched) or a
+            count.
     """
 
     cuda_graphs: bool = True
@@ -103,6 +117,7 @@ class Settings:
     weights_dir: str | None = None
     api_key: str | None = dataclasses.field(default=None, repr=False)
     xdg_cache_home: str | None = None
+    decode_threads: int | None = None
 
     @property
     def cache_root(self) -> str:
@@ -146,4 +161,5 @@ VARIABLES: Mapping[str, tuple[str, Callable[[str], Any]]] = {
     "weights_dir": ("ZOO_WEIGHTS_DIR", _path),
     "api_key": ("ZOO_API_KEY", _secret),
     "xdg_cache_home": ("XDG_CACHE_HOME", str),
+    "decode_threads": ("ZOO_DECODE_THREADS", _threads),
 }

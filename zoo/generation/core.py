@@ -25,6 +25,7 @@ from torch import Tensor
 
 from ..devices import check_computes
 from ..nn.base import check_padding_mask, check_token_ids
+from ..nn.threads import DecodeThreads
 from ..settings import Settings
 from .config import GenerationConfig
 from .sampling import pick, seeded_generator
@@ -112,7 +113,11 @@ def _checked_inputs(
 
 
 def _start(
-    model: ZooModel, ids: Tensor, keep: Tensor | None, config: GenerationConfig
+    model: ZooModel,
+    ids: Tensor,
+    keep: Tensor | None,
+    config: GenerationConfig,
+    threads: DecodeThreads,
 ) -> tuple[DecodingSession, Tensor]:
     """Open the model's decoding session and run its prefill: the session and the first
     next-token logits ``(B, vocab)``. Runs when generation is asked for (before a stream
@@ -125,18 +130,24 @@ def _start(
             session = model.start_decoding(
                 ids, keep, config.max_new_tokens, start_id=config.start_id, **options
             )
-            logits = session.prefill()
+            with threads.step():
+                logits = session.prefill()
     finally:
         model.train(was_training)
     return session, logits
 
 
 def _decode_loop(
-    model: ZooModel, session: DecodingSession, logits: Tensor, config: GenerationConfig
+    model: ZooModel,
+    session: DecodingSession,
+    logits: Tensor,
+    config: GenerationConfig,
+    threads: DecodeThreads,
 ) -> Iterator[Tensor]:
     """Yield the next token of every row, ``(B,)``, from the prefill's ``logits`` on, until
     every row has ended (picked one of ``config.end_ids``: ``eos_id`` and ``stop_ids``) or
-    ``max_new_tokens`` are out. A row that has ended repeats the first end id."""
+    ``max_new_tokens`` are out. A row that has ended repeats the first end id. Each step
+    runs with the thread count ``threads`` chooses."""
     device, ends = logits.device, config.end_ids
     end_ids = torch.tensor(ends, dtype=torch.long, device=device) if ends else None
     generator = seeded_generator(config, device)
@@ -155,7 +166,7 @@ def _decode_loop(
             yield token
             if i + 1 == config.max_new_tokens or (end_ids is not None and bool(done.all())):
                 return
-            with torch.inference_mode():
+            with torch.inference_mode(), threads.step():
                 logits = session.step(token)
     finally:
         model.train(was_training)
@@ -171,8 +182,10 @@ def _open(
     if model.is_encoder_decoder and config.start_id is None:
         raise ValueError("an encoder-decoder needs start_id (or a tokenizer with a bos id)")
     ids, keep = _checked_inputs(model, input_ids, attention_mask)
-    session, logits = _start(model, ids, keep, config)
-    return session, _decode_loop(model, session, logits, config)
+    # read where the call begins, like every setting: the CPU's decoding thread policy
+    threads = DecodeThreads.for_device(ids.device, Settings.from_env().decode_threads)
+    session, logits = _start(model, ids, keep, config, threads)
+    return session, _decode_loop(model, session, logits, config, threads)
 
 
 def stream_ids(
