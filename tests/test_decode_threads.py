@@ -74,16 +74,22 @@ def test_no_time_between_readings_counts_every_cpu_free():
 
 
 class FakeClock:
-    """Readings in which other processes use ``others`` CPUs; each read is 0.3 s later."""
+    """A machine where other processes use ``others`` CPUs; each step is ``step`` s long
+    (the policy looks at the wall clock once a step)."""
 
-    def __init__(self, others: float, n_cpus: int = 2) -> None:
+    def __init__(self, others: float, n_cpus: int = 2, step: float = 0.3) -> None:
         self.cpus = tuple(range(n_cpus))
-        self.others, self.wall, self.busy = others, 0.0, 0.0
+        self.others, self.step, self.now, self.busy = others, step, 0.0, 0.0
+        self.reads = 0
+
+    def wall(self) -> float:
+        self.now += self.step
+        self.busy += self.others * self.step
+        return self.now
 
     def read(self) -> CpuReading:
-        self.wall += 0.3
-        self.busy += self.others * 0.3
-        return CpuReading(self.wall, self.busy, 0.0)
+        self.reads += 1
+        return CpuReading(self.now, self.busy, 0.0)
 
 
 class Threads:
@@ -117,6 +123,15 @@ def policy_for(others: float, setting: int | None = None, count: int = 2):
 def test_a_quiet_machine_changes_nothing():
     decode, fake = policy_for(others=0.1)
     assert steps(decode, 6) == [2] * 6 and fake.calls == []
+
+
+def test_stat_is_read_once_an_interval_not_once_a_step():
+    clock = FakeClock(others=1.0, step=1 / 64)  # 64 steps a second (exact in binary)
+    fake = Threads(2)
+    decode = DecodeThreads(clock=clock, get_threads=lambda: fake.count, set_threads=fake.set)
+    counts = steps(decode, 100)
+    assert clock.reads == 7  # the first step, then once per 0.25 s: steps 16, 32, ... 96
+    assert counts[:16] == [2] * 16 and set(counts[16:]) == {1}
 
 
 def test_a_busy_neighbour_gets_its_core_and_torch_count_is_put_back():

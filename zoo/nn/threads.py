@@ -81,6 +81,8 @@ class Clock(Protocol):
     @property
     def cpus(self) -> tuple[int, ...]: ...
 
+    def wall(self) -> float: ...
+
     def read(self) -> CpuReading | None: ...
 
 
@@ -99,7 +101,7 @@ class CpuClock:
         affinity = getattr(os, "sched_getaffinity", None)
         self.cpus = tuple(cpus if cpus is not None else sorted(affinity(0)) if affinity else ())
         self._stat = stat if stat is not None else _proc_stat
-        self._wall, self._own = wall, own
+        self.wall, self._own = wall, own
         getpriority = getattr(os, "getpriority", None)
         self._niced = bool(getpriority and getpriority(os.PRIO_PROCESS, 0) > 0)
 
@@ -111,7 +113,7 @@ class CpuClock:
             busy = read_busy_seconds(self._stat(), self.cpus, niced=self._niced)
         except OSError:
             return None
-        return None if busy is None else CpuReading(self._wall(), busy, self._own())
+        return None if busy is None else CpuReading(self.wall(), busy, self._own())
 
 
 def _proc_stat() -> str:
@@ -170,15 +172,16 @@ class DecodeThreads:
         """The count for the next step, given torch's count now."""
         if self.setting is not None:
             return self.setting or torch_threads
-        clock = self._clock
-        now = clock.read() if clock is not None else None
-        if clock is None or now is None:
+        clock, last = self._clock, self._last
+        if clock is None:
             return torch_threads
-        last = self._last
-        if last is None:
+        if last is None or clock.wall() - last.wall >= INTERVAL:  # /proc/stat costs ~0.1 ms
+            now = clock.read()
+            if now is None:
+                return torch_threads
+            if last is not None:
+                self._free = free_cpus(last, now, len(clock.cpus))
             self._last = now  # the first step starts the first interval
-        elif now.wall - last.wall >= INTERVAL:
-            self._last, self._free = now, free_cpus(last, now, len(clock.cpus))
         return torch_threads if self._free is None else max(1, min(torch_threads, self._free))
 
     @contextlib.contextmanager
