@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from .generate import add_sampling, generation_config, print_pieces
@@ -42,6 +42,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         )
     opening = [] if args.system is None else [{"role": "system", "content": args.system}]
     history = list(opening)
+    reply = _replier(model, tokenizer, config)
     interactive = sys.stdin.isatty()
     if interactive:
         print(f"zoo chat with {args.source}: /reset starts over, /exit quits", file=sys.stderr)
@@ -54,8 +55,35 @@ def cmd_chat(args: argparse.Namespace) -> int:
             print("(conversation cleared)", file=sys.stderr, flush=True)
             continue
         if text:
-            history = _chat_turn(model, tokenizer, config, history, line)
+            history = _chat_turn(reply, tokenizer, history, line)
     return 0
+
+
+#: What streams a turn's reply: its prompt ids in, its text out in pieces.
+Replier = Callable[[list[int]], Iterator[str]]
+
+
+def _replier(model: ZooModel, tokenizer: Tokenizer, config: GenerationConfig) -> Replier:
+    """How the turns are answered: on a one-slot engine whose prefix cache keeps the
+    conversation so far (each turn computes only what it adds), or, for a model that cannot
+    decode in slots or a compiled decoding step, by :func:`stream_continuation` afresh."""
+    from ..generation import stream_continuation
+    from ..generation.text import with_tokenizer
+    from ..nn.slots import check_batchable
+
+    try:
+        check_batchable(model)
+    except ValueError:
+        batchable = False
+    else:
+        batchable = not config.compile
+    if not batchable:
+        return lambda ids: stream_continuation(model, ids, config, tokenizer=tokenizer)
+    from ..serve.local import Turns
+
+    turns = Turns(model, tokenizer)  # type: ignore[arg-type]  # a DecoderLM: checked
+    full = with_tokenizer(config, tokenizer, model)
+    return lambda ids: turns.stream(ids, full)
 
 
 def _chat_config(args: argparse.Namespace) -> GenerationConfig:
@@ -85,21 +113,18 @@ def _input_lines(prompt: bool) -> Iterator[str]:
 
 
 def _chat_turn(
-    model: ZooModel,
+    reply: Replier,
     tokenizer: Tokenizer,
-    config: GenerationConfig,
     history: list[dict[str, str]],
     message: str,
 ) -> list[dict[str, str]]:
     """Send ``message`` after ``history``, stream the reply to stdout, and return the
     conversation with both; a turn the template or the model refuses (a conversation too
     long for the context) is reported and left out."""
-    from ..generation import stream_continuation
-
     turn = [*history, {"role": "user", "content": message}]
     try:
         ids = tokenizer.apply_chat_template(turn, add_generation_prompt=True, tokenize=True)
-        pieces = stream_continuation(model, ids, config, tokenizer=tokenizer)
+        pieces = reply(ids)
     except ValueError as exc:  # ChatTemplateError, or a prompt the context cannot hold
         print(f"zoo: error: {printable(exc)} (/reset starts over)", file=sys.stderr)
         return history

@@ -1,0 +1,186 @@
+"""The serving engine's chunked prefill and prefix cache: replies equal ``zoo.generate``'s
+whether prompts enter whole or in chunks, alone or together, and whether their prefixes are
+computed or copied from the cache; a long prompt enters over several steps while the running
+streams keep getting a token every step; ``zoo chat``'s turns reuse the conversation so far."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+import zoo
+from zoo.generation import GenerationConfig, stream_continuation
+from zoo.serve.engine import Engine, Finish, Request
+from zoo.serve.local import Turns
+from zoo.serve.runner import plan_chunks
+
+
+@pytest.fixture(scope="module")
+def model() -> torch.nn.Module:
+    return zoo.load("shakespeare-byte").eval()
+
+
+class Collect:
+    """A sequence's events, as the engine emits them."""
+
+    def __init__(self) -> None:
+        self.pieces: list[str] = []
+        self.finish: Finish | None = None
+        self.done = threading.Event()
+
+    def __call__(self, event: str | Finish) -> None:
+        if isinstance(event, Finish):
+            self.finish = event
+            self.done.set()
+        else:
+            self.pieces.append(event)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+
+def greedy(n: int) -> GenerationConfig:
+    return GenerationConfig(max_new_tokens=n, temperature=0)
+
+
+def run(engine: Engine, prompts: list[str], n: int) -> list[Collect]:
+    """Submit ``prompts`` together and step the engine on this thread until they end."""
+    tok = engine.model.tokenizer  # type: ignore[union-attr]
+    sinks = [Collect() for _ in prompts]
+    engine.submit(
+        [
+            Request(tok.encode(p), greedy(n), tok, s, tok.end_ids)
+            for p, s in zip(prompts, sinks, strict=True)
+        ]
+    )
+    with torch.inference_mode():
+        while not all(s.done.is_set() for s in sinks):
+            engine.step()
+    return sinks
+
+
+PROMPTS = [
+    "ROMEO:",
+    "JULIET:\nO Romeo, Romeo! wherefore art thou Romeo?\n",
+    "KING",
+    "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n",
+]
+
+
+def test_plan_chunks_fills_the_budget_with_the_most_prompt_tokens():
+    assert plan_chunks([900], 128) == [128]
+    assert plan_chunks([30, 30, 30, 30], 128) == [30, 30, 30, 30]  # 4 rows of 32
+    assert plan_chunks([900, 20], 128) == [128]  # two rows of 64 would prefill less
+    assert plan_chunks([5, 900], 128) == [5, 64]  # 2 rows of 64: 69 real > 1 row's 5
+    assert plan_chunks([3, 3], None) == [3, 3]  # no budget: whole prompts
+    for left in ([7, 1, 300, 2], [1] * 20, [500, 500, 500]):
+        sizes = plan_chunks(left, 16)
+        assert len(sizes) * max(sizes) <= 16 and all(
+            0 < s <= n for s, n in zip(sizes, left, strict=False)
+        )
+
+
+@pytest.mark.parametrize("chunk", [None, 5, 16])
+def test_replies_equal_generate_whole_chunked_and_cached(model, chunk):
+    engine = Engine(model, max_batch=3, max_queue=8, prefill_chunk=chunk)
+    for _ in range(2):  # the second time every prompt's blocks are in the cache
+        sinks = run(engine, PROMPTS, 12)
+        for prompt, sink in zip(PROMPTS, sinks, strict=True):
+            assert sink.finish is not None and sink.finish.reason == "length"
+            assert sink.text == zoo.generate(model, prompt, max_new_tokens=12, temperature=0)
+    stats = engine.prefix_cache_stats()
+    assert stats is not None and stats.hits == 2  # the prompts of a whole block or more
+
+
+def test_a_long_prompt_enters_over_steps_while_the_streams_keep_emitting(model):
+    engine = Engine(model, max_batch=4, max_queue=4, prefill_chunk=8, prefix_cache_bytes=0)
+    tok = model.tokenizer
+    log: list[tuple[str, int]] = []  # ("step", rows) and ("extend", padded tokens), in order
+    step, extend = engine.runner.batch.step, engine.runner.batch.extend
+
+    def logged_step(tokens: torch.Tensor, keys: list[Request]) -> torch.Tensor:
+        log.append(("step", len(keys)))
+        return step(tokens, keys)
+
+    def logged_extend(chunks: list[tuple[Request, list[int]]]) -> torch.Tensor:
+        log.append(("extend", len(chunks) * max(len(ids) for _, ids in chunks)))
+        return extend(chunks)
+
+    engine.runner.batch.step = logged_step  # type: ignore[method-assign]
+    engine.runner.batch.extend = logged_extend  # type: ignore[method-assign]
+    streams = [Collect(), Collect()]
+    engine.submit(
+        [Request(tok.encode(p), greedy(40), tok, s, ()) for p, s in zip("AB", streams, strict=True)]
+    )
+    with torch.inference_mode():
+        for _ in range(3):
+            engine.step()
+        long_prompt = PROMPTS[3][:-1]  # 80 bytes: 10 chunks of 8
+        late = Collect()
+        engine.submit([Request(tok.encode(long_prompt), greedy(4), tok, late, ())])
+        start = len(log)
+        while not late.done.is_set():
+            engine.step()
+    during = log[start:]
+    extends = [n for kind, n in during if kind == "extend"]
+    assert len(tok.encode(long_prompt)) == 80
+    assert len(extends) == 10 and max(extends) <= 8  # the budget, padding included
+    assert during[:20:2] == [("step", 2)] * 10  # the streams got a token before each chunk
+    assert late.text == zoo.generate(model, long_prompt, max_new_tokens=4, temperature=0)
+    with torch.inference_mode():
+        while not all(s.done.is_set() for s in streams):
+            engine.step()
+    for prompt, sink in zip("AB", streams, strict=True):
+        assert sink.text == zoo.generate(model, prompt, max_new_tokens=40, temperature=0)
+
+
+def test_a_small_cache_evicts_and_replies_stay_the_same(model):
+    c = model.config
+    block = 2 * c.n_layers * c.n_heads * 16 * c.head_size * 4  # bytes of 16 positions
+    engine = Engine(model, max_batch=2, max_queue=8, prefix_cache_bytes=6 * block)
+    stats = engine.prefix_cache_stats()
+    assert stats is not None and stats.capacity_bytes == 6 * block
+    prompts = PROMPTS[::-1]  # 5 + 0 + 3 + 0 blocks of prompt, and the replies'
+    for _ in range(2):
+        for prompt, sink in zip(prompts, run(engine, prompts, 6), strict=True):
+            assert sink.text == zoo.generate(model, prompt, max_new_tokens=6, temperature=0)
+    stats = engine.prefix_cache_stats()
+    assert stats is not None and stats.evictions > 0 and stats.bytes <= stats.capacity_bytes
+
+
+def test_a_request_cancelled_part_way_in_frees_its_slot(model):
+    engine = Engine(model, max_batch=1, max_queue=2, prefill_chunk=4)
+    tok = model.tokenizer
+    gone, after = Collect(), Collect()
+    request = Request(tok.encode(PROMPTS[3]), greedy(5), tok, gone, ())
+    engine.submit([request])
+    with torch.inference_mode():
+        engine.step()  # admitted, its first chunk in
+        assert engine.runner.prefilling == [request]
+        request.cancel()
+        engine.submit([Request(tok.encode("KING"), greedy(5), tok, after, ())])
+        while not after.done.is_set():
+            engine.step()
+    assert gone.finish is not None and gone.finish.reason == "cancelled" and gone.pieces == []
+    assert after.text == zoo.generate(model, "KING", max_new_tokens=5, temperature=0)
+    assert len(engine.runner) == 0
+
+
+def test_zoo_chats_turns_reuse_the_conversation_so_far(model):
+    tok = model.tokenizer
+    turns = Turns(model, tok)
+    config = GenerationConfig(max_new_tokens=20, temperature=0, stop_ids=tuple(tok.end_ids))
+    first = tok.encode("ROMEO:\nWhat light through yonder window breaks?\nJULIET:\n")
+    reply = "".join(turns.stream(first, config))
+    assert reply == "".join(stream_continuation(model, first, config))
+    second = first + tok.encode(reply) + tok.encode("\nROMEO:\n")
+    again = "".join(turns.stream(second, config))
+    assert again == "".join(stream_continuation(model, second, config))
+    stats = turns.stats()
+    assert stats is not None and stats.hit_tokens >= (len(first) + 16) // 16 * 16 - 16
+    assert stats.hit_tokens > len(first)  # the reply's own keys were kept too
+    with pytest.raises(ValueError, match="exceeds the context length"):
+        turns.stream([1] * 250, config)
