@@ -42,6 +42,7 @@ class Local:
     def __init__(
         self, model: Any, *, start: bool = True, api_key: str | None = None, **engine: Any
     ) -> None:
+        engine = {"prefix_cache_bytes": 2**20, **engine}  # a small cache unless told
         self.engine = Engine(model, max_batch=2, max_queue=4, **engine)
         self.key = api_key
         app = create_app(self.engine, model.tokenizer, model_id=MODEL, api_key=api_key)
