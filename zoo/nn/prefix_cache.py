@@ -25,14 +25,43 @@ import hashlib
 import secrets
 from array import array
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
-__all__ = ["PrefixCache", "PrefixCacheStats", "PrefixMatch"]
+from .base import activation_dtype
+
+if TYPE_CHECKING:
+    from .decoder import DecoderLM
+
+__all__ = ["PrefixCache", "PrefixCacheStats", "PrefixMatch", "prefix_cache_for", "token_bytes"]
 
 #: Tokens per block unless told otherwise.
 DEFAULT_BLOCK_SIZE = 16
+
+
+def token_bytes(n_layers: int, n_heads: int, head_dim: int, dtype: torch.dtype) -> int:
+    """Bytes of one position's keys and values over ``n_layers`` layers of ``n_heads``
+    key/value heads."""
+    return 2 * n_layers * n_heads * head_dim * dtype.itemsize
+
+
+def prefix_cache_for(model: DecoderLM, max_bytes: int | None) -> PrefixCache | None:
+    """A prefix cache of ``max_bytes`` for ``model``'s keys and values (``None`` for 0; for
+    ``None``, room for one whole context: a conversation's turns)."""
+    c = model.config
+    heads = c.n_kv_heads or c.n_heads
+    dtype, device = activation_dtype(model)
+    if max_bytes is None:
+        max_bytes = token_bytes(c.n_layers, heads, c.head_size, dtype) * c.context_length
+    if max_bytes < 0:
+        raise ValueError(f"the prefix cache's memory must be >= 0 bytes, got {max_bytes}")
+    if not max_bytes:
+        return None
+    return PrefixCache(
+        c.n_layers, heads, c.head_size, max_bytes=max_bytes, dtype=dtype, device=device
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,9 +125,8 @@ class PrefixCache:
             raise ValueError(f"block_size must be a positive integer, got {block_size}")
         if max_bytes < 0:
             raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
-        element = torch.empty((), dtype=dtype).element_size()
         #: Bytes of one block's keys and values over every layer.
-        self.block_bytes = 2 * n_layers * n_heads * block_size * head_dim * element
+        self.block_bytes = token_bytes(n_layers, n_heads, head_dim, dtype) * block_size
         self.capacity = max_bytes // self.block_bytes  # blocks
         self.block_size = block_size
         self._shape = (self.capacity, n_heads, block_size, head_dim)

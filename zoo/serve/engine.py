@@ -23,9 +23,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..nn.base import activation_dtype
 from ..nn.lora_bank import attach_bank
-from ..nn.prefix_cache import PrefixCache, PrefixCacheStats
+from ..nn.prefix_cache import PrefixCacheStats, prefix_cache_for
 from .request import Event, Finish, Request
 from .runner import DEFAULT_PREFILL_CHUNK, Chunk, Runner
 from .scheduler import EngineStopped, QueueFull, Scheduler
@@ -62,7 +61,7 @@ class Engine:
         prefill_chunk: prompt tokens a step prefills at most, padding included (``None``:
             whole prompts, each in the step after it joins).
         prefix_cache_bytes: memory for the keys and values of prompt prefixes kept between
-            requests (0: none kept).
+            requests (0: none kept; ``None``: one whole context's).
     """
 
     def __init__(
@@ -74,7 +73,7 @@ class Engine:
         max_len: int | None = None,
         adapters: Mapping[str, LoRAWeights] | None = None,
         prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK,
-        prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES,
+        prefix_cache_bytes: int | None = DEFAULT_PREFIX_CACHE_BYTES,
     ) -> None:
         self.scheduler: Scheduler[Request] = Scheduler(max_batch, max_queue)
         model.eval()
@@ -89,7 +88,7 @@ class Engine:
             max_len,
             rows,
             prefill_chunk=prefill_chunk,
-            prefix_cache=_prefix_cache(model, prefix_cache_bytes),
+            prefix_cache=prefix_cache_for(model, prefix_cache_bytes),
         )
         self._thread = threading.Thread(target=self.run, name="zoo-serve-engine", daemon=True)
 
@@ -241,21 +240,3 @@ def _flush(requests: list[Request]) -> None:
     """Call the ``flush`` of ``requests`` that have one, each distinct one once."""
     for flush in {r.flush for r in requests if r.flush is not None}:
         flush()
-
-
-def _prefix_cache(model: DecoderLM, max_bytes: int) -> PrefixCache | None:
-    """A prefix cache of ``max_bytes`` for ``model``'s keys and values (``None`` for 0)."""
-    if max_bytes < 0:
-        raise ValueError(f"prefix_cache_bytes must be >= 0, got {max_bytes}")
-    if not max_bytes:
-        return None
-    c = model.config
-    dtype, device = activation_dtype(model)
-    return PrefixCache(
-        c.n_layers,
-        c.n_kv_heads or c.n_heads,
-        c.head_size,
-        max_bytes=max_bytes,
-        dtype=dtype,
-        device=device,
-    )

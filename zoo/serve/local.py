@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .engine import DEFAULT_PREFIX_CACHE_BYTES, Engine
+from .engine import Engine
 from .request import Event, Finish, Request
 
 if TYPE_CHECKING:
@@ -29,7 +29,8 @@ class Turns:
     Args:
         model: the decoder (see :func:`zoo.nn.slots.check_batchable`).
         tokenizer: decodes the replies.
-        prefix_cache_bytes: memory for the kept keys and values.
+        prefix_cache_bytes: memory for the kept keys and values (default: one whole
+            context's, what a conversation needs).
     """
 
     def __init__(
@@ -37,7 +38,7 @@ class Turns:
         model: DecoderLM,
         tokenizer: Tokenizer,
         *,
-        prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES,
+        prefix_cache_bytes: int | None = None,
     ) -> None:
         self.engine = Engine(model, max_batch=1, max_queue=0, prefix_cache_bytes=prefix_cache_bytes)
         self.tokenizer = tokenizer
