@@ -1,28 +1,40 @@
-"""zoo against transformers and CTranslate2 on CPU, by precision: greedy decoding at batch 1
-and 8, prefill, and the peak memory of a process that loads the model and generates.
+"""zoo against transformers, CTranslate2 and llama.cpp on CPU, by precision: greedy decoding
+at batch 1 and 8, prefill, and the peak memory of a process that loads the model and generates.
 
-    pip install 'torch-zoo[bench]'            # CTranslate2; its rows are skipped without it
+    pip install 'torch-zoo[bench]'            # CTranslate2, llama-cpp-python (compiles), gguf
     python benchmarks/bench_engines.py --repeats 3 --markdown benchmarks/RESULTS-engines.md
+    python benchmarks/bench_engines.py --decode-only --new-tokens 64 --busy 1   # a busy core
 
+CTranslate2's and llama.cpp's rows are skipped when their package is not installed
+(``llama-cpp-python`` builds llama.cpp from source when installed: about 20 minutes on 2 cores).
 ``zoo int4`` and ``zoo int8-weight`` (weight-only) can be named with ``--engines``; their
 PyTorch CPU kernels are slower than float32 on machines without AVX-512 (the README has the
 per-layer timings), so they are not in the default set.
 
 gpt2-124m with identical random weights in every engine (zoo's checkpoint, its Hugging Face
-export, and CTranslate2's conversion of that export). Every engine runs in its own fresh
-process (so peak RSS is that engine's alone), the engines in a different order each round;
-each figure is the median over rounds of the median of ``--inner`` timings in a process.
-Decoding: a 16-token prompt and 128 new tokens (every engine made to emit all 128). The
-"per-step overhead" row decodes with a model of the same 12 layers but width 64, where the
-matrix products cost next to nothing: what remains is each engine's fixed cost per token.
-``zoo float32+compile`` decodes with ``compile=True`` (its prefill is the eager one); the
-"first generation" row includes its compilation, from torch's on-disk cache after the first
-round.
+export, CTranslate2's conversion of that export, and the export written as GGUF in f32 and
+q8_0 by ``gguf_gpt2.py``); the report says whether each engine's greedy tokens equal zoo
+float32's. Every engine runs in its own fresh process (so peak RSS is that engine's alone),
+the engines in a different order each round; each figure is the median over rounds of the
+median of ``--inner`` timings in a process. Decoding: a 16-token prompt and 128 new tokens
+(every engine made to emit all of them). The "per-step overhead" row decodes with a model of
+the same 12 layers but width 64, where the matrix products cost next to nothing: what remains
+is each engine's fixed cost per token. ``zoo float32+compile`` decodes with ``compile=True``
+(its prefill is the eager one); the "first generation" row includes its compilation, from
+torch's on-disk cache after the first round.
+
+Threads: CTranslate2 and ``llama.cpp`` get torch's thread count (zoo's); ``llama.cpp
+...+own-threads`` keeps llama-cpp-python's default (half the CPUs). zoo decodes with its
+thread policy (``ZOO_DECODE_THREADS``, default ``auto``: the cores other processes leave
+free). ``--busy N`` runs N processes that each keep a core busy during the measurements.
+``--decode-only`` measures batch-1 decoding only (the per-process peak and first generation
+too).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -32,7 +44,10 @@ import tempfile
 import textwrap
 from pathlib import Path
 
+from busy import busy
 from common import machine_facts, publish
+from gguf_gpt2 import TYPES as GGUF_TYPES
+from gguf_gpt2 import convert
 
 ENGINES = [
     "zoo float32",
@@ -43,6 +58,8 @@ ENGINES = [
     "ct2 float32",
     "ct2 int8",
     "ct2 int8_float32",
+    "llama.cpp f32",
+    "llama.cpp q8_0",
 ]
 TINY = {"d_model": 64, "n_heads": 4, "d_ff": 256}  # 12 layers, the matrices cost ~nothing
 
@@ -64,6 +81,8 @@ CHILD = PEAK_MIB + textwrap.dedent(
 
     spec = json.loads(sys.argv[1])
     engine, precision = spec["engine"].split()  # "zoo int8-weight", "ct2 int8_float32"...
+    own_threads = precision.endswith("+own-threads")  # llama-cpp-python's default count
+    precision = precision.removesuffix("+own-threads")
     precision, compiled = precision.removesuffix("+compile"), precision.endswith("+compile")
     inner, new, vocab = spec["inner"], spec["new_tokens"], spec["vocab"]
     g = torch.Generator().manual_seed(0)
@@ -99,7 +118,7 @@ CHILD = PEAK_MIB + textwrap.dedent(
         def forward(ids):
             with torch.no_grad():
                 return model(ids).logits
-    else:
+    elif engine == "ct2":
         import ctranslate2
         model = ctranslate2.Generator(spec["ct2"], device="cpu", compute_type=precision,
                                       intra_threads=torch.get_num_threads())
@@ -109,17 +128,40 @@ CHILD = PEAK_MIB + textwrap.dedent(
                                         sampling_topk=1, include_prompt_in_result=False)
         def forward(ids):
             return model.forward_batch(words(ids))
+    else:  # llama.cpp: one sequence at a time (no batch-8 rows)
+        import llama_cpp
+        count = torch.get_num_threads()
+        threads = {} if own_threads else {"n_threads": count, "n_threads_batch": count}
+        model = llama_cpp.Llama(spec["gguf_" + precision], n_ctx=1024, n_batch=512,
+                                verbose=False, **threads)
+        def decode(ids):
+            model.reset()  # no prompt reuse from the last call
+            out = []
+            for token in model.generate(ids[0].tolist(), top_k=1, temp=0.0, repeat_penalty=1.0):
+                out.append(token)
+                if len(out) == new:
+                    return out
+        def forward(ids):
+            model.reset()
+            model.eval(ids[0].tolist())
+    def new_ids(out):  # the batch-1 generation's new tokens
+        if engine == "ct2":
+            return list(out[0].sequences_ids[0])
+        return list(out) if engine == "llama.cpp" else out[0, -new:].tolist()
     start = time.perf_counter()
-    decode(prompts[1])  # the first generation in this process: it compiles, where it does
+    first = decode(prompts[1])  # the first generation in this process: it compiles, where it does
     first_s = time.perf_counter() - start
     decode_1 = new / timed(lambda: decode(prompts[1]), warm_up=False)
     if spec.get("tiny"):
         print(json.dumps({"step_ms": 1000 / decode_1}))
         sys.exit()
-    out = {"decode_1": decode_1, "first_s": first_s, "peak_mb": peak_mib()}
-    out["decode_8"] = 8 * new / timed(lambda: decode(prompts[8]))
-    out["prefill_1x128"] = timed(lambda: forward(prefills[1, 128]))
-    out["prefill_8x512"] = timed(lambda: forward(prefills[8, 512]))
+    out = {"decode_1": decode_1, "first_s": first_s, "peak_mb": peak_mib(), "ids": new_ids(first)}
+    if not spec["decode_only"]:
+        if engine != "llama.cpp":
+            out["decode_8"] = 8 * new / timed(lambda: decode(prompts[8]))
+        out["prefill_1x128"] = timed(lambda: forward(prefills[1, 128]))
+        if engine != "llama.cpp":
+            out["prefill_8x512"] = timed(lambda: forward(prefills[8, 512]))
     print(json.dumps(out))
     """
 )
@@ -127,9 +169,10 @@ CHILD = PEAK_MIB + textwrap.dedent(
 IMPORT_TORCH = PEAK_MIB + "import torch\nprint(peak_mib())\n"
 
 
-def prepare(folder: Path, sizes: dict[str, int]) -> dict[str, str]:
-    """Random gpt2-124m weights as a zoo checkpoint, its HF export, and CTranslate2's
-    conversion of the export (with a stand-in vocabulary of tokens ``t0`` .. ``t50256``)."""
+def prepare(folder: Path, sizes: dict[str, int], gguf: bool) -> dict[str, str]:
+    """Random gpt2-124m weights as a zoo checkpoint, its HF export, CTranslate2's
+    conversion of the export (with a stand-in vocabulary of tokens ``t0`` .. ``t50256``),
+    and, when ``gguf``, the export as GGUF in f32 and q8_0."""
     import torch
 
     import zoo
@@ -139,6 +182,8 @@ def prepare(folder: Path, sizes: dict[str, int]) -> dict[str, str]:
     paths = {"zoo": str(folder / "zoo"), "hf": str(folder / "hf"), "ct2": str(folder / "ct2")}
     zoo.save(model, paths["zoo"])
     zoo.export(model, paths["hf"], layout="hf-gpt2")
+    for kind in GGUF_TYPES if gguf else ():
+        paths[f"gguf_{kind}"] = str(convert(Path(paths["hf"]), folder / f"{kind}.gguf", kind))
     try:
         import ctranslate2  # noqa: F401
     except ImportError:
@@ -165,7 +210,7 @@ def prepare(folder: Path, sizes: dict[str, int]) -> dict[str, str]:
 
 def run(engine: str, paths: dict[str, str], args: argparse.Namespace, tiny: bool) -> dict:
     spec = {**paths, "engine": engine, "inner": args.inner, "new_tokens": args.new_tokens,
-            "vocab": 50257, "tiny": tiny}  # fmt: skip
+            "vocab": 50257, "tiny": tiny, "decode_only": args.decode_only}  # fmt: skip
     result = subprocess.run(
         [sys.executable, "-c", CHILD, json.dumps(spec)], capture_output=True, text=True
     )
@@ -174,64 +219,146 @@ def run(engine: str, paths: dict[str, str], args: argparse.Namespace, tiny: bool
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+PACKAGES = {"ct2": ("ctranslate2",), "llama.cpp": ("llama_cpp", "gguf")}
+
+
+def installed(engines: list[str]) -> list[str]:
+    """``engines`` less those whose packages are missing (each skip is printed)."""
+    for key, modules in PACKAGES.items():
+        missing = [m for m in modules if importlib.util.find_spec(m) is None]
+        if missing:
+            print(f"{', '.join(missing)} not installed (pip install 'torch-zoo[bench]'): "
+                  f"the {key} rows are skipped")  # fmt: skip
+            engines = [e for e in engines if e.split()[0] != key]
+    return engines
+
+
+def measure(args: argparse.Namespace) -> tuple[dict[str, list[dict]], dict[str, list[dict]]]:
+    """Every engine's results, a list of rounds each, on the full and the tiny model."""
+    full: dict[str, list[dict]] = {e: [] for e in args.engines}
+    tiny: dict[str, list[dict]] = {e: [] for e in args.engines}
+    gguf = any(e.startswith("llama.cpp") for e in args.engines)
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "full").mkdir()
+        (Path(tmp) / "tiny").mkdir()
+        paths = prepare(Path(tmp) / "full", {}, gguf)
+        tiny_paths = prepare(Path(tmp) / "tiny", TINY, gguf)
+        with busy(args.busy):
+            for round_ in range(args.repeats):
+                order = (
+                    args.engines[round_ % len(args.engines) :]
+                    + args.engines[: round_ % len(args.engines)]
+                )
+                for engine in order:
+                    full[engine].append(run(engine, paths, args, tiny=False))
+                    if not args.decode_only:
+                        tiny[engine].append(run(engine, tiny_paths, args, tiny=True))
+    return full, tiny
+
+
+def same_tokens(full: dict[str, list[dict]]) -> str:
+    """How many of each float32 engine's greedy tokens (first round) equal zoo float32's
+    (int8 and q8_0 quantize differently: their tokens are not expected to match)."""
+    if "zoo float32" not in full:
+        return ""
+    ours = full["zoo float32"][0]["ids"]
+    counts = []
+    for engine, results in full.items():
+        if engine.split()[1].split("+")[0] not in ("float32", "f32"):
+            continue
+        theirs = results[0]["ids"]
+        pairs = enumerate(zip(ours, theirs, strict=False))
+        same = next((i for i, (a, b) in pairs if a != b), min(len(ours), len(theirs)))
+        counts.append(f"{engine} {same}/{len(ours)}")
+    return f" Greedy tokens equal to zoo float32's (leading run, batch 1): {', '.join(counts)}."
+
+
+RATIOS = [  # the issue's goals: (ours, theirs)
+    ("zoo float32", "ct2 float32"),
+    ("zoo float32", "llama.cpp f32"),
+    ("zoo float32", "llama.cpp f32+own-threads"),
+    ("zoo int8", "llama.cpp q8_0"),
+    ("zoo int8", "llama.cpp q8_0+own-threads"),
+    ("zoo int8", "ct2 int8"),
+    ("zoo int8", "ct2 int8_float32"),
+]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3, help="rounds over all engines")
     parser.add_argument("--inner", type=int, default=3, help="timings per process")
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--engines", nargs="*", default=ENGINES)
+    parser.add_argument("--busy", type=int, default=0, help="neighbours spinning a core each")
+    parser.add_argument("--decode-only", action="store_true", help="batch-1 decoding only")
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args()
-    try:
-        import ctranslate2  # noqa: F401
-    except ImportError:
-        print("CTranslate2 is not installed (pip install 'torch-zoo[bench]'): its rows are skipped")
-        args.engines = [e for e in args.engines if not e.startswith("ct2")]
-    full: dict[str, list[dict]] = {e: [] for e in args.engines}
-    tiny: dict[str, list[dict]] = {e: [] for e in args.engines}
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "full").mkdir()
-        (Path(tmp) / "tiny").mkdir()
-        paths = prepare(Path(tmp) / "full", {})
-        tiny_paths = prepare(Path(tmp) / "tiny", TINY)
-        for round_ in range(args.repeats):
-            order = (
-                args.engines[round_ % len(args.engines) :]
-                + args.engines[: round_ % len(args.engines)]
-            )
-            for engine in order:
-                full[engine].append(run(engine, paths, args, tiny=False))
-                tiny[engine].append(run(engine, tiny_paths, args, tiny=True))
+    args.engines = installed(args.engines)
+    load_before = os.getloadavg()[0]
+    full, tiny = measure(args)
+    load_after = os.getloadavg()[0]
     torch_mb = float(subprocess.run([sys.executable, "-c", IMPORT_TORCH], capture_output=True,
                                     text=True, check=True).stdout)  # fmt: skip
 
-    def med(engine: str, key: str, table: dict[str, list[dict]] = full) -> float:
-        return statistics.median(r[key] for r in table[engine])
+    def med(engine: str, key: str, table: dict[str, list[dict]] = full) -> float | None:
+        values = [r[key] for r in table[engine] if key in r]
+        return statistics.median(values) if values else None
+
+    def cell(key: str, form: str, scale: float = 1.0, table: dict[str, list[dict]] = full):
+        def show(engine: str) -> str:
+            value = med(engine, key, table)
+            return "n/a" if value is None else format(scale * value, form)
+
+        return show
 
     rows = [
-        ("decode batch 1 (tok/s)", lambda e: f"{med(e, 'decode_1'):.1f}"),
-        ("decode batch 8 (tok/s)", lambda e: f"{med(e, 'decode_8'):.0f}"),
-        ("prefill 1x128 (ms)", lambda e: f"{1000 * med(e, 'prefill_1x128'):.0f}"),
-        ("prefill 8x512 (s)", lambda e: f"{med(e, 'prefill_8x512'):.2f}"),
-        ("per-step overhead, width 64 (ms/token)", lambda e: f"{med(e, 'step_ms', tiny):.2f}"),
-        ("peak RSS, load + generate (MiB)", lambda e: f"{med(e, 'peak_mb'):.0f}"),
-        ("first batch-1 generation in a process (s)", lambda e: f"{med(e, 'first_s'):.1f}"),
+        ("decode batch 1 (tok/s)", cell("decode_1", ".1f")),
+        ("decode batch 8 (tok/s)", cell("decode_8", ".0f")),
+        ("prefill 1x128 (ms)", cell("prefill_1x128", ".0f", 1000)),
+        ("prefill 8x512 (s)", cell("prefill_8x512", ".2f")),
+        ("per-step overhead, width 64 (ms/token)", cell("step_ms", ".2f", table=tiny)),
+        ("peak RSS, load + generate (MiB)", cell("peak_mb", ".0f")),
+        ("first batch-1 generation in a process (s)", cell("first_s", ".1f")),
     ]
+    if args.decode_only:
+        rows = [rows[0], *rows[5:]]
     header = "| measure | " + " | ".join(args.engines) + " |"
     lines = [header, "|---" + "|---:" * len(args.engines) + "|"]
-    for label, cell in rows:
-        lines.append(f"| {label} | " + " | ".join(cell(e) for e in args.engines) + " |")
+    for label, show in rows:
+        lines.append(f"| {label} | " + " | ".join(show(e) for e in args.engines) + " |")
+    ratios = [
+        f"{a} / {b} {med(a, 'decode_1') / med(b, 'decode_1'):.2f}x"  # type: ignore[operator]
+        for a, b in RATIOS
+        if a in full and b in full
+    ]
+    neighbours = (
+        f"{args.busy} busy neighbour process(es) (each a Python loop spinning one core) ran "
+        "during the measurements"
+        if args.busy
+        else "No busy neighbour started"
+    )
     report = "\n".join(lines) + (
-        f"\n\ngpt2-124m, random weights identical in every engine; 16-token prompts, "
+        (f"\n\nBatch-1 decoding, zoo against its peers: {'; '.join(ratios)}." if ratios else "")
+        + f"\n\ngpt2-124m, random weights identical in every engine; 16-token prompts, "
         f"{args.new_tokens} new tokens, greedy; medians of {args.repeats} rounds x "
         f"{args.inner} timings, engines in rotating order, each in its own process (every one "
-        f"imports torch, CTranslate2's too, to make the prompts). A bare `import torch` process "
-        f"peaks at {torch_mb:.0f} MiB. Machine: "
-        f"{machine_facts('torch', 'transformers')}; load {os.getloadavg()[0]:.2f}."
+        f"imports torch, CTranslate2's and llama.cpp's too, to make the prompts). A bare "
+        f"`import torch` process peaks at {torch_mb:.0f} MiB.{same_tokens(full)} Threads: "
+        f"torch's {torch_threads()} for CTranslate2 and llama.cpp (llama-cpp-python's default, "
+        f"in the +own-threads columns, is {max(1, (os.cpu_count() or 2) // 2)}); zoo chooses its "
+        f"own per step (ZOO_DECODE_THREADS={os.environ.get('ZOO_DECODE_THREADS') or 'auto'}). "
+        f"{neighbours}; load (1 min) {load_before:.2f} before, {load_after:.2f} after. "
+        f"Machine: {machine_facts('torch', 'transformers')}."
     )
-    publish(
-        report, title="Engines: zoo, transformers and CTranslate2 on CPU", markdown=args.markdown
-    )
+    publish(report, title="Engines: zoo, transformers, CTranslate2 and llama.cpp on CPU",
+            markdown=args.markdown)  # fmt: skip
+
+
+def torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
 
 
 if __name__ == "__main__":
