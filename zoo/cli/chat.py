@@ -80,8 +80,10 @@ def _replier(model: ZooModel, tokenizer: Tokenizer, config: GenerationConfig) ->
     if not batchable:
         return lambda ids: stream_continuation(model, ids, config, tokenizer=tokenizer)
     from ..serve.local import Turns
+    from ..settings import Settings
 
-    turns = Turns(model, tokenizer)  # type: ignore[arg-type]  # a DecoderLM: checked
+    threads = Settings.from_env().decode_threads
+    turns = Turns(model, tokenizer, decode_threads=threads)  # type: ignore[arg-type]  # checked
     full = with_tokenizer(config, tokenizer, model)
     return lambda ids: turns.stream(ids, full)
 

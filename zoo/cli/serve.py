@@ -34,7 +34,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from ..nn.slots import check_batchable
     from ..settings import Settings
 
-    api_key = args.api_key if args.api_key is not None else Settings.from_env().api_key
+    settings = Settings.from_env()
+    api_key = args.api_key if args.api_key is not None else settings.api_key
     model, adapters = _load_served(args)
     check_batchable(model)
     tokenizer = resolve_tokenizer(model, given_tokenizer(args), "zoo serve")
@@ -67,6 +68,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         adapters=adapters,
         prefill_chunk=args.prefill_chunk or None,
         prefix_cache_bytes=args.prefix_cache_mb * 2**20,
+        decode_threads=settings.decode_threads,
     )
     return 0
 

@@ -25,6 +25,7 @@ import torch
 
 from ..nn.lora_bank import attach_bank
 from ..nn.prefix_cache import PrefixCacheStats, prefix_cache_for
+from ..nn.threads import DecodeThreads
 from .request import Event, Finish, Request
 from .runner import DEFAULT_PREFILL_CHUNK, Chunk, Runner
 from .scheduler import EngineStopped, QueueFull, Scheduler
@@ -62,6 +63,9 @@ class Engine:
             whole prompts, each in the step after it joins).
         prefix_cache_bytes: memory for the keys and values of prompt prefixes kept between
             requests (0: none kept; ``None``: one whole context's).
+        decode_threads: the CPU threads of each step (:class:`zoo.nn.threads.DecodeThreads`:
+            ``None`` the cores other processes leave free, ``0`` torch's count, ``N`` that
+            many; ``Settings.decode_threads``, ``ZOO_DECODE_THREADS``).
     """
 
     def __init__(
@@ -74,6 +78,7 @@ class Engine:
         adapters: Mapping[str, LoRAWeights] | None = None,
         prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK,
         prefix_cache_bytes: int | None = DEFAULT_PREFIX_CACHE_BYTES,
+        decode_threads: int | None = None,
     ) -> None:
         self.scheduler: Scheduler[Request] = Scheduler(max_batch, max_queue)
         model.eval()
@@ -90,6 +95,7 @@ class Engine:
             prefill_chunk=prefill_chunk,
             prefix_cache=prefix_cache_for(model, prefix_cache_bytes),
         )
+        self._threads = DecodeThreads.for_device(self.runner.batch.device, decode_threads)
         self._thread = threading.Thread(target=self.run, name="zoo-serve-engine", daemon=True)
 
     @property
@@ -169,10 +175,14 @@ class Engine:
         failed = [r for r in schedule.admitted if not self._admit(r)]
         _flush([*failed, *schedule.cancelled])
         if self.runner.decoding:
-            _flush(self._decode())
+            with self._threads.step():
+                decoded = self._decode()
+            _flush(decoded)
         chunks = self.runner.plan()
         if chunks:
-            _flush(self._prefill(chunks))
+            with self._threads.step():
+                prefilled = self._prefill(chunks)
+            _flush(prefilled)
 
     def _admit(self, request: Request) -> bool:
         """Give ``request`` a slot; ``False`` if that failed (it has ended)."""

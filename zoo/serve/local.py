@@ -31,6 +31,7 @@ class Turns:
         tokenizer: decodes the replies.
         prefix_cache_bytes: memory for the kept keys and values (default: one whole
             context's, what a conversation needs).
+        decode_threads: the CPU threads of each step (see :class:`~zoo.serve.engine.Engine`).
     """
 
     def __init__(
@@ -39,8 +40,15 @@ class Turns:
         tokenizer: Tokenizer,
         *,
         prefix_cache_bytes: int | None = None,
+        decode_threads: int | None = None,
     ) -> None:
-        self.engine = Engine(model, max_batch=1, max_queue=0, prefix_cache_bytes=prefix_cache_bytes)
+        self.engine = Engine(
+            model,
+            max_batch=1,
+            max_queue=0,
+            prefix_cache_bytes=prefix_cache_bytes,
+            decode_threads=decode_threads,
+        )
         self.tokenizer = tokenizer
 
     def stats(self) -> PrefixCacheStats | None:

@@ -82,6 +82,7 @@ def serve(
     adapters: Mapping[str, LoRAWeights] | None = None,
     prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK,
     prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES,
+    decode_threads: int | None = None,
 ) -> None:
     """Serve ``model`` over the OpenAI HTTP API until SIGTERM or Ctrl+C.
 
@@ -107,6 +108,8 @@ def serve(
         prefill_chunk, prefix_cache_bytes: prompt tokens prefilled per step at most
             (``None``: whole prompts) and the prefix cache's memory (0: none); see
             :class:`~zoo.serve.engine.Engine`.
+        decode_threads: the CPU threads of each step (``None``: the cores other processes
+            leave free; see :class:`~zoo.serve.engine.Engine`).
     """
     limits = Limits(header_timeout, body_timeout, keep_alive, connection_cap(max_connections))
     engine = Engine(
@@ -117,6 +120,7 @@ def serve(
         adapters=adapters,
         prefill_chunk=prefill_chunk,
         prefix_cache_bytes=prefix_cache_bytes,
+        decode_threads=decode_threads,
     )
     app = create_app(
         engine, tokenizer, model_id=model_id, api_key=api_key, max_body_bytes=max_body_bytes
