@@ -51,6 +51,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+import serve_client
 import torch
 from common import machine_facts, publish
 from serve_client import (
@@ -58,10 +59,12 @@ from serve_client import (
     Server,
     complete,
     free_port,
+    get_json,
     median,
     percentile,
     prompts,
     running,
+    within,
 )
 from serve_probes import Corpus, Prefix, RoundTexts, Stall, shared_prefix, stall
 
@@ -110,7 +113,7 @@ def load(port: int, model: str, texts: list[str], max_tokens: int, clients: int)
         return list(await asyncio.gather(*(one(text) for text in texts)))
 
     start = time.perf_counter()
-    results = asyncio.run(run())
+    results = within(run())
     wall = time.perf_counter() - start
     return Level(clients, [sum(r.tokens for r in results) / wall], results)
 
@@ -123,6 +126,7 @@ class Served:
     server: Server
     model: str
     shown: str
+    zoo: bool
     levels: dict[int, list[Level]] = field(default_factory=dict)
     stalls: list[Stall] = field(default_factory=list)
     prefixes: list[tuple[Prefix, Prefix]] = field(default_factory=list)
@@ -183,8 +187,10 @@ def servers(args: argparse.Namespace, model: str, folder: Path, notes: list[str]
                    "--served-model-name", model, "--max-batch", str(args.max_batch),
                    "--log-level", "warning", *flags]  # fmt: skip
         log = folder / f"zoo-{i}.log"
-        shown = shlex.join(["zoo", "serve", Path(source).name, *command[5:]])
-        found.append(Served(label, Server(command, port, log), model, shown))
+        shown = shlex.join(
+            ["zoo", "serve", source if source == model else "ZOO_FOLDER", *command[7:]]
+        )
+        found.append(Served(label, Server(command, port, log), model, shown, zoo=True))
     if not args.no_transformers:
         flavours = [("transformers serve", [])] if args.transformers_plain else []
         for i, (label, extra) in enumerate([*flavours, (CONTINUOUS, ["--continuous-batching"])]):
@@ -193,10 +199,10 @@ def servers(args: argparse.Namespace, model: str, folder: Path, notes: list[str]
                        "import sys; from transformers.cli.transformers import main; "
                        "sys.argv[0] = 'transformers'; sys.exit(main())",
                        "serve", str(hf), "--port", str(port), "--host", "127.0.0.1",
-                       "--device", "cpu", *extra]  # fmt: skip
+                       "--device", "cpu", *extra, *shlex.split(args.transformers_args)]  # fmt: skip
             log = folder / f"transformers-{i}.log"
-            shown = shlex.join(["transformers", "serve", "HF_FOLDER", *command[5:]])
-            found.append(Served(label, Server(command, port, log), str(hf), shown))
+            shown = shlex.join(["transformers", "serve", "HF_FOLDER", *command[7:]])
+            found.append(Served(label, Server(command, port, log), str(hf), shown, zoo=False))
     for served in found:
         served.server.start()
     return found
@@ -448,6 +454,12 @@ def measure_model(args: argparse.Namespace, model: str, folder: Path, report: Re
                 n=args.prefix_requests,
             )
             round_of(args, served, turn, texts, sizes)
+        for s in served:  # zoo serve's prefix cache: hits, misses, bytes held
+            state = attempt(s, lambda port, _: get_json(port, "/health")) if s.zoo else None
+            if isinstance(state, dict) and state.get("prefix_cache") is not None:
+                report.notes.append(
+                    f"{model}: {s.label}: /health prefix_cache {state['prefix_cache']}"
+                )
     counts = (len(tokenizer.encode(texts.long_prompt)), len(tokenizer.encode(texts.shared_prefix)))
     report.levels += level_rows(model, served, args.clients)
     report.notes += level_notes(model, served, args.clients)
@@ -461,7 +473,7 @@ def measure_model(args: argparse.Namespace, model: str, folder: Path, report: Re
 def warm_up(port: int, model: str, long_prompt: str, max_tokens: int) -> None:
     """Two short requests and one long prompt (first calls, allocations)."""
     load(port, model, prompts(2), max_tokens, 2)
-    asyncio.run(complete(port, model, long_prompt, 2))
+    within(complete(port, model, long_prompt, 2))
 
 
 def arguments() -> argparse.Namespace:
@@ -518,6 +530,18 @@ def arguments() -> argparse.Namespace:
         action="store_true",
         help="also transformers serve as it starts (one request at a time)",
     )
+    parser.add_argument(
+        "--transformers-args",
+        default="",
+        help="flags for transformers serve, e.g. --cb-num-blocks 512",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=serve_client.LIMIT,
+        help="seconds one measurement may take; a server past it is measured no more "
+        f"(default: {serve_client.LIMIT:.0f})",
+    )
     parser.add_argument("--markdown", type=Path, help="also write the report to this file")
     args = parser.parse_args()
     if args.quick:
@@ -529,6 +553,7 @@ def arguments() -> argparse.Namespace:
 
 def main() -> None:
     args = arguments()
+    serve_client.LIMIT = args.timeout
     began, load_before = time.monotonic(), os.getloadavg()[0]
     report = Report()
     with tempfile.TemporaryDirectory() as tmp:

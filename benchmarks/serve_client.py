@@ -17,12 +17,16 @@ import socket
 import statistics
 import subprocess
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
+from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parents[1]
+#: Seconds one measurement (a level, a probe) may take before it is given up (TimeoutError).
+LIMIT = 900.0
+T = TypeVar("T")
 SHAKESPEARE = ROOT / "plugins" / "shakespeare" / "data" / "tinyshakespeare.txt"
 
 
@@ -41,6 +45,12 @@ class Result:
     def gaps(self) -> list[float]:
         """Seconds between consecutive pieces of text (the inter-token latencies)."""
         return [b - a for a, b in pairwise(self.times)]
+
+
+def within(work: Coroutine[Any, Any, T]) -> T:
+    """Run ``work`` in a new event loop; TimeoutError after :data:`LIMIT` seconds (a server
+    that stops answering costs a bounded time, not the whole run)."""
+    return asyncio.run(asyncio.wait_for(work, LIMIT))
 
 
 def prompts(n: int) -> list[str]:
@@ -132,6 +142,17 @@ def running(command: list[str], port: int, log: Path, timeout: float = 300) -> I
         yield
     finally:
         server.stop()
+
+
+def get_json(port: int, path: str) -> Any:
+    """``GET path`` on the server at ``port``, its JSON answer (None for any other status)."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.request("GET", path)
+        answer = connection.getresponse()
+        return json.loads(answer.read()) if answer.status == 200 else None
+    finally:
+        connection.close()
 
 
 async def _body(reader: asyncio.StreamReader, chunked: bool) -> AsyncIterator[bytes]:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import pairwise
 
-from serve_client import SHAKESPEARE, Result, complete, median, prompts
+from serve_client import SHAKESPEARE, Result, complete, median, prompts, within
 
 
 class Corpus:
@@ -132,7 +132,7 @@ def stall(
         long = await complete(port, model, long_prompt, long_tokens)
         return list(await asyncio.gather(*streams)), long.start, long
 
-    results, sent, long = asyncio.run(run())
+    results, sent, long = within(run())
     first = sent + long.first
     longest, gaps, early = 0.0, [], 0
     for result in results:
@@ -164,7 +164,7 @@ def one_after_another(port: int, model: str, prompts_: Iterator[str], max_tokens
     async def run() -> list[Result]:
         return [await complete(port, model, prompt, max_tokens) for prompt in prompts_]
 
-    results = asyncio.run(run())
+    results = within(run())
     return Prefix(tuple(r.first for r in results), tuple(r.text for r in results))
 
 
