@@ -12,6 +12,7 @@ import torch
 
 import zoo
 from zoo.generation import GenerationConfig, stream_continuation
+from zoo.serve.budget import MIN_CHUNK, PrefillBudget
 from zoo.serve.engine import Engine, Finish, Request
 from zoo.serve.local import Turns
 from zoo.serve.runner import plan_chunks
@@ -83,6 +84,52 @@ def test_plan_chunks_fills_the_budget_with_the_most_prompt_tokens():
         )
 
 
+def test_the_budget_sizes_a_chunk_to_the_decoding_steps_it_may_take():
+    budget = PrefillBudget(512, max_stall=2.0)
+    assert budget.tokens(decoding=True) == 512  # nothing timed yet
+    budget.decoded(0.1)
+    budget.prefilled(100, 0.1)  # 1 ms a token: 2 steps of 100 ms hold 200
+    assert budget.tokens(decoding=True) == 200
+    assert budget.tokens(decoding=False) == 512  # no stream waits
+    budget.prefilled(100, 10.0)  # much slower now: the average moves, the floor holds
+    assert budget.tokens(decoding=True) == MIN_CHUNK
+    fast = PrefillBudget(64, max_stall=2.0)
+    fast.decoded(1.0)
+    fast.prefilled(10, 0.001)
+    assert fast.tokens(decoding=True) == 64  # never above the most
+    assert PrefillBudget(8, 2.0).tokens(True) == 8 and PrefillBudget(None).tokens(True) is None
+    assert PrefillBudget(300, max_stall=None).tokens(True) == 300
+    with pytest.raises(ValueError, match="prefill_chunk must be a positive integer"):
+        PrefillBudget(0)
+    with pytest.raises(ValueError, match="max_stall must be a positive number"):
+        PrefillBudget(10, float("nan"))
+
+
+def test_the_engine_times_its_steps_for_the_budget(model):
+    """Each decoding step and each prefill pass (its padded tokens) reach the budget, and a
+    step plans with the budget for streams decoding once one does."""
+    calls: list[tuple[str, object]] = []
+
+    class Recording(PrefillBudget):
+        def tokens(self, decoding: bool) -> int | None:
+            calls.append(("tokens", decoding))
+            return super().tokens(decoding)
+
+        def decoded(self, seconds: float) -> None:
+            calls.append(("decoded", seconds > 0))
+
+        def prefilled(self, tokens: int, seconds: float) -> None:
+            calls.append(("prefilled", tokens))
+
+    engine = Engine(model, max_batch=2, max_queue=2, prefill_chunk=16, prefix_cache_bytes=0)
+    engine.runner.budget = Recording(16)
+    run(engine, ["ROMEO:", PROMPTS[1]], 3)
+    # step 1: 6 + 8 of 49 tokens, rows of 8; step 2: "ROMEO:" decodes, then the rest plans
+    want = [("tokens", False), ("prefilled", 16), ("decoded", True), ("tokens", True)]
+    assert calls[:4] == want
+    assert [n for kind, n in calls if kind == "prefilled"] == [16, 16, 16, 9]  # 41 left
+
+
 @pytest.mark.parametrize("chunk", [None, 5, 16])
 def test_replies_equal_generate_whole_chunked_and_cached(model, chunk):
     engine = Engine(model, max_batch=3, max_queue=8, prefill_chunk=chunk)
@@ -96,7 +143,9 @@ def test_replies_equal_generate_whole_chunked_and_cached(model, chunk):
 
 
 def test_a_long_prompt_enters_over_steps_while_the_streams_keep_emitting(model):
-    engine = Engine(model, max_batch=4, max_queue=4, prefill_chunk=8, prefix_cache_bytes=0)
+    engine = Engine(
+        model, max_batch=4, max_queue=4, prefill_chunk=8, max_stall=None, prefix_cache_bytes=0
+    )
     tok = model.tokenizer
     log: list[tuple[str, int]] = []  # ("step", rows) and ("extend", padded tokens), in order
     step, extend = engine.runner.batch.step, engine.runner.batch.extend

@@ -104,6 +104,14 @@ def non_negative(text: str) -> int:
     return value
 
 
+def non_negative_float(text: str) -> float:
+    """An argument that is a finite number, 0 or more."""
+    value = float(text)
+    if not 0 <= value < float("inf"):  # not NaN either
+        raise argparse.ArgumentTypeError(f"must be a finite number, 0 or more, got {text}")
+    return value
+
+
 def seconds(text: str) -> float:
     """An argument that is a positive, finite number of seconds."""
     value = float(text)

@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from ..errors import ZooError
-from .parser import Command, non_negative, positive, seconds
+from .parser import Command, non_negative, non_negative_float, positive, seconds
 from .source import add_model_loading, check_model, given_tokenizer, load_for_generation
 
 if TYPE_CHECKING:
@@ -67,6 +67,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         adapters=adapters,
         prefill_chunk=args.prefill_chunk or None,
+        max_stall=args.max_stall or None,
         prefix_cache_bytes=args.prefix_cache_mb * 2**20,
         decode_threads=settings.decode_threads,
     )
@@ -199,10 +200,19 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--prefill-chunk",
         type=non_negative,
-        default=128,
+        default=512,
         metavar="TOKENS",
         help="prompt tokens prefilled per step at most, so a long prompt enters over several "
-        "steps while the running streams keep emitting; 0: whole prompts (default: 128)",
+        "steps while the running streams keep emitting; 0: whole prompts (default: 512)",
+    )
+    p.add_argument(
+        "--max-stall",
+        type=non_negative_float,
+        default=2.0,
+        metavar="STEPS",
+        help="while streams decode, a step's prompt chunk is sized to take at most about this "
+        "many decoding steps (timed as the server runs); 0: only --prefill-chunk bounds it "
+        "(default: 2)",
     )
     p.add_argument(
         "--prefix-cache-mb",

@@ -8,8 +8,9 @@ runs and updates, once. Requests hand :class:`~zoo.serve.request.Request` s to
 prompt prefix a :class:`~zoo.nn.prefix_cache.PrefixCache` holds copied in), then one step
 picks every decoding request's next token with its own settings and hands the text on
 through its ``emit`` callback, and prefills the next chunk of the prompts still coming in (at
-most ``prefill_chunk`` tokens, several prompts in one pass), so a long prompt delays the
-running streams by one chunk per step, not by its whole prefill. A request leaves the
+most ``prefill_chunk`` tokens, sized while streams decode to take about ``max_stall``
+decoding steps; several prompts in one pass), so a long prompt delays the running streams by
+one chunk per step, not by its whole prefill. A request leaves the
 batch when it ends (an end-of-text id, a stop string, ``max_new_tokens``) or is cancelled
 (its client went away), and its slot takes the next waiting request at once: continuous
 batching.
@@ -27,7 +28,7 @@ from ..nn.lora_bank import attach_bank
 from ..nn.prefix_cache import PrefixCacheStats, prefix_cache_for
 from ..nn.threads import DecodeThreads
 from .request import Event, Finish, Request
-from .runner import DEFAULT_PREFILL_CHUNK, Chunk, Runner
+from .runner import DEFAULT_MAX_STALL, DEFAULT_PREFILL_CHUNK, Chunk, Runner
 from .scheduler import EngineStopped, QueueFull, Scheduler
 
 if TYPE_CHECKING:
@@ -61,6 +62,9 @@ class Engine:
             different adapters share each step.
         prefill_chunk: prompt tokens a step prefills at most, padding included (``None``:
             whole prompts, each in the step after it joins).
+        max_stall: while streams decode, a step's prompt chunk is sized to take at most about
+            this many decoding steps, as timed while the engine runs (``None``: only
+            ``prefill_chunk`` bounds it).
         prefix_cache_bytes: memory for the keys and values of prompt prefixes kept between
             requests (0: none kept; ``None``: one whole context's).
         decode_threads: the CPU threads of each step (:class:`zoo.nn.threads.DecodeThreads`:
@@ -77,6 +81,7 @@ class Engine:
         max_len: int | None = None,
         adapters: Mapping[str, LoRAWeights] | None = None,
         prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK,
+        max_stall: float | None = DEFAULT_MAX_STALL,
         prefix_cache_bytes: int | None = DEFAULT_PREFIX_CACHE_BYTES,
         decode_threads: int | None = None,
     ) -> None:
@@ -93,6 +98,7 @@ class Engine:
             max_len,
             rows,
             prefill_chunk=prefill_chunk,
+            max_stall=max_stall,
             prefix_cache=prefix_cache_for(model, prefix_cache_bytes),
         )
         self._threads = DecodeThreads.for_device(self.runner.batch.device, decode_threads)

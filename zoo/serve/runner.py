@@ -5,9 +5,11 @@ decoding step for those past their prompt, each picking its next token with its 
 
 A request that joins gets a slot at once; the leading blocks of its prompt that a
 :class:`~zoo.nn.prefix_cache.PrefixCache` holds are copied in, and the rest enters in chunks:
-each step prefills at most ``prefill_chunk`` prompt tokens, the chunks of the prompts waiting
-together in one left-padded forward pass (:meth:`SlotBatch.extend`), so a long prompt never
-holds the running streams for longer than one chunk. Its last chunk gives its first token;
+each step prefills a budget of prompt tokens (:class:`~zoo.serve.budget.PrefillBudget`: at
+most ``prefill_chunk``, and while streams decode, what takes about ``max_stall`` decoding
+steps), the chunks of the prompts waiting together in one left-padded forward pass
+(:meth:`SlotBatch.extend`), so a long prompt never holds the running streams for longer than
+one chunk. Its last chunk gives its first token;
 from the next step on it decodes with the others. Its computed blocks are kept in the prefix
 cache once its prompt is in, and again when it leaves (the reply too, which a chat's next turn
 starts with).
@@ -20,12 +22,15 @@ slot it is in; the prefix cache keeps each adapter's keys apart.
 from __future__ import annotations
 
 import dataclasses
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
 
 from ..generation.sampling import pick_each, seeded_generator
 from ..nn.slots import SlotBatch
+from .budget import DEFAULT_MAX_STALL, DEFAULT_PREFILL_CHUNK, PrefillBudget
 
 if TYPE_CHECKING:
     from ..nn.decoder import DecoderLM
@@ -33,10 +38,7 @@ if TYPE_CHECKING:
     from ..nn.prefix_cache import PrefixCache
     from .request import Request
 
-__all__ = ["Chunk", "Runner", "plan_chunks"]
-
-#: Prompt tokens a step prefills at most, unless told otherwise.
-DEFAULT_PREFILL_CHUNK = 128
+__all__ = ["DEFAULT_MAX_STALL", "DEFAULT_PREFILL_CHUNK", "Chunk", "Runner", "plan_chunks"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,8 +84,12 @@ class Runner:
             set from each request's :attr:`~zoo.serve.request.Request.adapter`.
         prefill_chunk: prompt tokens prefilled per step at most, padding included (``None``:
             whole prompts).
+        max_stall: while streams decode, a step's prompt chunk is sized to take at most about
+            this many decoding steps, as timed while it runs (``None``: only
+            ``prefill_chunk`` bounds it).
         prefix_cache: where prompt prefixes' keys and values are kept between requests
             (``None``: nowhere).
+        clock: seconds, for the timings (a test passes its own).
     """
 
     def __init__(
@@ -94,19 +100,20 @@ class Runner:
         adapters: AdapterRows | None = None,
         *,
         prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK,
+        max_stall: float | None = DEFAULT_MAX_STALL,
         prefix_cache: PrefixCache | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
-        if prefill_chunk is not None and prefill_chunk < 1:
-            raise ValueError(f"prefill_chunk must be a positive integer, got {prefill_chunk}")
+        self.budget = PrefillBudget(prefill_chunk, max_stall)
         self.batch: SlotBatch[Request] = SlotBatch(
             model, max_rows, max_len, before_forward=self._select
         )
         self.adapters = adapters
-        self.prefill_chunk = prefill_chunk
         self.prefix_cache = prefix_cache
         # prompt tokens in the slot of each request still prefilling, in arrival order
         self._prefilled: dict[Request, int] = {}
         self._fed: dict[Request, list[int]] = {}  # tokens decoded into each slot after the prompt
+        self._clock = clock
 
     def _select(self, requests: list[Request]) -> None:
         """Each row's adapter for the next forward: its request's."""
@@ -158,12 +165,14 @@ class Runner:
     def plan(self) -> list[Chunk]:
         """The prompt chunks the next :meth:`prefill` runs (see :func:`plan_chunks`)."""
         waiting = list(self._prefilled.items())
-        sizes = plan_chunks([len(r.prompt) - n for r, n in waiting], self.prefill_chunk)
+        budget = self.budget.tokens(decoding=len(self._prefilled) < len(self.batch))
+        sizes = plan_chunks([len(r.prompt) - n for r, n in waiting], budget)
         return [Chunk(r, n, size) for (r, n), size in zip(waiting, sizes, strict=False)]
 
     def prefill(self, chunks: list[Chunk]) -> list[int]:
         """Run ``chunks`` (from :meth:`plan`) in one pass; return the first token of each
         request whose prompt they end, in ``chunks`` order."""
+        start = self._clock()
         logits = self.batch.extend(
             [(c.request, c.request.prompt[c.start : c.start + c.size]) for c in chunks]
         )  # (M, vocab)
@@ -175,19 +184,24 @@ class Runner:
             del self._prefilled[request]
             self._keep(request, request.prompt)
         requests = [chunks[i].request for i in ended]
-        return pick_each(
+        tokens = pick_each(
             logits[ended], [r.config for r in requests], [r.generator for r in requests]
-        )
+        )  # the host waits for the device here: the timing is the pass's
+        self.budget.prefilled(len(chunks) * max(c.size for c in chunks), self._clock() - start)
+        return tokens
 
     def step(self, requests: list[Request]) -> list[int]:
         """One token for every request in ``requests`` (:attr:`decoding`): the token each
         picked."""
+        start = self._clock()
         tokens = [r.last for r in requests]
         logits = self.batch.step(torch.tensor(tokens), requests)  # (N, vocab)
         for request, token in zip(requests, tokens, strict=True):
             self._fed[request].append(token)  # type: ignore[arg-type]
         configs = [r.config for r in requests]
-        return pick_each(logits, configs, [r.generator for r in requests])
+        picked = pick_each(logits, configs, [r.generator for r in requests])
+        self.budget.decoded(self._clock() - start)
+        return picked
 
     def _keep(self, request: Request, tokens: list[int]) -> None:
         """Keep the blocks of ``tokens`` (in ``request``'s slot from position 0) in the

@@ -26,7 +26,7 @@ from .app import create_app
 from .engine import DEFAULT_PREFIX_CACHE_BYTES, Engine
 from .guard import DEFAULT_MAX_BODY_BYTES
 from .limits import ACCEPT_BURST, Limits, bounded_protocol, connection_cap
-from .runner import DEFAULT_PREFILL_CHUNK
+from .runner import DEFAULT_MAX_STALL, DEFAULT_PREFILL_CHUNK
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -81,6 +81,7 @@ def serve(
     ready: Callable[[str], None] | None = None,
     adapters: Mapping[str, LoRAWeights] | None = None,
     prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK,
+    max_stall: float | None = DEFAULT_MAX_STALL,
     prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES,
     decode_threads: int | None = None,
 ) -> None:
@@ -105,9 +106,10 @@ def serve(
         ready: called with the base URL once the socket listens (default: print it).
         adapters: LoRA adapters by name, each served as a model of that name beside
             ``model_id`` (see :class:`~zoo.serve.engine.Engine`).
-        prefill_chunk, prefix_cache_bytes: prompt tokens prefilled per step at most
-            (``None``: whole prompts) and the prefix cache's memory (0: none); see
-            :class:`~zoo.serve.engine.Engine`.
+        prefill_chunk, max_stall, prefix_cache_bytes: prompt tokens prefilled per step at
+            most (``None``: whole prompts), the decoding steps a prompt chunk may take while
+            streams decode (``None``: no bound but ``prefill_chunk``), and the prefix cache's
+            memory (0: none); see :class:`~zoo.serve.engine.Engine`.
         decode_threads: the CPU threads of each step (``None``: the cores other processes
             leave free; see :class:`~zoo.serve.engine.Engine`).
     """
@@ -119,6 +121,7 @@ def serve(
         max_len=max_len,
         adapters=adapters,
         prefill_chunk=prefill_chunk,
+        max_stall=max_stall,
         prefix_cache_bytes=prefix_cache_bytes,
         decode_threads=decode_threads,
     )
