@@ -3,16 +3,17 @@ in one preallocated key/value cache, so a sequence can join the running batch be
 steps and leave it when it ends.
 
 A :class:`DecoderSession` decodes a left-padded batch whose rows share one cache length. A
-:class:`SlotBatch` instead gives each row (a *slot*) its own length: a new sequence's prompt
-is prefilled alone into a free slot (the same forward pass :func:`zoo.generate` runs for that
-prompt), and every :meth:`SlotBatch.step` appends one token to each row, at that row's own
-position, under a mask built from the rows' lengths. The rows in use are always the first
-``n`` slots of the cache: a row that leaves is replaced by the last one, so a step reads the
-buffers through views, never a copy. The model is not changed: the slot cache is a
+:class:`SlotBatch` instead gives each row (a *slot*) its own length. A new sequence's prompt
+enters its slot in chunks (:meth:`SlotBatch.extend`): one chunk runs as :func:`zoo.generate`
+runs a prompt, several of different sequences run in one left-padded pass, each at its own
+position; the slot's first positions may also be copied in (a prefix cache's blocks). Every
+:meth:`SlotBatch.step` appends one token to each decoding row, at that row's own position,
+under a mask built from the rows' lengths. The rows in use are always the first ``n`` slots
+of the cache: a row that leaves is replaced by the last one, so a step reads the buffers
+through views, never a copy. The model is not changed: the slot cache is a
 :class:`~zoo.nn.cache.KVCache` whose layers write each row where that row ends, and the
-step's mask is passed to :meth:`DecoderLM.logits` ready made.
+pass's mask is passed to :meth:`DecoderLM.logits` ready made.
 """
-
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
