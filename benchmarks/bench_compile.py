@@ -9,6 +9,12 @@ Each model runs in a fresh process that first compiles with torch's on-disk cach
 (the "cold compile" column: what a first user waits once), then alternates eager and compiled
 generations ``--repeats`` times and reports the medians: the two modes see the same machine
 load, which a comparison across processes on a shared host does not give.
+
+A second table times the decoding step of ``zoo serve``'s slot batch (``--rows`` sequences
+decoding together, each with a 16-token prompt, ``--new-tokens`` steps of every row):
+the plain eager step against the static step compiled per shape
+(:func:`zoo.nn.slot_step.slot_batch` with ``compile=True``), with the shapes compiled and
+each one's cold compile. ``--only slots`` (or ``single``) runs one table.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import sys
 import tempfile
 import textwrap
 from pathlib import Path
+from typing import Any
 
 from common import machine_facts, publish
 
@@ -30,7 +37,7 @@ MODELS = {
     "gpt2-124m": ("gpt2-124m", {}),
 }
 
-CHILD = textwrap.dedent(
+LOAD = textwrap.dedent(  # the start of each child: the model of argv[1]'s spec
     """
     import json, statistics, sys, time
     import torch, zoo
@@ -41,6 +48,11 @@ CHILD = textwrap.dedent(
     else:
         torch.manual_seed(0)
         model = zoo.build(spec["name"], **spec["overrides"]).eval()
+    """
+)
+
+CHILD = LOAD + textwrap.dedent(
+    """
     ids = torch.randint(0, min(model.config.vocab_size, 256), (1, 16))
     new = spec["new_tokens"]
 
@@ -61,12 +73,55 @@ CHILD = textwrap.dedent(
 )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--new-tokens", type=int, default=100)
-    parser.add_argument("--markdown", type=Path)
-    args = parser.parse_args()
+SLOT_CHILD = LOAD + textwrap.dedent(
+    """
+    from zoo.nn.slot_step import slot_batch
+    from zoo.nn.slots import SlotBatch
+
+    rows, new = spec["rows"], spec["new_tokens"]
+    prompts = torch.randint(0, min(model.config.vocab_size, 256), (rows, 16)).tolist()
+    plain = SlotBatch(model, rows, 16 + new)
+    compiled = slot_batch(model, rows, 16 + new, compile=True)
+
+    def ms_per_step(batch, compiles=None):
+        batch.clear()
+        with torch.inference_mode():
+            tokens = torch.stack([batch.add(i, p) for i, p in enumerate(prompts)]).argmax(-1)
+            start = time.perf_counter()
+            for _ in range(new):
+                shapes, before = len(getattr(batch, "shapes_run", ())), time.perf_counter()
+                tokens = batch.step(tokens).argmax(-1)  # (rows,)
+                if compiles is not None and len(batch.shapes_run) > shapes:
+                    compiles.append(time.perf_counter() - before)
+        return (time.perf_counter() - start) * 1000 / new
+
+    compiles = []
+    ms_per_step(compiled, compiles)  # compiles each shape, with torch's cache emptied
+    ms_per_step(plain)
+    times = {False: [], True: []}
+    for _ in range(spec["repeats"]):
+        for which, batch in ((False, plain), (True, compiled)):
+            times[which].append(ms_per_step(batch))
+    print(json.dumps({"compiles": compiles, "eager": statistics.median(times[False]),
+                      "compiled": statistics.median(times[True])}))
+    """
+)
+
+
+def _child(code: str, label: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """Run ``code`` for one model in a fresh process with an empty on-disk compile cache;
+    its last line of output, read as JSON."""
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
+        result = subprocess.run([sys.executable, "-c", code, json.dumps(spec)], env=env,
+                                capture_output=True, text=True)  # fmt: skip
+    if result.returncode != 0:
+        raise RuntimeError(f"{label} failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def single_table(args: argparse.Namespace) -> list[str]:
+    """Batch-1 decoding through zoo.generate, eager and compiled."""
     lines = [
         "| model | eager (ms/token) | compiled (ms/token) | speed-up | cold compile (s) |",
         "|---|---:|---:|---:|---:|",
@@ -74,21 +129,58 @@ def main() -> None:
     for label, (name, overrides) in MODELS.items():
         spec = {"name": name, "overrides": overrides, "new_tokens": args.new_tokens,
                 "repeats": args.repeats}  # fmt: skip
-        with tempfile.TemporaryDirectory() as cache:  # an empty on-disk compile cache
-            env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
-            result = subprocess.run([sys.executable, "-c", CHILD, json.dumps(spec)], env=env,
-                                    capture_output=True, text=True)  # fmt: skip
-        if result.returncode != 0:
-            raise RuntimeError(f"{label} failed:\n{result.stderr[-3000:]}")
-        r = json.loads(result.stdout.strip().splitlines()[-1])
+        r = _child(CHILD, label, spec)
         lines.append(
             f"| {label} | {r['eager']:.2f} | {r['compiled']:.2f} | "
             f"{r['eager'] / r['compiled']:.2f}x | {r['cold_s']:.1f} |"
         )
+    lines.append(
+        f"\nBatch 1, 16-token prompt, {args.new_tokens} new tokens, greedy; medians of "
+        f"{args.repeats} alternating eager/compiled generations per model."
+    )
+    return lines
+
+
+def slot_table(args: argparse.Namespace) -> list[str]:
+    """The slot batch's step of ``args.rows`` rows, plain eager and compiled per shape."""
+    lines = [
+        f"| model, {args.rows} rows | eager (ms/step) | compiled (ms/step) | speed-up "
+        "| shapes compiled | cold compile per shape (s) |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for label, (name, overrides) in MODELS.items():
+        spec = {"name": name, "overrides": overrides, "new_tokens": args.new_tokens,
+                "repeats": args.repeats, "rows": args.rows}  # fmt: skip
+        r = _child(SLOT_CHILD, label, spec)
+        cold = ", ".join(f"{c:.1f}" for c in r["compiles"])
+        lines.append(
+            f"| {label} | {r['eager']:.2f} | {r['compiled']:.2f} | "
+            f"{r['eager'] / r['compiled']:.2f}x | {len(r['compiles'])} | {cold} |"
+        )
+    lines.append(
+        f"\nThe slot batch's step (zoo serve's): {args.rows} rows of 16-token prompts, "
+        f"{args.new_tokens} steps of every row, greedy; medians of {args.repeats} alternating "
+        "eager/compiled runs per model. The compiled step pads the rows to a power of two and "
+        "the positions read to a power of two of at least 64: one compiled graph per shape."
+    )
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--new-tokens", type=int, default=100)
+    parser.add_argument("--markdown", type=Path)
+    parser.add_argument("--rows", type=int, default=8, help="slot batch rows (second table)")
+    parser.add_argument("--only", choices=("single", "slots"), help="run one table only")
+    args = parser.parse_args()
+    lines = []
+    if args.only != "slots":
+        lines += single_table(args)
+    if args.only != "single":
+        lines += ["", *slot_table(args)] if lines else slot_table(args)
     report = "\n".join(lines) + (
-        f"\n\nBatch 1, 16-token prompt, {args.new_tokens} new tokens, greedy; medians of "
-        f"{args.repeats} alternating eager/compiled generations per model. Machine: "
-        f"{machine_facts('torch')}; load {os.getloadavg()[0]:.2f}."
+        f"\n\nMachine: {machine_facts('torch')}; load {os.getloadavg()[0]:.2f}."
     )
     publish(report, title="Compiled decoding on CPU", markdown=args.markdown)
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 import torch
+from test_static_decoding import needs_cpp_compiler
 
 import zoo
-from zoo.nn.decoding import check_cpp_compiler
 from zoo.nn.lora import LoRA, adapter_state, attach_lora, plan_lora
 from zoo.nn.lora_bank import attach_bank
 from zoo.nn.slot_step import StaticSlotBatch, row_bucket, slot_batch, span_bucket
@@ -147,16 +147,8 @@ def test_rows_with_lora_adapters_step_eagerly():
 
 
 # -- compile=True (CPU) and CUDA graphs --------------------------------------------------------
-def _has_cpp_compiler() -> bool:
-    try:
-        check_cpp_compiler()
-    except zoo.CompileUnavailableError:
-        return False
-    return True
-
-
 @pytest.mark.slow  # compiles one shape (about 20 s on 2 idle cores, a cold compile cache)
-@pytest.mark.skipif(not _has_cpp_compiler(), reason="needs a C++ compiler (torch.compile, CPU)")
+@needs_cpp_compiler
 def test_the_compiled_step_gives_the_plain_steps_tokens():
     model = lively("gpt2-124m", **TINY)
     prompts = {"a": prompt(4, 1), "b": prompt(9, 2)}

@@ -28,6 +28,7 @@ from typing import TypeVar
 import torch
 from torch import Tensor
 
+from .base import activation_dtype
 from .decoder import DecoderLM
 from .decoding import check_compilable
 from .lora_bank import LayerBank
@@ -157,7 +158,7 @@ class StaticSlotBatch(SlotBatch[K]):
     def records(model: DecoderLM) -> bool:
         """Whether stepping ``model`` replays CUDA graphs: on CUDA (a slot batch's model adds
         no score biases)."""
-        return next(model.parameters()).device.type == "cuda"
+        return activation_dtype(model)[1].type == "cuda"
 
     def shapes(self) -> list[tuple[int, int]]:
         """Every ``(rows, positions read)`` shape a step may run in: at most this many CUDA
@@ -165,6 +166,11 @@ class StaticSlotBatch(SlotBatch[K]):
         rows = _buckets(self.max_rows, 1)
         spans = _buckets(self.max_len, min(MIN_SPAN, self.max_len))
         return [(r, s) for r in rows for s in spans]
+
+    @property
+    def shapes_run(self) -> list[tuple[int, int]]:
+        """The shapes stepped so far (each compiled, or recorded at its second step)."""
+        return sorted(self._warm)
 
     def _step_logits(self, rows: list[int], tokens: Tensor) -> Tensor:
         """The step's pass in its bucket's shape: the logits ``(N, vocab)`` of ``rows``."""
