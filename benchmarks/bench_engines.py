@@ -3,7 +3,6 @@ at batch 1 and 8, prefill, and the peak memory of a process that loads the model
 
     pip install 'torch-zoo[bench]'            # CTranslate2, llama-cpp-python (compiles), gguf
     python benchmarks/bench_engines.py --repeats 3 --markdown benchmarks/RESULTS-engines.md
-    python benchmarks/bench_engines.py --decode-only --new-tokens 64 --busy 1   # a busy core
 
 CTranslate2's and llama.cpp's rows are skipped when their package is not installed
 (``llama-cpp-python`` builds llama.cpp from source when installed: about 20 minutes on 2 cores).
@@ -28,7 +27,10 @@ Threads: CTranslate2 and ``llama.cpp`` get torch's thread count (zoo's); ``llama
 thread policy (``ZOO_DECODE_THREADS``, default ``auto``: the cores other processes leave
 free). ``--busy N`` runs N processes that each keep a core busy during the measurements.
 ``--decode-only`` measures batch-1 decoding only (the per-process peak and first generation
-too).
+too), by default of the engines the issue's goals name (``DECODE_ENGINES``):
+
+    python benchmarks/bench_engines.py --decode-only --new-tokens 64 --repeats 3 --inner 2
+    python benchmarks/bench_engines.py --decode-only --new-tokens 64 --repeats 3 --inner 2 --busy 1
 """
 
 from __future__ import annotations
@@ -60,6 +62,17 @@ ENGINES = [
     "ct2 int8_float32",
     "llama.cpp f32",
     "llama.cpp q8_0",
+]
+DECODE_ENGINES = [  # --decode-only's default: the issue's goals, both thread choices of llama.cpp
+    "zoo float32",
+    "zoo int8",
+    "ct2 float32",
+    "ct2 int8",
+    "ct2 int8_float32",
+    "llama.cpp f32",
+    "llama.cpp q8_0",
+    "llama.cpp f32+own-threads",
+    "llama.cpp q8_0+own-threads",
 ]
 TINY = {"d_model": 64, "n_heads": 4, "d_ff": 256}  # 12 layers, the matrices cost ~nothing
 
@@ -289,12 +302,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="rounds over all engines")
     parser.add_argument("--inner", type=int, default=3, help="timings per process")
     parser.add_argument("--new-tokens", type=int, default=128)
-    parser.add_argument("--engines", nargs="*", default=ENGINES)
+    parser.add_argument("--engines", nargs="*", help="default: all but +own-threads")
     parser.add_argument("--busy", type=int, default=0, help="neighbours spinning a core each")
-    parser.add_argument("--decode-only", action="store_true", help="batch-1 decoding only")
+    parser.add_argument(
+        "--decode-only", action="store_true", help="batch-1 decoding only (its own engines)"
+    )
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args()
-    args.engines = installed(args.engines)
+    default = DECODE_ENGINES if args.decode_only else ENGINES
+    args.engines = installed(args.engines or default)
     load_before = os.getloadavg()[0]
     full, tiny = measure(args)
     load_after = os.getloadavg()[0]
