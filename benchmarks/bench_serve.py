@@ -41,6 +41,7 @@ import asyncio
 import contextlib
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -420,6 +421,7 @@ class Report:
     prefixes: list[str] = field(default_factory=lambda: list(PREFIX_HEAD))
     notes: list[str] = field(default_factory=list)
     loads: list[float] = field(default_factory=list)
+    began: float = field(default_factory=time.monotonic)
     commands: list[str] = field(default_factory=list)
 
 
@@ -444,7 +446,8 @@ def measure_model(args: argparse.Namespace, model: str, folder: Path, report: Re
         for turn in range(args.rounds):
             report.loads.append(os.getloadavg()[0])
             print(
-                f"{model}: round {turn + 1} of {args.rounds} (load {report.loads[-1]:.1f})",
+                f"{model}: round {turn + 1} of {args.rounds} (load {report.loads[-1]:.1f}, "
+                f"{(time.monotonic() - report.began) / 60:.1f} min so far)",
                 flush=True,
             )
             texts = RoundTexts.take(
@@ -554,13 +557,15 @@ def arguments() -> argparse.Namespace:
 def main() -> None:
     args = arguments()
     serve_client.LIMIT = args.timeout
-    began, load_before = time.monotonic(), os.getloadavg()[0]
+    # SIGTERM (e.g. from timeout) unwinds like Ctrl+C, so every server started is stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    load_before = os.getloadavg()[0]
     report = Report()
     with tempfile.TemporaryDirectory() as tmp:
         for model in args.models:
             (Path(tmp) / model).mkdir()
             measure_model(args, model, Path(tmp) / model, report)
-    took = time.monotonic() - began
+    took = time.monotonic() - report.began
     facts = machine_facts("torch", "transformers", "fastapi", "uvicorn")
     rounds = f"the median of {args.rounds} round{'s' * (args.rounds > 1)}"
     text = "\n".join(
