@@ -182,7 +182,7 @@ class Collect:
 def test_the_engine_admits_requests_between_steps_of_the_running_ones():
     model = shakespeare()
     tok = model.tokenizer
-    engine = Engine(model, max_batch=4, max_queue=4)
+    engine = Engine(model, max_batch=4, max_queue=4, max_stall=None)  # a budget of 512
     sizes: list[int] = []
     prefills: list[int] = []
     step, extend = engine.runner.batch.step, engine.runner.batch.extend

@@ -66,7 +66,7 @@ Replier = Callable[[list[int]], Iterator[str]]
 def _replier(model: ZooModel, tokenizer: Tokenizer, config: GenerationConfig) -> Replier:
     """How the turns are answered: on a one-slot engine whose prefix cache keeps the
     conversation so far (each turn computes only what it adds), or, for a model that cannot
-    decode in slots or a compiled decoding step, by :func:`stream_continuation` afresh."""
+    decode in slots, by :func:`stream_continuation` afresh."""
     from ..generation import stream_continuation
     from ..generation.text import with_tokenizer
     from ..nn.slots import check_batchable
@@ -74,16 +74,18 @@ def _replier(model: ZooModel, tokenizer: Tokenizer, config: GenerationConfig) ->
     try:
         check_batchable(model)
     except ValueError:
-        batchable = False
-    else:
-        batchable = not config.compile
-    if not batchable:
         return lambda ids: stream_continuation(model, ids, config, tokenizer=tokenizer)
     from ..serve.local import Turns
     from ..settings import Settings
 
-    threads = Settings.from_env().decode_threads
-    turns = Turns(model, tokenizer, decode_threads=threads)  # type: ignore[arg-type]  # checked
+    settings = Settings.from_env()
+    turns = Turns(
+        model,  # type: ignore[arg-type]  # a DecoderLM: checked
+        tokenizer,
+        decode_threads=settings.decode_threads,
+        compile=config.compile,
+        cuda_graphs=settings.cuda_graphs,
+    )
     full = with_tokenizer(config, tokenizer, model)
     return lambda ids: turns.stream(ids, full)
 

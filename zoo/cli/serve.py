@@ -70,6 +70,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_stall=args.max_stall or None,
         prefix_cache_bytes=args.prefix_cache_mb * 2**20,
         decode_threads=settings.decode_threads,
+        compile=args.compile,
+        cuda_graphs=settings.cuda_graphs,
     )
     return 0
 
@@ -132,6 +134,11 @@ def _check_serve(args: argparse.Namespace) -> None:
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be from 0 to 65535 (0 picks a free port), got {args.port}")
     check_model(args)
+    if args.compile and args.adapter:
+        raise ValueError(
+            "--compile compiles a decoding step without per-row LoRA adapters; serve the "
+            "adapters without --compile (or merge one into the base: zoo merge)"
+        )
     _check_adapters(args)
 
 
@@ -284,7 +291,7 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
         "hf:org/name[@rev]; its recorded base must be the model. Without NAME=, the name "
         "is ADAPTER as given",
     )
-    add_model_loading(p, compile=False)  # the batched step is not compiled
+    add_model_loading(p)
     p.add_argument("--seed", type=int, default=None, help="the random weights' seed (--random)")
 
 

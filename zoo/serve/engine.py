@@ -70,6 +70,9 @@ class Engine:
         decode_threads: the CPU threads of each step (:class:`zoo.nn.threads.DecodeThreads`:
             ``None`` the cores other processes leave free, ``0`` torch's count, ``N`` that
             many; ``Settings.decode_threads``, ``ZOO_DECODE_THREADS``).
+        compile: compile the decoding step with ``torch.compile`` (CPU; a few fixed shapes,
+            each compiled at its first step: :mod:`zoo.nn.slot_step`).
+        cuda_graphs: on CUDA, replay the decoding step as recorded CUDA graphs.
     """
 
     def __init__(
@@ -84,6 +87,8 @@ class Engine:
         max_stall: float | None = DEFAULT_MAX_STALL,
         prefix_cache_bytes: int | None = DEFAULT_PREFIX_CACHE_BYTES,
         decode_threads: int | None = None,
+        compile: bool = False,
+        cuda_graphs: bool = True,
     ) -> None:
         self.scheduler: Scheduler[Request] = Scheduler(max_batch, max_queue)
         model.eval()
@@ -99,6 +104,8 @@ class Engine:
             rows,
             prefill_chunk=prefill_chunk,
             max_stall=max_stall,
+            compile=compile,
+            cuda_graphs=cuda_graphs,
             prefix_cache=prefix_cache_for(model, prefix_cache_bytes),
         )
         self._threads = DecodeThreads.for_device(self.runner.batch.device, decode_threads)

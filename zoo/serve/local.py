@@ -31,7 +31,8 @@ class Turns:
         tokenizer: decodes the replies.
         prefix_cache_bytes: memory for the kept keys and values (default: one whole
             context's, what a conversation needs).
-        decode_threads: the CPU threads of each step (see :class:`~zoo.serve.engine.Engine`).
+        decode_threads, compile, cuda_graphs: the CPU threads of each step, and whether it
+            is compiled or replays CUDA graphs (see :class:`~zoo.serve.engine.Engine`).
     """
 
     def __init__(
@@ -41,6 +42,8 @@ class Turns:
         *,
         prefix_cache_bytes: int | None = None,
         decode_threads: int | None = None,
+        compile: bool = False,
+        cuda_graphs: bool = True,
     ) -> None:
         self.engine = Engine(
             model,
@@ -48,6 +51,8 @@ class Turns:
             max_queue=0,
             prefix_cache_bytes=prefix_cache_bytes,
             decode_threads=decode_threads,
+            compile=compile,
+            cuda_graphs=cuda_graphs,
         )
         self.tokenizer = tokenizer
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..generation.sampling import pick_each, seeded_generator
-from ..nn.slots import SlotBatch
+from ..nn.slot_step import slot_batch
 from .budget import DEFAULT_MAX_STALL, DEFAULT_PREFILL_CHUNK, PrefillBudget
 
 if TYPE_CHECKING:
@@ -90,6 +90,9 @@ class Runner:
         prefix_cache: where prompt prefixes' keys and values are kept between requests
             (``None``: nowhere).
         clock: seconds, for the timings (a test passes its own).
+        compile, cuda_graphs: run the decoding step in fixed shapes, compiled on CPU
+            (``compile``) or replaying CUDA graphs on CUDA (``cuda_graphs``), as
+            :func:`zoo.nn.slot_step.slot_batch` decides (not with adapters).
     """
 
     def __init__(
@@ -103,10 +106,17 @@ class Runner:
         max_stall: float | None = DEFAULT_MAX_STALL,
         prefix_cache: PrefixCache | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        compile: bool = False,
+        cuda_graphs: bool = True,
     ) -> None:
         self.budget = PrefillBudget(prefill_chunk, max_stall)
-        self.batch: SlotBatch[Request] = SlotBatch(
-            model, max_rows, max_len, before_forward=self._select
+        self.batch = slot_batch(
+            model,
+            max_rows,
+            max_len,
+            before_forward=self._select if adapters is not None else None,
+            compile=compile,
+            cuda_graphs=cuda_graphs,
         )
         self.adapters = adapters
         self.prefix_cache = prefix_cache

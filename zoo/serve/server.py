@@ -84,6 +84,8 @@ def serve(
     max_stall: float | None = DEFAULT_MAX_STALL,
     prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES,
     decode_threads: int | None = None,
+    compile: bool = False,
+    cuda_graphs: bool = True,
 ) -> None:
     """Serve ``model`` over the OpenAI HTTP API until SIGTERM or Ctrl+C.
 
@@ -112,6 +114,8 @@ def serve(
             memory (0: none); see :class:`~zoo.serve.engine.Engine`.
         decode_threads: the CPU threads of each step (``None``: the cores other processes
             leave free; see :class:`~zoo.serve.engine.Engine`).
+        compile, cuda_graphs: the decoding step compiled (CPU) or replayed as CUDA graphs;
+            see :class:`~zoo.serve.engine.Engine`.
     """
     limits = Limits(header_timeout, body_timeout, keep_alive, connection_cap(max_connections))
     engine = Engine(
@@ -124,6 +128,8 @@ def serve(
         max_stall=max_stall,
         prefix_cache_bytes=prefix_cache_bytes,
         decode_threads=decode_threads,
+        compile=compile,
+        cuda_graphs=cuda_graphs,
     )
     app = create_app(
         engine, tokenizer, model_id=model_id, api_key=api_key, max_body_bytes=max_body_bytes
