@@ -3,7 +3,7 @@ weights, in the same run: throughput and latency at several numbers of clients, 
 running streams while a long prompt arrives, and prompts that share a long prefix.
 
     python benchmarks/bench_serve.py --markdown benchmarks/RESULTS-serve.md
-    python benchmarks/bench_serve.py --quick                  # a smoke test, about a minute
+    python benchmarks/bench_serve.py --quick    # a smoke test: shakespeare-byte, one round
     python benchmarks/bench_serve.py --parts stall prefix --rounds 5
     python benchmarks/bench_serve.py --setting "zoo serve=" --setting "chunk 32=--prefill-chunk 32"
 
@@ -397,7 +397,7 @@ def prefix_rows(model: str, served: list[Served], tokens: int) -> list[str]:
 LEVELS_HEAD = [
     "| model | server | clients | tokens/s | vs 1 client | first text p50 (ms) | "
     "first text p95 (ms) | inter-token p50 (ms) | inter-token p95 (ms) | latency p50 (s) | "
-    "same text as the first alone |",
+    "same text as the first server alone |",
     "|---|---|---|---|---|---|---|---|---|---|---|",
 ]
 STALL_HEAD = [
@@ -554,6 +554,51 @@ def arguments() -> argparse.Namespace:
     return args
 
 
+def sections(args: argparse.Namespace, report: Report) -> list[str]:
+    """The tables of the parts run, each with what it measured."""
+    rounds = f"the median of {args.rounds} round{'s' * (args.rounds > 1)}"
+    parts = {
+        "levels": [
+            "## Throughput and latency by number of clients",
+            "",
+            *report.levels,
+            "",
+            f"{args.requests} prompts per level (sent again in turn where a level has more "
+            f"clients), of 20-60 characters of Tiny Shakespeare, greedy, {args.max_tokens} new "
+            f"tokens each, streamed; tokens/s = all generated tokens / wall time of the level, "
+            f"{rounds}; first text, inter-token gaps (between one request's pieces of text) and "
+            "latency: percentiles over every request of every round. 'same text' counts "
+            "replies equal to the first server's at 1 client in the first round.",
+            "",
+        ],
+        "stall": [
+            f"## Stall: {args.streams} streams decoding while a long prompt arrives",
+            "",
+            *report.stalls,
+            "",
+            f"Each stream: {args.stream_tokens} greedy tokens (at most); the long prompt is sent "
+            f"once each stream has sent {args.warm} pieces of text and asks {args.probe_tokens} "
+            "tokens. Longest gap: the longest between two pieces of one stream's text that "
+            "overlaps the long prompt's prefill (its sending to its first text); median gap: "
+            f"over all the streams' gaps; each {rounds} (every round's ratio shown).",
+            "",
+        ],
+        "prefix": [
+            f"## Shared prefix: {args.prefix_requests} requests one after another",
+            "",
+            *report.prefixes,
+            "",
+            "Each request: a prefix of whole lines of Tiny Shakespeare, then 20-60 characters "
+            f"of its own, {args.probe_tokens} new tokens. Ratio: requests 2-n's median time to "
+            f"first text over request 1's, {rounds} (every round's shown); the control sends "
+            "the same with a new prefix for each request. Every round's prefixes and long "
+            "prompt are new to every server (lines of Tiny Shakespeare used once in the run).",
+            "",
+        ],
+    }
+    return [line for part, lines in parts.items() if part in args.parts for line in lines]
+
+
 def main() -> None:
     args = arguments()
     serve_client.LIMIT = args.timeout
@@ -567,42 +612,9 @@ def main() -> None:
             measure_model(args, model, Path(tmp) / model, report)
     took = time.monotonic() - report.began
     facts = machine_facts("torch", "transformers", "fastapi", "uvicorn")
-    rounds = f"the median of {args.rounds} round{'s' * (args.rounds > 1)}"
     text = "\n".join(
         [
-            "## Throughput and latency by number of clients",
-            "",
-            *report.levels,
-            "",
-            f"{args.requests} prompts per level (sent again in turn where a level has more "
-            "clients), of 20-60 "
-            f"characters of Tiny Shakespeare, greedy, {args.max_tokens} new tokens each, "
-            f"streamed; tokens/s = all generated tokens / wall time of the level, {rounds}; "
-            "first text, inter-token gaps (between one request's pieces of text) and latency: "
-            "percentiles over every request of every round. 'same text' counts replies equal "
-            "to the first server's at 1 client in the first round.",
-            "",
-            f"## Stall: {args.streams} streams decoding while a long prompt arrives",
-            "",
-            *report.stalls,
-            "",
-            f"Each stream: {args.stream_tokens} greedy tokens (at most); the long prompt is sent "
-            f"once each stream has sent {args.warm} pieces of text and asks {args.probe_tokens} "
-            "tokens. Longest gap: the longest between two pieces of one stream's text that "
-            "overlaps the long prompt's prefill (its sending to its first text); median gap: "
-            f"over all the streams' gaps; each a median over rounds (every round's ratio shown).",
-            "",
-            f"## Shared prefix: {args.prefix_requests} requests one after another",
-            "",
-            *report.prefixes,
-            "",
-            f"Each request: a prefix of whole lines of Tiny Shakespeare, then 20-60 characters "
-            f"of its own, {args.probe_tokens} new tokens. Ratio: requests 2-n's median time to "
-            "first text over request 1's, the median over rounds (every round's shown); the "
-            "control sends the same with a new prefix for each request. Every round's "
-            "prefixes and long prompt are new to every server (lines of Tiny Shakespeare "
-            "used once in the run).",
-            "",
+            *sections(args, report),
             *[f"- {n}" for n in report.notes],
             "",
             "Servers: " + "; ".join(report.commands) + ".",

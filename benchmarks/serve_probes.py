@@ -88,7 +88,7 @@ class Stall:
 
     @property
     def ratio(self) -> float:
-        return self.longest / self.median
+        return self.longest / self.median if self.median > 0 else float("inf")
 
 
 def stall(
