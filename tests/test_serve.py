@@ -14,7 +14,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +24,7 @@ import openai
 import pytest
 import torch
 from chat_folders import write_folder
+from serve_events import Collect
 
 import zoo
 from zoo.cli import main
@@ -161,24 +161,6 @@ def test_text_ends_before_a_stop_string_split_across_pieces():
 
 
 # -- the engine: requests join the running batch -------------------------------------------
-class Collect:
-    """A sequence's events, as the engine emits them from its thread."""
-
-    def __init__(self) -> None:
-        self.pieces: list[str] = []
-        self.finish: Finish | None = None
-        self.done = threading.Event()
-        self.started = threading.Event()
-
-    def __call__(self, event: str | Finish) -> None:
-        if isinstance(event, Finish):
-            self.finish = event
-            self.done.set()
-        else:
-            self.pieces.append(event)
-            self.started.set()
-
-
 def test_the_engine_admits_requests_between_steps_of_the_running_ones():
     model = shakespeare()
     tok = model.tokenizer

@@ -5,15 +5,14 @@ streams keep getting a token every step; ``zoo chat``'s turns reuse the conversa
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 import torch
+from serve_events import Collect
 
 import zoo
 from zoo.generation import GenerationConfig, stream_continuation
 from zoo.serve.budget import MIN_CHUNK, PrefillBudget
-from zoo.serve.engine import Engine, Finish, Request
+from zoo.serve.engine import Engine, Request
 from zoo.serve.local import Turns
 from zoo.serve.runner import plan_chunks
 
@@ -21,26 +20,6 @@ from zoo.serve.runner import plan_chunks
 @pytest.fixture(scope="module")
 def model() -> torch.nn.Module:
     return zoo.load("shakespeare-byte").eval()
-
-
-class Collect:
-    """A sequence's events, as the engine emits them."""
-
-    def __init__(self) -> None:
-        self.pieces: list[str] = []
-        self.finish: Finish | None = None
-        self.done = threading.Event()
-
-    def __call__(self, event: str | Finish) -> None:
-        if isinstance(event, Finish):
-            self.finish = event
-            self.done.set()
-        else:
-            self.pieces.append(event)
-
-    @property
-    def text(self) -> str:
-        return "".join(self.pieces)
 
 
 def greedy(n: int) -> GenerationConfig:
