@@ -1,5 +1,6 @@
 """What the serving benchmarks share: servers started in their own processes, a lean streaming
-client that times every chunk, prompts cut from Tiny Shakespeare and percentiles.
+client that times every chunk, a level of concurrent clients (:func:`load`), prompts cut from
+Tiny Shakespeare and percentiles.
 
 The client is one event loop in the benchmark's process reading server-sent events over plain
 HTTP/1.1 connections (no client library): the clients share the machine's cores with the
@@ -222,3 +223,36 @@ async def complete(
         tuple(times),
         start,
     )
+
+
+@dataclass(frozen=True)
+class Level:
+    """One number of concurrent clients over every round: each round's tokens per second
+    (all tokens over the round's wall time) and every request's result."""
+
+    clients: int
+    rates: list[float]
+    results: list[Result]
+
+    @property
+    def tokens_per_second(self) -> float:
+        """The median round's."""
+        return median(self.rates)
+
+
+def load(port: int, model: str, texts: list[str], max_tokens: int, clients: int) -> Level:
+    """Send every prompt, ``clients`` at a time; the rate is over the wall time of all."""
+
+    async def run() -> list[Result]:
+        gate = asyncio.Semaphore(clients)
+
+        async def one(text: str) -> Result:
+            async with gate:
+                return await complete(port, model, text, max_tokens)
+
+        return list(await asyncio.gather(*(one(text) for text in texts)))
+
+    start = time.perf_counter()
+    results = within(run())
+    wall = time.perf_counter() - start
+    return Level(clients, [sum(r.tokens for r in results) / wall], results)
