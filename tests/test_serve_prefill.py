@@ -66,11 +66,15 @@ def test_plan_chunks_fills_the_budget_with_the_most_prompt_tokens():
 def test_the_budget_sizes_a_chunk_to_the_decoding_steps_it_may_take():
     budget = PrefillBudget(512, max_stall=2.0)
     assert budget.tokens(decoding=True) == 512  # nothing timed yet
+    budget.prefilled(20, 0.05)  # the streams' own prompts, before any of them decodes
     budget.decoded(0.1)
-    budget.prefilled(100, 0.1)  # 1 ms a token: 2 steps of 100 ms hold 200
-    assert budget.tokens(decoding=True) == 200
+    assert budget.tokens(decoding=True) == 80  # 20 tokens in 50 ms: 80 in 2 steps of 100 ms
     assert budget.tokens(decoding=False) == 512  # no stream waits
-    budget.prefilled(100, 10.0)  # much slower now: the average moves, the floor holds
+    budget.prefilled(80, 0.1)  # a pass costs less per token when larger: the aim climbs
+    assert budget.tokens(decoding=True) == 160
+    budget.prefilled(10, 0.05)  # a prompt's last few tokens: nothing said about 160
+    assert budget.tokens(decoding=True) == 160
+    budget.prefilled(160, 2.0)  # the machine got busy: over the target, the aim drops
     assert budget.tokens(decoding=True) == MIN_CHUNK
     fast = PrefillBudget(64, max_stall=2.0)
     fast.decoded(1.0)
@@ -82,6 +86,18 @@ def test_the_budget_sizes_a_chunk_to_the_decoding_steps_it_may_take():
         PrefillBudget(0)
     with pytest.raises(ValueError, match="max_stall must be a positive number"):
         PrefillBudget(10, float("nan"))
+
+
+def test_a_chunk_that_costs_a_fixed_part_climbs_to_its_target():
+    """Passes that cost 40 ms plus 1 ms a token, decoding steps of 100 ms, a target of 2
+    steps: the aim settles at the 160 tokens that take 200 ms, from a first pass of 16."""
+    budget = PrefillBudget(512, max_stall=2.0)
+    budget.decoded(0.1)
+    size = 16
+    for _ in range(12):
+        budget.prefilled(size, 0.04 + 0.001 * size)
+        size = budget.tokens(decoding=True) or 0
+    assert 150 <= size <= 160
 
 
 def test_the_engine_times_its_steps_for_the_budget(model):

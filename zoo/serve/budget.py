@@ -18,12 +18,19 @@ DEFAULT_PREFILL_CHUNK = 512
 DEFAULT_MAX_STALL = 2.0
 #: The fewest prompt tokens a step prefills while prompts wait, however slow they are.
 MIN_CHUNK = 16
-#: Weight of the newest timing in the running averages.
+#: Weight of the newest decoding step's time in its running average.
 SMOOTHING = 0.3
 
 
 class PrefillBudget:
     """The prompt tokens of the next step: see the module.
+
+    While streams decode, the chunk is steered to its target time (``max_stall`` times the
+    average decoding step): after a prefill pass of ``n`` tokens that took ``t``, the next
+    chunk aims at ``n * target / t`` tokens. A pass's cost is not proportional to its tokens
+    (a pass has a fixed cost too), so the estimate from a small pass is low; the next pass
+    is larger, and the aim climbs to the size that takes the target time instead of staying
+    where a small first pass put it.
 
     Args:
         max_tokens: tokens per step at most, padding included (``None``: whole prompts,
@@ -39,26 +46,41 @@ class PrefillBudget:
             raise ValueError(f"max_stall must be a positive number, got {max_stall}")
         self.max_tokens = max_tokens
         self.max_stall = max_stall
-        self._step: float | None = None  # seconds of a decoding step
-        self._token: float | None = None  # seconds of a prompt token in a prefill pass
+        self._step: float | None = None  # seconds of a decoding step, averaged
+        self._pass: tuple[int, float] | None = None  # the last prefill pass: tokens, seconds
+        self._aim: float | None = None  # the chunk aimed at while streams decode
 
     def tokens(self, decoding: bool) -> int | None:
         """The next step's budget (``None``: no bound), given whether streams decode."""
         if self.max_tokens is None or self.max_stall is None or not decoding:
             return self.max_tokens
-        if self._step is None or self._token is None:
+        if self._aim is None:
             return self.max_tokens
-        fit = int(self.max_stall * self._step / self._token)
-        return max(min(MIN_CHUNK, self.max_tokens), min(self.max_tokens, fit))
+        return max(min(MIN_CHUNK, self.max_tokens), min(self.max_tokens, int(self._aim)))
 
     def decoded(self, seconds: float) -> None:
         """A decoding step took ``seconds``."""
+        first = self._step is None
         self._step = _average(self._step, seconds)
+        if first and self._pass is not None:
+            self._retarget(*self._pass)
 
     def prefilled(self, tokens: int, seconds: float) -> None:
         """A prefill pass of ``tokens`` (padding included) took ``seconds``."""
-        if tokens > 0:
-            self._token = _average(self._token, seconds / tokens)
+        if tokens > 0 and seconds > 0:
+            self._pass = (tokens, seconds)
+            self._retarget(tokens, seconds)
+
+    def _retarget(self, tokens: int, seconds: float) -> None:
+        """Aim at the chunk that ``tokens`` in ``seconds`` say takes the target time; a pass
+        well under the aim that kept to the target (a prompt's last few tokens) says little
+        about a larger one and moves nothing."""
+        if self._step is None or self.max_stall is None or self.max_tokens is None:
+            return
+        target = self.max_stall * self._step
+        if self._aim is not None and seconds <= target and tokens < self._aim / 2:
+            return
+        self._aim = min(max(tokens * target / seconds, MIN_CHUNK), self.max_tokens)
 
 
 def _average(mean: float | None, value: float) -> float:
