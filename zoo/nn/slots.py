@@ -14,6 +14,7 @@ through views, never a copy. The model is not changed: the slot cache is a
 :class:`~zoo.nn.cache.KVCache` whose layers write each row where that row ends, and the
 pass's mask is passed to :meth:`DecoderLM.logits` ready made.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
