@@ -13,7 +13,8 @@ import subprocess
 import sys
 from collections.abc import Iterator
 
-SPIN = "while True:\n    pass\n"
+# spins until its parent is gone, so a benchmark killed mid-run leaves no neighbour behind
+SPIN = "import os\nparent = os.getppid()\nwhile os.getppid() == parent:\n    for _ in range(10**6):\n        pass\n"
 
 
 @contextlib.contextmanager
