@@ -6,9 +6,10 @@ the region's end until the whole team is done. When another process holds one of
 one thread of the team waits behind it for a scheduler time slice while the others spin, at
 every region. Measured on 2 shared cores (gpt2-124m, float32, batch 1): a step took 784 ms
 with 2 threads and 181 ms with 1 (load ~9); on a quiet machine 2 threads are ~1.5x faster
-than 1. CTranslate2's OpenMP (Intel's) yields while it waits, so it loses less. The wait
-policy (``OMP_WAIT_POLICY``, ``GOMP_SPINCOUNT``) is read once when the OpenMP runtime starts,
-so zoo cannot change it at run time; the team's size it can.
+than 1. oneDNN is not the cause (PyTorch's own kernels lose as much), the wait is: with
+``OMP_WAIT_POLICY=PASSIVE`` 2 threads came within 10% of 1, but libgomp reads it once when
+it starts, so zoo cannot set it in a user's process; the team's size it can set per step.
+(CTranslate2 and llama.cpp ship GNU OpenMP too; llama.cpp with 2 threads lost as much.)
 
 :class:`DecodeThreads` is the policy: before a decoding step it reads how busy this
 process's CPUs were since its last reading (``/proc/stat``, the time of processes that are
