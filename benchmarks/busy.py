@@ -14,7 +14,13 @@ import sys
 from collections.abc import Iterator
 
 # spins until its parent is gone, so a benchmark killed mid-run leaves no neighbour behind
-SPIN = "import os\nparent = os.getppid()\nwhile os.getppid() == parent:\n    for _ in range(10**6):\n        pass\n"
+SPIN = """
+import os
+parent = os.getppid()
+while os.getppid() == parent:
+    for _ in range(10**6):
+        pass
+"""
 
 
 @contextlib.contextmanager
