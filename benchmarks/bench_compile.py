@@ -126,7 +126,8 @@ def single_table(args: argparse.Namespace) -> list[str]:
         "| model | eager (ms/token) | compiled (ms/token) | speed-up | cold compile (s) |",
         "|---|---:|---:|---:|---:|",
     ]
-    for label, (name, overrides) in MODELS.items():
+    for label in args.models:
+        name, overrides = MODELS[label]
         spec = {"name": name, "overrides": overrides, "new_tokens": args.new_tokens,
                 "repeats": args.repeats}  # fmt: skip
         r = _child(CHILD, label, spec)
@@ -148,7 +149,8 @@ def slot_table(args: argparse.Namespace) -> list[str]:
         "| shapes compiled | cold compile per shape (s) |",
         "|---|---:|---:|---:|---:|---|",
     ]
-    for label, (name, overrides) in MODELS.items():
+    for label in args.models:
+        name, overrides = MODELS[label]
         spec = {"name": name, "overrides": overrides, "new_tokens": args.new_tokens,
                 "repeats": args.repeats, "rows": args.rows}  # fmt: skip
         r = _child(SLOT_CHILD, label, spec)
@@ -173,6 +175,9 @@ def main() -> None:
     parser.add_argument("--markdown", type=Path)
     parser.add_argument("--rows", type=int, default=8, help="slot batch rows (second table)")
     parser.add_argument("--only", choices=("single", "slots"), help="run one table only")
+    parser.add_argument(
+        "--models", nargs="+", choices=list(MODELS), default=list(MODELS), help="models to run"
+    )
     args = parser.parse_args()
     lines = []
     if args.only != "slots":
