@@ -4,6 +4,7 @@ a missing test dependency, an expected failure) fails the run, wherever pytest r
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -93,3 +94,16 @@ def test_the_rule_holds_with_the_readmes_worker_processes(tmp_path):
     summary = run.stdout.split("skips that are not allowed")[-1]
     assert summary.count("test_case") == len(_CASES), run.stdout
     assert "1 passed" in run.stdout
+
+
+def test_under_xdist_the_longest_files_start_first(tmp_path):
+    """``--dist loadfile`` hands the files of ``HEAVY_FILES`` out first, longest first, whatever
+    their number of tests (xdist's own order), so that none starts last; a file's tests keep
+    their order."""
+    (tmp_path / "test_readme.py").write_text("def test_a():\n    pass\ndef test_b():\n    pass\n")
+    many = "".join(f"def test_{n}():\n    pass\n" for n in range(5))
+    run = _run_with_our_conftest(tmp_path, many, options=("-n", "1", "--dist", "loadfile", "-vv"))
+    assert run.returncode == pytest.ExitCode.OK, run.stdout + run.stderr
+    order = re.findall(r"PASSED (test_\w+\.py::test_\w+)", run.stdout)
+    assert order[:2] == ["test_readme.py::test_a", "test_readme.py::test_b"], run.stdout
+    assert len(order) == 8
