@@ -266,7 +266,7 @@ def test_an_encoder_decoder_learns_to_reverse_from_the_command_line(tmp_path):
         lines.append(" ".join(word) + "\t" + " ".join(reversed(word)))
     data = tmp_path / "reverse.tsv"
     data.write_text("\n".join(lines))
-    size = {"d_model": 128, "n_heads": 4, "d_ff": 256, "n_encoder_layers": 2,
+    size = {"d_model": 64, "n_heads": 4, "d_ff": 128, "n_encoder_layers": 2,
             "n_decoder_layers": 2, "context_length": 16, "dropout": 0.0}  # fmt: skip
     argv = [
         "train", "transformer-encdec-tiny", "--train-tokenizer", "270", "--data", str(data),
