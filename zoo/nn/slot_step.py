@@ -184,6 +184,8 @@ class StaticSlotBatch(SlotBatch[K]):
         self._tokens.zero_()
         self._tokens.index_copy_(0, index, tokens.to(self.device))
         logits = self._pass(n_rows, span)  # (R_b, vocab)
+        if not self._record and rows == list(range(n_rows)):
+            return logits  # a fresh tensor (a CUDA graph's output is overwritten by its replay)
         return logits.index_select(0, index)  # (N, vocab), a copy
 
     def _pass(self, n_rows: int, span: int) -> Tensor:
