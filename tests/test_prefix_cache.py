@@ -160,6 +160,13 @@ def test_extend_refuses_what_does_not_fit(model):
     with pytest.raises(ValueError, match="outside the vocabulary"):
         batch.extend([("a", [10**6])])
     assert batch.length("a") == 6  # the refused chunks changed nothing
+    batch.extend([("a", [1, 2, 3])])
+    batch.open("b")
+    batch.extend([("b", [4])])
+    token = torch.tensor([5])
+    batch.step(token, ["a"])  # "a" now fills its 10 positions
+    with pytest.raises(ValueError, match="sequence 'a' fills its slot"):
+        batch.step(token, ["b"])  # "a" rides along and could write nowhere
     with pytest.raises(ValueError, match="a filled length must be in"):
         batch.fill("a", 10)
 

@@ -315,12 +315,12 @@ class SlotBatch(Generic[K]):
         if not n:
             return torch.empty(0, self.model.config.vocab_size, device=self.device)
         rows = [self.keys.index(key) for key in keys]
-        for key, row in zip(keys, rows, strict=True):
-            if self._lengths[row] >= self.max_len:
+        used = max(rows) + 1  # the pass runs on rows [0, used)
+        for key, length in zip(self.keys[:used], self._lengths[:used], strict=True):
+            if length >= self.max_len:  # stepped or riding along, it has nowhere to write
                 raise ValueError(
                     f"sequence {key!r} fills its slot ({self.max_len} positions); remove it"
                 )
-        used = max(rows) + 1  # the pass runs on rows [0, used)
         self._prepare(self.keys[:used])
         logits = self._step_logits(rows, tokens)  # (N, vocab)
         for row in rows:
