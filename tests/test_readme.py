@@ -9,7 +9,9 @@ and an empty Hugging Face cache. Its blocks run in order, as a reader following 
 blocks as processes, its ``python`` blocks in one Python process for the document (one
 namespace, as if pasted into one session). Only lengths change: steps, generated tokens,
 evaluation intervals, a context of 256 and a Python run's evaluation batches are cut so that
-everything runs in a few minutes on 2 cores; and a Python ``zoo.load("gpt2-124m", ...)``
+everything runs in a few minutes on 2 cores, and ``zoo tour`` builds the models over 64 MiB
+(not 512) on the meta device (the tour at its default, gpt2-124m built with weights within
+1 GiB, is tested in tests/test_cli_ux.py); and a Python ``zoo.load("gpt2-124m", ...)``
 (the official weights, from the Hub) loads a 2-layer ``gpt2-124m`` saved in the folder
 beforehand (same tokenizer and vocabulary). A command or a
 line of Python whose comment says ``needs the Hub``, ``several machines`` or ``needs a GPU``
@@ -70,6 +72,7 @@ SMALL = (
     (r"--eval-every \d+", "--eval-every 2"),
     (r"--warmup \d+", "--warmup 1"),
     (r"context_length=256", "context_length=64"),
+    (r"^zoo tour$", "zoo tour --max-mib 64"),
 )
 
 #: The same for Python blocks, and the official gpt2-124m weights replaced by a small local copy.
