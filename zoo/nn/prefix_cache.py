@@ -196,9 +196,7 @@ class PrefixCache:
         index = torch.tensor(match.slots, device=self._device)
         for pool, rows in ((self._keys, keys), (self._values, values)):
             for layer, row in zip(pool, rows, strict=True):
-                h, _, hd = row.shape
-                target = row[:, : n * b].view(h, n, b, hd).permute(1, 0, 2, 3)  # (n, H, B, hd)
-                target.copy_(layer.index_select(0, index))
+                _blocks(row, b, n).copy_(layer.index_select(0, index))
 
     def store(
         self,
@@ -254,9 +252,7 @@ class PrefixCache:
         slots = torch.tensor([s for _, s in new], device=self._device)
         for pool, rows in ((self._keys, keys), (self._values, values)):
             for layer, row in zip(pool, rows, strict=True):
-                h, _, hd = row.shape
-                n = row.shape[1] // b
-                whole = row[:, : n * b].view(h, n, b, hd).permute(1, 0, 2, 3)  # (n, H, B, hd)
+                whole = _blocks(row, b, row.shape[1] // b)
                 layer.index_copy_(0, slots, whole.index_select(0, blocks))
 
     def _empty(self) -> Tensor:
@@ -266,3 +262,9 @@ class PrefixCache:
         """Drop every block (the counts stay)."""
         self._blocks.clear()
         self._free = list(range(self.capacity - 1, -1, -1))
+
+
+def _blocks(row: Tensor, block_size: int, n: int) -> Tensor:
+    """The first ``n`` blocks of one row's cache ``(H, L, hd)`` as a view ``(n, H, B, hd)``."""
+    h, _, hd = row.shape
+    return row[:, : n * block_size].view(h, n, block_size, hd).permute(1, 0, 2, 3)
