@@ -21,6 +21,7 @@ from ..errors import CompileUnavailableError
 from .base import activation_dtype
 from .cache import KVCache, StaticKVCache
 from .masks import positions_from_mask
+from .session import context_overflow
 
 if TYPE_CHECKING:
     from .decoder import DecoderLM
@@ -66,11 +67,7 @@ class DecoderSession:
     def __init__(self, model: DecoderLM, ids: Tensor, keep: Tensor | None, max_len: int) -> None:
         c = model.config
         if max_len > c.context_length:
-            raise ValueError(
-                f"the prompt ({ids.shape[1]} tokens) plus max_new_tokens "
-                f"({max_len - ids.shape[1]}) exceeds the context length {c.context_length}; "
-                "shorten the prompt or lower max_new_tokens (zoo does not slide the window)"
-            )
+            raise context_overflow(ids.shape[1], max_len - ids.shape[1], c.context_length)
         dtype, device = activation_dtype(model)
         self.model = model
         self.cache = KVCache(

@@ -15,7 +15,17 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
-__all__ = ["DecodingSession", "RecomputeSession"]
+__all__ = ["DecodingSession", "RecomputeSession", "context_overflow"]
+
+
+def context_overflow(prompt_tokens: int, max_new_tokens: int, context_length: int) -> ValueError:
+    """The error for a prompt of ``prompt_tokens`` whose ``max_new_tokens`` do not fit in
+    ``context_length`` positions (every decoding path raises the same)."""
+    return ValueError(
+        f"the prompt ({prompt_tokens} tokens) plus max_new_tokens ({max_new_tokens}) "
+        f"exceeds the context length {context_length}; shorten the prompt or lower "
+        "max_new_tokens (zoo does not slide the window)"
+    )
 
 
 @runtime_checkable
@@ -53,11 +63,7 @@ class RecomputeSession:
     def __init__(self, model: Any, ids: Tensor, keep: Tensor | None, max_new_tokens: int) -> None:
         context = model.config.context_length
         if ids.shape[1] + max_new_tokens > context:
-            raise ValueError(
-                f"the prompt ({ids.shape[1]} tokens) plus max_new_tokens ({max_new_tokens}) "
-                f"exceeds the context length {context}; shorten the prompt or lower "
-                "max_new_tokens (zoo does not slide the window)"
-            )
+            raise context_overflow(ids.shape[1], max_new_tokens, context)
         self.model = model
         self.prefix = ids
         self._ids = ids

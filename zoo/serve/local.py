@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ..nn.session import context_overflow
 from .engine import Engine
 from .request import Event, Finish, Request
 
@@ -65,13 +66,8 @@ class Turns:
         :func:`zoo.generation.stream_continuation` gives it (``config`` with the tokenizer's
         end ids, :func:`zoo.generation.text.with_tokenizer`). The prompt is checked now: a
         ``ValueError`` when it leaves no room for ``config.max_new_tokens``."""
-        room = self.engine.max_len - len(prompt)
-        if not prompt or room < config.max_new_tokens:
-            raise ValueError(
-                f"the prompt ({len(prompt)} tokens) plus max_new_tokens "
-                f"({config.max_new_tokens}) exceeds the context length {self.engine.max_len}; "
-                "shorten the prompt or lower max_new_tokens (zoo does not slide the window)"
-            )
+        if not prompt or len(prompt) + config.max_new_tokens > self.engine.max_len:
+            raise context_overflow(len(prompt), config.max_new_tokens, self.engine.max_len)
         events: collections.deque[Event] = collections.deque()
         request = Request(prompt, config, self.tokenizer, events.append, config.end_ids)
         self.engine.submit([request])
