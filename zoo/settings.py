@@ -102,6 +102,8 @@ class Settings:
             (default, ``None``: the cores other processes leave free, at most torch's count;
             :class:`zoo.nn.threads.DecodeThreads`), ``0`` (torch's count, untouched) or a
             count.
+        native_kernels: ``ZOO_NATIVE_KERNELS``: batch-1 CPU products on zoo's own kernels
+            where they are built (default on; :mod:`zoo.nn.native`); ``0`` keeps PyTorch's.
     """
 
     cuda_graphs: bool = True
@@ -118,6 +120,7 @@ class Settings:
     api_key: str | None = dataclasses.field(default=None, repr=False)
     xdg_cache_home: str | None = None
     decode_threads: int | None = None
+    native_kernels: bool = True
 
     @property
     def cache_root(self) -> str:
@@ -162,4 +165,5 @@ VARIABLES: Mapping[str, tuple[str, Callable[[str], Any]]] = {
     "api_key": ("ZOO_API_KEY", _secret),
     "xdg_cache_home": ("XDG_CACHE_HOME", str),
     "decode_threads": ("ZOO_DECODE_THREADS", _threads),
+    "native_kernels": ("ZOO_NATIVE_KERNELS", _flag),
 }

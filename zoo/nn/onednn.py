@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from . import native
 from .linear import Linear
 
 __all__ = [
@@ -113,6 +114,9 @@ def cpu_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     ):
         if torch.compiler.is_compiling() and _registered():
             return torch.ops.zoo.onednn_linear(x, weight, bias)
+        row = native.linear(x, weight, bias)  # one row (batch-1 decoding): zoo's kernel
+        if row is not None:
+            return row
         kernel = _kernel()
         assert kernel is not None  # available() found it
         return kernel(x, weight, bias, "none", [], "")
