@@ -29,6 +29,7 @@ from torch import Tensor, nn
 
 from ..options import QUANTIZE_MODES
 from .linear import Linear
+from .native_int8 import attach_rows, int8_linear
 from .onednn import cpu_linear as float_linear
 from .quant_grad import frozen_linear, int4_columns, int8_columns, needs_input_grad
 
@@ -246,6 +247,9 @@ def _dynamic_linear() -> Any:  # a subclass of torch.ao's dynamic Linear
             return frozen_linear(self, x) if needs_input_grad(x) else self.infer(x)
 
         def infer(self, x: Tensor) -> Tensor:
+            y = int8_linear(self, x)  # one row: zoo's kernel, FBGEMM's numbers (native_int8)
+            if y is not None:
+                return y
             try:
                 return super().forward(x)
             except RuntimeError as exc:
@@ -279,6 +283,7 @@ def dynamic_int8(
     layer = DynamicLinear(linear.in_features, linear.out_features, dtype=torch.qint8)
     bias = linear.bias.detach().float() if linear.bias is not None else None
     layer.set_weight_bias(weight, bias)  # packed for the CPU kernel
+    attach_rows(layer, q, scale)  # and plain for zoo's one-row kernel (no copy of q)
     return layer
 
 

@@ -1,0 +1,141 @@
+"""zoo's batch-1 int8 kernel: PyTorch's dynamic int8 linear for one row, to the bit.
+
+Why: ``quantize="int8"`` on the CPU is torch.ao's dynamic quantized linear (FBGEMM: int8
+weights with a scale per output row, the input row quantized to uint8 per call). A batch-1
+decoding step reads every weight once, and FBGEMM's kernel, made for many rows, streams
+them for one row more slowly than the cores can read them; ``zoo_gemv_int8``
+(``zoo/nn/_native_int8.c``, built into the same library as :mod:`zoo.nn.native`'s float32
+kernel) computes the same thing for one row at the memory's rate.
+
+Numerics: the same as FBGEMM's, bit for bit, on AVX2 machines: the input's scale and zero
+point are chosen as ``quant_utils::ChooseQuantizationParams`` chooses them (reduce_range),
+the row is quantized as ``QuantizeAvx2`` does, products are summed exactly in int32, and the
+epilogue multiplies and adds in FBGEMM's order (``requantizeForFloatAvx2``); the C file
+lists the steps and ``tests/test_native_int8.py`` checks them against torch on random rows.
+A row holding NaN or infinity is left to FBGEMM.
+
+Memory: FBGEMM keeps its weights packed in its own layout, which this kernel cannot read, so
+the kernel reads a plain ``(N, K)`` int8 copy (:class:`Int8Rows`): the int8 weights are held
+twice (for a head tied to the token embedding, the embedding's rows serve, no copy).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import functools
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .native import _library
+
+__all__ = ["Int8Rows", "attach_rows", "int8_linear"]
+
+_ROWS = "_zoo_int8_rows"  # the layer attribute that holds its Int8Rows
+
+
+@dataclasses.dataclass(frozen=True)
+class Int8Rows:
+    """What ``zoo_gemv_int8`` reads of one dynamic int8 layer: ``q`` ``(N, K)`` int8,
+    ``scale`` ``(N,)`` float32 (the per-row scales as FBGEMM rounds them), ``colsum``
+    ``(N,)`` int32 (``q.sum(1)``), ``bias`` ``(N,)`` float32 or ``None``, all contiguous;
+    ``packed`` is the layer's packed weight they were read from (a later
+    ``set_weight_bias`` replaces it, and the rows are read again)."""
+
+    q: Tensor
+    scale: Tensor
+    colsum: Tensor
+    bias: Tensor | None
+    packed: Any
+
+
+@functools.cache
+def _kernel() -> Any:
+    """``zoo_gemv_int8`` with its argument types, or ``None`` where zoo's kernels do not run
+    (:func:`zoo.nn.native.available`)."""
+    lib = _library()
+    if lib is None:
+        return None
+    kernel = lib.zoo_gemv_int8
+    kernel.restype = ctypes.c_int
+    kernel.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int64] * 2 + [ctypes.c_int]
+    return kernel
+
+
+def _packed(layer: Any) -> Any:
+    return layer._packed_params._packed_params
+
+
+def attach_rows(layer: Any, q: Tensor, scale: Tensor) -> None:
+    """Give ``layer`` (a dynamic int8 linear whose weight was just set from ``q`` ``(N, K)``
+    int8 and ``scale`` ``(N,)``) the :class:`Int8Rows` its kernel reads, sharing ``q``."""
+    bias = layer.bias()
+    setattr(layer, _ROWS, _rows(q, scale.float(), bias, _packed(layer)))
+
+
+def _rows(q: Tensor, scale: Tensor, bias: Tensor | None, packed: Any) -> Int8Rows:
+    q = q.contiguous()
+    colsum = q.sum(dim=1, dtype=torch.int32)  # (N,)
+    bias = bias.detach().float().contiguous() if bias is not None else None
+    return Int8Rows(q, scale.contiguous(), colsum, bias, packed)
+
+
+def _rows_of(layer: Any) -> Int8Rows | None:
+    """The layer's :class:`Int8Rows`, read from its packed weight where it has none or the
+    weight changed; ``None`` for a weight the kernel does not take (a zero point not 0)."""
+    rows = layer.__dict__.get(_ROWS)
+    packed = _packed(layer)
+    if rows is not None and rows.packed is packed:
+        return rows
+    weight, bias = layer._weight_bias()  # the int8 weight, unpacked (N, K)
+    if weight.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric):
+        if bool(weight.q_per_channel_zero_points().ne(0).any()):
+            return None
+        scale = weight.q_per_channel_scales().float()  # FBGEMM holds them as float
+    elif weight.qscheme() in (torch.per_tensor_affine, torch.per_tensor_symmetric):
+        if weight.q_zero_point() != 0:
+            return None
+        scale = torch.full((weight.shape[0],), weight.q_scale(), dtype=torch.float32)
+    else:
+        return None
+    rows = _rows(weight.int_repr(), scale, bias, packed)
+    setattr(layer, _ROWS, rows)
+    return rows
+
+
+def int8_linear(layer: Any, x: Tensor) -> Tensor | None:
+    """``layer(x)`` for a dynamic int8 linear (torch.ao's, FBGEMM's numbers) and one row of
+    float32 ``x`` on the CPU (``(*, K)`` with at least two dimensions and one row in all),
+    on zoo's kernel; ``None`` where the kernel does not apply (no kernel, another dtype or
+    device, several rows, a row holding NaN or infinity) and the caller runs the layer's
+    own kernel. No autograd.
+
+    Shape:
+        ``(*, K) -> (*, N)``.
+    """
+    kernel = _kernel()
+    if kernel is None or x.dtype is not torch.float32 or not x.is_cpu or x.dim() < 2:
+        return None
+    rows = _rows_of(layer)
+    if rows is None:
+        return None
+    n, k = rows.q.shape
+    if x.numel() != k or x.shape[-1] != k:
+        return None
+    x = x.contiguous()
+    y = torch.empty((*x.shape[:-1], n))
+    bias = rows.bias
+    status = kernel(
+        x.data_ptr(),
+        rows.q.data_ptr(),
+        rows.scale.data_ptr(),
+        rows.colsum.data_ptr(),
+        None if bias is None else bias.data_ptr(),
+        y.data_ptr(),
+        n,
+        k,
+        torch.get_num_threads(),
+    )
+    return y if status == 0 else None
