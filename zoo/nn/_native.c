@@ -19,7 +19,9 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #if defined(__x86_64__) || defined(_M_X64)
 #define ZOO_X86 1
@@ -124,6 +126,130 @@ void zoo_gemv_f32(const float *W, const float *x, const float *b, float *y, int6
 #endif
 }
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", NULL, -1, NULL};
+#ifdef ZOO_X86
+/* The sum of x[0:n] in eight float lanes, then the lanes (the same order on every call). */
+__attribute__((target("avx2,fma"))) static float sum8(const float *x, int64_t n) {
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) acc = _mm256_add_ps(acc, _mm256_loadu_ps(x + i));
+    float s = hsum(acc);
+    for (; i < n; i++) s += x[i];
+    return s;
+}
+
+/* The dot product of a[0:n] and b[0:n] in eight float lanes, then the lanes. */
+__attribute__((target("avx2,fma"))) static float dot8(const float *a, const float *b, int64_t n) {
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+    float s = hsum(acc);
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* The sum of (x - mean)^2 over x[0:n], as sum8 orders it. */
+__attribute__((target("avx2,fma"))) static float squares8(const float *x, float mean, int64_t n) {
+    __m256 acc = _mm256_setzero_ps(), m = _mm256_set1_ps(mean);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 c = _mm256_sub_ps(_mm256_loadu_ps(x + i), m);
+        acc = _mm256_fmadd_ps(c, c, acc);
+    }
+    float s = hsum(acc);
+    for (; i < n; i++) s += (x[i] - mean) * (x[i] - mean);
+    return s;
+}
+
+__attribute__((target("avx2,fma"))) static void layer_norm(
+    const float *x, const float *w, const float *b, float *y, int64_t d, float eps) {
+    float mean = sum8(x, d) / (float)d;
+    float rstd = 1.0f / sqrtf(squares8(x, mean, d) / (float)d + eps);
+    for (int64_t i = 0; i < d; i++) {
+        float h = (x[i] - mean) * rstd;
+        h = w ? h * w[i] : h;
+        y[i] = b ? h + b[i] : h;
+    }
+}
+
+__attribute__((target("avx2,fma"))) static void rms_norm(
+    const float *x, const float *w, float *y, int64_t d, float eps, float offset) {
+    float r = 1.0f / sqrtf(dot8(x, x, d) / (float)d + eps);
+    for (int64_t i = 0; i < d; i++) y[i] = (x[i] * r) * (w[i] + offset);
+}
+
+/* One query head against keys and values [0, len) (rows of hd floats), online softmax:
+ * y = sum_j softmax(q . k_j * scale)_j v_j. */
+__attribute__((target("avx2,fma"))) static void attend_head(
+    const float *q, const float *K, const float *V, float *y, int64_t len, int64_t hd, float scale) {
+    float top = -INFINITY, total = 0.0f;
+    for (int64_t d = 0; d < hd; d++) y[d] = 0.0f;
+    for (int64_t j = 0; j < len; j++) {
+        float s = dot8(q, K + j * hd, hd) * scale;
+        if (s > top) {  /* a new maximum: rescale what is summed so far */
+            float c = expf(top - s);
+            total *= c;
+            for (int64_t d = 0; d < hd; d++) y[d] *= c;
+            top = s;
+        }
+        float p = expf(s - top);
+        total += p;
+        const float *v = V + j * hd;
+        for (int64_t d = 0; d < hd; d++) y[d] += p * v[d];
+    }
+    float inv = 1.0f / total;
+    for (int64_t d = 0; d < hd; d++) y[d] *= inv;
+}
+#endif
+
+/* y (d) = layer norm of x (d) scaled by w and shifted by b (either may be NULL). */
+void zoo_layer_norm_f32(const float *x, const float *w, const float *b, float *y, int64_t d,
+                        float eps) {
+#ifdef ZOO_X86
+    layer_norm(x, w, b, y, d, eps);
+#else
+    (void)x, (void)w, (void)b, (void)y, (void)d, (void)eps;
+#endif
+}
+
+/* y (d) = x / sqrt(mean(x^2) + eps) * (w + offset): RMSNorm (offset 0) or Gemma's (1). */
+void zoo_rms_norm_f32(const float *x, const float *w, float *y, int64_t d, float eps,
+                      float offset) {
+#ifdef ZOO_X86
+    rms_norm(x, w, y, d, eps, offset);
+#else
+    (void)x, (void)w, (void)y, (void)d, (void)eps, (void)offset;
+#endif
+}
+
+/* One decoding step's attention for one sequence: writes the new key and value of each of
+ * kv_heads heads (rows k + j * k_stride, v + j * v_stride, hd floats) at position pos of the
+ * caches ck, cv (kv_heads, max_len, hd), then each of heads query heads (q + h * q_stride)
+ * attends to positions [0, pos] of its key/value head h / (heads / kv_heads); y is (heads, hd).
+ * The heads run on `threads` threads. */
+void zoo_attend_one_f32(const float *q, int64_t q_stride, const float *k, int64_t k_stride,
+                        const float *v, int64_t v_stride, float *ck, float *cv, int64_t max_len,
+                        int64_t pos, int64_t heads, int64_t kv_heads, int64_t hd, float scale,
+                        float *y, int threads) {
+#ifdef ZOO_X86
+    for (int64_t j = 0; j < kv_heads; j++) {
+        memcpy(ck + (j * max_len + pos) * hd, k + j * k_stride, (size_t)hd * sizeof(float));
+        memcpy(cv + (j * max_len + pos) * hd, v + j * v_stride, (size_t)hd * sizeof(float));
+    }
+    int64_t group = heads / kv_heads;
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t h = 0; h < heads; h++) {
+        int64_t j = h / group;
+        attend_head(q + h * q_stride, ck + j * max_len * hd, cv + j * max_len * hd, y + h * hd,
+                    pos + 1, hd, scale);
+    }
+#else
+    (void)q, (void)q_stride, (void)k, (void)k_stride, (void)v, (void)v_stride, (void)ck;
+    (void)cv, (void)max_len, (void)pos, (void)heads, (void)kv_heads, (void)hd, (void)scale;
+    (void)y, (void)threads;
+#endif
+}
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, .m_name = "_native", .m_doc = NULL, .m_size = -1};
 
 PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from . import native
 from .cache import LayerCache
 from .linear import Linear
 from .positions import Rotation
@@ -138,6 +139,9 @@ class MultiHeadAttention(nn.Module):
         if rotation is not None:
             q, k = rotation(q), rotation(k)
         if cache is not None:
+            y = self._native_step(q, k, v, cache, start, mask, causal)
+            if y is not None:  # one decoding step of one sequence, on zoo's kernel
+                return self.proj(y)
             k, v = cache.write(start, k, v)  # (B, H_kv, start + T, hd)
         if self.softcap is None:
             y = F.scaled_dot_product_attention(
@@ -154,6 +158,32 @@ class MultiHeadAttention(nn.Module):
             y = self._capped(q, k, v, mask, causal and mask is None)
         y = y.transpose(1, 2).reshape(b, t, self.q_width)  # (B, T, H * hd)
         return self.proj(y)
+
+    def _native_step(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        cache: LayerCache,
+        start: int,
+        mask: Tensor | None,
+        causal: bool,
+    ) -> Tensor | None:
+        """The attention of one new token of one sequence on zoo's CPU kernel
+        (:func:`zoo.nn.native.attend_one`, which also writes the cache), ``(1, 1, H * hd)``;
+        ``None`` where it does not apply (a mask, soft-capped scores, gradients, dropout, a
+        cache that is not a plain :class:`LayerCache`)."""
+        if (
+            type(cache) is not LayerCache
+            or mask is not None
+            or (causal and start > 0)
+            or self.softcap is not None
+            or (self.training and self.dropout > 0)
+            or (torch.is_grad_enabled() and q.requires_grad)
+        ):
+            return None
+        scale = self.scale if self.scale is not None else self.head_dim**-0.5
+        return native.attend_one(q, k, v, cache.k, cache.v, start, scale)
 
     def _project(
         self, x: Tensor, memory: Tensor | None, memory_kv: tuple[Tensor, Tensor] | None

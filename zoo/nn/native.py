@@ -30,15 +30,42 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib.util
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from ..settings import Settings
 
-__all__ = ["available", "linear"]
+__all__ = ["attend_one", "available", "layer_norm", "linear", "rms_norm"]
 
 _SOURCE = "zoo.nn._native"  # the extension setuptools builds from zoo/nn/_native.c
+
+_P, _I, _F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
+#: The argument types of each kernel of zoo/nn/_native.c that returns nothing.
+_SIGNATURES: dict[str, list[Any]] = {
+    "zoo_gemv_f32": [_P, _P, _P, _P, _I, _I, ctypes.c_int],
+    "zoo_layer_norm_f32": [_P, _P, _P, _P, _I, _F],
+    "zoo_rms_norm_f32": [_P, _P, _P, _I, _F, _F],
+    "zoo_attend_one_f32": [
+        _P,
+        _I,
+        _P,
+        _I,
+        _P,
+        _I,
+        _P,
+        _P,
+        _I,
+        _I,
+        _I,
+        _I,
+        _I,
+        _F,
+        _P,
+        ctypes.c_int,
+    ],
+}
 
 
 @functools.cache
@@ -59,8 +86,10 @@ def _library() -> ctypes.CDLL | None:
         return None
     lib.zoo_native_supported.restype = ctypes.c_int
     lib.zoo_native_max_threads.restype = ctypes.c_int
-    lib.zoo_gemv_f32.restype = None
-    lib.zoo_gemv_f32.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int64] * 2 + [ctypes.c_int]
+    for name, argtypes in _SIGNATURES.items():
+        function = getattr(lib, name)
+        function.restype = None
+        function.argtypes = argtypes
     if not lib.zoo_native_supported() or not _one_openmp(lib):
         return None
     return lib
@@ -138,3 +167,83 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor | No
         torch.get_num_threads(),
     )
     return y
+
+
+def _row(x: Tensor) -> bool:
+    """Whether ``x`` is one contiguous float32 row on the CPU (``(*, d)``, one row in all)."""
+    return x.dtype is torch.float32 and x.is_cpu and x.numel() == x.shape[-1] and x.is_contiguous()
+
+
+def layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float) -> Tensor | None:
+    """``F.layer_norm`` over the last dimension of one float32 row on the CPU, on zoo's
+    kernel (mean and variance summed in float32 lanes); ``None`` where it does not apply.
+
+    Shape:
+        ``(*, d) -> (*, d)``.
+    """
+    lib = _library()
+    d = x.shape[-1]
+    if lib is None or not _row(x) or not all(t is None or _vector(t, d) for t in (weight, bias)):
+        return None
+    y = torch.empty_like(x)
+    lib.zoo_layer_norm_f32(x.data_ptr(), _address(weight), _address(bias), y.data_ptr(), d, eps)
+    return y
+
+
+def rms_norm(x: Tensor, weight: Tensor, eps: float, offset: float = 0.0) -> Tensor | None:
+    """``x / sqrt(mean(x^2) + eps) * (weight + offset)`` over the last dimension of one
+    float32 row on the CPU (RMSNorm with ``offset`` 0, Gemma's with 1); ``None`` where it
+    does not apply.
+
+    Shape:
+        ``(*, d) -> (*, d)``.
+    """
+    lib = _library()
+    d = x.shape[-1]
+    if lib is None or not _row(x) or not _vector(weight, d):
+        return None
+    y = torch.empty_like(x)
+    lib.zoo_rms_norm_f32(x.data_ptr(), weight.data_ptr(), y.data_ptr(), d, eps, offset)
+    return y
+
+
+def attend_one(
+    q: Tensor, k: Tensor, v: Tensor, cache_k: Tensor, cache_v: Tensor, start: int, scale: float
+) -> Tensor | None:
+    """One decoding step's attention for one sequence: stores the new key and value at
+    position ``start`` of the caches, then each query head attends to positions
+    ``[0, start]`` of its key/value head (grouped-query when ``H_kv < H``), softmax in
+    float32 with ``scale``; no mask. ``None`` (nothing written) where it does not apply:
+    another dtype or device, more than one sequence or query, ``start`` past the cache,
+    heads whose features are not contiguous, or a cache that is not one contiguous block.
+
+    Shape:
+        ``q (1, H, 1, hd)``, ``k``/``v`` ``(1, H_kv, 1, hd)``, caches ``(1, H_kv, max_len,
+        hd)`` -> ``(1, 1, H * hd)``.
+    """
+    lib = _library()
+    if lib is None or q.shape[0] != 1 or q.shape[2] != 1 or not 0 <= start < cache_k.shape[2]:
+        return None
+    heads, hd = q.shape[1], q.shape[3]
+    kv_heads = k.shape[1]
+    tensors = (q, k, v, cache_k, cache_v)
+    if not (
+        all(t.dtype is torch.float32 and t.is_cpu and t.stride(-1) == 1 for t in tensors)
+        and cache_k.is_contiguous()
+        and cache_v.is_contiguous()
+        and cache_k.shape == cache_v.shape == (1, kv_heads, cache_k.shape[2], hd)
+        and k.shape == v.shape == (1, kv_heads, 1, hd)
+        and heads % kv_heads == 0
+    ):
+        return None
+    y = torch.empty(1, 1, heads * hd)
+    lib.zoo_attend_one_f32(
+        q.data_ptr(), q.stride(1), k.data_ptr(), k.stride(1), v.data_ptr(), v.stride(1),
+        cache_k.data_ptr(), cache_v.data_ptr(), cache_k.shape[2], start, heads, kv_heads, hd,
+        scale, y.data_ptr(), torch.get_num_threads(),
+    )  # fmt: skip
+    return y
+
+
+def _address(t: Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
