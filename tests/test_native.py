@@ -154,6 +154,30 @@ def test_the_kernel_is_built_where_it_can_be(children):
     )
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="zoo.nn.native._library() raises AttributeError (undefined symbol) for a library "
+    "without one of the kernels' functions: a build of an older _native.c (an editable "
+    "install after `git pull`, a wheel built beside a stale build/) crashes every float32 "
+    "forward on the CPU instead of leaving PyTorch's kernels",
+)
+def test_a_library_without_the_kernels_functions_leaves_pytorchs_kernels(children):
+    """A loadable extension that lacks the kernels' functions (here the standard library's
+    ``_ctypes``, standing for a build of an older ``_native.c``) is no kernel: ``available()``
+    is False and the caller computes with PyTorch's kernels."""
+    passes(
+        children,
+        """
+        os.environ["ZOO_NATIVE_KERNELS"] = "1"
+        native._SOURCE = "_ctypes"
+        native._library.cache_clear()
+        assert native.available() is False
+        x, w, b = tensors((1,), 4, 8, True, 0)
+        assert native.linear(x, w, b) is None
+        """,
+    )
+
+
 # shapes: N and K on both sides of the kernel's blocks (4 rows, 16-row tasks, 8 lanes)
 _N = st.one_of(st.integers(1, 40), st.integers(41, 300))
 _K = st.one_of(st.integers(1, 20), st.integers(21, 400))
