@@ -4,6 +4,7 @@ never a top-level ``plugins``) and finds all four named models."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import stat
@@ -179,3 +180,57 @@ def test_vendored_reference_files_match_their_hashes():
         digest, name = line.split()
         assert hashlib.sha256((folder / name).read_bytes()).hexdigest() == digest, name
     assert "MIT License" in (folder / "LICENSE").read_text()
+
+
+def _extensions() -> list[dict]:
+    with open(ROOT / "pyproject.toml", "rb") as file:
+        extensions: list[dict] = tomllib.load(file)["tool"]["setuptools"]["ext-modules"]
+    return extensions
+
+
+def test_the_native_kernels_are_an_optional_extension():
+    """zoo's C kernels (``zoo/nn/_native*.c``) are built by ``pip install`` as an optional
+    extension, under the name :mod:`zoo.nn.native` looks for, from sources that exist: a
+    failed build must leave an install that runs on PyTorch's kernels."""
+    from zoo.nn import native
+
+    (extension,) = _extensions()
+    assert extension["name"] == native._SOURCE
+    assert extension["optional"] is True
+    assert extension["sources"] and all((ROOT / s).is_file() for s in extension["sources"])
+
+
+def test_a_failing_compiler_builds_nothing_and_fails_nothing(tmp_path):
+    """The extension as pyproject.toml declares it, built by setuptools' ``build_ext`` with a
+    compiler that always fails (``CC=/bin/false``, as on a machine without one): the build
+    succeeds with a warning and no library (what ``pip install`` of a fresh clone did by hand:
+    installed, ``zoo.nn.native.available()`` False, zoo generating on PyTorch's kernels)."""
+    code = (
+        "import json, sys; from setuptools import Extension, setup\n"
+        "spec = {k.replace('-', '_'): v for k, v in json.loads(sys.argv[1]).items()}\n"
+        "setup(name='probe', ext_modules=[Extension(**spec)], script_args=['build_ext',"
+        " '--build-lib', sys.argv[2], '--build-temp', sys.argv[2]])\n"
+    )
+    (extension,) = _extensions()
+    env = {**os.environ, "CC": "/bin/false"}
+    done = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(extension), str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f'building extension "{extension["name"]}" failed' in done.stdout + done.stderr
+    assert not list(tmp_path.rglob("*.so"))
+
+
+def test_the_wheel_ships_the_native_kernels_where_they_build(wheel):
+    """Where this checkout's install built the kernels (a C compiler with OpenMP), the wheel
+    built here ships them too."""
+    import importlib.util
+
+    built = importlib.util.find_spec("zoo.nn._native") is not None
+    names = zipfile.ZipFile(wheel).namelist()
+    shipped = [n for n in names if n.startswith("zoo/nn/_native.") and not n.endswith(".c")]
+    assert bool(shipped) == built, shipped
