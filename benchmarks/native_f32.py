@@ -1,0 +1,125 @@
+"""The ``float32`` section of ``bench_native.py``: zoo's one-row float32 kernel
+(:func:`zoo.nn.native.linear`, ``zoo_gemv_f32``) against PyTorch's kernels and the memory's
+own rate, on gpt2-124m's 49 weights.
+
+One row through each of gpt2-124m's 49 float32 linears (12 layers x q/k/v, attention output
+and the MLP's two, then the output layer tied to the embedding: 124 M weights, 497 MB), in
+model order, timed as a chain: the time a batch-1 decoding step spends in its matrix-vector
+products. Kernels:
+
+- ``F.linear``: PyTorch's default (``addmm``; MKL's or OpenBLAS's gemv for one row),
+- ``oneDNN``: ``torch.ops.mkldnn._linear_pointwise``, called as ``zoo/nn/onednn.py`` does
+  (zoo's path for batch-1 products before its own kernel),
+- ``zoo``: :func:`zoo.nn.native.linear`,
+- ``sum``: ``w.sum()`` over the same weights: no product, only the stream of the weights
+  through the cores (the memory-streaming ceiling a matrix-vector product can approach).
+
+Passes are interleaved (every kernel once per pass, in an order that rotates pass by pass),
+so all see the same host; each figure is the median over passes. GB/s counts the weights'
+bytes only (the row and the outputs are a few KB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def f32_weights() -> list[tuple[Any, Any]]:
+    """``(weight, bias)`` of gpt2-124m's float32 linears in model order (random, seed 0)."""
+    import torch
+
+    import zoo
+    from zoo.nn.linear import Linear
+
+    torch.manual_seed(0)
+    model = zoo.build("gpt2-124m").eval()
+    return [
+        (m.weight.detach(), None if m.bias is None else m.bias.detach())
+        for m in model.modules()
+        if isinstance(m, Linear)
+    ]
+
+
+def f32_kernels() -> dict[str, Callable[[Any, Any, Any], Any]]:
+    """The kernels timed, each ``step(x, weight, bias)``; zoo's only where it is available."""
+    import torch
+    import torch.nn.functional as F
+
+    from zoo.nn import native
+
+    def onednn(x: Any, w: Any, b: Any) -> Any:
+        return torch.ops.mkldnn._linear_pointwise(x, w, b, "none", [], "")
+
+    kernels: dict[str, Callable[[Any, Any, Any], Any]] = {"F.linear": F.linear}
+    if torch.backends.mkldnn.is_available():
+        kernels["oneDNN"] = onednn
+    if native.available():
+        kernels["zoo"] = native.linear
+    kernels["sum"] = lambda x, w, b: w.sum()
+    return kernels
+
+
+def _check(kernels: dict[str, Callable[..., Any]], weights: list, rows: list) -> None:
+    """Every product kernel gives F.linear's result (to float32 rounding) on every weight."""
+    import torch
+
+    for (w, b), x in zip(weights, rows, strict=True):
+        want = kernels["F.linear"](x, w, b)
+        for name, step in kernels.items():
+            if name != "sum":
+                got = step(x, w, b)
+                assert got is not None, f"{name} declined a row of {tuple(w.shape)}"
+                torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def f32_chain(passes: int) -> str:
+    """The table of the float32 section."""
+    import torch
+
+    weights = f32_weights()
+    g = torch.Generator().manual_seed(1)
+    rows = [torch.randn(1, 1, w.shape[1], generator=g) for w, _ in weights]
+    kernels = f32_kernels()
+    times: dict[str, list[float]] = {name: [] for name in kernels}
+    names = list(kernels)
+    with torch.no_grad():
+        _check(kernels, weights, rows)
+        for turn in range(passes + 1):
+            order = names[turn % len(names) :] + names[: turn % len(names)]
+            for name in order:
+                step = kernels[name]
+                start = time.perf_counter()
+                for (w, b), x in zip(weights, rows, strict=True):
+                    step(x, w, b)
+                if turn:  # the first pass warms up (page faults, thread start)
+                    times[name].append(time.perf_counter() - start)
+    mb = sum(w.numel() * w.element_size() for w, _ in weights) / 1e6
+    ceiling = statistics.median(times["sum"])
+    lines = [
+        f"One row through gpt2-124m's {len(weights)} float32 linears ({mb:.0f} MB of weights) "
+        f"in model order, {passes} interleaved passes (rotating order), "
+        f"{torch.get_num_threads()} threads; every product equals F.linear's to float32 "
+        "rounding:\n",
+        "| kernel | median ms per pass | weights GB/s | time / sum's |",
+        "|---|---:|---:|---:|",
+    ]
+    labels = {
+        "F.linear": "PyTorch `F.linear`",
+        "oneDNN": "oneDNN (`mkldnn._linear_pointwise`)",
+        "zoo": "zoo (`zoo_gemv_f32`)",
+        "sum": "`w.sum()` (streaming ceiling)",
+    }
+    for name in names:
+        ms = statistics.median(times[name]) * 1e3
+        lines.append(f"| {labels[name]} | {ms:.1f} | {mb / ms:.1f} | {ms / ceiling / 1e3:.2f}x |")
+    if "zoo" not in kernels:
+        lines.append("\nzoo's kernel is not available here (not built, or no AVX2+FMA).")
+    return "\n".join(lines) + "\n"
+
+
+def f32_section(args: argparse.Namespace) -> str:
+    return "## float32\n\n" + f32_chain(args.passes)
