@@ -26,6 +26,8 @@ Threads: CTranslate2 and ``llama.cpp`` get torch's thread count (zoo's); ``llama
 ...+own-threads`` keeps llama-cpp-python's default (half the CPUs). zoo decodes with its
 thread policy (``ZOO_DECODE_THREADS``, default ``auto``: the cores other processes leave
 free). ``--busy N`` runs N processes that each keep a core busy during the measurements.
+``zoo ...+torch-kernels`` runs zoo with ``ZOO_NATIVE_KERNELS=0``: PyTorch's kernels instead
+of zoo's own one-row CPU kernels (``zoo.nn.native``), to show what those bring.
 ``--decode-only`` measures batch-1 decoding only (the per-process peak and first generation
 too), by default of the engines the issue's goals name (``DECODE_ENGINES``):
 
@@ -66,6 +68,8 @@ ENGINES = [
 DECODE_ENGINES = [  # --decode-only's default: the issue's goals, both thread choices of llama.cpp
     "zoo float32",
     "zoo int8",
+    "zoo float32+torch-kernels",
+    "zoo int8+torch-kernels",
     "ct2 float32",
     "ct2 int8",
     "ct2 int8_float32",
@@ -95,7 +99,7 @@ CHILD = PEAK_MIB + textwrap.dedent(
     spec = json.loads(sys.argv[1])
     engine, precision = spec["engine"].split()  # "zoo int8-weight", "ct2 int8_float32"...
     own_threads = precision.endswith("+own-threads")  # llama-cpp-python's default count
-    precision = precision.removesuffix("+own-threads")
+    precision = precision.removesuffix("+own-threads").removesuffix("+torch-kernels")
     precision, compiled = precision.removesuffix("+compile"), precision.endswith("+compile")
     inner, new, vocab = spec["inner"], spec["new_tokens"], spec["vocab"]
     g = torch.Generator().manual_seed(0)
@@ -224,8 +228,11 @@ def prepare(folder: Path, sizes: dict[str, int], gguf: bool) -> dict[str, str]:
 def run(engine: str, paths: dict[str, str], args: argparse.Namespace, tiny: bool) -> dict:
     spec = {**paths, "engine": engine, "inner": args.inner, "new_tokens": args.new_tokens,
             "vocab": 50257, "tiny": tiny, "decode_only": args.decode_only}  # fmt: skip
+    env = dict(os.environ)
+    if engine.endswith("+torch-kernels"):  # zoo without its own CPU kernels (zoo.nn.native)
+        env["ZOO_NATIVE_KERNELS"] = "0"
     result = subprocess.run(
-        [sys.executable, "-c", CHILD, json.dumps(spec)], capture_output=True, text=True
+        [sys.executable, "-c", CHILD, json.dumps(spec)], capture_output=True, text=True, env=env
     )
     if result.returncode != 0:
         raise RuntimeError(f"{engine} failed:\n{result.stderr[-3000:]}")
@@ -286,7 +293,9 @@ def same_tokens(full: dict[str, list[dict]]) -> str:
     return f" Greedy tokens equal to zoo float32's (leading run, batch 1): {', '.join(counts)}."
 
 
-RATIOS = [  # the issue's goals: (ours, theirs)
+RATIOS = [  # the issue's goals: (ours, theirs), and zoo's kernels against PyTorch's
+    ("zoo float32", "zoo float32+torch-kernels"),
+    ("zoo int8", "zoo int8+torch-kernels"),
     ("zoo float32", "ct2 float32"),
     ("zoo float32", "llama.cpp f32"),
     ("zoo float32", "llama.cpp f32+own-threads"),

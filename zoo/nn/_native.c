@@ -127,16 +127,6 @@ void zoo_gemv_f32(const float *W, const float *x, const float *b, float *y, int6
 }
 
 #ifdef ZOO_X86
-/* The sum of x[0:n] in eight float lanes, then the lanes (the same order on every call). */
-__attribute__((target("avx2,fma"))) static float sum8(const float *x, int64_t n) {
-    __m256 acc = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) acc = _mm256_add_ps(acc, _mm256_loadu_ps(x + i));
-    float s = hsum(acc);
-    for (; i < n; i++) s += x[i];
-    return s;
-}
-
 /* The dot product of a[0:n] and b[0:n] in eight float lanes, then the lanes. */
 __attribute__((target("avx2,fma"))) static float dot8(const float *a, const float *b, int64_t n) {
     __m256 acc = _mm256_setzero_ps();
@@ -147,25 +137,17 @@ __attribute__((target("avx2,fma"))) static float dot8(const float *a, const floa
     return s;
 }
 
-/* The sum of (x - mean)^2 over x[0:n], as sum8 orders it. */
-__attribute__((target("avx2,fma"))) static float squares8(const float *x, float mean, int64_t n) {
-    __m256 acc = _mm256_setzero_ps(), m = _mm256_set1_ps(mean);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 c = _mm256_sub_ps(_mm256_loadu_ps(x + i), m);
-        acc = _mm256_fmadd_ps(c, c, acc);
-    }
-    float s = hsum(acc);
-    for (; i < n; i++) s += (x[i] - mean) * (x[i] - mean);
-    return s;
-}
-
+/* Layer norm with the mean, the variance and each centred value in double (the rounding
+ * left is float32's, once per output), then the float32 scale and shift. */
 __attribute__((target("avx2,fma"))) static void layer_norm(
     const float *x, const float *w, const float *b, float *y, int64_t d, float eps) {
-    float mean = sum8(x, d) / (float)d;
-    float rstd = 1.0f / sqrtf(squares8(x, mean, d) / (float)d + eps);
+    double sum = 0.0, squares = 0.0;
+    for (int64_t i = 0; i < d; i++) sum += x[i];
+    double mean = sum / (double)d;
+    for (int64_t i = 0; i < d; i++) squares += ((double)x[i] - mean) * ((double)x[i] - mean);
+    double rstd = 1.0 / sqrt(squares / (double)d + (double)eps);
     for (int64_t i = 0; i < d; i++) {
-        float h = (x[i] - mean) * rstd;
+        float h = (float)(((double)x[i] - mean) * rstd);
         h = w ? h * w[i] : h;
         y[i] = b ? h + b[i] : h;
     }
