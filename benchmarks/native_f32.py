@@ -15,8 +15,8 @@ products. Kernels:
   through the cores (the memory-streaming ceiling a matrix-vector product can approach).
 
 Passes are interleaved (every kernel once per pass, in an order that rotates pass by pass),
-so all see the same host; each figure is the median over passes. GB/s counts the weights'
-bytes only (the row and the outputs are a few KB).
+so all see the same host; each figure is the median over passes, at torch's thread count and
+on one thread. GB/s counts the weights' bytes only (the row and the outputs are a few KB).
 """
 
 from __future__ import annotations
@@ -76,18 +76,15 @@ def _check(kernels: dict[str, Callable[..., Any]], weights: list, rows: list) ->
                 torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
-def f32_chain(passes: int) -> str:
-    """The table of the float32 section."""
+def _timings(
+    kernels: dict[str, Callable[..., Any]], weights: list, rows: list, passes: int
+) -> dict:
+    """Seconds per chain of each kernel, ``passes`` interleaved passes after one warm-up."""
     import torch
 
-    weights = f32_weights()
-    g = torch.Generator().manual_seed(1)
-    rows = [torch.randn(1, 1, w.shape[1], generator=g) for w, _ in weights]
-    kernels = f32_kernels()
     times: dict[str, list[float]] = {name: [] for name in kernels}
     names = list(kernels)
     with torch.no_grad():
-        _check(kernels, weights, rows)
         for turn in range(passes + 1):
             order = names[turn % len(names) :] + names[: turn % len(names)]
             for name in order:
@@ -97,25 +94,49 @@ def f32_chain(passes: int) -> str:
                     step(x, w, b)
                 if turn:  # the first pass warms up (page faults, thread start)
                     times[name].append(time.perf_counter() - start)
+    return times
+
+
+LABELS = {
+    "F.linear": "PyTorch `F.linear`",
+    "oneDNN": "oneDNN (`mkldnn._linear_pointwise`)",
+    "zoo": "zoo (`zoo_gemv_f32`)",
+    "sum": "`w.sum()` (streaming ceiling)",
+}
+
+
+def f32_chain(passes: int) -> str:
+    """The tables of the float32 section: at torch's thread count, then on one thread."""
+    import torch
+
+    weights = f32_weights()
+    g = torch.Generator().manual_seed(1)
+    rows = [torch.randn(1, 1, w.shape[1], generator=g) for w, _ in weights]
+    kernels = f32_kernels()
+    with torch.no_grad():
+        _check(kernels, weights, rows)
     mb = sum(w.numel() * w.element_size() for w, _ in weights) / 1e6
-    ceiling = statistics.median(times["sum"])
     lines = [
         f"One row through gpt2-124m's {len(weights)} float32 linears ({mb:.0f} MB of weights) "
-        f"in model order, {passes} interleaved passes (rotating order), "
-        f"{torch.get_num_threads()} threads; every product equals F.linear's to float32 "
-        "rounding:\n",
-        "| kernel | median ms per pass | weights GB/s | time / sum's |",
-        "|---|---:|---:|---:|",
+        f"in model order, {passes} interleaved passes (rotating order); every product "
+        "equals F.linear's to float32 rounding. Milliseconds per pass (median), the weights' "
+        "GB/s, and the time against `w.sum()`'s.",
     ]
-    labels = {
-        "F.linear": "PyTorch `F.linear`",
-        "oneDNN": "oneDNN (`mkldnn._linear_pointwise`)",
-        "zoo": "zoo (`zoo_gemv_f32`)",
-        "sum": "`w.sum()` (streaming ceiling)",
-    }
-    for name in names:
-        ms = statistics.median(times[name]) * 1e3
-        lines.append(f"| {labels[name]} | {ms:.1f} | {mb / ms:.1f} | {ms / ceiling / 1e3:.2f}x |")
+    threads = torch.get_num_threads()
+    for count in sorted({threads, 1}, reverse=True):
+        torch.set_num_threads(count)
+        times = _timings(kernels, weights, rows, passes)
+        ceiling = statistics.median(times["sum"])
+        lines += [
+            f"\n{count} thread{'s' if count > 1 else ''}:\n",
+            "| kernel | median ms per pass | weights GB/s | time / sum's |",
+            "|---|---:|---:|---:|",
+        ]
+        for name, seconds in times.items():
+            ms = statistics.median(seconds) * 1e3
+            ratio = statistics.median(seconds) / ceiling
+            lines.append(f"| {LABELS[name]} | {ms:.1f} | {mb / ms:.1f} | {ratio:.2f}x |")
+    torch.set_num_threads(threads)
     if "zoo" not in kernels:
         lines.append("\nzoo's kernel is not available here (not built, or no AVX2+FMA).")
     return "\n".join(lines) + "\n"
