@@ -33,6 +33,9 @@
 /* Rows a thread takes at a time: 32 rows of 768 int8 values are 24 KiB. */
 #define INT8_ROWS_PER_TASK 32
 
+/* How far ahead of the row being summed its bytes are prefetched. */
+#define PREFETCH 1024
+
 /* FBGEMM's SMALL_SCALE_THRESHOLD (ATen's QuantUtils.h). */
 #define SMALL_SCALE 6.1e-5f
 
@@ -129,33 +132,26 @@ static inline float epilogue(int32_t acc, int32_t zero, int32_t colsum, float x_
     return bias ? fmaf((float)raw, scale, bias[n]) : (float)raw * scale;
 }
 
-/* acc[n - n0] for n in [n0, n1): four rows at a time share each load of xq. */
+/* acc[n - n0] for n in [n0, n1), one row after another: the weights are read as one
+ * sequential stream (four rows read side by side streamed 1.6x slower on the 2-core AVX2
+ * host), prefetched PREFETCH bytes ahead; xq stays in L1. */
 __attribute__((target("avx2,fma"))) static void int8_rows(
     const int8_t *W, const uint8_t *xq, int32_t *acc, int64_t n0, int64_t n1, int64_t K) {
-    const int64_t whole = K / 32 * 32;
-    int64_t n = n0;
-    for (; n + 4 <= n1; n += 4) {
-        const int8_t *w0 = W + n * K, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
+    for (int64_t n = n0; n < n1; n++) {
+        const int8_t *w = W + n * K;
         __m256i a0 = _mm256_setzero_si256(), a1 = _mm256_setzero_si256();
-        __m256i a2 = _mm256_setzero_si256(), a3 = _mm256_setzero_si256();
-        for (int64_t k = 0; k < whole; k += 32) {
-            __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + k));
-            a0 = _mm256_add_epi32(a0, dot32(xv, w0 + k));
-            a1 = _mm256_add_epi32(a1, dot32(xv, w1 + k));
-            a2 = _mm256_add_epi32(a2, dot32(xv, w2 + k));
-            a3 = _mm256_add_epi32(a3, dot32(xv, w3 + k));
+        int64_t k = 0;
+        for (; k + 64 <= K; k += 64) {
+            _mm_prefetch((const char *)(w + k + PREFETCH), _MM_HINT_T0);
+            a0 = _mm256_add_epi32(a0, dot32(_mm256_loadu_si256((const __m256i *)(xq + k)), w + k));
+            a1 = _mm256_add_epi32(
+                a1, dot32(_mm256_loadu_si256((const __m256i *)(xq + k + 32)), w + k + 32));
         }
-        acc[n - n0] = hsum_epi32(a0) + dot_tail(xq, w0, whole, K);
-        acc[n + 1 - n0] = hsum_epi32(a1) + dot_tail(xq, w1, whole, K);
-        acc[n + 2 - n0] = hsum_epi32(a2) + dot_tail(xq, w2, whole, K);
-        acc[n + 3 - n0] = hsum_epi32(a3) + dot_tail(xq, w3, whole, K);
-    }
-    for (; n < n1; n++) {
-        const int8_t *w0 = W + n * K;
-        __m256i a0 = _mm256_setzero_si256();
-        for (int64_t k = 0; k < whole; k += 32)
-            a0 = _mm256_add_epi32(a0, dot32(_mm256_loadu_si256((const __m256i *)(xq + k)), w0 + k));
-        acc[n - n0] = hsum_epi32(a0) + dot_tail(xq, w0, whole, K);
+        if (k + 32 <= K) {
+            a0 = _mm256_add_epi32(a0, dot32(_mm256_loadu_si256((const __m256i *)(xq + k)), w + k));
+            k += 32;
+        }
+        acc[n - n0] = hsum_epi32(_mm256_add_epi32(a0, a1)) + dot_tail(xq, w, k, K);
     }
 }
 #endif

@@ -36,7 +36,7 @@ __all__ = ["Int8Rows", "attach_rows", "int8_linear"]
 _ROWS = "_zoo_int8_rows"  # the layer attribute that holds its Int8Rows
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=False)
 class Int8Rows:
     """What ``zoo_gemv_int8`` reads of one dynamic int8 layer: ``q`` ``(N, K)`` int8,
     ``scale`` ``(N,)`` float32 (the per-row scales as FBGEMM rounds them), ``colsum``
@@ -50,6 +50,12 @@ class Int8Rows:
     bias: Tensor | None
     packed: Any
 
+    @functools.cached_property
+    def pointers(self) -> tuple[int, int, int, int | None]:
+        """The addresses the kernel takes after the input's: weights, scales, sums, bias."""
+        bias = None if self.bias is None else self.bias.data_ptr()
+        return self.q.data_ptr(), self.scale.data_ptr(), self.colsum.data_ptr(), bias
+
 
 @functools.cache
 def _kernel() -> Any:
@@ -58,7 +64,10 @@ def _kernel() -> Any:
     lib = _library()
     if lib is None:
         return None
-    kernel = lib.zoo_gemv_int8
+    try:
+        kernel = lib.zoo_gemv_int8
+    except AttributeError:  # a library built before this kernel (a stale build)
+        return None
     kernel.restype = ctypes.c_int
     kernel.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int64] * 2 + [ctypes.c_int]
     return kernel
@@ -70,7 +79,10 @@ def _packed(layer: Any) -> Any:
 
 def attach_rows(layer: Any, q: Tensor, scale: Tensor) -> None:
     """Give ``layer`` (a dynamic int8 linear whose weight was just set from ``q`` ``(N, K)``
-    int8 and ``scale`` ``(N,)``) the :class:`Int8Rows` its kernel reads, sharing ``q``."""
+    int8 and ``scale`` ``(N,)``) the :class:`Int8Rows` its kernel reads, sharing ``q``;
+    nothing where the kernel does not run (no second copy of the weights held)."""
+    if _kernel() is None:
+        return
     bias = layer.bias()
     setattr(layer, _ROWS, _rows(q, scale.float(), bias, _packed(layer)))
 
@@ -126,16 +138,6 @@ def int8_linear(layer: Any, x: Tensor) -> Tensor | None:
         return None
     x = x.contiguous()
     y = torch.empty((*x.shape[:-1], n))
-    bias = rows.bias
-    status = kernel(
-        x.data_ptr(),
-        rows.q.data_ptr(),
-        rows.scale.data_ptr(),
-        rows.colsum.data_ptr(),
-        None if bias is None else bias.data_ptr(),
-        y.data_ptr(),
-        n,
-        k,
-        torch.get_num_threads(),
-    )
+    threads = torch.get_num_threads()
+    status = kernel(x.data_ptr(), *rows.pointers, y.data_ptr(), n, k, threads)
     return y if status == 0 else None
