@@ -154,13 +154,6 @@ def test_the_kernel_is_built_where_it_can_be(children):
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="zoo.nn.native._library() raises AttributeError (undefined symbol) for a library "
-    "without one of the kernels' functions: a build of an older _native.c (an editable "
-    "install after `git pull`, a wheel built beside a stale build/) crashes every float32 "
-    "forward on the CPU instead of leaving PyTorch's kernels",
-)
 def test_a_library_without_the_kernels_functions_leaves_pytorchs_kernels(children):
     """A loadable extension that lacks the kernels' functions (here the standard library's
     ``_ctypes``, standing for a build of an older ``_native.c``) is no kernel: ``available()``

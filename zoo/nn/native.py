@@ -84,12 +84,15 @@ def _library() -> ctypes.CDLL | None:
         lib = ctypes.CDLL(spec.origin)
     except OSError:  # built for another Python or machine, or a missing libgomp
         return None
-    lib.zoo_native_supported.restype = ctypes.c_int
-    lib.zoo_native_max_threads.restype = ctypes.c_int
-    for name, argtypes in _SIGNATURES.items():
-        function = getattr(lib, name)
-        function.restype = None
-        function.argtypes = argtypes
+    try:
+        lib.zoo_native_supported.restype = ctypes.c_int
+        lib.zoo_native_max_threads.restype = ctypes.c_int
+        for name, argtypes in _SIGNATURES.items():
+            function = getattr(lib, name)
+            function.restype = None
+            function.argtypes = argtypes
+    except AttributeError:  # a build of an older _native.c, without every kernel: rebuild
+        return None
     if not lib.zoo_native_supported() or not _one_openmp(lib):
         return None
     return lib
