@@ -19,7 +19,7 @@ import pytest
 
 CHILD = textwrap.dedent(
     """
-    import sys, warnings
+    import copy, gc, sys, warnings
     import torch
     from hypothesis import given, settings, strategies as st
     from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
@@ -112,6 +112,16 @@ CHILD = textwrap.dedent(
     assert torch.equal(one, int8_linear(big, x)) and torch.equal(one, fbgemm(big, x))
     print("ok threads")
 
+    source = dynamic_int8(Linear(96, 40))
+    int8_linear(source, x)
+    copied = copy.deepcopy(source)  # reads its own rows: none of the original's addresses
+    del source
+    gc.collect()
+    same(copied, x)
+    long = dynamic_int8(Linear(3100, 37))  # gpt2's widths and more: int32 sums stay exact
+    same(long, torch.randn(1, 3100) * 4)
+    print("ok copies")
+
     other = dynamic_int8(Linear(96, 40, bias=False))
     layer.set_weight_bias(other.weight(), None)  # a new weight: rows read again
     same(layer, x)
@@ -146,6 +156,7 @@ def test_native_int8_kernel_gives_fbgemm_numbers():
         "ok torch layers",
         "ok non-finite",
         "ok threads",
+        "ok copies",
         "ok new weight",
         "ok greedy",
     ]

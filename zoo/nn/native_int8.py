@@ -24,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import functools
+import weakref
 from typing import Any
 
 import torch
@@ -41,16 +42,16 @@ class Int8Rows:
     """What ``zoo_gemv_int8`` reads of one dynamic int8 layer: ``q`` ``(N, K)`` int8,
     ``scale`` ``(N,)`` float32 (the per-row scales as FBGEMM rounds them), ``colsum``
     ``(N,)`` int32 (``q.sum(1)``), ``bias`` ``(N,)`` float32 or ``None``, all contiguous;
-    ``packed`` is the layer's packed weight they were read from (a later
-    ``set_weight_bias`` replaces it, and the rows are read again)."""
+    ``packed`` is a weak reference to the layer's packed weight they were read from (a
+    later ``set_weight_bias`` replaces it, and a copied layer has its own: either way the
+    rows are read again)."""
 
     q: Tensor
     scale: Tensor
     colsum: Tensor
     bias: Tensor | None
-    packed: Any
+    packed: weakref.ref
 
-    @functools.cached_property
     def pointers(self) -> tuple[int, int, int, int | None]:
         """The addresses the kernel takes after the input's: weights, scales, sums, bias."""
         bias = None if self.bias is None else self.bias.data_ptr()
@@ -91,7 +92,7 @@ def _rows(q: Tensor, scale: Tensor, bias: Tensor | None, packed: Any) -> Int8Row
     q = q.contiguous()
     colsum = q.sum(dim=1, dtype=torch.int32)  # (N,)
     bias = bias.detach().float().contiguous() if bias is not None else None
-    return Int8Rows(q, scale.contiguous(), colsum, bias, packed)
+    return Int8Rows(q, scale.contiguous(), colsum, bias, weakref.ref(packed))
 
 
 def _rows_of(layer: Any) -> Int8Rows | None:
@@ -99,7 +100,7 @@ def _rows_of(layer: Any) -> Int8Rows | None:
     weight changed; ``None`` for a weight the kernel does not take (a zero point not 0)."""
     rows = layer.__dict__.get(_ROWS)
     packed = _packed(layer)
-    if rows is not None and rows.packed is packed:
+    if rows is not None and rows.packed() is packed:
         return rows
     weight, bias = layer._weight_bias()  # the int8 weight, unpacked (N, K)
     if weight.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric):
@@ -127,7 +128,7 @@ def int8_linear(layer: Any, x: Tensor) -> Tensor | None:
     Shape:
         ``(*, K) -> (*, N)``.
     """
-    kernel = _kernel()
+    kernel = None if torch.compiler.is_compiling() else _kernel()  # as native._kernels
     if kernel is None or x.dtype is not torch.float32 or not x.is_cpu or x.dim() < 2:
         return None
     rows = _rows_of(layer)
@@ -139,5 +140,5 @@ def int8_linear(layer: Any, x: Tensor) -> Tensor | None:
     x = x.contiguous()
     y = torch.empty((*x.shape[:-1], n))
     threads = torch.get_num_threads()
-    status = kernel(x.data_ptr(), *rows.pointers, y.data_ptr(), n, k, threads)
+    status = kernel(x.data_ptr(), *rows.pointers(), y.data_ptr(), n, k, threads)
     return y if status == 0 else None
