@@ -205,3 +205,19 @@ def use_registry() -> Iterator[Callable[[Any], Any]]:
 
     with contextlib.ExitStack() as stack:
         yield lambda registry: stack.enter_context(zoo.use_registry(registry))
+
+
+@pytest.fixture
+def fresh_dynamo() -> Iterator[Any]:
+    """``torch.compile`` starts afresh: dynamo's caches and counters are reset, and the
+    counters (``torch._dynamo.utils.counters``) are yielded. A process that has compiled one
+    function for ``recompile_limit`` (8) models runs it eagerly from then on, with a warning
+    only: a compile test that runs after the others in its worker would compare eager with
+    eager and pass. Each test asserts what it compiled (``counters["stats"]["unique_graphs"]``).
+    """
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    yield counters

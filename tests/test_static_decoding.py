@@ -144,7 +144,10 @@ needs_cpp_compiler = pytest.mark.skipif(
     ("case", "quantize"),
     [("rotary, grouped-query", None), ("sliding window", None), ("learned positions", "int8")],
 )
-def test_the_compiled_step_gives_the_logits_of_the_dynamic_cache(case, quantize):
+def test_the_compiled_step_gives_the_logits_of_the_dynamic_cache(case, quantize, fresh_dynamo):
+    """Float32 steps compile to one graph: nothing breaks dynamo's trace (zoo's ctypes
+    kernels would); torch.ao's int8 linears break it, as they always have, and run their
+    own kernels between the graphs."""
     name, overrides = CASES[case]
     model = lively(name, "cpu", **overrides)
     if quantize is not None:
@@ -165,18 +168,23 @@ def test_the_compiled_step_gives_the_logits_of_the_dynamic_cache(case, quantize)
             expected, actual = dynamic.step(token), compiled.step(token)
     assert len({int(t[0]) for t in tokens}) > 2, "degenerate model: the test would prove little"
     assert compiled._logits is not model.logits  # the step really went through torch.compile
+    assert fresh_dynamo["stats"]["unique_graphs"] >= 1, "the step was not compiled"
+    if quantize is None:
+        assert not fresh_dynamo["graph_break"], dict(fresh_dynamo["graph_break"])
 
 
 @needs_cpp_compiler
-def test_generate_with_compile_gives_the_eager_tokens_and_compiles_once_per_cache_size():
-    from torch._dynamo.utils import counters
-
+def test_generate_with_compile_gives_the_eager_tokens_and_compiles_once_per_cache_size(
+    fresh_dynamo,
+):
+    counters = fresh_dynamo
     model = lively("gpt2-124m", "cpu")
     ids, keep = left_padded(model.config.vocab_size, "cpu")
     rows = [row[k].tolist() for row, k in zip(ids, keep, strict=True)]
     eager = zoo.generate(model, rows, max_new_tokens=20, temperature=0)
     assert zoo.generate(model, rows, max_new_tokens=20, temperature=0, compile=True) == eager
     graphs = counters["stats"]["unique_graphs"]
+    assert graphs >= 1, "the step was not compiled"
     # another length in the same cache bucket (7 + 30 <= 64), another session: no new graph
     longer = zoo.generate(model, rows, max_new_tokens=30, temperature=0, compile=True)
     assert counters["stats"]["unique_graphs"] == graphs
@@ -211,10 +219,11 @@ def test_what_compile_cannot_serve_is_a_clear_error():
 
 
 @needs_cpp_compiler
-def test_zoo_generate_compile_prints_the_eager_text(capsys):
+def test_zoo_generate_compile_prints_the_eager_text(capsys, fresh_dynamo):
     argv = ["generate", "shakespeare-byte", "ROMEO:", "--temperature", "0", "--max-new-tokens"]
     outputs = []
     for extra in ([], ["--compile"]):
         assert main([*argv, "12", *extra]) == 0
         outputs.append(capsys.readouterr().out)
     assert outputs[0] == outputs[1] and len(outputs[0]) > len("ROMEO:") + 6
+    assert fresh_dynamo["stats"]["unique_graphs"] >= 1, "the step was not compiled"

@@ -98,6 +98,13 @@ def _library() -> ctypes.CDLL | None:
     return lib
 
 
+def _kernels() -> ctypes.CDLL | None:
+    """:func:`_library` where a kernel may run now: ``None`` inside a ``torch.compile`` trace
+    too, where PyTorch's ops stay (the compiler fuses them into its own kernels; a ctypes call
+    cannot be traced, and each would cut the compiled step into separately compiled graphs)."""
+    return None if torch.compiler.is_compiling() else _library()
+
+
 def _suffixes() -> list[str]:
     import importlib.machinery
 
@@ -142,7 +149,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor | No
     Shape:
         ``(*, K) -> (*, N)`` for ``weight`` ``(N, K)``.
     """
-    lib = _library()
+    lib = _kernels()
     if lib is None:
         return None
     if weight.dim() != 2:
@@ -184,7 +191,7 @@ def layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float
     Shape:
         ``(*, d) -> (*, d)``.
     """
-    lib = _library()
+    lib = _kernels()
     d = x.shape[-1]
     if lib is None or not _row(x) or not all(t is None or _vector(t, d) for t in (weight, bias)):
         return None
@@ -201,7 +208,7 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float, offset: float = 0.0) -> Tens
     Shape:
         ``(*, d) -> (*, d)``.
     """
-    lib = _library()
+    lib = _kernels()
     d = x.shape[-1]
     if lib is None or not _row(x) or not _vector(weight, d):
         return None
@@ -224,7 +231,7 @@ def attend_one(
         ``q (1, H, 1, hd)``, ``k``/``v`` ``(1, H_kv, 1, hd)``, caches ``(1, H_kv, max_len,
         hd)`` -> ``(1, 1, H * hd)``.
     """
-    lib = _library()
+    lib = _kernels()
     if lib is None or q.shape[0] != 1 or q.shape[2] != 1 or not 0 <= start < cache_k.shape[2]:
         return None
     heads, hd = q.shape[1], q.shape[3]
