@@ -97,6 +97,39 @@ def _timings(
     return times
 
 
+def thread_tables(
+    kernels: dict[str, Callable[..., Any]],
+    weights: list,
+    rows: list,
+    passes: int,
+    mb: float,
+    against: str,
+    labels: dict[str, str],
+) -> list[str]:
+    """A table at torch's thread count, then one on one thread, of each kernel's median ms
+    per pass (:func:`_timings`), the GB/s of ``mb`` MB of weights, and its time against
+    kernel ``against``'s (the int8 section, ``native_int8.py``, shares it)."""
+    import torch
+
+    lines = []
+    threads = torch.get_num_threads()
+    for count in sorted({threads, 1}, reverse=True):
+        torch.set_num_threads(count)
+        times = _timings(kernels, weights, rows, passes)
+        base = statistics.median(times[against])
+        lines += [
+            f"\n{count} thread{'s' if count > 1 else ''}:\n",
+            f"| kernel | median ms per pass | weights GB/s | time / {against}'s |",
+            "|---|---:|---:|---:|",
+        ]
+        for name, seconds in times.items():
+            ms = statistics.median(seconds) * 1e3
+            ratio = statistics.median(seconds) / base
+            lines.append(f"| {labels[name]} | {ms:.1f} | {mb / ms:.1f} | {ratio:.2f}x |")
+    torch.set_num_threads(threads)
+    return lines
+
+
 LABELS = {
     "F.linear": "PyTorch `F.linear`",
     "oneDNN": "oneDNN (`mkldnn._linear_pointwise`)",
@@ -122,21 +155,7 @@ def f32_chain(passes: int) -> str:
         "equals F.linear's to float32 rounding. Milliseconds per pass (median), the weights' "
         "GB/s, and the time against `w.sum()`'s.",
     ]
-    threads = torch.get_num_threads()
-    for count in sorted({threads, 1}, reverse=True):
-        torch.set_num_threads(count)
-        times = _timings(kernels, weights, rows, passes)
-        ceiling = statistics.median(times["sum"])
-        lines += [
-            f"\n{count} thread{'s' if count > 1 else ''}:\n",
-            "| kernel | median ms per pass | weights GB/s | time / sum's |",
-            "|---|---:|---:|---:|",
-        ]
-        for name, seconds in times.items():
-            ms = statistics.median(seconds) * 1e3
-            ratio = statistics.median(seconds) / ceiling
-            lines.append(f"| {LABELS[name]} | {ms:.1f} | {mb / ms:.1f} | {ratio:.2f}x |")
-    torch.set_num_threads(threads)
+    lines += thread_tables(kernels, weights, rows, passes, mb, "sum", LABELS)
     if "zoo" not in kernels:
         lines.append("\nzoo's kernel is not available here (not built, or no AVX2+FMA).")
     return "\n".join(lines) + "\n"

@@ -27,9 +27,10 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
+
+from native_f32 import thread_tables
 
 #: A child for one ``generate`` round: argv[1] is the spec (JSON); prints one JSON line.
 GENERATE = """
@@ -100,22 +101,8 @@ def int8_kernels(layers: list[Any]) -> dict[str, Callable[[Any, Any], Any]]:
     return kernels
 
 
-def _timings(kernels: dict[str, Callable[..., Any]], layers: list, rows: list, passes: int) -> dict:
-    """Seconds per chain of each kernel, ``passes`` interleaved passes after one warm-up."""
-    import torch
-
-    times: dict[str, list[float]] = {name: [] for name in kernels}
-    names = list(kernels)
-    with torch.no_grad():
-        for turn in range(passes + 1):
-            for name in names[turn % len(names) :] + names[: turn % len(names)]:
-                step = kernels[name]
-                start = time.perf_counter()
-                for layer, x in zip(layers, rows, strict=True):
-                    step(layer, x)
-                if turn:  # the first pass warms up
-                    times[name].append(time.perf_counter() - start)
-    return times
+def _as_step(kernel: Callable[[Any, Any], Any]) -> Callable[[Any, Any, Any], Any]:
+    return lambda x, layer, _: kernel(layer, x)
 
 
 def int8_chain(passes: int) -> str:
@@ -136,21 +123,9 @@ def int8_chain(passes: int) -> str:
         "results equal FBGEMM's to the bit. Milliseconds per pass (median), the weights' "
         "GB/s, and the time against FBGEMM's.",
     ]
-    threads = torch.get_num_threads()
-    for count in sorted({threads, 1}, reverse=True):
-        torch.set_num_threads(count)
-        times = _timings(kernels, layers, rows, passes)
-        base = statistics.median(times["FBGEMM"])
-        lines += [
-            f"\n{count} thread{'s' if count > 1 else ''}:\n",
-            "| kernel | median ms per pass | weights GB/s | time / FBGEMM's |",
-            "|---|---:|---:|---:|",
-        ]
-        for name, seconds in times.items():
-            ms = statistics.median(seconds) * 1e3
-            ratio = statistics.median(seconds) / base
-            lines.append(f"| {LABELS[name]} | {ms:.1f} | {mb / ms:.1f} | {ratio:.2f}x |")
-    torch.set_num_threads(threads)
+    weights = [(layer, None) for layer in layers]  # native_f32's steps: step(x, w, b)
+    steps = {name: _as_step(kernel) for name, kernel in kernels.items()}
+    lines += thread_tables(steps, weights, rows, passes, mb, "FBGEMM", LABELS)
     if "zoo" not in kernels:
         lines.append("\nzoo's kernel is not available here (not built, or no AVX2+FMA).")
     return "\n".join(lines) + "\n"

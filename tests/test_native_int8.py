@@ -5,34 +5,25 @@ zeros, with and without bias, weights at -128), NaN and infinity left to FBGEMM,
 independent of the thread count, rows read again after ``set_weight_bias``, and a tiny int8
 GPT-2 decoding the same greedy tokens with and without the kernel.
 
-Everything runs in one child process, which the test asserts on: a crash in the C code is a
-failed test, not a dead test run."""
+The cases run in a child process (tests/native_child.py)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 
-import pytest
+from native_child import run_native
 
 CHILD = textwrap.dedent(
     """
-    import copy, gc, sys, warnings
+    import copy, gc, warnings
     import torch
     from hypothesis import given, settings, strategies as st
     from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 
     import zoo
-    from zoo.nn import Linear, native
-    from zoo.nn import quant
+    from zoo.nn import Linear, quant
     from zoo.nn.quant import dynamic_int8, quantize_
     from zoo.nn.native_int8 import int8_linear
-
-    if not native.available():
-        print("unavailable")
-        sys.exit(0)
 
     def fbgemm(layer, x):
         return DynamicLinear.forward(layer, x)  # torch.ao's own forward (FBGEMM)
@@ -131,6 +122,8 @@ CHILD = textwrap.dedent(
     torch.manual_seed(0)
     model = zoo.build("gpt2-124m", n_layers=2, d_model=72, n_heads=4, d_ff=136, vocab_size=250)
     quantize_(model, "int8")
+    head_rows = model.head._zoo_int8_rows.q  # the tied head's rows are the embedding's
+    assert head_rows.data_ptr() == model.tok_emb.qweight.data_ptr()
     ids = torch.tensor([[3, 17, 42, 9]])
     with torch.no_grad():
         fast = zoo.generate(model, ids, max_new_tokens=12, temperature=0)
@@ -143,15 +136,7 @@ CHILD = textwrap.dedent(
 
 
 def test_native_int8_kernel_gives_fbgemm_numbers():
-    env = {k: v for k, v in os.environ.items() if k != "ZOO_NATIVE_KERNELS"}
-    run = subprocess.run(
-        [sys.executable, "-c", CHILD], capture_output=True, text=True, env=env, timeout=600
-    )
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
-    if run.stdout.split() == ["unavailable"]:
-        pytest.skip("zoo's kernels are not built or the CPU lacks AVX2 and FMA")
-    said = [line for line in run.stdout.splitlines() if line.startswith("ok")]
-    assert said == [
+    assert run_native(CHILD) == [
         "ok zoo layers",
         "ok torch layers",
         "ok non-finite",

@@ -35,6 +35,7 @@ from .native import _library
 __all__ = ["Int8Rows", "attach_rows", "int8_linear"]
 
 _ROWS = "_zoo_int8_rows"  # the layer attribute that holds its Int8Rows
+_SUM_ROWS = 64  # rows summed at a time
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -90,7 +91,9 @@ def attach_rows(layer: Any, q: Tensor, scale: Tensor) -> None:
 
 def _rows(q: Tensor, scale: Tensor, bias: Tensor | None, packed: Any) -> Int8Rows:
     q = q.contiguous()
-    colsum = q.sum(dim=1, dtype=torch.int32)  # (N,)
+    # (N,), 64 rows at a time: the sum widens its rows to int32 first (a whole (N, K) int32
+    # temporary would grow the heap by 4x the weight for good)
+    colsum = torch.cat([rows.sum(dim=1, dtype=torch.int32) for rows in q.split(_SUM_ROWS)])
     bias = bias.detach().float().contiguous() if bias is not None else None
     return Int8Rows(q, scale.contiguous(), colsum, bias, weakref.ref(packed))
 
