@@ -1,9 +1,10 @@
-"""Quantization for inference, on PyTorch's own kernels (no hand-written ones):
+"""Quantization for inference, on PyTorch's own kernels and, for one row, zoo's:
 
 - ``"int8"``: int8 weights (one scale per output row) and, on the CPU, int8 activations
   quantized on the fly per call: PyTorch's dynamic quantized linear (FBGEMM/oneDNN through
-  ``torch.ao``), the scheme CTranslate2's ``int8`` uses; on other devices it is
-  ``"int8-weight"``.
+  ``torch.ao``), the scheme CTranslate2's ``int8`` uses, and for one row (batch-1
+  decoding) zoo's kernel with FBGEMM's numbers to the bit (:mod:`zoo.nn.native_int8`); on
+  other devices it is ``"int8-weight"``.
 - ``"int8-weight"``: weight-only int8, activations in floating point
   (``torch._weight_int8pack_mm``; more accurate, but that CPU kernel is slower than float32
   on machines without AVX-512: measured in the README).
