@@ -40,5 +40,5 @@ def run_native(code: str, timeout: float = 600) -> list[str]:
     )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
     if run.stdout.split() == ["unavailable"]:
-        pytest.skip("zoo's kernels are not built or the CPU lacks AVX2 and FMA")
+        pytest.skip("needs zoo's native kernels: not built, or a CPU without AVX2 and FMA")
     return [line for line in run.stdout.splitlines() if line.startswith("ok")]

@@ -12,16 +12,12 @@ failed test, not a dead test run."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 
-import pytest
+from native_child import run_native
 
 CHILD = textwrap.dedent(
     """
-    import sys
     import torch
     import torch.nn.functional as F
     from hypothesis import given, settings, strategies as st
@@ -30,10 +26,6 @@ CHILD = textwrap.dedent(
     from zoo.nn import native
     from zoo.nn.cache import LayerCache
     from zoo.nn.norms import LayerNorm, RMSNorm, UnitOffsetRMSNorm
-
-    if not native.available():
-        print("unavailable")
-        sys.exit(0)
 
     def rows(seed, d, scale, shift):
         g = torch.Generator().manual_seed(seed)
@@ -159,15 +151,7 @@ CHILD = textwrap.dedent(
 
 
 def test_native_norms_and_attention_give_pytorchs_numbers():
-    env = {k: v for k, v in os.environ.items() if k != "ZOO_NATIVE_KERNELS"}
-    run = subprocess.run(
-        [sys.executable, "-c", CHILD], capture_output=True, text=True, env=env, timeout=600
-    )
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
-    if run.stdout.split() == ["unavailable"]:
-        pytest.skip("zoo's kernels are not built or the CPU lacks AVX2 and FMA")
-    said = [line for line in run.stdout.splitlines() if line.startswith("ok")]
-    assert said == [
+    assert run_native(CHILD) == [
         "ok layer norm",
         "ok rms norm",
         "ok attention",
