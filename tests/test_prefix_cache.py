@@ -97,7 +97,9 @@ def test_a_prompt_in_chunks_gives_the_whole_prompts_tokens(model, data):
         if chunk:
             got = batch.extend([("p", chunk)])[0]
     assert batch.length("p") == n
-    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    # chunks of other sizes sum in another float32 order (up to 1.07e-4 seen at n=20, chunks
+    # [1, 1, 2]); the exactness that matters is the tokens, next
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=3e-4)
     assert decode(batch, {"p": got}, 6)["p"] == alone(model, prompt, 6)
 
 
