@@ -237,6 +237,7 @@ def attend_one(
         and cache_v.is_contiguous()
         and cache_k.shape == cache_v.shape == (1, kv_heads, cache_k.shape[2], hd)
         and k.shape == v.shape == (1, kv_heads, 1, hd)
+        and kv_heads > 0
         and heads % kv_heads == 0
     ):
         return None
