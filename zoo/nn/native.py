@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import importlib.machinery
 import importlib.util
 from typing import Any
 
@@ -52,13 +53,17 @@ __all__ = ["attend_one", "available", "layer_norm", "linear", "rms_norm"]
 _SOURCE = "zoo.nn._native"  # the extension setuptools builds from zoo/nn/_native.c
 
 _P, _I, _F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
-#: The argument types of each kernel of zoo/nn/_native.c that returns nothing.
-_SIGNATURES: dict[str, list[Any]] = {
-    "zoo_gemv_f32": [_P, _P, _P, _P, _I, _I, ctypes.c_int],
-    "zoo_layer_norm_f32": [_P, _P, _P, _P, _I, _F],
-    "zoo_rms_norm_f32": [_P, _P, _P, _I, _F, _F],
+#: Each kernel of zoo/nn/_native.c and _native_int8.c: its result type and argument types.
+_SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
+    "zoo_native_supported": (ctypes.c_int, []),
+    "zoo_native_max_threads": (ctypes.c_int, []),
+    "zoo_gemv_f32": (None, [_P, _P, _P, _P, _I, _I, ctypes.c_int]),
+    "zoo_layer_norm_f32": (None, [_P, _P, _P, _P, _I, _F]),
+    "zoo_rms_norm_f32": (None, [_P, _P, _P, _I, _F, _F]),
     # q, its head stride, k, v likewise; the caches, max_len, pos, heads, kv heads, hd, scale, y
-    "zoo_attend_one_f32": [_P, _I] * 3 + [_P, _P] + [_I] * 5 + [_F, _P, ctypes.c_int],
+    "zoo_attend_one_f32": (None, [_P, _I] * 3 + [_P, _P] + [_I] * 5 + [_F, _P, ctypes.c_int]),
+    # x, int8 rows, their scales, their sums, bias, y, N, K, threads -> 0 or -1 (not finite)
+    "zoo_gemv_int8": (ctypes.c_int, [_P] * 6 + [_I, _I, ctypes.c_int]),
 }
 
 
@@ -72,18 +77,20 @@ def _library() -> ctypes.CDLL | None:
         spec = importlib.util.find_spec(_SOURCE)
     except (ImportError, ValueError):
         return None
-    if spec is None or not spec.origin or not spec.origin.endswith(tuple(_suffixes())):
+    if (
+        spec is None
+        or not spec.origin
+        or not spec.origin.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+    ):
         return None
     try:
         lib = ctypes.CDLL(spec.origin)
     except OSError:  # built for another Python or machine, or a missing libgomp
         return None
     try:
-        lib.zoo_native_supported.restype = ctypes.c_int
-        lib.zoo_native_max_threads.restype = ctypes.c_int
-        for name, argtypes in _SIGNATURES.items():
+        for name, (restype, argtypes) in _SIGNATURES.items():
             function = getattr(lib, name)
-            function.restype = None
+            function.restype = restype
             function.argtypes = argtypes
     except AttributeError:  # a build of an older _native.c, without every kernel: rebuild
         return None
@@ -97,12 +104,6 @@ def _kernels() -> ctypes.CDLL | None:
     too, where PyTorch's ops stay (the compiler fuses them into its own kernels; a ctypes call
     cannot be traced, and each would cut the compiled step into separately compiled graphs)."""
     return None if torch.compiler.is_compiling() else _library()
-
-
-def _suffixes() -> list[str]:
-    import importlib.machinery
-
-    return importlib.machinery.EXTENSION_SUFFIXES
 
 
 def _one_openmp(lib: ctypes.CDLL) -> bool:
@@ -126,11 +127,10 @@ def available() -> bool:
     return _library() is not None
 
 
-def _vector(bias: Tensor, n: int) -> bool:
-    """Whether ``bias`` is ``n`` contiguous float32 values on the CPU."""
-    return (
-        bias.dtype is torch.float32 and bias.is_cpu and bias.numel() == n and bias.is_contiguous()
-    )
+def _vector(t: Tensor, n: int) -> bool:
+    """Whether ``t`` (a bias, a norm's weight) is ``n`` contiguous float32 values on the
+    CPU."""
+    return t.dtype is torch.float32 and t.is_cpu and t.numel() == n and t.is_contiguous()
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor | None:
@@ -150,26 +150,19 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor | No
         return None
     n, k = weight.shape
     if not (
-        x.dtype is torch.float32
+        _row(x)
+        and x.shape[-1] == k
         and weight.dtype is torch.float32
-        and x.is_cpu
         and weight.is_cpu
-        and x.numel() == k == x.shape[-1]
-        and x.is_contiguous()
         and weight.is_contiguous()
         and (bias is None or _vector(bias, n))
     ):
         return None
     y = torch.empty((*x.shape[:-1], n))
     lib.zoo_gemv_f32(
-        weight.data_ptr(),
-        x.data_ptr(),
-        None if bias is None else bias.data_ptr(),
-        y.data_ptr(),
-        n,
-        k,
+        weight.data_ptr(), x.data_ptr(), _address(bias), y.data_ptr(), n, k,
         torch.get_num_threads(),
-    )
+    )  # fmt: skip
     return y
 
 
@@ -180,7 +173,7 @@ def _row(x: Tensor) -> bool:
 
 def layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float) -> Tensor | None:
     """``F.layer_norm`` over the last dimension of one float32 row on the CPU, on zoo's
-    kernel (mean and variance summed in float32 lanes); ``None`` where it does not apply.
+    kernel (mean, variance and centred values in double); ``None`` where it does not apply.
 
     Shape:
         ``(*, d) -> (*, d)``.

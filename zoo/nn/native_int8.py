@@ -21,16 +21,14 @@ twice (for a head tied to the token embedding, the embedding's rows serve, no co
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
-import functools
 import weakref
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from .native import _library
+from .native import _kernels
 
 __all__ = ["Int8Rows", "attach_rows", "int8_linear"]
 
@@ -59,20 +57,12 @@ class Int8Rows:
         return self.q.data_ptr(), self.scale.data_ptr(), self.colsum.data_ptr(), bias
 
 
-@functools.cache
 def _kernel() -> Any:
-    """``zoo_gemv_int8`` with its argument types, or ``None`` where zoo's kernels do not run
-    (:func:`zoo.nn.native.available`)."""
-    lib = _library()
-    if lib is None:
-        return None
-    try:
-        kernel = lib.zoo_gemv_int8
-    except AttributeError:  # a library built before this kernel (a stale build)
-        return None
-    kernel.restype = ctypes.c_int
-    kernel.argtypes = [ctypes.c_void_p] * 6 + [ctypes.c_int64] * 2 + [ctypes.c_int]
-    return kernel
+    """``zoo_gemv_int8`` (its argument types set by :mod:`zoo.nn.native`), or ``None`` where
+    zoo's kernels do not run now (:func:`zoo.nn.native.available`, or inside a
+    ``torch.compile`` trace)."""
+    lib = _kernels()
+    return None if lib is None else lib.zoo_gemv_int8
 
 
 def _packed(layer: Any) -> Any:
@@ -131,7 +121,7 @@ def int8_linear(layer: Any, x: Tensor) -> Tensor | None:
     Shape:
         ``(*, K) -> (*, N)``.
     """
-    kernel = None if torch.compiler.is_compiling() else _kernel()  # as native._kernels
+    kernel = _kernel()
     if kernel is None or x.dtype is not torch.float32 or not x.is_cpu or x.dim() < 2:
         return None
     rows = _rows_of(layer)
