@@ -1,0 +1,264 @@
+/* One decoding step of a whole transformer block for one sequence: norms, the query/key/value
+ * product, rotary positions, attention over the key/value cache, the output product, the
+ * feed-forward and the residual sums, in one call.
+ *
+ * Why: a batch-1 decoding step streams every weight once, and zoo's matrix-vector kernels
+ * (_native.c, _native_int8.c) stream at the memory's rate; what remained was about a hundred
+ * small PyTorch operations and a few thousand Python calls per gpt2-124m token, each slowed by
+ * the cache misses weight streaming leaves behind (5-7 ms of a 30-36 ms token on a 2-core AVX2
+ * machine). Here a block is one call: its products are the same kernels, its norms and its
+ * attention the same functions, and the small steps between them (residual sums, the
+ * activation, the rotation) run on values that stay in the L1 cache.
+ *
+ * Numerics: the products, norms and attention are those of the per-operation path
+ * (zoo/nn/native.py), the residual sums are the same float additions in the same order, the
+ * rotation is the same multiplications and additions (never contracted into a fused
+ * multiply-add, as PyTorch's is not). The activations are computed here: GELU's tanh form and
+ * SiLU as x / (1 + exp(-z)) with an eight-lane exp accurate to about 2 ulp, GELU's erf form
+ * with the C library's erff, so they differ from PyTorch's in the last bits.
+ * zoo/nn/native_block.py builds the description (zoo_block) from a block's modules and checks
+ * every shape before it calls.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#define ZOO_X86 1
+#include <immintrin.h>
+#endif
+
+/* The kernels of _native.c and _native_int8.c this file composes. */
+void zoo_gemv_f32(const float *W, const float *x, const float *b, float *y, int64_t N, int64_t K,
+                  int threads);
+int zoo_gemv_int8(const float *x, const int8_t *W, const float *w_scale, const int32_t *colsum,
+                  const float *bias, float *y, int64_t N, int64_t K, int threads);
+void zoo_layer_norm_f32(const float *x, const float *w, const float *b, float *y, int64_t d,
+                        float eps);
+void zoo_rms_norm_f32(const float *x, const float *w, float *y, int64_t d, float eps,
+                      float offset);
+void zoo_attend_one_f32(const float *q, int64_t q_stride, const float *k, int64_t k_stride,
+                        const float *v, int64_t v_stride, float *ck, float *cv, int64_t max_len,
+                        int64_t pos, int64_t heads, int64_t kv_heads, int64_t hd, float scale,
+                        float *y, int threads);
+
+enum { LINEAR_F32 = 0, LINEAR_INT8 = 1 };
+enum { NORM_LAYER = 0, NORM_RMS = 1 };
+enum { ACT_GELU = 0, ACT_GELU_TANH = 1, ACT_RELU = 2, ACT_SILU = 3 };
+enum { PRE_NORM = 0, POST_NORM = 1, PARALLEL = 2 };
+
+/* One product: float32 rows, or int8 rows with per-row scales and row sums
+ * (zoo_gemv_int8's). Mirrored by zoo/nn/native_block.py's _Linear. */
+typedef struct {
+    int64_t kind, n, k;
+    const void *w;
+    const float *scale;
+    const int32_t *colsum;
+    const float *bias; /* or NULL */
+} zoo_linear;
+
+/* A layer norm (w, b may be NULL) or an RMSNorm scaled by w + offset. */
+typedef struct {
+    int64_t kind;
+    const float *w, *b;
+    float eps, offset;
+} zoo_norm;
+
+/* A block: its layout (x + f(norm(x)), norm(x + f(x)), or both branches on x), attention
+ * geometry, activation, whether the feed-forward is gated (fc gives the gate, then the up
+ * projection). */
+typedef struct {
+    int64_t layout, d_model, heads, kv_heads, head_dim, act, gated, unused_;
+    float scale, unused;
+    zoo_norm norm1, norm2;
+    zoo_linear qkv, out, fc, proj;
+} zoo_block;
+
+static int linear(const zoo_linear *l, const float *x, float *y, int threads) {
+    if (l->kind == LINEAR_INT8)
+        return zoo_gemv_int8(x, (const int8_t *)l->w, l->scale, l->colsum, l->bias, y, l->n,
+                             l->k, threads);
+    zoo_gemv_f32((const float *)l->w, x, l->bias, y, l->n, l->k, threads);
+    return 0;
+}
+
+static void norm(const zoo_norm *m, const float *x, float *y, int64_t d) {
+    if (m->kind == NORM_LAYER)
+        zoo_layer_norm_f32(x, m->w, m->b, y, d, m->eps);
+    else
+        zoo_rms_norm_f32(x, m->w, y, d, m->eps, m->offset);
+}
+
+/* y = a + b, one float addition each (PyTorch's `x + h`). */
+static void add(const float *a, const float *b, float *y, int64_t d) {
+    for (int64_t i = 0; i < d; i++) y[i] = a[i] + b[i];
+}
+
+/* The rotate-half rotation of the first `rot` features of each of `heads` heads (rows of hd):
+ * x[i] cos[i] - x[i + rot/2] sin[i] for the first half, x[i] cos[i] + x[i - rot/2] sin[i]
+ * for the second, as PyTorch computes `turned * cos + cat(-second, first) * sin`: two
+ * products and one sum each (compiled for the baseline x86-64, which has no fused
+ * multiply-add to contract them into). */
+static void rotate(
+    float *x, int64_t heads, int64_t hd, int64_t rot, const float *cos, const float *sin) {
+    int64_t half = rot / 2;
+    for (int64_t h = 0; h < heads; h++) {
+        float *row = x + h * hd;
+        for (int64_t i = 0; i < half; i++) {
+            float first = row[i], second = row[i + half];
+            row[i] = first * cos[i] + (-second) * sin[i];
+            row[i + half] = second * cos[i + half] + first * sin[i + half];
+        }
+    }
+}
+
+#ifdef ZOO_X86
+/* exp of eight floats (Cephes' polynomial, as avx_mathfun's exp256_ps): NaN stays NaN, inputs
+ * past ~88.4 give infinity, below -88.4 zero. */
+__attribute__((target("avx2,fma"))) static inline __m256 exp8(__m256 x) {
+    x = _mm256_min_ps(_mm256_set1_ps(89.0f), x); /* NaN in x passes min and max */
+    x = _mm256_max_ps(_mm256_set1_ps(-88.3762626647949f), x);
+    __m256 n = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f),
+                                               _mm256_set1_ps(0.5f)));
+    x = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    x = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), x);
+    __m256 y = _mm256_set1_ps(1.9875691500E-4f);
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507E-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073E-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894E-2f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459E-1f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201E-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+    /* 2^n from the exponent bits: n = 128 (inputs past ~88.4) gives infinity */
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+/* x / (1 + exp(-z)) for eight values: SiLU (z = x) and GELU's tanh form (z = 2u, since
+ * 0.5 x (1 + tanh u) = x / (1 + exp(-2u))). */
+__attribute__((target("avx2,fma"))) static inline __m256 x_sigmoid(__m256 x, __m256 z) {
+    __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), z));
+    return _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
+/* GELU's tanh form's z = 2 sqrt(2/pi) (x + 0.044715 x^3). */
+__attribute__((target("avx2,fma"))) static inline __m256 gelu_z(__m256 x) {
+    __m256 cube = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+    __m256 inner = _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), cube, x);
+    return _mm256_mul_ps(_mm256_set1_ps(1.5957691216057308f), inner);
+}
+
+/* f[0:n] = act(f[0:n]), times f[n:2n] when gated. */
+__attribute__((target("avx2,fma"))) static void activate(float *f, int64_t n, int64_t act,
+                                                        int64_t gated, int threads) {
+    const float *up = gated ? f + n : NULL;
+    if (act == ACT_GELU) { /* the C library's erff: spread over the threads */
+#pragma omp parallel for schedule(static) num_threads(threads)
+        for (int64_t i = 0; i < n; i++) {
+            float g = f[i] * 0.5f * (1.0f + erff(f[i] * (float)M_SQRT1_2));
+            f[i] = up ? g * up[i] : g;
+        }
+        return;
+    }
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 x = _mm256_loadu_ps(f + i), g;
+        if (act == ACT_RELU) /* max(0, x) keeps NaN as torch.relu does */
+            g = _mm256_blendv_ps(x, _mm256_setzero_ps(), _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ));
+        else
+            g = x_sigmoid(x, act == ACT_SILU ? x : gelu_z(x));
+        if (up) g = _mm256_mul_ps(g, _mm256_loadu_ps(up + i));
+        _mm256_storeu_ps(f + i, g);
+    }
+    if (i < n) { /* the tail, eight lanes wide through a padded copy */
+        float pad[8] = {0}, gate[8] = {0};
+        memcpy(pad, f + i, (size_t)(n - i) * sizeof(float));
+        if (up) memcpy(gate, up + i, (size_t)(n - i) * sizeof(float));
+        __m256 x = _mm256_loadu_ps(pad), g;
+        if (act == ACT_RELU)
+            g = _mm256_blendv_ps(x, _mm256_setzero_ps(), _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ));
+        else
+            g = x_sigmoid(x, act == ACT_SILU ? x : gelu_z(x));
+        if (up) g = _mm256_mul_ps(g, _mm256_loadu_ps(gate));
+        _mm256_storeu_ps(pad, g);
+        memcpy(f + i, pad, (size_t)(n - i) * sizeof(float));
+    }
+}
+#endif
+
+/* The attention branch of normed input h (d): a (d). */
+static int attention(const zoo_block *b, const float *h, float *qkv, float *att, float *a,
+                     float *ck, float *cv, int64_t max_len, int64_t pos, int64_t rot,
+                     const float *cos, const float *sin, int threads) {
+    int64_t hd = b->head_dim, q_width = b->heads * hd, kv_width = b->kv_heads * hd;
+    if (linear(&b->qkv, h, qkv, threads)) return -1;
+    float *q = qkv, *k = qkv + q_width, *v = k + kv_width;
+    if (rot) {
+        rotate(q, b->heads, hd, rot, cos, sin);
+        rotate(k, b->kv_heads, hd, rot, cos, sin);
+    }
+    zoo_attend_one_f32(q, hd, k, hd, v, hd, ck, cv, max_len, pos, b->heads, b->kv_heads, hd,
+                       b->scale, att, threads);
+    return linear(&b->out, att, a, threads);
+}
+
+/* The feed-forward branch of normed input h (d): m (d); f is fc's output. */
+static int feed_forward(const zoo_block *b, const float *h, float *f, float *m, int threads) {
+    if (linear(&b->fc, h, f, threads)) return -1;
+#ifdef ZOO_X86
+    activate(f, b->gated ? b->fc.n / 2 : b->fc.n, b->act, b->gated, threads);
+#endif
+    return linear(&b->proj, f, m, threads);
+}
+
+/* y (d) = the block of x (d) at position pos: the new key and value are written to the caches
+ * ck, cv (kv_heads, max_len, head_dim); the first `rot` features of each query and key head
+ * turn by cos and sin (`rot` values each; rot 0: no rotary positions). Returns 0,
+ * or -1 where an int8 product met a row holding NaN or infinity (or no memory was left): y is
+ * then unset, and the caller computes the block otherwise (writing the same cache position
+ * again). Only call where zoo_native_supported() is 1. */
+int zoo_block_step_f32(const zoo_block *b, const float *x, float *y, float *ck, float *cv,
+                       int64_t max_len, int64_t pos, int64_t rot, const float *cos,
+                       const float *sin, int threads) {
+#ifdef ZOO_X86
+    int64_t d = b->d_model;
+    size_t floats = (size_t)(4 * d + b->qkv.n + b->heads * b->head_dim + b->fc.n + 16);
+    float *scratch = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
+    if (!scratch) return -1;
+    float *h = scratch, *a = h + d, *x1 = a + d, *m = x1 + d;
+    float *qkv = m + d, *att = qkv + b->qkv.n, *f = att + b->heads * b->head_dim;
+    int status = -1;
+    if (b->layout == PRE_NORM) { /* x1 = x + attn(n1(x)); y = x1 + ffn(n2(x1)) */
+        norm(&b->norm1, x, h, d);
+        if (attention(b, h, qkv, att, a, ck, cv, max_len, pos, rot, cos, sin, threads)) goto done;
+        add(x, a, x1, d);
+        norm(&b->norm2, x1, h, d);
+        if (feed_forward(b, h, f, m, threads)) goto done;
+        add(x1, m, y, d);
+    } else if (b->layout == POST_NORM) { /* x1 = n1(x + attn(x)); y = n2(x1 + ffn(x1)) */
+        if (attention(b, x, qkv, att, a, ck, cv, max_len, pos, rot, cos, sin, threads)) goto done;
+        add(x, a, h, d);
+        norm(&b->norm1, h, x1, d);
+        if (feed_forward(b, x1, f, m, threads)) goto done;
+        add(x1, m, h, d);
+        norm(&b->norm2, h, y, d);
+    } else { /* y = x + (attn(n1(x)) + ffn(n2(x))) */
+        norm(&b->norm1, x, h, d);
+        if (attention(b, h, qkv, att, a, ck, cv, max_len, pos, rot, cos, sin, threads)) goto done;
+        norm(&b->norm2, x, h, d);
+        if (feed_forward(b, h, f, m, threads)) goto done;
+        add(a, m, x1, d);
+        add(x, x1, y, d);
+    }
+    status = 0;
+done:
+    free(scratch);
+    return status;
+#else
+    (void)b, (void)x, (void)y, (void)ck, (void)cv, (void)max_len, (void)pos, (void)rot;
+    (void)cos;
+    (void)sin, (void)threads;
+    return -1;
+#endif
+}
