@@ -27,7 +27,9 @@ Threads: CTranslate2 and ``llama.cpp`` get torch's thread count (zoo's); ``llama
 thread policy (``ZOO_DECODE_THREADS``, default ``auto``: the cores other processes leave
 free). ``--busy N`` runs N processes that each keep a core busy during the measurements.
 ``zoo ...+torch-kernels`` runs zoo with ``ZOO_NATIVE_KERNELS=0``: PyTorch's kernels instead
-of zoo's own one-row CPU kernels (``zoo.nn.native``), to show what those bring.
+of zoo's own one-row CPU kernels (``zoo.nn.native``), to show what those bring; ``zoo
+...+per-module`` keeps those kernels but not the one-call block step (``zoo.nn.native_block``),
+so each block runs module by module as before it.
 ``--decode-only`` measures batch-1 decoding only (the per-process peak and first generation
 too), by default of the engines the issue's goals name (``DECODE_ENGINES``):
 
@@ -70,6 +72,8 @@ DECODE_ENGINES = [  # --decode-only's default: the issue's goals, both thread ch
     "zoo int8",
     "zoo float32+torch-kernels",
     "zoo int8+torch-kernels",
+    "zoo float32+per-module",
+    "zoo int8+per-module",
     "ct2 float32",
     "ct2 int8",
     "ct2 int8_float32",
@@ -99,7 +103,9 @@ CHILD = PEAK_MIB + textwrap.dedent(
     spec = json.loads(sys.argv[1])
     engine, precision = spec["engine"].split()  # "zoo int8-weight", "ct2 int8_float32"...
     own_threads = precision.endswith("+own-threads")  # llama-cpp-python's default count
-    precision = precision.removesuffix("+own-threads").removesuffix("+torch-kernels")
+    per_module = precision.endswith("+per-module")
+    for suffix in ("+own-threads", "+torch-kernels", "+per-module"):
+        precision = precision.removesuffix(suffix)
     precision, compiled = precision.removesuffix("+compile"), precision.endswith("+compile")
     inner, new, vocab = spec["inner"], spec["new_tokens"], spec["vocab"]
     g = torch.Generator().manual_seed(0)
@@ -121,6 +127,9 @@ CHILD = PEAK_MIB + textwrap.dedent(
         dtype = torch.bfloat16 if precision == "bfloat16" else None
         quantize = precision if precision.startswith("int") else None
         model = zoo.load(spec["zoo"], dtype=dtype, quantize=quantize, tokenizer=False)
+        if per_module:  # every block module by module: no one-call block step
+            import zoo.nn.native_block
+            zoo.nn.native_block.step = lambda *args: None
         def decode(ids):
             return zoo.generate(model, ids, max_new_tokens=new, temperature=0, compile=compiled)
         def forward(ids):
@@ -296,6 +305,8 @@ def same_tokens(full: dict[str, list[dict]]) -> str:
 RATIOS = [  # the goals: (ours, theirs), and zoo's kernels against PyTorch's
     ("zoo float32", "zoo float32+torch-kernels"),
     ("zoo int8", "zoo int8+torch-kernels"),
+    ("zoo float32", "zoo float32+per-module"),
+    ("zoo int8", "zoo int8+per-module"),
     ("zoo float32", "ct2 float32"),
     ("zoo float32", "llama.cpp f32"),
     ("zoo float32", "llama.cpp f32+own-threads"),

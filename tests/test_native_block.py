@@ -14,7 +14,8 @@ where the kernels are not built or the CPU lacks AVX2 and FMA.
   block step is what ran.
 - It declines, and the per-module path runs, wherever its conditions fail: forward hooks,
   gradients, a mask, a subclass, a LoRA-wrapped linear, dropout in training; it follows a
-  weight replaced or changed between steps; an int8 step that meets NaN falls back.
+  weight replaced or changed between steps, and a copy of the model its own weights; a model
+  that has decoded still copies and pickles; an int8 step that meets NaN falls back.
 """
 
 from __future__ import annotations
@@ -252,6 +253,16 @@ DECLINES = COMMON + textwrap.dedent(
     assert not torch.allclose(first, second)
     print("ok weights")
 
+    # a model that has decoded copies, pickles, and its copy decodes on its own weights
+    import copy, io
+    copied = copy.deepcopy(model)
+    torch.save(model, io.BytesIO())
+    with torch.no_grad():
+        copied.blocks[0].ffn.proj.weight.mul_(-1.0)
+    assert not torch.allclose(check(copied, fused_expected=True), second)
+    assert torch.equal(check(model, fused_expected=True), second)
+    print("ok copy")
+
     # a LoRA-wrapped linear is not one the kernel computes
     from zoo.nn.lora import LoRA, attach_lora, plan_lora
     model = tiny()
@@ -285,6 +296,7 @@ def test_the_block_step_declines_where_it_would_differ():
         "ok training",
         "ok subclass",
         "ok weights",
+        "ok copy",
         "ok lora",
         "ok nan",
     ]

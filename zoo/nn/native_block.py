@@ -25,6 +25,9 @@ of PyTorch's; ReLU is exact), so greedy tokens stay the same (``tests/test_nativ
 from __future__ import annotations
 
 import ctypes
+import operator
+import weakref
+from itertools import repeat
 from typing import Any, NamedTuple
 
 import torch
@@ -42,7 +45,10 @@ from .positions import Rotation
 
 __all__ = ["step"]
 
-_PLAN = "_zoo_native_plan"  # the block attribute that holds its _Plan
+#: Each block's plan, held beside the block (a ctypes structure in the block's own attributes
+#: would make the model impossible to copy or pickle) and dropped with it.
+_PLANS: weakref.WeakKeyDictionary[nn.Module, _Plan] = weakref.WeakKeyDictionary()
+_HOOKS = ("_forward_hooks", "_forward_pre_hooks")  # a module's hook dicts
 
 _I, _P, _F = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float
 _FLOAT_LINEARS = (Linear, OneDNNLinear)
@@ -119,18 +125,41 @@ class _Reader:
 
 class _Plan(NamedTuple):
     """A block's description for the kernel (``None``: a block it does not compute), what it
-    was read from (each read must give the same object again), the addresses of the tensors
-    it points into (kept alive here), and the modules whose hooks it would skip."""
+    was read from (each read, ``where[i].get(names[i])``, must give ``values[i]`` again), the
+    tensors it points into (kept alive here) with their addresses, and the forward hooks of
+    the modules it stands for (the kernel would skip them). Its checks run in C (``map``),
+    a few microseconds a block."""
 
     block: _Block | None
-    reads: tuple[tuple[dict[str, Any], str, Any], ...]
-    addresses: tuple[tuple[Tensor, int], ...]
-    modules: tuple[nn.Module, ...]
+    where: tuple[dict[str, Any], ...]
+    names: tuple[str, ...]
+    values: tuple[Any, ...]
+    tensors: tuple[Tensor, ...]
+    addresses: tuple[int, ...]
+    hooks: tuple[dict[Any, Any], ...]
+
+    @classmethod
+    def read(cls, block: nn.Module) -> _Plan:
+        """The plan of ``block`` as it is now."""
+        r = _Reader()
+        description, modules = _describe(block, r)
+        hooks = [r.attr(m, kind) for m in modules for kind in _HOOKS]
+        where, names, values = zip(*r.reads, strict=True) if r.reads else ((), (), ())
+        addresses = tuple(map(Tensor.data_ptr, r.tensors))
+        return cls(description, where, names, values, tuple(r.tensors), addresses, tuple(hooks))
 
     def current(self) -> bool:
         """Whether every read gives the same object and every tensor the same address."""
-        return all(where.get(name, _MISSING) is value for where, name, value in self.reads) and all(
-            t.data_ptr() == address for t, address in self.addresses
+        found = map(dict.get, self.where, self.names, repeat(_MISSING))
+        return all(map(operator.is_, found, self.values)) and (
+            tuple(map(Tensor.data_ptr, self.tensors)) == self.addresses
+        )
+
+    def hooked(self) -> bool:
+        """Whether forward hooks are set on a module of the block or on every module."""
+        every = nn.modules.module
+        return any(self.hooks) or bool(
+            every._global_forward_hooks or every._global_forward_pre_hooks
         )
 
 
@@ -229,25 +258,12 @@ def _fits(cache: LayerCache, block: _Block, start: int) -> bool:
 def _plan(block: nn.Module) -> _Block | None:
     """The block's description for the kernel, read again where anything it was read from
     changed; ``None`` where the block is not one the kernel computes, or hooks are set."""
-    plan: _Plan | None = block.__dict__.get(_PLAN)
+    plan = _PLANS.get(block)
     if plan is None or not plan.current():
-        reader = _Reader()
-        description, modules = _describe(block, reader)
-        addresses = tuple((t, t.data_ptr()) for t in reader.tensors)
-        plan = _Plan(description, tuple(reader.reads), addresses, modules)
-        block.__dict__[_PLAN] = plan
-    if plan.block is None or _hooked(plan.modules):
+        plan = _PLANS[block] = _Plan.read(block)
+    if plan.block is None or plan.hooked():
         return None
     return plan.block
-
-
-def _hooked(modules: tuple[nn.Module, ...]) -> bool:
-    """Whether forward hooks are set on any of ``modules`` or on every module (the kernel
-    would skip them)."""
-    hooks = nn.modules.module
-    if hooks._global_forward_hooks or hooks._global_forward_pre_hooks:
-        return True
-    return any(m._forward_hooks or m._forward_pre_hooks for m in modules)
 
 
 def _describe(block: nn.Module, r: _Reader) -> tuple[_Block | None, tuple[nn.Module, ...]]:
