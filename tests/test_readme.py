@@ -8,12 +8,12 @@ and an empty Hugging Face cache. Its blocks run in order, as a reader following 
 (later ones use what earlier ones wrote): the ``zoo``/``torchrun`` commands of its ``sh``
 blocks as processes, its ``python`` blocks in one Python process for the document (one
 namespace, as if pasted into one session). Only lengths change: steps, generated tokens,
-evaluation intervals, a context of 256 and a Python run's evaluation batches are cut so that
-everything runs in a few minutes on 2 cores, and ``zoo tour`` builds the models over 64 MiB
-(not 512) on the meta device (the tour at its default, gpt2-124m built with weights within
-1 GiB, is tested in tests/test_cli_ux.py); and a Python ``zoo.load("gpt2-124m", ...)``
-(the official weights, from the Hub) loads a 2-layer ``gpt2-124m`` saved in the folder
-beforehand (same tokenizer and vocabulary). A command or a
+evaluation intervals, a context of 256, a training run's batch (2 sequences) and a Python
+run's evaluation batches are cut so that everything runs in a few minutes on 2 cores, and
+``zoo tour`` builds the models over 64 MiB (not 512) on the meta device (the tour at its
+default, gpt2-124m built with weights within 1 GiB, is tested in tests/test_cli_ux.py); and
+a Python ``zoo.load("gpt2-124m", ...)`` (the official weights, from the Hub) loads a 2-layer
+``gpt2-124m`` saved in the folder beforehand (same tokenizer and vocabulary). A command or a
 line of Python whose comment says ``needs the Hub``, ``several machines`` or ``needs a GPU``
 is checked to be marked, not run; one that says ``tested in tests/test_x.py`` (a first
 compilation, too slow to repeat here) must name a test file that exists. One that says
@@ -21,9 +21,9 @@ compilation, too slow to repeat here) must name a test file that exists. One tha
 the document, seeded with the repos its lines read before they push (:data:`HUB_SEEDS`).
 
 For time (2 cores): documents run two at a time, torch on one thread in each; ``zoo``
-commands are processes forked from one that has imported torch (:data:`ZOO_COMMAND`); and an
-exact repeat of a read-only command with nothing else run since is not run again
-(:data:`READ_ONLY`).
+commands are processes forked from one that has imported torch and what ``zoo train``
+imports (:data:`ZOO_SETUP`, :data:`ZOO_COMMAND`); and an exact repeat of a read-only command
+with nothing else run since is not run again (:data:`READ_ONLY`).
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ SMALL = (
     (r"--max-new-tokens \d+", "--max-new-tokens 8"),
     (r"--eval-every \d+", "--eval-every 2"),
     (r"--warmup \d+", "--warmup 1"),
+    (r"--batch-size \d+", "--batch-size 2"),
     (r"context_length=256", "context_length=64"),
     (r"^zoo tour$", "zoo tour --max-mib 64"),
 )
@@ -80,6 +81,8 @@ SMALL_PYTHON = (
     (r"\bsteps=\d+", "steps=4"),
     (r"\bmax_new_tokens=\d+", "max_new_tokens=8"),
     (r"context_length=256", "context_length=64"),
+    (r"(TrainConfig\([^)]*)\bbatch_size=\d+", r"\1batch_size=2"),
+    (r"TrainConfig\((?![^)]*\bbatch_size=)", "TrainConfig(batch_size=2, "),
     (r"TrainConfig\(", "TrainConfig(eval_batches=2, "),
     (r'zoo\.load\("gpt2-124m"', 'zoo.load("./gpt2-small"'),
 )
@@ -120,10 +123,21 @@ for request in sys.stdin:
 """
 
 #: A document's ``zoo`` commands are processes forked from one that has imported torch and
-#: nothing else (zoo's command line starts from a fresh interpreter plus torch, without paying
-#: torch's import, 1.5 s of CPU, for each of about 30 commands): each runs ``python -m zoo.cli``
+#: a few of torch's and matplotlib's modules, nothing of zoo (zoo's command line starts from a
+#: fresh interpreter plus those, without paying their import, 1.5 s of CPU for torch and 3 s
+#: for the rest, for each of about 30 commands): each runs ``python -m zoo.cli``
 #: as a fresh process would, in its own folder and environment, with its own exit code.
-ZOO_SETUP = "import torch\n"
+ZOO_SETUP = (
+    "import torch\n"
+    # and what `zoo train` and `zoo check` import on their way (the optimizer imports dynamo,
+    # checkpoints torch.distributed.checkpoint, the loss plot matplotlib as zoo sets it up):
+    # 3 s of CPU a command, paid once; none starts a thread or reads the variables that differ
+    # between commands (the local Hub's HF_*)
+    "import sympy, torch._dynamo, torch.distributed.checkpoint\n"
+    "import matplotlib\n"
+    "matplotlib.use('Agg')\n"
+    "import matplotlib.pyplot\n"
+)
 
 ZOO_COMMAND = """
 import os, runpy, sys
@@ -157,6 +171,8 @@ def _small(command: str) -> str:
         command = re.sub(pattern, replacement, command)
     if " train " in f" {command} " and "--steps" not in command:
         command += " --steps 4"
+    if " train " in f" {command} " and "--batch-size" not in command:
+        command += " --batch-size 2"  # a step of 2 sequences: the run's code is the same
     if " train " in f" {command} ":
         command += " --eval-batches 2"  # as SMALL_PYTHON's TrainConfig(eval_batches=2, ...)
     return command
