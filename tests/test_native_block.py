@@ -31,15 +31,15 @@ COMMON = textwrap.dedent(
     from zoo.nn import native_block
     from zoo.nn.cache import KVCache
 
-    fused_step = native_block.step
+    fused_stack = native_block.stack
     calls = []
 
     def counted(*args):
-        out = fused_step(*args)
+        out = fused_stack(*args)
         calls.append(out is not None)
         return out
 
-    native_block.step = counted
+    native_block.stack = counted
 
     def decode(model, ids, steps, fused=True, length=32):
         '''Prefill ``ids`` (1, T), then feed ``steps`` (1, n) one at a time: the logits of
@@ -48,16 +48,16 @@ COMMON = textwrap.dedent(
         heads = c.n_kv_heads or c.n_heads
         cache = KVCache(c.n_layers, 1, heads, length, c.head_size, dtype=torch.float32,
                         device=torch.device("cpu"))
-        native_block.step = fused_step if fused else (lambda *args: None)
+        native_block.stack = fused_stack if fused else (lambda *args: None)
         out = []
         with torch.inference_mode():
             model.logits(ids, None, torch.arange(ids.shape[1])[None], cache=cache)
             if fused:
-                native_block.step = counted  # count the steps, not the prompt
+                native_block.stack = counted  # count the steps, not the prompt
             for i in range(steps.shape[1]):
                 pos = torch.tensor([[cache.length]])
                 out.append(model.logits(steps[:, i : i + 1], None, pos, cache=cache))
-        native_block.step = counted
+        native_block.stack = counted
         return torch.cat(out, 1), cache
 
     def same(a, b, exact):
@@ -109,7 +109,7 @@ PROPERTY = COMMON + textwrap.dedent(
         steps = torch.randint(0, 97, (1, 6), generator=g)
         calls.clear()
         fast, fast_cache = decode(model, ids, steps)
-        assert calls and all(calls), (config, calls)  # the block step ran at every step
+        assert calls and all(calls), (config, calls)  # the one call ran at every step
         slow, slow_cache = decode(model, ids, steps, fused=False)
         assert same(fast, slow, exact), (config, int8, (fast - slow).abs().max())
         for a, b in zip(fast_cache.layers, slow_cache.layers):
@@ -148,7 +148,7 @@ REFERENCE = COMMON + textwrap.dedent(
                                output_logits=True, return_dict_in_generate=True)
         calls.clear()
         got = zoo.generate(model, ids, max_new_tokens=20, temperature=0)
-        assert calls.count(True) == 19 * config.num_hidden_layers, calls  # every step fused
+        assert calls == [False] + [True] * 19, calls  # the prompt per module, then fused
         assert torch.equal(got, want.sequences), (got, want.sequences)
         assert len(set(got[0, 6:].tolist())) > 3
         steps = want.sequences[:, 6:-1]
@@ -190,24 +190,27 @@ DECLINES = COMMON + textwrap.dedent(
         assert torch.allclose(fast, slow, rtol=1e-4, atol=1e-5)
         return fast
 
-    # a forward hook on a module inside the block: the block step would skip it
+    # forward hooks on a module inside a block, or on a block: the one call would skip them
     model = tiny()
     seen = []
     handle = model.blocks[0].ffn.fc.register_forward_hook(lambda m, a, out: seen.append(1))
-    check(model, fused_expected=True)  # block 1 still runs fused
-    assert len(seen) == 2 * 5, seen  # block 0's hook ran at every step, both runs
-    calls.clear()
-    decode(model, ids, steps)
-    assert calls == [False, True] * 4, calls
+    check(model, fused_expected=False)
+    assert len(seen) == 2 * 5, seen  # the hook ran at every step, in both runs
     handle.remove()
-    calls.clear()
-    decode(model, ids, steps)
-    assert all(calls), calls
+    check(model, fused_expected=True)
+    handle = model.blocks[1].register_forward_pre_hook(lambda m, a: seen.append(2))
+    check(model, fused_expected=False)
+    assert seen.count(2) == 2 * 5, seen
+    handle.remove()
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda m, a, out: None)
+    check(model, fused_expected=False)
+    handle.remove()
+    check(model, fused_expected=True)
     print("ok hooks")
 
     # gradients recorded: the per-module path, with a graph
     model = tiny()
-    native_block.step = counted
+    native_block.stack = counted
     calls.clear()
     cache = KVCache(2, 1, 4, 16, 8, dtype=torch.float32, device=torch.device("cpu"))
     model.logits(ids, None, torch.arange(5)[None], cache=cache)

@@ -262,3 +262,27 @@ done:
     return -1;
 #endif
 }
+
+/* y (d) = blocks[n - 1](... blocks[0](x)) at position pos, the whole stack of a decoder in one
+ * call: layer i writes its key and value to ck[i], cv[i] (kv_heads, max_len, head_dim); every
+ * layer turns by the same cos and sin. Returns 0, or -1 as zoo_block_step_f32 does (some
+ * layers may then have written their caches at pos: the caller computes the stack otherwise,
+ * writing them again). */
+int zoo_stack_step_f32(const zoo_block *blocks, int64_t n, const float *x, float *y,
+                       float *const *ck, float *const *cv, int64_t max_len, int64_t pos,
+                       int64_t rot, const float *cos, const float *sin, int threads) {
+    if (n <= 0) return -1;
+    int64_t d = blocks[0].d_model;
+    float *between = aligned_alloc(64, (size_t)(2 * d * sizeof(float) + 63) / 64 * 64);
+    if (!between) return -1;
+    const float *in = x;
+    int status = 0;
+    for (int64_t i = 0; i < n && status == 0; i++) {
+        float *out = i == n - 1 ? y : between + (i % 2) * d;
+        status = zoo_block_step_f32(blocks + i, in, out, ck[i], cv[i], max_len, pos, rot, cos,
+                                    sin, threads);
+        in = out;
+    }
+    free(between);
+    return status;
+}

@@ -28,7 +28,6 @@ from torch import Tensor, nn
 
 from ..config import TransformerConfig
 from ..errors import ConfigError
-from . import native_block
 from .cache import LayerCache
 from .moe import mixture
 from .parts import Parts, builtin_factories, parts_for
@@ -140,12 +139,7 @@ class TransformerBlock(nn.Module):
     ) -> Tensor:
         """See the class docstring; ``cache``/``start`` and ``memory_kv`` are passed to the
         attention branches for incremental decoding, ``rotation`` (rotary positions) to the
-        self-attention. One token of one sequence may run as one call to zoo's CPU kernels
-        (:mod:`zoo.nn.native_block`)."""
-        if cache is not None and type(self) is TransformerBlock:  # a subclass may differ
-            y = native_block.step(self, x, cache, start, mask, causal, rotation)
-            if y is not None:
-                return y
+        self-attention."""
 
         def attend(h: Tensor) -> Tensor:
             return self.attn(

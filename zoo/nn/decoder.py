@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from ..config import DecoderConfig
+from . import native_block
 from .base import (
     ZooModel,
     activation_dtype,
@@ -34,7 +35,7 @@ from .linear import Linear
 from .masks import positions_from_mask, self_attention_mask
 from .moe import MixtureOfExperts
 from .parts import Parts, make_positions, parts_for
-from .positions import PositionScheme
+from .positions import PositionScheme, Rotation
 
 __all__ = ["DecoderLM"]
 
@@ -210,7 +211,8 @@ class DecoderLM(ZooModel):
             masks = dict.fromkeys(self.layer_windows, (mask, False))
         else:
             masks = {window: (m, False) for window, m in mask.items()}
-        for i, block in enumerate(self.blocks):
+        fused = self._one_call(x, cache, start, masks, rotations)
+        for i, block in enumerate(self.blocks if fused is None else ()):
             layer_cache = cache.layers[i] if cache is not None else None
             layer_mask, causal = masks[self.layer_windows[i]]
             x = block(
@@ -221,6 +223,7 @@ class DecoderLM(ZooModel):
                 start=start,
                 rotation=rotations[self._layer_thetas[i]],
             )
+        x = x if fused is None else fused
         if cache is not None:
             cache.advance(t)
         if last_only:
@@ -228,6 +231,23 @@ class DecoderLM(ZooModel):
         if self.final_norm is not None:
             x = self.final_norm(x)
         return x  # (B, T, d_model)
+
+    def _one_call(
+        self,
+        x: Tensor,
+        cache: KVCache | None,
+        start: int,
+        masks: Mapping[int | None, tuple[Tensor | None, bool]],
+        rotations: Mapping[float, Rotation | None],
+    ) -> Tensor | None:
+        """Every block of one decoding step of one sequence in one call to zoo's CPU kernels
+        (:func:`zoo.nn.native_block.stack`), where all layers see the same keys and turn by
+        the same angles; ``None`` where it does not apply."""
+        if cache is None or len(masks) != 1 or len(rotations) != 1:
+            return None
+        ((mask, causal),) = masks.values()
+        (rotation,) = rotations.values()
+        return native_block.stack(self.blocks, x, cache, start, mask, causal, rotation)
 
     def window_masks(
         self, allowed: Tensor, query: Tensor, keys: Tensor

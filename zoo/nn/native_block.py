@@ -34,7 +34,8 @@ import torch
 from torch import Tensor, nn
 
 from .attention import MultiHeadAttention
-from .cache import LayerCache
+from .blocks import TransformerBlock
+from .cache import KVCache, LayerCache
 from .feedforward import FeedForward, GatedFeedForward
 from .linear import Linear
 from .native import _kernels, _vector
@@ -43,11 +44,11 @@ from .norms import LayerNorm, RMSNorm, UnitOffsetRMSNorm
 from .onednn import OneDNNLinear
 from .positions import Rotation
 
-__all__ = ["step"]
+__all__ = ["stack"]
 
-#: Each block's plan, held beside the block (a ctypes structure in the block's own attributes
-#: would make the model impossible to copy or pickle) and dropped with it.
-_PLANS: weakref.WeakKeyDictionary[nn.Module, _Plan] = weakref.WeakKeyDictionary()
+#: Each stack's plan, held beside it (a ctypes structure in a module's own attributes would
+#: make the model impossible to copy or pickle) and dropped with it.
+_STACKS: weakref.WeakKeyDictionary[nn.Module, _Stack] = weakref.WeakKeyDictionary()
 _HOOKS = ("_forward_hooks", "_forward_pre_hooks")  # a module's hook dicts
 
 _I, _P, _F = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float
@@ -123,14 +124,12 @@ class _Reader:
         return value
 
 
-class _Plan(NamedTuple):
-    """A block's description for the kernel (``None``: a block it does not compute), what it
-    was read from (each read, ``where[i].get(names[i])``, must give ``values[i]`` again), the
-    tensors it points into (kept alive here) with their addresses, and the forward hooks of
-    the modules it stands for (the kernel would skip them). Its checks run in C (``map``),
-    a few microseconds a block."""
+class _Checks(NamedTuple):
+    """What a plan was read from (each read, ``where[i].get(names[i])``, must give
+    ``values[i]`` again), the tensors it points into (kept alive here) with their addresses,
+    and the forward hooks of the modules it stands for (the kernel would skip them). The
+    checks run in C (``map``): a plan is checked in microseconds, in one burst per token."""
 
-    block: _Block | None
     where: tuple[dict[str, Any], ...]
     names: tuple[str, ...]
     values: tuple[Any, ...]
@@ -139,14 +138,12 @@ class _Plan(NamedTuple):
     hooks: tuple[dict[Any, Any], ...]
 
     @classmethod
-    def read(cls, block: nn.Module) -> _Plan:
-        """The plan of ``block`` as it is now."""
-        r = _Reader()
-        description, modules = _describe(block, r)
+    def of(cls, r: _Reader, modules: list[nn.Module]) -> _Checks:
+        """The checks of everything ``r`` read, and of the hooks of ``modules``."""
         hooks = [r.attr(m, kind) for m in modules for kind in _HOOKS]
         where, names, values = zip(*r.reads, strict=True) if r.reads else ((), (), ())
         addresses = tuple(map(Tensor.data_ptr, r.tensors))
-        return cls(description, where, names, values, tuple(r.tensors), addresses, tuple(hooks))
+        return cls(where, names, values, tuple(r.tensors), addresses, tuple(hooks))
 
     def current(self) -> bool:
         """Whether every read gives the same object and every tensor the same address."""
@@ -156,55 +153,93 @@ class _Plan(NamedTuple):
         )
 
     def hooked(self) -> bool:
-        """Whether forward hooks are set on a module of the block or on every module."""
+        """Whether forward hooks are set on one of the modules or on every module."""
         every = nn.modules.module
         return any(self.hooks) or bool(
             every._global_forward_hooks or every._global_forward_pre_hooks
         )
 
 
-def step(
-    block: nn.Module,
+class _Stack(NamedTuple):
+    """A decoder's blocks as the kernel reads them: one ``zoo_block`` each, in an array
+    (``None`` where a block is not one the kernel computes), each layer's ``(kv_heads,
+    head_dim)``, and the checks of what it was read from."""
+
+    blocks: Any  # ctypes array of _Block, or None
+    geometry: tuple[tuple[int, int], ...]
+    d_model: int
+    checks: _Checks
+
+    @classmethod
+    def read(cls, blocks: nn.ModuleList) -> _Stack:
+        """The plan of ``blocks`` as they are now."""
+        r = _Reader()
+        descriptions: list[_Block] = []
+        modules: list[nn.Module] = []
+        for name in list(blocks._modules):
+            block = r.module(blocks, name)
+            if type(block) is not TransformerBlock:  # a subclass may compute otherwise
+                return cls(None, (), 0, _Checks.of(r, modules))
+            description, parts = _describe(block, r)
+            modules += [block, *parts]
+            if description is None or (
+                descriptions and description.d_model != descriptions[0].d_model
+            ):
+                return cls(None, (), 0, _Checks.of(r, modules))
+            descriptions.append(description)
+        if not descriptions:
+            return cls(None, (), 0, _Checks.of(r, modules))
+        array = (_Block * len(descriptions))(*descriptions)
+        geometry = tuple((b.kv_heads, b.head_dim) for b in array)
+        return cls(array, geometry, array[0].d_model, _Checks.of(r, modules))
+
+
+def stack(
+    blocks: nn.ModuleList,
     x: Tensor,
-    cache: LayerCache,
+    cache: KVCache,
     start: int,
     mask: Tensor | None,
     causal: bool,
     rotation: Rotation | None,
 ) -> Tensor | None:
-    """``block(x, mask=mask, causal=causal, cache=cache, start=start, rotation=rotation)``
-    for one new token of one sequence, in one call to zoo's kernels; ``None`` (nothing
-    written) where the module docstring's conditions do not hold.
+    """Every block of ``blocks`` in turn (``block(x, mask=mask, causal=causal,
+    cache=cache.layers[i], start=start, rotation=rotation)``) for one new token of one
+    sequence, in one call to zoo's kernels; ``None`` (the caller runs the blocks) where the
+    module docstring's conditions do not hold, for any block.
 
     Shape:
         ``x (1, 1, d_model) -> (1, 1, d_model)``.
     """
     lib = _kernels()
-    if lib is None or not _one_token(x, cache, mask, causal, start) or _records_grad(block, x):
+    if lib is None or not _one_token(x, cache, start, mask, causal) or _records_grad(blocks, x):
         return None
-    description = _plan(block)
-    if description is None or description.d_model != x.shape[-1]:
+    plan = _STACKS.get(blocks)
+    if plan is None or len(blocks) != len(plan.geometry) or not plan.checks.current():
+        plan = _STACKS[blocks] = _Stack.read(blocks)
+    if plan.blocks is None or plan.checks.hooked() or plan.d_model != x.shape[-1]:
         return None
-    if not _fits(cache, description, start):
+    caches = _caches(cache, plan.geometry, start)
+    angles = _angles(rotation, min(hd for _, hd in plan.geometry))
+    if caches is None or angles is None:
         return None
-    angles = _angles(rotation, description.head_dim)
-    if angles is None:
-        return None
+    keys, values = caches  # arrays of the layers' cache addresses, alive through the call
     y = torch.empty_like(x)
-    status = lib.zoo_block_step_f32(
-        ctypes.byref(description), x.data_ptr(), y.data_ptr(), cache.k.data_ptr(),
-        cache.v.data_ptr(), cache.k.shape[2], start, *angles, torch.get_num_threads(),
+    status = lib.zoo_stack_step_f32(
+        ctypes.addressof(plan.blocks), len(plan.geometry), x.data_ptr(), y.data_ptr(),
+        ctypes.addressof(keys), ctypes.addressof(values), cache.layers[0].k.shape[2], start,
+        *angles, torch.get_num_threads(),
     )  # fmt: skip
     return y if status == 0 else None
 
 
-def _one_token(x: Tensor, cache: LayerCache, mask: Tensor | None, causal: bool, start: int) -> bool:
+def _one_token(x: Tensor, cache: KVCache, start: int, mask: Tensor | None, causal: bool) -> bool:
     """Whether the step is one float32 token of one sequence on the CPU, with a plain cache
     and nothing masked."""
     return (
         mask is None
         and not (causal and start > 0)  # one query with SDPA's causal flag sees only key 0
-        and type(cache) is LayerCache
+        and type(cache) is KVCache
         and x.shape[:2] == (1, 1)
         and x.dtype is torch.float32
         and x.is_cpu
@@ -212,11 +247,38 @@ def _one_token(x: Tensor, cache: LayerCache, mask: Tensor | None, causal: bool, 
     )
 
 
-def _records_grad(block: nn.Module, x: Tensor) -> bool:
+def _records_grad(blocks: nn.Module, x: Tensor) -> bool:
     """Whether autograd would record this step (zoo's kernels record nothing)."""
     if not torch.is_grad_enabled():
         return False
-    return x.requires_grad or any(p.requires_grad for p in block.parameters())
+    return x.requires_grad or any(p.requires_grad for p in blocks.parameters())
+
+
+def _caches(cache: KVCache, geometry: tuple[tuple[int, int], ...], start: int) -> Any:
+    """Two arrays of the addresses of every layer's keys and values, where each layer's cache
+    is one contiguous float32 block of its key/value heads with room at ``start`` (the same
+    length for all); ``None`` otherwise."""
+    layers = cache.layers
+    if len(layers) != len(geometry):
+        return None
+    length = layers[0].k.shape[2]
+    for layer, (heads, hd) in zip(layers, geometry, strict=True):
+        k, v = layer.k, layer.v
+        if not (
+            type(layer) is LayerCache
+            and k.dtype is v.dtype is torch.float32
+            and k.is_cpu
+            and v.is_cpu
+            and k.is_contiguous()
+            and v.is_contiguous()
+            and k.shape == v.shape == (1, heads, length, hd)
+        ):
+            return None
+    if not 0 <= start < length:
+        return None
+    keys = (ctypes.c_void_p * len(layers))(*(layer.k.data_ptr() for layer in layers))
+    values = (ctypes.c_void_p * len(layers))(*(layer.v.data_ptr() for layer in layers))
+    return keys, values
 
 
 def _angles(rotation: Rotation | None, head_dim: int) -> tuple[int, int | None, int | None] | None:
@@ -238,32 +300,6 @@ def _angles(rotation: Rotation | None, head_dim: int) -> tuple[int, int | None, 
     ):
         return None
     return rot, cos.data_ptr(), sin.data_ptr()
-
-
-def _fits(cache: LayerCache, block: _Block, start: int) -> bool:
-    """Whether ``cache`` is one contiguous float32 block of the plan's key/value heads with
-    room at ``start``."""
-    k, v = cache.k, cache.v
-    return (
-        k.dtype is v.dtype is torch.float32
-        and k.is_cpu
-        and v.is_cpu
-        and k.is_contiguous()
-        and v.is_contiguous()
-        and k.shape == v.shape == (1, block.kv_heads, k.shape[2], block.head_dim)
-        and 0 <= start < k.shape[2]
-    )
-
-
-def _plan(block: nn.Module) -> _Block | None:
-    """The block's description for the kernel, read again where anything it was read from
-    changed; ``None`` where the block is not one the kernel computes, or hooks are set."""
-    plan = _PLANS.get(block)
-    if plan is None or not plan.current():
-        plan = _PLANS[block] = _Plan.read(block)
-    if plan.block is None or plan.hooked():
-        return None
-    return plan.block
 
 
 def _describe(block: nn.Module, r: _Reader) -> tuple[_Block | None, tuple[nn.Module, ...]]:
