@@ -28,12 +28,19 @@ from typing import Any
 #: the server's stderr (never the answers' pipe), and ends as a Python process ends: its
 #: ``SystemExit`` code, 0, or 1 after a traceback, once atexit handlers have run.
 SERVER = r"""
-import json, os, signal, sys, time
+import gc, json, os, signal, sys, time
 answers = os.fdopen(os.dup(1), "w")
 os.dup2(2, 1)
 namespace = {"__name__": "__forkserver__"}
 setup = sys.stdin.readline()
 exec(compile(json.loads(setup), "<setup>", "exec"), namespace)
+# What the set-up made lives on in every child, its pages shared with the server until
+# written to: a child's garbage collector walks those objects (and writes to each page it
+# visits, copying it), down to the last collection as the child ends (a zoo command forked
+# from a server that had imported torch and matplotlib took 1.9 s to end, 0.5 s with this).
+# Frozen (Python's advice before forking), they are left alone; the child's own objects are
+# collected as in any process.
+gc.freeze()
 answers.write("ready\n")
 answers.flush()
 children = set()
