@@ -129,7 +129,7 @@ CHILD = PEAK_MIB + textwrap.dedent(
         model = zoo.load(spec["zoo"], dtype=dtype, quantize=quantize, tokenizer=False)
         if per_module:  # every block module by module: no one-call block step
             import zoo.nn.native_block
-            zoo.nn.native_block.stack = lambda *args: None
+            zoo.nn.native_block.decode = lambda *args: None
         def decode(ids):
             return zoo.generate(model, ids, max_new_tokens=new, temperature=0, compile=compiled)
         def forward(ids):

@@ -1,17 +1,19 @@
-"""zoo's one-call block step (``zoo.nn.native_block``, ``zoo/nn/_native_block.c``) against the
+"""zoo's one-call decoding step (``zoo.nn.native_block``, ``zoo/nn/_native_block.c``: the
+embedding, every block, the final norm and the head of one batch-1 token) against the
 per-module path it replaces and against transformers.
 
 Each case runs in a child process (``native_child.run_native``), so a crash in the C code
 fails the test instead of killing the run; the child ends early (and the test is skipped)
 where the kernels are not built or the CPU lacks AVX2 and FMA.
 
-- Blocks drawn over every layout (pre-norm, post-norm, parallel), norm, feed-forward,
-  activation, grouped-query geometry, rotary width and bias setting decode the same logits
-  and write the same cache as the per-module path (to the bit with ReLU, whose activation
+- Models drawn over every block layout (pre-norm, post-norm, parallel), norm, feed-forward,
+  activation, grouped-query geometry, position scheme (learned, rotary of full or half
+  width, none), bias, final norm, tied head and embedding scale decode the same logits and
+  write the same cache as the per-module path (to the bit with ReLU, whose activation
   both compute exactly; within float32 rounding of the activation otherwise), in float32
   and with ``quantize="int8"``.
 - Batch-1 greedy decoding of GPT-2 and Llama gives transformers' logits and tokens, and the
-  block step is what ran.
+  one call is what ran at every step.
 - It declines, and the per-module path runs, wherever its conditions fail: forward hooks,
   gradients, a mask, a subclass, a LoRA-wrapped linear, dropout in training; it follows a
   weight replaced or changed between steps, and a copy of the model its own weights; a model
@@ -31,15 +33,18 @@ COMMON = textwrap.dedent(
     from zoo.nn import native_block
     from zoo.nn.cache import KVCache
 
-    fused_stack = native_block.stack
+    from zoo.nn import onednn
+
+    onednn.MIN_WEIGHTS = 0  # the per-module path's products on zoo's kernel too, at any size
+    fused_decode = native_block.decode
     calls = []
 
     def counted(*args):
-        out = fused_stack(*args)
+        out = fused_decode(*args)
         calls.append(out is not None)
         return out
 
-    native_block.stack = counted
+    native_block.decode = counted
 
     def decode(model, ids, steps, fused=True, length=32):
         '''Prefill ``ids`` (1, T), then feed ``steps`` (1, n) one at a time: the logits of
@@ -48,16 +53,16 @@ COMMON = textwrap.dedent(
         heads = c.n_kv_heads or c.n_heads
         cache = KVCache(c.n_layers, 1, heads, length, c.head_size, dtype=torch.float32,
                         device=torch.device("cpu"))
-        native_block.stack = fused_stack if fused else (lambda *args: None)
+        native_block.decode = fused_decode if fused else (lambda *args: None)
         out = []
         with torch.inference_mode():
             model.logits(ids, None, torch.arange(ids.shape[1])[None], cache=cache)
             if fused:
-                native_block.stack = counted  # count the steps, not the prompt
+                native_block.decode = counted  # count the steps, not the prompt
             for i in range(steps.shape[1]):
                 pos = torch.tensor([[cache.length]])
                 out.append(model.logits(steps[:, i : i + 1], None, pos, cache=cache))
-        native_block.stack = counted
+        native_block.decode = counted
         return torch.cat(out, 1), cache
 
     def same(a, b, exact):
@@ -79,7 +84,7 @@ PROPERTY = COMMON + textwrap.dedent(
         layout = draw(st.sampled_from(["pre", "post", "parallel"]))
         ffn = draw(st.sampled_from(["mlp", "swiglu", "geglu"]))
         act = draw(st.sampled_from(["gelu", "gelu_tanh", "relu", "silu"]))
-        rotary = draw(st.booleans())
+        positions = draw(st.sampled_from(["learned", "rotary", "none"]))
         config = dict(
             n_layers=2, vocab_size=97, context_length=64, dropout=0.0,
             d_model=draw(st.sampled_from([24, 32, 40])), n_heads=heads, head_dim=head_dim,
@@ -88,8 +93,11 @@ PROPERTY = COMMON + textwrap.dedent(
                 st.sampled_from(["layernorm", "rmsnorm", "rmsnorm1p"])),
             ffn=ffn, activation=act, bias=draw(st.booleans()),
             norm_first=layout != "post", parallel_residual=layout == "parallel",
-            positions="rotary" if rotary else "learned",
-            rotary_dim=draw(st.sampled_from([None, head_dim // 2])) if rotary else None,
+            positions=positions,
+            rotary_dim=draw(st.sampled_from([None, head_dim // 2]))
+            if positions == "rotary" else None,
+            final_norm=draw(st.booleans()), tie_embeddings=draw(st.booleans()),
+            scale_embeddings=draw(st.booleans()),
         )
         return config, ffn == "mlp" and act == "relu"
 
@@ -148,7 +156,7 @@ REFERENCE = COMMON + textwrap.dedent(
                                output_logits=True, return_dict_in_generate=True)
         calls.clear()
         got = zoo.generate(model, ids, max_new_tokens=20, temperature=0)
-        assert calls == [False] + [True] * 19, calls  # the prompt per module, then fused
+        assert calls == [True] * 19, calls  # every step after the prompt in one call
         assert torch.equal(got, want.sequences), (got, want.sequences)
         assert len(set(got[0, 6:].tolist())) > 3
         steps = want.sequences[:, 6:-1]
@@ -210,7 +218,7 @@ DECLINES = COMMON + textwrap.dedent(
 
     # gradients recorded: the per-module path, with a graph
     model = tiny()
-    native_block.stack = counted
+    native_block.decode = counted
     calls.clear()
     cache = KVCache(2, 1, 4, 16, 8, dtype=torch.float32, device=torch.device("cpu"))
     model.logits(ids, None, torch.arange(5)[None], cache=cache)

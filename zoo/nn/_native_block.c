@@ -286,3 +286,55 @@ int zoo_stack_step_f32(const zoo_block *blocks, int64_t n, const float *x, float
     free(between);
     return status;
 }
+
+/* A token embedding: float32 rows (kind 0), or int8 rows with a float32 scale each (kind 1),
+ * times `scale` (1, or sqrt(d_model) rounded to float32), plus a learned position's row
+ * (positions: (max_positions, d_model) float32, or NULL). */
+typedef struct {
+    int64_t kind, vocab, max_positions;
+    const void *rows;
+    const float *row_scale;
+    const float *positions;
+    float scale, unused;
+} zoo_embedding;
+
+/* A decoder: embedding, blocks, an optional final norm (has_final), the head. */
+typedef struct {
+    zoo_embedding embedding;
+    const zoo_block *blocks;
+    int64_t n_blocks, has_final;
+    zoo_norm final_norm;
+    zoo_linear head;
+} zoo_decoder;
+
+/* logits (head.n) of token `token` at position `position` (its cache index pos): the
+ * embedding, every block (zoo_stack_step_f32), the final norm and the head, as the
+ * per-module path computes them (the embedding: rows to float, times the row's scale, times
+ * `scale`, plus the position's row, each one float operation). Returns 0, or -1 for a token
+ * or position out of range or as zoo_stack_step_f32 does: logits is then unset. */
+int zoo_decode_step_f32(const zoo_decoder *m, int64_t token, int64_t position, float *logits,
+                        float *const *ck, float *const *cv, int64_t max_len, int64_t pos,
+                        int64_t rot, const float *cos, const float *sin, int threads) {
+    const zoo_embedding *e = &m->embedding;
+    if (m->n_blocks <= 0 || token < 0 || token >= e->vocab || position < 0 ||
+        (e->positions && position >= e->max_positions))
+        return -1;
+    int64_t d = m->blocks[0].d_model;
+    float *x = aligned_alloc(64, (size_t)(2 * d * sizeof(float) + 63) / 64 * 64);
+    if (!x) return -1;
+    float *h = x + d;
+    for (int64_t i = 0; i < d; i++) {
+        float v = e->kind == 1 ? (float)((const int8_t *)e->rows)[token * d + i] * e->row_scale[token]
+                               : ((const float *)e->rows)[token * d + i];
+        v = v * e->scale;
+        x[i] = e->positions ? v + e->positions[position * d + i] : v;
+    }
+    int status = zoo_stack_step_f32(m->blocks, m->n_blocks, x, h, ck, cv, max_len, pos, rot,
+                                    cos, sin, threads);
+    if (status == 0) {
+        if (m->has_final) norm(&m->final_norm, h, x, d);
+        status = linear(&m->head, m->has_final ? x : h, logits, threads);
+    }
+    free(x);
+    return status;
+}

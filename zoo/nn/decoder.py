@@ -35,7 +35,7 @@ from .linear import Linear
 from .masks import positions_from_mask, self_attention_mask
 from .moe import MixtureOfExperts
 from .parts import Parts, make_positions, parts_for
-from .positions import PositionScheme, Rotation
+from .positions import PositionScheme
 
 __all__ = ["DecoderLM"]
 
@@ -154,6 +154,9 @@ class DecoderLM(ZooModel):
                 for a model whose layers see different windows, one per window of
                 :attr:`layer_windows` (:meth:`window_masks` makes them).
         """
+        fused = self._one_call(ids, keep, position_ids, cache, mask)
+        if fused is not None:  # one token of one sequence, on zoo's CPU kernels
+            return self.finish_logits(fused)
         x = self.states(ids, keep, position_ids, cache=cache, last_only=last_only, mask=mask)
         return self.finish_logits(self.head(x))
 
@@ -211,8 +214,7 @@ class DecoderLM(ZooModel):
             masks = dict.fromkeys(self.layer_windows, (mask, False))
         else:
             masks = {window: (m, False) for window, m in mask.items()}
-        fused = self._one_call(x, cache, start, masks, rotations)
-        for i, block in enumerate(self.blocks if fused is None else ()):
+        for i, block in enumerate(self.blocks):
             layer_cache = cache.layers[i] if cache is not None else None
             layer_mask, causal = masks[self.layer_windows[i]]
             x = block(
@@ -223,7 +225,6 @@ class DecoderLM(ZooModel):
                 start=start,
                 rotation=rotations[self._layer_thetas[i]],
             )
-        x = x if fused is None else fused
         if cache is not None:
             cache.advance(t)
         if last_only:
@@ -234,20 +235,30 @@ class DecoderLM(ZooModel):
 
     def _one_call(
         self,
-        x: Tensor,
+        ids: Tensor,
+        keep: Tensor | None,
+        position_ids: Tensor,
         cache: KVCache | None,
-        start: int,
-        masks: Mapping[int | None, tuple[Tensor | None, bool]],
-        rotations: Mapping[float, Rotation | None],
+        mask: Tensor | Mapping[int | None, Tensor] | None,
     ) -> Tensor | None:
-        """Every block of one decoding step of one sequence in one call to zoo's CPU kernels
-        (:func:`zoo.nn.native_block.stack`), where all layers see the same keys and turn by
-        the same angles; ``None`` where it does not apply."""
-        if cache is None or len(masks) != 1 or len(rotations) != 1:
+        """The logits of one new token of one sequence in one call to zoo's CPU kernels
+        (:func:`zoo.nn.native_block.decode`), where every layer sees every key and turns by
+        the same angles; ``None`` where it does not apply (nothing computed)."""
+        if (
+            cache is None
+            or keep is not None
+            or mask is not None
+            or ids.shape != (1, 1)
+            or self._other_positions
+            or self.pos_emb.adds_score_bias
+            or any(window is not None for window in self.layer_windows)
+        ):
             return None
-        ((mask, causal),) = masks.values()
-        (rotation,) = rotations.values()
-        return native_block.stack(self.blocks, x, cache, start, mask, causal, rotation)
+        rotation = self.pos_emb.rotation(position_ids)
+        logits = native_block.decode(self, ids, position_ids, cache, rotation)
+        if logits is not None:
+            cache.advance(1)
+        return logits
 
     def window_masks(
         self, allowed: Tensor, query: Tensor, keys: Tensor

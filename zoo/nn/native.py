@@ -64,9 +64,12 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "zoo_attend_one_f32": (None, [_P, _I] * 3 + [_P, _P] + [_I] * 5 + [_F, _P, ctypes.c_int]),
     # x, int8 rows, their scales, their sums, bias, y, N, K, threads -> 0 or -1 (not finite)
     "zoo_gemv_int8": (ctypes.c_int, [_P] * 6 + [_I, _I, ctypes.c_int]),
-    # zoo_block[n], n, x, y, the key and value caches' addresses [n], max_len, pos, rotary
-    # width, cos, sin, threads -> 0 or -1
-    "zoo_stack_step_f32": (ctypes.c_int, [_P, _I] + [_P] * 4 + [_I] * 3 + [_P, _P, ctypes.c_int]),
+    # a zoo_decoder, token, position, logits, the key and value caches' addresses [n],
+    # max_len, pos, rotary width, cos, sin, threads -> 0 or -1
+    "zoo_decode_step_f32": (
+        ctypes.c_int,
+        [_P, _I, _I] + [_P] * 3 + [_I] * 3 + [_P, _P, ctypes.c_int],
+    ),
 }
 
 

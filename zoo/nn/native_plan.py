@@ -1,0 +1,408 @@
+"""What zoo's one-call decoding step (:mod:`zoo.nn.native_block`, ``zoo/nn/_native_block.c``)
+reads of a :class:`~zoo.nn.decoder.DecoderLM`: its token embedding, blocks, final norm and
+head as C structures (``zoo_decoder``, ``zoo_block``, ``zoo_linear``, ``zoo_norm``,
+``zoo_embedding``), and the checks that the modules they were read from are unchanged.
+
+A plan is read from the modules' own dicts (``_modules``, ``_parameters``, ``_buffers``,
+``__dict__``) and records each read (:class:`Reader`); before each step :meth:`Checks.current`
+asks every read again and every tensor's address in a few C-level passes (``map``), so a
+module or weight replaced, or changed in place to another storage, since the last step makes
+the plan be read again, and forward hooks on any module it stands for make the step decline.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import operator
+from itertools import repeat
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from .attention import MultiHeadAttention
+from .blocks import TransformerBlock
+from .feedforward import FeedForward, GatedFeedForward
+from .linear import Linear
+from .native import _vector
+from .native_int8 import _ROWS, _rows_of
+from .norms import LayerNorm, RMSNorm, UnitOffsetRMSNorm
+from .onednn import OneDNNLinear
+from .positions import LearnedPositions, NoPositions, RotaryPositions
+
+__all__ = ["Checks", "Plan", "read_plan"]
+
+_HOOKS = ("_forward_hooks", "_forward_pre_hooks")  # a module's hook dicts
+_I, _P, _F = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float
+_FLOAT_LINEARS = (Linear, OneDNNLinear)
+_ACTIVATIONS = {(nn.GELU, "none"): 0, (nn.GELU, "tanh"): 1, (nn.ReLU, ""): 2, (nn.SiLU, ""): 3}
+_PRE_NORM, _POST_NORM, _PARALLEL = 0, 1, 2
+_POSITIONS_WITHOUT_VECTORS = (RotaryPositions, NoPositions)
+
+
+class _Linear(ctypes.Structure):
+    """``zoo_linear``: float32 rows (kind 0) or int8 rows with scales and sums (kind 1)."""
+
+    _fields_ = [("kind", _I), ("n", _I), ("k", _I)] + [
+        (name, _P) for name in ("w", "scale", "colsum", "bias")
+    ]
+
+
+class _Norm(ctypes.Structure):
+    """``zoo_norm``: a layer norm (kind 0) or an RMSNorm scaled by ``w + offset`` (kind 1)."""
+
+    _fields_ = [("kind", _I), ("w", _P), ("b", _P), ("eps", _F), ("offset", _F)]
+
+
+class _Block(ctypes.Structure):
+    """``zoo_block``: the layout, the attention's geometry and the block's parts."""
+
+    _fields_ = [
+        ("layout", _I),
+        ("d_model", _I),
+        ("heads", _I),
+        ("kv_heads", _I),
+        ("head_dim", _I),
+        ("act", _I),
+        ("gated", _I),
+        ("unused_", _I),
+        ("scale", _F),
+        ("unused", _F),
+        ("norm1", _Norm),
+        ("norm2", _Norm),
+        ("qkv", _Linear),
+        ("out", _Linear),
+        ("fc", _Linear),
+        ("proj", _Linear),
+    ]
+
+
+_MISSING = object()
+
+
+class Reader:
+    """Reads a block's modules, parameters and settings straight from their dicts and records
+    each read, so that a plan checks in microseconds that nothing it was built from changed
+    (walking the modules through ``nn.Module.__getattr__`` took ~70 us a block)."""
+
+    def __init__(self) -> None:
+        self.reads: list[tuple[dict[str, Any], str, Any]] = []
+        self.tensors: list[Tensor] = []  # the parameters read, whose addresses must not change
+
+    def module(self, owner: nn.Module, name: str) -> Any:
+        return self._read(owner._modules, name)
+
+    def child(self, owner: nn.Module, name: str) -> Any:
+        """A child module, or ``None`` (an attribute set to ``None`` before any module was
+        registered under its name lives in ``__dict__``)."""
+        value = self.module(owner, name)
+        if value is _MISSING:
+            value = self.attr(owner, name)
+        return None if value is _MISSING else value
+
+    def param(self, owner: nn.Module, name: str) -> Any:
+        return self._tensor(self._read(owner._parameters, name))
+
+    def buffer(self, owner: nn.Module, name: str) -> Any:
+        return self._tensor(self._read(owner._buffers, name))
+
+    def _tensor(self, value: Any) -> Any:
+        if isinstance(value, Tensor):
+            self.tensors.append(value)
+        return value
+
+    def attr(self, owner: Any, name: str) -> Any:
+        return self._read(owner.__dict__, name)
+
+    def _read(self, where: dict[str, Any], name: str) -> Any:
+        value = where.get(name, _MISSING)
+        self.reads.append((where, name, value))
+        return value
+
+
+class Checks(NamedTuple):
+    """What a plan was read from (each read, ``where[i].get(names[i])``, must give
+    ``values[i]`` again), the tensors it points into (kept alive here) with their addresses,
+    and the forward hooks of the modules it stands for (the kernel would skip them). The
+    checks run in C (``map``): a plan is checked in microseconds, in one burst per token."""
+
+    where: tuple[dict[str, Any], ...]
+    names: tuple[str, ...]
+    values: tuple[Any, ...]
+    tensors: tuple[Tensor, ...]
+    addresses: tuple[int, ...]
+    hooks: tuple[dict[Any, Any], ...]
+
+    @classmethod
+    def of(cls, r: Reader, modules: list[nn.Module]) -> Checks:
+        """The checks of everything ``r`` read, and of the hooks of ``modules``."""
+        hooks = [r.attr(m, kind) for m in modules for kind in _HOOKS]
+        where, names, values = zip(*r.reads, strict=True) if r.reads else ((), (), ())
+        addresses = tuple(map(Tensor.data_ptr, r.tensors))
+        return cls(where, names, values, tuple(r.tensors), addresses, tuple(hooks))
+
+    def current(self) -> bool:
+        """Whether every read gives the same object and every tensor the same address."""
+        found = map(dict.get, self.where, self.names, repeat(_MISSING))
+        return all(map(operator.is_, found, self.values)) and (
+            tuple(map(Tensor.data_ptr, self.tensors)) == self.addresses
+        )
+
+    def hooked(self) -> bool:
+        """Whether forward hooks are set on one of the modules or on every module."""
+        every = nn.modules.module
+        return any(self.hooks) or bool(
+            every._global_forward_hooks or every._global_forward_pre_hooks
+        )
+
+
+class _Embedding(ctypes.Structure):
+    """``zoo_embedding``: float32 rows (kind 0) or int8 rows with a scale each (kind 1), a
+    factor, and a learned position table or none."""
+
+    _fields_ = [
+        ("kind", _I),
+        ("vocab", _I),
+        ("max_positions", _I),
+        ("rows", _P),
+        ("row_scale", _P),
+        ("positions", _P),
+        ("scale", _F),
+        ("unused", _F),
+    ]
+
+
+class _Decoder(ctypes.Structure):
+    """``zoo_decoder``: the embedding, the blocks (an array of ``zoo_block``), the final norm
+    (when ``has_final``) and the head."""
+
+    _fields_ = [
+        ("embedding", _Embedding),
+        ("blocks", _P),
+        ("n_blocks", _I),
+        ("has_final", _I),
+        ("final_norm", _Norm),
+        ("head", _Linear),
+    ]
+
+
+class Plan(NamedTuple):
+    """A decoder as the kernel reads it (``decoder`` ``None``: a model it does not compute),
+    the array of blocks it points into, each layer's ``(kv_heads, head_dim)``, and the checks
+    of what it was read from."""
+
+    decoder: _Decoder | None
+    blocks: Any  # the ctypes array of _Block that `decoder` points into
+    geometry: tuple[tuple[int, int], ...]
+    checks: Checks
+
+
+def read_plan(model: nn.Module) -> Plan:
+    """The plan of ``model`` (a :class:`~zoo.nn.decoder.DecoderLM`) as it is now."""
+    r = Reader()
+    modules: list[nn.Module] = []
+    blocks = _blocks_of(r.module(model, "blocks"), r, modules)
+    if blocks is None:
+        return Plan(None, None, (), Checks.of(r, modules))
+    d = blocks[0].d_model
+    tokens, positions, drop = (r.module(model, name) for name in ("tok_emb", "pos_emb", "drop"))
+    final, head_module = r.child(model, "final_norm"), r.module(model, "head")
+    parts = (tokens, positions, drop, final, head_module)
+    modules += [m for m in parts if isinstance(m, nn.Module)]
+    embedding = _embedding_of(tokens, positions, drop, r.attr(model, "config"), d, r)
+    final_norm = None if final is None else _norm_of(final, d, r)
+    head = _linear_of(head_module, r)
+    if embedding is None or head is None or head.k != d or (final is not None and not final_norm):
+        return Plan(None, None, (), Checks.of(r, modules))
+    decoder = _Decoder(
+        embedding, ctypes.addressof(blocks), len(blocks), final is not None,
+        final_norm or _Norm(), head,
+    )  # fmt: skip
+    geometry = tuple((b.kv_heads, b.head_dim) for b in blocks)
+    return Plan(decoder, blocks, geometry, Checks.of(r, modules))
+
+
+def _blocks_of(blocks: Any, r: Reader, modules: list[nn.Module]) -> Any:
+    """The ``zoo_block`` array of a stack of blocks, or ``None`` where one is not a
+    :class:`~zoo.nn.blocks.TransformerBlock` the kernel computes (a subclass may compute
+    otherwise), or their widths differ."""
+    if not isinstance(blocks, nn.ModuleList):
+        return None
+    descriptions: list[_Block] = []
+    for name in list(blocks._modules):
+        block = r.module(blocks, name)
+        if type(block) is not TransformerBlock:
+            return None
+        description, parts = _describe(block, r)
+        modules += [block, *parts]
+        if description is None or (descriptions and description.d_model != descriptions[0].d_model):
+            return None
+        descriptions.append(description)
+    return (_Block * len(descriptions))(*descriptions) if descriptions else None
+
+
+def _embedding_of(
+    tokens: Any, positions: Any, drop: Any, config: Any, d: int, r: Reader
+) -> _Embedding | None:
+    """The token embedding (``nn.Embedding`` or quantization's int8 rows), times
+    sqrt(d_model) with ``scale_embeddings``, plus learned positions (or none: rotary
+    positions turn the queries and keys instead), as the kernel reads it; ``None`` for others
+    or dropout while training."""
+    if type(drop) is not nn.Dropout or (r.attr(drop, "training") and r.attr(drop, "p") > 0):
+        return None
+    scale = float(torch.tensor(math.sqrt(d))) if config.scale_embeddings else 1.0  # float32
+    table, count = None, 0
+    if type(positions) is LearnedPositions:
+        table = r.param(positions, "weight")
+        if not (_rows(table, d) and table.dtype is torch.float32):
+            return None
+        count = table.shape[0]
+    elif type(positions) not in _POSITIONS_WITHOUT_VECTORS:
+        return None
+    address = None if table is None else table.data_ptr()
+    if type(tokens) is nn.Embedding and r.attr(tokens, "max_norm") is None:
+        rows = r.param(tokens, "weight")
+        if _rows(rows, d) and rows.dtype is torch.float32:
+            return _Embedding(0, rows.shape[0], count, rows.data_ptr(), None, address, scale)
+    elif type(tokens).__name__ == "Int8Embedding" and r.attr(tokens, "dtype") is torch.float32:
+        q, row_scale = r.buffer(tokens, "qweight"), r.buffer(tokens, "scale")
+        if _rows(q, d) and q.dtype is torch.int8 and _vector(row_scale, q.shape[0]):
+            pointers = (q.data_ptr(), row_scale.data_ptr(), address)
+            return _Embedding(1, q.shape[0], count, *pointers, scale)
+    return None
+
+
+def _rows(t: Any, d: int) -> bool:
+    """Whether ``t`` is a contiguous ``(n, d)`` table on the CPU."""
+    return (
+        isinstance(t, Tensor)
+        and t.dim() == 2
+        and t.shape[1] == d
+        and t.is_cpu
+        and t.is_contiguous()
+    )
+
+
+def _describe(block: nn.Module, r: Reader) -> tuple[_Block | None, tuple[nn.Module, ...]]:
+    """``zoo_block`` for ``block`` and the modules it stands for, read through ``r``; no
+    description where a part is not of a kind the kernel computes or the shapes do not
+    chain."""
+    branches = _branches(block, r)
+    if branches is None:
+        return None, ()
+    attn, ffn = branches
+    act = r.module(ffn, "act")
+    owners = ((attn, "qkv"), (attn, "proj"), (ffn, "fc"), (ffn, "proj"))
+    linear_modules = [r.module(owner, name) for owner, name in owners]
+    norm_modules = [r.module(block, "attn_norm"), r.module(block, "ffn_norm")]
+    modules = (attn, ffn, act, *linear_modules, *norm_modules)
+    qkv, out, fc, proj = (_linear_of(m, r) for m in linear_modules)
+    if qkv is None or out is None or fc is None or proj is None:
+        return None, modules
+    norm1, norm2 = (_norm_of(m, qkv.k, r) for m in norm_modules)
+    code = _ACTIVATIONS.get((type(act), r.attr(act, "approximate") if type(act) is nn.GELU else ""))
+    if code is None or norm1 is None or norm2 is None:
+        return None, modules
+    heads, kv_heads = r.attr(attn, "n_heads"), r.attr(attn, "n_kv_heads")
+    hd, scale = r.attr(attn, "head_dim"), r.attr(attn, "scale")
+    gated = type(ffn) is GatedFeedForward
+    if not _chained((qkv, out, fc, proj), heads, kv_heads, hd, gated):
+        return None, modules
+    description = _Block(
+        _layout(block, r), qkv.k, heads, kv_heads, hd, code, gated, 0,
+        hd**-0.5 if scale is None else scale, 0.0, norm1, norm2, qkv, out, fc, proj,
+    )  # fmt: skip
+    return description, modules
+
+
+def _chained(
+    linears: tuple[_Linear, _Linear, _Linear, _Linear],
+    heads: int,
+    kv_heads: int,
+    hd: int,
+    gated: bool,
+) -> bool:
+    """Whether the products' shapes chain: qkv's width is the heads', out maps them back to
+    the model width, fc's (half of it, gated) is proj's input."""
+    qkv, out, fc, proj = linears
+    d_ff = fc.n // 2 if gated else fc.n
+    return (
+        qkv.n == (heads + 2 * kv_heads) * hd
+        and out.k == heads * hd
+        and out.n == fc.k == proj.n == qkv.k
+        and proj.k == d_ff
+        and (fc.n % 2 == 0 or not gated)
+    )
+
+
+def _branches(
+    block: nn.Module, r: Reader
+) -> tuple[MultiHeadAttention, FeedForward | GatedFeedForward] | None:
+    """The block's attention and feed-forward where they are of the kinds the kernel
+    computes (no cross-attention, q/k norms or soft cap; no dropout while training)."""
+    attn, ffn = r.module(block, "attn"), r.module(block, "ffn")
+    if (
+        r.child(block, "cross_attn") is not None
+        or type(attn) is not MultiHeadAttention
+        or type(ffn) not in (FeedForward, GatedFeedForward)
+        or r.attr(attn, "cross")
+        or r.module(attn, "q_norm") is not None
+        or r.module(attn, "k_norm") is not None
+        or r.attr(attn, "softcap") is not None
+        or (r.attr(block, "training") and r.attr(r.module(block, "drop"), "p") > 0)
+        or (r.attr(attn, "training") and r.attr(attn, "dropout") > 0)
+    ):
+        return None
+    return attn, ffn
+
+
+def _layout(block: nn.Module, r: Reader) -> int:
+    """The kernel's code for the block's residual layout."""
+    if r.attr(block, "parallel"):
+        return _PARALLEL
+    return _PRE_NORM if r.attr(block, "norm_first") else _POST_NORM
+
+
+def _linear_of(m: nn.Module, r: Reader) -> _Linear | None:
+    """A linear layer as the kernel reads it (float32 rows, or a ``quantize="int8"`` layer's
+    :class:`~zoo.nn.native_int8.Int8Rows`), or ``None`` for a layer it does not take."""
+    if type(m) in _FLOAT_LINEARS:
+        w, b = r.param(m, "weight"), r.param(m, "bias")
+        if not (w.dtype is torch.float32 and w.is_cpu and w.is_contiguous() and w.dim() == 2):
+            return None
+        n, k = w.shape
+        if b is not None and not _vector(b, n):
+            return None
+        return _Linear(0, n, k, w.data_ptr(), None, None, _address(b))
+    if type(m).__name__ != "DynamicInt8Linear":  # zoo.nn.quant's (torch.ao is not imported here)
+        return None
+    r.attr(r.module(m, "_packed_params"), "_packed_params")  # set_weight_bias replaces it
+    rows = _rows_of(m)
+    if rows is None or r.attr(m, _ROWS) is not rows:
+        return None
+    n, k = rows.q.shape
+    return _Linear(1, n, k, *rows.pointers())
+
+
+def _norm_of(m: nn.Module, d: int, r: Reader) -> _Norm | None:
+    """A norm as the kernel reads it, or ``None``."""
+    kind = type(m)
+    if kind is LayerNorm:
+        if r.attr(m, "normalized_shape") != (d,):
+            return None
+        w, b, code, offset = r.param(m, "weight"), r.param(m, "bias"), 0, 0.0
+    elif kind in (RMSNorm, UnitOffsetRMSNorm):
+        w, b, code = r.param(m, "weight"), None, 1
+        offset = 1.0 if kind is UnitOffsetRMSNorm else 0.0
+        if w is None:
+            return None
+    else:
+        return None
+    if not all(t is None or _vector(t, d) for t in (w, b)):
+        return None
+    return _Norm(code, _address(w), _address(b), r.attr(m, "eps"), offset)
+
+
+def _address(t: Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
