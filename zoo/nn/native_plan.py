@@ -251,25 +251,43 @@ def _embedding_of(
     or dropout while training."""
     if type(drop) is not nn.Dropout or (r.attr(drop, "training") and r.attr(drop, "p") > 0):
         return None
-    scale = float(torch.tensor(math.sqrt(d))) if config.scale_embeddings else 1.0  # float32
-    table, count = None, 0
-    if type(positions) is LearnedPositions:
-        table = r.param(positions, "weight")
-        if not (_rows(table, d) and table.dtype is torch.float32):
-            return None
-        count = table.shape[0]
-    elif type(positions) not in _POSITIONS_WITHOUT_VECTORS:
+    table = _positions_of(positions, d, r)
+    rows = _token_rows_of(tokens, d, r)
+    if table is None or rows is None:
         return None
-    address = None if table is None else table.data_ptr()
+    scale = float(torch.tensor(math.sqrt(d))) if config.scale_embeddings else 1.0  # float32
+    kind, vocab, pointers = rows
+    count, address = (0, None) if table is _NO_TABLE else (table.shape[0], table.data_ptr())
+    return _Embedding(kind, vocab, count, *pointers, address, scale)
+
+
+_NO_TABLE = torch.empty(0)  # positions that add no vectors
+
+
+def _positions_of(positions: Any, d: int, r: Reader) -> Tensor | None:
+    """A learned position table ``(max_positions, d)``, :data:`_NO_TABLE` for schemes that
+    add no vectors, ``None`` for others."""
+    if type(positions) in _POSITIONS_WITHOUT_VECTORS:
+        return _NO_TABLE
+    if type(positions) is not LearnedPositions:
+        return None
+    table = r.param(positions, "weight")
+    return table if _rows(table, d) and table.dtype is torch.float32 else None
+
+
+def _token_rows_of(
+    tokens: Any, d: int, r: Reader
+) -> tuple[int, int, tuple[int, int | None]] | None:
+    """The embedding's kind, vocabulary and addresses (rows, and int8 rows' scales), or
+    ``None`` for an embedding the kernel does not read."""
     if type(tokens) is nn.Embedding and r.attr(tokens, "max_norm") is None:
         rows = r.param(tokens, "weight")
         if _rows(rows, d) and rows.dtype is torch.float32:
-            return _Embedding(0, rows.shape[0], count, rows.data_ptr(), None, address, scale)
+            return 0, rows.shape[0], (rows.data_ptr(), None)
     elif type(tokens).__name__ == "Int8Embedding" and r.attr(tokens, "dtype") is torch.float32:
         q, row_scale = r.buffer(tokens, "qweight"), r.buffer(tokens, "scale")
         if _rows(q, d) and q.dtype is torch.int8 and _vector(row_scale, q.shape[0]):
-            pointers = (q.data_ptr(), row_scale.data_ptr(), address)
-            return _Embedding(1, q.shape[0], count, *pointers, scale)
+            return 1, q.shape[0], (q.data_ptr(), row_scale.data_ptr())
     return None
 
 
