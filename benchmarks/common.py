@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 import platform
+import shlex
 import sys
 from pathlib import Path
 
@@ -48,5 +49,5 @@ def publish(report: str, *, title: str, markdown: Path | None) -> None:
     command line that produced it."""
     print(report)
     if markdown is not None:
-        command = " ".join(["python", os.path.relpath(sys.argv[0]), *sys.argv[1:]])
+        command = shlex.join(["python", os.path.relpath(sys.argv[0]), *sys.argv[1:]])
         markdown.write_text(f"# {title}\n\nCommand: `{command}`\n\n{report}\n")
