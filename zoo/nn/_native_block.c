@@ -1,23 +1,24 @@
-/* One decoding step of a whole transformer block for one sequence: norms, the query/key/value
- * product, rotary positions, attention over the key/value cache, the output product, the
- * feed-forward and the residual sums, in one call.
+/* One batch-1 decoding step of a whole decoder in one call (zoo_decode_step_f32): the token
+ * embedding; for every block its norms, the query/key/value product, rotary positions,
+ * attention over the key/value cache, the output product, the feed-forward and the residual
+ * sums; the final norm and the head.
  *
  * Why: a batch-1 decoding step streams every weight once, and zoo's matrix-vector kernels
  * (_native.c, _native_int8.c) stream at the memory's rate; what remained was about a hundred
- * small PyTorch operations and a few thousand Python calls per gpt2-124m token, each slowed by
- * the cache misses weight streaming leaves behind (5-7 ms of a 30-36 ms token on a 2-core AVX2
- * machine). Here a block is one call: its products are the same kernels, its norms and its
+ * small PyTorch operations and a few thousand Python calls per gpt2-124m token, each run cold
+ * after the weights streamed through the caches (5-7 ms of a 30-36 ms token on a 2-core AVX2
+ * machine). Here the step is one call: its products are the same kernels, its norms and its
  * attention the same functions, and the small steps between them (residual sums, the
- * activation, the rotation) run on values that stay in the L1 cache.
+ * activation, the rotation, the embedding) run on values that stay in the L1 cache.
  *
- * Numerics: the products, norms and attention are those of the per-operation path
- * (zoo/nn/native.py), the residual sums are the same float additions in the same order, the
- * rotation is the same multiplications and additions (never contracted into a fused
- * multiply-add, as PyTorch's is not). The activations are computed here: GELU's tanh form and
- * SiLU as x / (1 + exp(-z)) with an eight-lane exp accurate to about 2 ulp, GELU's erf form
- * with the C library's erff, so they differ from PyTorch's in the last bits.
- * zoo/nn/native_block.py builds the description (zoo_block) from a block's modules and checks
- * every shape before it calls.
+ * Numerics: the products, norms and attention are those of the per-module path
+ * (zoo/nn/native.py), the residual sums and the embedding are the same float operations in
+ * the same order, the rotation is the same multiplications and additions (never contracted
+ * into a fused multiply-add, as PyTorch's is not). The activations are computed here: GELU's
+ * tanh form and SiLU as x / (1 + exp(-z)) with an eight-lane exp accurate to about 2 ulp,
+ * GELU's erf form with the C library's erff, so they differ from PyTorch's in the last bits.
+ * zoo/nn/native_plan.py builds the descriptions (zoo_decoder, zoo_block...) from a model's
+ * modules, and zoo/nn/native_block.py checks every shape before it calls.
  */
 #include <math.h>
 #include <stdint.h>
@@ -218,7 +219,7 @@ static int feed_forward(const zoo_block *b, const float *h, float *f, float *m, 
  * or -1 where an int8 product met a row holding NaN or infinity (or no memory was left): y is
  * then unset, and the caller computes the block otherwise (writing the same cache position
  * again). Only call where zoo_native_supported() is 1. */
-int zoo_block_step_f32(const zoo_block *b, const float *x, float *y, float *ck, float *cv,
+static int block_step(const zoo_block *b, const float *x, float *y, float *ck, float *cv,
                        int64_t max_len, int64_t pos, int64_t rot, const float *cos,
                        const float *sin, int threads) {
 #ifdef ZOO_X86
@@ -265,10 +266,10 @@ done:
 
 /* y (d) = blocks[n - 1](... blocks[0](x)) at position pos, the whole stack of a decoder in one
  * call: layer i writes its key and value to ck[i], cv[i] (kv_heads, max_len, head_dim); every
- * layer turns by the same cos and sin. Returns 0, or -1 as zoo_block_step_f32 does (some
+ * layer turns by the same cos and sin. Returns 0, or -1 as block_step does (some
  * layers may then have written their caches at pos: the caller computes the stack otherwise,
  * writing them again). */
-int zoo_stack_step_f32(const zoo_block *blocks, int64_t n, const float *x, float *y,
+static int stack_step(const zoo_block *blocks, int64_t n, const float *x, float *y,
                        float *const *ck, float *const *cv, int64_t max_len, int64_t pos,
                        int64_t rot, const float *cos, const float *sin, int threads) {
     if (n <= 0) return -1;
@@ -279,7 +280,7 @@ int zoo_stack_step_f32(const zoo_block *blocks, int64_t n, const float *x, float
     int status = 0;
     for (int64_t i = 0; i < n && status == 0; i++) {
         float *out = i == n - 1 ? y : between + (i % 2) * d;
-        status = zoo_block_step_f32(blocks + i, in, out, ck[i], cv[i], max_len, pos, rot, cos,
+        status = block_step(blocks + i, in, out, ck[i], cv[i], max_len, pos, rot, cos,
                                     sin, threads);
         in = out;
     }
@@ -308,10 +309,10 @@ typedef struct {
 } zoo_decoder;
 
 /* logits (head.n) of token `token` at position `position` (its cache index pos): the
- * embedding, every block (zoo_stack_step_f32), the final norm and the head, as the
+ * embedding, every block (stack_step), the final norm and the head, as the
  * per-module path computes them (the embedding: rows to float, times the row's scale, times
  * `scale`, plus the position's row, each one float operation). Returns 0, or -1 for a token
- * or position out of range or as zoo_stack_step_f32 does: logits is then unset. */
+ * or position out of range or as stack_step does: logits is then unset. */
 int zoo_decode_step_f32(const zoo_decoder *m, int64_t token, int64_t position, float *logits,
                         float *const *ck, float *const *cv, int64_t max_len, int64_t pos,
                         int64_t rot, const float *cos, const float *sin, int threads) {
@@ -329,7 +330,7 @@ int zoo_decode_step_f32(const zoo_decoder *m, int64_t token, int64_t position, f
         v = v * e->scale;
         x[i] = e->positions ? v + e->positions[position * d + i] : v;
     }
-    int status = zoo_stack_step_f32(m->blocks, m->n_blocks, x, h, ck, cv, max_len, pos, rot,
+    int status = stack_step(m->blocks, m->n_blocks, x, h, ck, cv, max_len, pos, rot,
                                     cos, sin, threads);
     if (status == 0) {
         if (m->has_final) norm(&m->final_norm, h, x, d);
