@@ -254,8 +254,7 @@ class DecoderLM(ZooModel):
             or any(window is not None for window in self.layer_windows)
         ):
             return None
-        rotation = self.pos_emb.rotation(position_ids)
-        logits = native_block.decode(self, ids, position_ids, cache, rotation)
+        logits = native_block.decode(self, ids, position_ids, cache, self.pos_emb.rotation)
         if logits is not None:
             cache.advance(1)
         return logits

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import ctypes
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -49,12 +50,18 @@ _PLANS: weakref.WeakKeyDictionary[nn.Module, Plan] = weakref.WeakKeyDictionary()
 
 
 def decode(
-    model: nn.Module, ids: Tensor, positions: Tensor, cache: KVCache, rotation: Rotation | None
+    model: nn.Module,
+    ids: Tensor,
+    positions: Tensor,
+    cache: KVCache,
+    rotation: Callable[[Tensor], Rotation | None],
 ) -> Tensor | None:
     """The logits of ``model`` (a :class:`~zoo.nn.decoder.DecoderLM`) for one new token
     ``ids`` ``(1, 1)`` at position ``positions`` ``(1, 1)``, its keys and values written to
     ``cache`` at ``cache.length`` (which the caller advances), in one call to zoo's kernels;
     ``None`` (nothing computed) where the module docstring's conditions do not hold.
+    ``rotation(positions)`` gives the rotary rotation (called only once the step applies,
+    so that a model it does not take pays nothing for it).
 
     Shape:
         ``ids (1, 1) -> (1, 1, vocab_size)``.
@@ -69,7 +76,7 @@ def decode(
         return None
     start = cache.length
     caches = _caches(cache, plan.geometry, start)
-    angles = _angles(rotation, min(hd for _, hd in plan.geometry))
+    angles = _angles(rotation(positions), min(hd for _, hd in plan.geometry))
     if caches is None or angles is None:
         return None
     keys, values = caches  # arrays of the layers' cache addresses, alive through the call
