@@ -76,7 +76,8 @@ def decode(
         return None
     start = cache.length
     caches = _caches(cache, plan.geometry, start)
-    angles = _angles(rotation(positions), min(hd for _, hd in plan.geometry))
+    turn = rotation(positions)  # held here: the kernel reads its cos and sin
+    angles = _angles(turn, min(hd for _, hd in plan.geometry))
     if caches is None or angles is None:
         return None
     keys, values = caches  # arrays of the layers' cache addresses, alive through the call
