@@ -133,13 +133,13 @@ CHILD = textwrap.dedent(
                 calls.append((_f, out is not None))
                 return out
             setattr(native, f, counted)
-        block_stack, native_block.decode = native_block.decode, lambda *args: None  # per module
+        one_call, native_block.decode = native_block.decode, lambda *args: None  # per module
         with torch.no_grad():
             fast = zoo.generate(model, ids, max_new_tokens=16, temperature=0)
             native._library, kept_library = (lambda: None), native._library
             slow = zoo.generate(model, ids, max_new_tokens=16, temperature=0)
             native._library = kept_library
-        native_block.decode = block_stack
+        native_block.decode = one_call
         assert torch.equal(fast, slow), (name, fast, slow)
         ran = {f for f, used in calls if used}
         return ran

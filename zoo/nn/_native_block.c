@@ -50,7 +50,7 @@ enum { ACT_GELU = 0, ACT_GELU_TANH = 1, ACT_RELU = 2, ACT_SILU = 3 };
 enum { PRE_NORM = 0, POST_NORM = 1, PARALLEL = 2 };
 
 /* One product: float32 rows, or int8 rows with per-row scales and row sums
- * (zoo_gemv_int8's). Mirrored by zoo/nn/native_block.py's _Linear. */
+ * (zoo_gemv_int8's). Mirrored by zoo/nn/native_plan.py's _Linear, as each structure here is. */
 typedef struct {
     int64_t kind, n, k;
     const void *w;
@@ -70,8 +70,8 @@ typedef struct {
  * geometry, activation, whether the feed-forward is gated (fc gives the gate, then the up
  * projection). */
 typedef struct {
-    int64_t layout, d_model, heads, kv_heads, head_dim, act, gated, unused_;
-    float scale, unused;
+    int64_t layout, d_model, heads, kv_heads, head_dim, act, gated;
+    float scale;
     zoo_norm norm1, norm2;
     zoo_linear qkv, out, fc, proj;
 } zoo_block;
@@ -150,6 +150,13 @@ __attribute__((target("avx2,fma"))) static inline __m256 gelu_z(__m256 x) {
     return _mm256_mul_ps(_mm256_set1_ps(1.5957691216057308f), inner);
 }
 
+/* The activation `act` (ReLU, SiLU or GELU's tanh form) of eight values. */
+__attribute__((target("avx2,fma"))) static inline __m256 act8(__m256 x, int64_t act) {
+    if (act == ACT_RELU) /* max(0, x) keeps NaN as torch.relu does */
+        return _mm256_blendv_ps(x, _mm256_setzero_ps(), _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ));
+    return x_sigmoid(x, act == ACT_SILU ? x : gelu_z(x));
+}
+
 /* f[0:n] = act(f[0:n]), times f[n:2n] when gated. */
 __attribute__((target("avx2,fma"))) static void activate(float *f, int64_t n, int64_t act,
                                                         int64_t gated, int threads) {
@@ -164,11 +171,7 @@ __attribute__((target("avx2,fma"))) static void activate(float *f, int64_t n, in
     }
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
-        __m256 x = _mm256_loadu_ps(f + i), g;
-        if (act == ACT_RELU) /* max(0, x) keeps NaN as torch.relu does */
-            g = _mm256_blendv_ps(x, _mm256_setzero_ps(), _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ));
-        else
-            g = x_sigmoid(x, act == ACT_SILU ? x : gelu_z(x));
+        __m256 g = act8(_mm256_loadu_ps(f + i), act);
         if (up) g = _mm256_mul_ps(g, _mm256_loadu_ps(up + i));
         _mm256_storeu_ps(f + i, g);
     }
@@ -176,11 +179,7 @@ __attribute__((target("avx2,fma"))) static void activate(float *f, int64_t n, in
         float pad[8] = {0}, gate[8] = {0};
         memcpy(pad, f + i, (size_t)(n - i) * sizeof(float));
         if (up) memcpy(gate, up + i, (size_t)(n - i) * sizeof(float));
-        __m256 x = _mm256_loadu_ps(pad), g;
-        if (act == ACT_RELU)
-            g = _mm256_blendv_ps(x, _mm256_setzero_ps(), _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ));
-        else
-            g = x_sigmoid(x, act == ACT_SILU ? x : gelu_z(x));
+        __m256 g = act8(_mm256_loadu_ps(pad), act);
         if (up) g = _mm256_mul_ps(g, _mm256_loadu_ps(gate));
         _mm256_storeu_ps(pad, g);
         memcpy(f + i, pad, (size_t)(n - i) * sizeof(float));
@@ -296,7 +295,7 @@ typedef struct {
     const void *rows;
     const float *row_scale;
     const float *positions;
-    float scale, unused;
+    float scale;
 } zoo_embedding;
 
 /* A decoder: embedding, blocks, an optional final norm (has_final), the head. */

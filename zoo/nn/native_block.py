@@ -80,11 +80,11 @@ def decode(
     angles = _angles(turn, min(hd for _, hd in plan.geometry))
     if caches is None or angles is None:
         return None
-    keys, values = caches  # arrays of the layers' cache addresses, alive through the call
+    keys, values, length = caches  # the layers' cache addresses, alive through the call
     logits = torch.empty(1, 1, plan.decoder.head.n)
     status = lib.zoo_decode_step_f32(
         ctypes.byref(plan.decoder), int(ids), int(positions), logits.data_ptr(),
-        ctypes.addressof(keys), ctypes.addressof(values), cache.layers[0].k.shape[2], start,
+        ctypes.addressof(keys), ctypes.addressof(values), length, start,
         *angles, torch.get_num_threads(),
     )  # fmt: skip
     return logits if status == 0 else None
@@ -108,9 +108,9 @@ def _records_grad(model: nn.Module) -> bool:
 
 
 def _caches(cache: KVCache, geometry: tuple[tuple[int, int], ...], start: int) -> Any:
-    """Two arrays of the addresses of every layer's keys and values, where each layer's cache
-    is one contiguous float32 block of its key/value heads with room at ``start`` (the same
-    length for all); ``None`` otherwise."""
+    """Two arrays of the addresses of every layer's keys and values, and the caches' length,
+    where each layer's cache is one contiguous float32 block of its key/value heads with room
+    at ``start`` (the same length for all); ``None`` otherwise."""
     layers = cache.layers
     if len(layers) != len(geometry):
         return None
@@ -131,7 +131,7 @@ def _caches(cache: KVCache, geometry: tuple[tuple[int, int], ...], start: int) -
         return None
     keys = (ctypes.c_void_p * len(layers))(*(layer.k.data_ptr() for layer in layers))
     values = (ctypes.c_void_p * len(layers))(*(layer.v.data_ptr() for layer in layers))
-    return keys, values
+    return keys, values, length
 
 
 def _angles(rotation: Rotation | None, head_dim: int) -> tuple[int, int | None, int | None] | None:

@@ -25,7 +25,7 @@ from .attention import MultiHeadAttention
 from .blocks import TransformerBlock
 from .feedforward import FeedForward, GatedFeedForward
 from .linear import Linear
-from .native import _vector
+from .native import _address, _vector
 from .native_int8 import _ROWS, _rows_of
 from .norms import LayerNorm, RMSNorm, UnitOffsetRMSNorm
 from .onednn import OneDNNLinear
@@ -66,9 +66,7 @@ class _Block(ctypes.Structure):
         ("head_dim", _I),
         ("act", _I),
         ("gated", _I),
-        ("unused_", _I),
         ("scale", _F),
-        ("unused", _F),
         ("norm1", _Norm),
         ("norm2", _Norm),
         ("qkv", _Linear),
@@ -169,7 +167,6 @@ class _Embedding(ctypes.Structure):
         ("row_scale", _P),
         ("positions", _P),
         ("scale", _F),
-        ("unused", _F),
     ]
 
 
@@ -328,8 +325,8 @@ def _describe(block: nn.Module, r: Reader) -> tuple[_Block | None, tuple[nn.Modu
     if not _chained((qkv, out, fc, proj), heads, kv_heads, hd, gated):
         return None, modules
     description = _Block(
-        _layout(block, r), qkv.k, heads, kv_heads, hd, code, gated, 0,
-        hd**-0.5 if scale is None else scale, 0.0, norm1, norm2, qkv, out, fc, proj,
+        _layout(block, r), qkv.k, heads, kv_heads, hd, code, gated,
+        hd**-0.5 if scale is None else scale, norm1, norm2, qkv, out, fc, proj,
     )  # fmt: skip
     return description, modules
 
@@ -420,7 +417,3 @@ def _norm_of(m: nn.Module, d: int, r: Reader) -> _Norm | None:
     if not all(t is None or _vector(t, d) for t in (w, b)):
         return None
     return _Norm(code, _address(w), _address(b), r.attr(m, "eps"), offset)
-
-
-def _address(t: Tensor | None) -> int | None:
-    return None if t is None else t.data_ptr()
