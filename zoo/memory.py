@@ -68,12 +68,30 @@ def _cgroup_headroom(root: Path = Path("/sys/fs/cgroup")) -> int | None:
         return None
 
 
+def _address_space_headroom(status: Path = Path("/proc/self/status")) -> int | None:
+    """What this process may still map under its address-space limit (``ulimit -v``,
+    ``RLIMIT_AS``), when it has one: the limit less its mapped size (``VmSize``)."""
+    try:
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if limit == resource.RLIM_INFINITY or limit < 0:
+            return None
+        for line in status.read_text().splitlines():
+            if line.startswith("VmSize:"):
+                return max(0, limit - int(line.split()[1]) * 1024)
+    except (ImportError, OSError, ValueError, IndexError):
+        return None
+    return limit
+
+
 def available_memory(device: Any = "cpu") -> int | None:
     """Bytes that can still be allocated on ``device``, ``None`` when unknown (``meta``, or
     a platform that does not say).
 
     CPU: ``MemAvailable`` of ``/proc/meminfo`` (``os.sysconf`` where there is none), capped by
-    the cgroup's limit when the process runs under one. CUDA: the device's free memory.
+    the cgroup's limit when the process runs under one, and by what its address-space limit
+    (``ulimit -v``) leaves it. CUDA: the device's free memory.
     """
     import torch
 
@@ -89,9 +107,9 @@ def available_memory(device: Any = "cpu") -> int | None:
             free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
         except (AttributeError, ValueError, OSError):
             free = None
-    headroom = _cgroup_headroom()
-    if headroom is not None:
-        free = headroom if free is None else min(free, headroom)
+    for headroom in (_cgroup_headroom(), _address_space_headroom()):
+        if headroom is not None:
+            free = headroom if free is None else min(free, headroom)
     return free
 
 

@@ -13,6 +13,7 @@ run with another shape or another base is refused, naming both.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -73,6 +74,7 @@ def adapt(
     *,
     base: BaseRecord | None = None,
     quantize: str | None = None,
+    check: Callable[[dict[str, PartPlan]], object] | None = None,
 ) -> AdapterRun:
     """Fingerprint ``model``'s float weights, quantize it (``quantize``: one of inference's
     modes, :data:`zoo.options.QUANTIZE_MODES`), then freeze it and attach ``lora``'s
@@ -81,6 +83,9 @@ def adapt(
     Args:
         base: the base's name, repo and revision to record (its ``sha256`` is replaced by the
             fingerprint computed here); default: the model's name.
+        check: called with the plan before anything is quantized or allocated (the run's
+            memory check, :func:`zoo.train.lora_memory.check_lora_plan`); it raises to
+            refuse.
 
     Raises:
         ValueError: a target the model does not have (the message lists its names), an
@@ -97,6 +102,8 @@ def adapt(
             "on the merged model"
         )
     plans = plan_lora(model, lora, default_targets=default_targets(model), per_part=per_part(model))
+    if check is not None:
+        check(plans)
     sha = base_fingerprint(model)  # of the float weights, before any quantization
     if base is None:
         base = BaseRecord(name=model.name, repo=None, revision=None, sha256=sha)

@@ -37,6 +37,7 @@ from ..nn.base import ZooModel
 from .budget import stop_reason
 from .config import TrainConfig
 from .errors import RunLockedError
+from .memory import out_of_memory_refused
 from .report import plot_losses
 from .run import Run, diverged, finite, write_record
 from .start import start
@@ -46,7 +47,8 @@ from .world import World, any_rank, barrier, join, max_rank
 
 if TYPE_CHECKING:
     from ..adapters import BaseRecord
-    from ..nn.lora import LoRA
+    from ..nn.lora import LoRA, PartPlan
+    from .adapter import AdapterRun
 
 __all__ = ["TrainResult", "train"]
 
@@ -186,12 +188,10 @@ def train(
     world = join(device)
     _check_strategy(adapter, strategy, world)
     adapting = None
-    if adapter is not None:  # a wrong target is refused before the folder is touched
-        from .adapter import adapt
-
-        torch.manual_seed(config.seed)  # the adapters' initial A: the run's, on every rank
-        adapting = adapt(model, adapter, base=base, quantize=quantize)
     with contextlib.ExitStack() as stack:
+        stack.enter_context(out_of_memory_refused())  # an allocation that fails: one line
+        if adapter is not None:  # a wrong target is refused before the folder is touched
+            adapting = _adapt(model, adapter, config, world, base, quantize)
         lock = _lock(out) if world.main else None
         if lock is not None:
             stack.callback(lock.release)
@@ -208,6 +208,30 @@ def train(
 
 
 _LOCK = ".zoo-train-lock"
+
+
+def _adapt(
+    model: ZooModel,
+    adapter: LoRA,
+    config: TrainConfig,
+    world: World,
+    base: BaseRecord | None,
+    quantize: str | None,
+) -> AdapterRun:
+    """Plan ``adapter`` on ``model``, refuse a plan whose run cannot fit (before anything
+    of it is allocated, :func:`~zoo.train.lora_memory.check_lora_plan`), then quantize,
+    freeze and attach (:func:`~zoo.train.adapter.adapt`)."""
+    from .adapter import adapt
+    from .lora_memory import check_lora_plan
+
+    def check(plans: dict[str, PartPlan]) -> None:
+        check_lora_plan(
+            model, plans, config, world.device, world.size,
+            dropout=adapter.dropout, quantize=quantize,
+        )  # fmt: skip
+
+    torch.manual_seed(config.seed)  # the adapters' initial A: the run's, on every rank
+    return adapt(model, adapter, base=base, quantize=quantize, check=check)
 
 
 def _check_strategy(adapter: LoRA | None, strategy: str, world: World) -> None:

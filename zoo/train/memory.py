@@ -5,7 +5,7 @@ The estimate, per process, in bytes (``B`` sequences per micro-step on this proc
 context, ``L`` the layers, ``d`` ``d_model``, ``f`` ``d_ff``, ``H`` heads, ``V`` the vocabulary):
 
 - weights, gradients and AdamW's two moments: 4 copies of the float32 parameters (divided by
-  the processes under FSDP, which shards all four);
+  the processes under FSDP, which shards all four), and AdamW's step count per tensor;
 - activations kept for the backward pass: ``L * B * T * (10 d + 2 f)`` floats;
 - attention scores, where ``scaled_dot_product_attention`` takes its math path (on the CPU
   with attention dropout during training, or with a padding mask): ``L * B * H * T**2`` x 16
@@ -16,7 +16,10 @@ context, ``L`` the layers, ``d`` ``d_model``, ``f`` ``d_ff``, ``H`` heads, ``V``
 - 150 MB of allocator and runtime slack;
 - a frozen base (a LoRA run, :mod:`zoo.train.adapter`): its weights as they are held (float,
   or a quantized layer's int8/int4 buffers), with no gradients or AdamW state; only the
-  trainable parameters (the adapters) get those (see :func:`_frozen`).
+  trainable parameters (the adapters) get those (see :func:`_frozen`); the adapters' own
+  step tensors (:mod:`zoo.train.lora_memory`) join the activations. A LoRA not yet attached
+  (``lora`` with a ``frozen`` figure) is counted from its plan: nothing of it is allocated
+  before the check (issue 41).
 
 Calibration (CPU, torch 2.13, ``ru_maxrss`` of a child process running two steps of
 ``loss_of`` + backward + clipping + AdamW, minus its RSS after ``import torch``; gpt2-124m with
@@ -34,8 +37,10 @@ what the estimate does not see: the data's page cache, the tokenizer, other proc
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import InsufficientMemoryError
@@ -46,8 +51,14 @@ if TYPE_CHECKING:
     from torch import nn
 
     from .config import TrainConfig
+    from .lora_memory import LoRAShape
 
-__all__ = ["TrainingMemory", "check_training_memory", "estimate_training_memory"]
+__all__ = [
+    "TrainingMemory",
+    "check_training_memory",
+    "estimate_training_memory",
+    "out_of_memory_refused",
+]
 
 #: Share of the available memory a run may plan to use.
 HEADROOM = 0.9
@@ -55,6 +66,7 @@ _SLACK = 150 * 10**6  # allocator and runtime, measured
 _LAYER_FLOATS_D, _LAYER_FLOATS_F = 10, 2  # activations a token keeps per layer: 10 d + 2 f
 _SCORE_BYTES = 16  # scores + softmax + dropout mask + dropped weights, per score (math path)
 _LOGIT_BYTES = 8  # 2 float32 copies per logit
+_STEP_BYTES = 8  # AdamW's step count, a tensor per parameter tensor (float32 or int64)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,6 +132,7 @@ def estimate_training_memory(
     device: torch.device,
     context: int | None = None,
     shards: int = 1,
+    lora: LoRAShape | None = None,
 ) -> TrainingMemory:
     """Estimate the peak memory of a process training ``model`` on ``micro_batch`` sequences
     of ``context`` tokens (default: the model's ``context_length``) per step.
@@ -131,21 +144,23 @@ def estimate_training_memory(
             with attention dropout, materialising the scores).
         context: tokens per sequence.
         shards: processes that FSDP shards weights, gradients and optimizer state over.
+        lora: a LoRA run's adapters (:func:`zoo.train.lora_memory.lora_shape`): attached
+            already (``frozen`` is ``None``), or planned on a base that is not yet frozen
+            (the base then counts as ``frozen`` bytes, the adapters as the trainable ones).
     """
-    seen: set[int] = set()
-    weights = 0
-    for p in model.parameters():
-        if id(p) not in seen and p.requires_grad:
-            seen.add(id(p))
-            weights += p.numel() * 4  # float32 master weights (bf16 is autocast only)
+    if lora is not None and lora.frozen is not None:  # planned: nothing of it exists yet
+        weights, tensors, frozen = lora.trainable * 4, lora.tensors, lora.frozen
+    else:
+        (weights, tensors), frozen = _trainable(model), _frozen(model)
     weights //= shards
-    frozen = _frozen(model)
     dims = _dims(model)
     t = context or dims["context"]
     tokens = micro_batch * t
     activations = (
         dims["layers"] * tokens * (_LAYER_FLOATS_D * dims["d"] + _LAYER_FLOATS_F * dims["f"])
     )
+    if lora is not None:
+        activations += tokens * lora.per_token + lora.fixed
     config = getattr(model, "config", None)
     dropout = getattr(config, "dropout", 0.0)
     masked = bool(getattr(model, "is_encoder_decoder", False))  # padding masks: math path
@@ -157,12 +172,19 @@ def estimate_training_memory(
     return TrainingMemory(
         weights=weights,
         gradients=weights,
-        optimizer=2 * weights,
+        optimizer=2 * weights + _STEP_BYTES * tensors,
         activations=activations * 4,
         attention=attention,
         logits=rows * dims["outputs"] * _LOGIT_BYTES,
         frozen=frozen,
     )
+
+
+def _trainable(model: nn.Module) -> tuple[int, int]:
+    """Bytes of ``model``'s trainable parameters as float32 master weights (bf16 is autocast
+    only), each shared one counted once, and how many tensors they are."""
+    unique = {id(p): p for p in model.parameters() if p.requires_grad}
+    return sum(p.numel() * 4 for p in unique.values()), len(unique)
 
 
 def _packed_layers(model: nn.Module) -> list[nn.Module]:
@@ -209,6 +231,7 @@ def check_training_memory(
     strategy: str = "ddp",
     *,
     available: int | None = None,
+    lora: LoRAShape | None = None,
 ) -> TrainingMemory:
     """Refuse, before the first step, a run whose estimated peak memory does not fit.
 
@@ -219,6 +242,9 @@ def check_training_memory(
 
     Args:
         available: bytes free on ``device`` (default: :func:`zoo.memory.available_memory`).
+        lora: a LoRA run's adapters, attached or planned (see
+            :func:`estimate_training_memory`): a plan is checked before anything of it is
+            allocated.
 
     Returns:
         The estimate, when it fits (or when ``ZOO_ALLOW_LARGE=1``, or the memory is unknown).
@@ -230,7 +256,9 @@ def check_training_memory(
     """
     micro = max(1, config.batch_size // config.grad_accum // processes)
     shards = processes if strategy == "fsdp" else 1
-    estimate = estimate_training_memory(model, micro_batch=micro, device=device, shards=shards)
+    estimate = estimate_training_memory(
+        model, micro_batch=micro, device=device, shards=shards, lora=lora
+    )
     free = available_memory(device) if available is None else available
     if free is None or allow_large():
         return estimate
@@ -245,7 +273,7 @@ def check_training_memory(
         return estimate
     name = getattr(model, "name", None) or type(model).__name__
     sharing = f" for {local} processes" if local > 1 else ""
-    advice = _what_fits(model, config, device, processes, shards, fits)
+    advice = _what_fits(model, config, device, processes, shards, fits, lora)
     raise InsufficientMemoryError(
         f"training {name} with --batch-size {config.batch_size} (--grad-accum "
         f"{config.grad_accum}, {micro} sequence(s) of {_dims(model)['context'] or '?'} tokens "
@@ -263,13 +291,19 @@ def _what_fits(
     processes: int,
     shards: int,
     fits: Any,
+    lora: LoRAShape | None = None,
 ) -> str:
     """Settings that would fit, in words."""
     micro = max(1, config.batch_size // config.grad_accum // processes)
 
     def estimate(micro_batch: int, context: int | None = None) -> TrainingMemory:
         return estimate_training_memory(
-            model, micro_batch=micro_batch, device=device, context=context, shards=shards
+            model,
+            micro_batch=micro_batch,
+            device=device,
+            context=context,
+            shards=shards,
+            lora=lora,
         )
 
     options = []
@@ -300,6 +334,12 @@ def _what_fits(
         options.append(f"--set context_length={shorter} (a new model)")
     if not options:
         floor = estimate(1, 16)
+        if lora is not None:
+            return (
+                f"Even one sequence of 16 tokens needs about {format_bytes(floor.total)}: the "
+                "LoRA is too large for this machine; give it a smaller rank (--lora) or fewer "
+                "targets (--lora-targets)."
+            )
         return (
             f"Even one sequence of 16 tokens needs about {format_bytes(floor.total)}: the model "
             "is too large for this machine; make it smaller (--set n_layers=..., d_model=...)"
@@ -320,3 +360,31 @@ def _largest(high: int, ok: Any) -> int | None:
         mid = (low + high + 1) // 2
         low, high = (mid, high) if ok(mid) else (low, mid - 1)
     return low or None
+
+
+#: How torch says an allocation failed (CPU, CUDA, MPS), beside ``torch.OutOfMemoryError``.
+_OUT_OF_MEMORY = ("can't allocate memory", "out of memory", "cannot allocate memory")
+
+
+@contextlib.contextmanager
+def out_of_memory_refused() -> Iterator[None]:
+    """Turn an allocation that fails inside (``MemoryError``, torch's ``OutOfMemoryError`` or
+    its CPU allocator's ``RuntimeError``) into an
+    :class:`~zoo.errors.InsufficientMemoryError` that says what happened and what to do: the
+    estimate checked before step 1 cannot see other processes, and ``ZOO_ALLOW_LARGE=1``
+    skips it."""
+    try:
+        yield
+    except (MemoryError, RuntimeError) as exc:
+        text = str(exc).strip()
+        if not isinstance(exc, MemoryError) and not any(
+            words in text.lower() for words in _OUT_OF_MEMORY
+        ):
+            raise
+        said = (text.splitlines()[0] if text else type(exc).__name__)[:300]
+        raise InsufficientMemoryError(
+            f"training ran out of memory ({said}). The estimate checked before step 1 does not "
+            f"see what other processes take, and {ALLOW_LARGE_ENV}=1 skips it: free memory, or "
+            "train with less (a smaller --batch-size or a larger --grad-accum, a smaller --lora "
+            "rank, a shorter context_length)."
+        ) from exc

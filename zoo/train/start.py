@@ -51,7 +51,9 @@ def start(
     """Everything before step 1: checks, data, sharding, optimizer, seeds, the resumed state,
     the metrics log and the progress bar (``adapter``: a LoRA run, its adapters attached)."""
     say = log if (log is not None and world.main) else (lambda _line: None)
-    spec, tok, context, source = _prepare(model, data, out, config, tokenizer, world, strategy)
+    spec, tok, context, source = _prepare(
+        model, data, out, config, tokenizer, world, strategy, adapter
+    )
     model = model.to(world.device).train()
     wrapped = _parallel(model, spec, world, strategy, say)
     adamw = optimizer(model, config)  # after sharding: it holds the shards
@@ -97,6 +99,7 @@ def _prepare(
     tokenizer: Any,
     world: World,
     strategy: str,
+    adapter: AdapterRun | None = None,
 ) -> tuple[TaskSpec, Any, int, DataSource]:
     """The checks that need no step (batch split, tokenizer size, memory), then the data:
     the model's task spec, the tokenizer, the context length and the data source."""
@@ -108,7 +111,12 @@ def _prepare(
     spec = task_of(model)
     tok = _tokenizer(model, tokenizer)
     check_fits(tok, model.config.vocab_size)  # type: ignore[attr-defined]
-    check_training_memory(model, config, world.device, world.size, strategy)  # before step 1
+    lora = None
+    if adapter is not None:  # its step tensors too (its weights are the model's trainable ones)
+        from .lora_memory import lora_shape
+
+        lora = lora_shape(model, adapter.plans, dropout=adapter.lora.dropout, attached=True)
+    check_training_memory(model, config, world.device, world.size, strategy, lora=lora)
     context: int = model.config.context_length  # type: ignore[attr-defined]
     request = DataRequest(data, tok, out, context, config.val_fraction, world)
     return spec, tok, context, spec.read(model, request)
