@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import queue
+import re
 import subprocess
 import sys
 import textwrap
@@ -530,13 +531,16 @@ HOSTILE_BUDGETS = {
 
 #: Runs each template of a corpus in this child, under a 1 GiB address-space cap, with the
 #: step and time budgets cut to 10,000 steps and 0.5 s (so that the step-bound cases are cheap;
-#: the size and byte budgets are the real ones). One line per template, as it ends.
+#: the size and byte budgets are the real ones). One line per template, as it ends: its
+#: outcome, seconds, and the child's peak memory above its start so far (MB).
 _BUDGET_CHILD = textwrap.dedent(
     """
     import json, resource, sys, time
     resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
     from zoo.tokenizers import ChatTemplate, ChatTemplateError, chat_limits
     chat_limits.MAX_STEPS, chat_limits.MAX_SECONDS = 10_000, 0.5
+    ChatTemplate({"default": "{{ 1 }}"}).render([{"role": "user", "content": "x"}])
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # MB, once warmed up
     for name, source in json.loads(sys.argv[1]).items():
         start = time.perf_counter()
         try:
@@ -546,15 +550,16 @@ _BUDGET_CHILD = textwrap.dedent(
             outcome = "refused: " + str(exc)
         except BaseException as exc:  # MemoryError, RecursionError: what must not escape
             outcome = f"{type(exc).__name__}: {exc}"
-        print(json.dumps([name, outcome[:300], time.perf_counter() - start]), flush=True)
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - base
+        print(json.dumps([name, outcome[:300], time.perf_counter() - start, peak]), flush=True)
     """
 )
 
 
 def _outcomes(child: str, corpus: dict[str, str], timeout: float) -> dict[str, list]:
-    """Each template's [outcome, seconds] from ``child``, run on ``corpus``; a template that
-    does not end within ``timeout`` seconds (or a child that dies) ends the run, leaving it
-    and the rest out."""
+    """Each template's [outcome, seconds, peak MB] from ``child``, run on ``corpus``; a
+    template that does not end within ``timeout`` seconds (or a child that dies) ends the run,
+    leaving it and the rest out."""
     process = subprocess.Popen(
         [sys.executable, "-c", child, json.dumps(corpus)],
         stdout=subprocess.PIPE,
@@ -593,9 +598,94 @@ def test_hostile_templates_end_in_a_chat_template_error_within_the_budgets():
     assert not missing, f"the child hung or died before ending {missing}"
     budgets = ("MAX_STEPS", "MAX_SECONDS", "MAX_SIZE", "MAX_ITEMS", "MAX_ALLOCATED",
                "MAX_DEPTH", "MAX_CALL_DEPTH", "MAX_POWER_BITS")  # fmt: skip
-    for name, (outcome, _) in results.items():
+    for name, (outcome, _, _) in results.items():
         assert outcome.startswith("refused: "), f"{name}: {outcome}"
         assert any(budget in outcome for budget in budgets), f"{name}: {outcome}"
+
+
+#: Issue 41 item 2: a method, filter, operator or format whose result was sized only after
+#: it was built (``int.to_bytes`` with no bound at all: 4 GiB), each with what its refusal
+#: must say: that the size was computed before the value was built (the estimate's own
+#: message, not the check of a built value's size) and the limit it broke.
+HOSTILE_SIZED = {
+    "to-bytes": ("{{ (1).to_bytes(4294967296, 'big')|length }}", "to_bytes() would build"),
+    "to-bytes-keywords": (
+        "{{ (1).to_bytes(length=17000000, byteorder='little')|length }}",
+        "to_bytes() would build",
+    ),
+    "upper-method": ("{{ ('\ufb03' * 6000000).upper() }}", "upper() would build"),
+    "upper-filter": ("{{ ('\ufb03' * 6000000)|upper }}", "the upper filter would write"),
+    "capitalize-filter": (
+        "{{ ('\u0130' * 9000000)|capitalize }}",
+        "the capitalize filter would write",
+    ),
+    "casefold": ("{{ ('\u00df' * 9000000).casefold() }}", "casefold() would build"),
+    "lower-filter": ("{{ ('\u0130' * 9000000)|lower }}", "the lower filter would write"),
+    "encode-utf8": (
+        "{{ ('\U0010ffff' * 5000000).encode('utf-8')|length }}",
+        "encode() would build",
+    ),
+    "encode-namereplace": (
+        "{{ ('\u00e9' * 1000000).encode('ascii', 'namereplace')|length }}",
+        "encode() would build",
+    ),
+    "hex": ("{{ ('x' * 9000000).encode().hex()|length }}", "hex() would build"),
+    "hex-separator": ("{{ ('x' * 6000000).encode().hex(':')|length }}", "hex() would build"),
+    "decode-backslashreplace": (
+        "{{ ('\u00ff' * 5000000).encode('latin-1').decode('ascii', 'backslashreplace')|length }}",
+        "decode() would build",
+    ),
+    "translate-list": (
+        "{{ ('\x00' * 1000).translate(['y' * 100000])|length }}",
+        "translate() would build",
+    ),
+    "split-text": ("{{ ('xxxxxxxxxxxxx,' * 1000000).split(',')|length }}", "split() would build"),
+    "repr-percent": ("{{ ('%r' % ('\x00' * 5000000))|length }}", "a % format would write"),
+    "repr-format": ("{{ '{!r}'.format('\x00' * 5000000)|length }}", "a format would write"),
+    "repr-in-list": ("{{ ['\x00' * 5000000] }}", "would build a value whose text is"),
+    "tojson-controls": ("{{ ('\x00' * 5000000)|tojson|length }}", "tojson would write"),
+    "tojson-ensure-ascii": (
+        "{{ ('\U0001f600' * 2000000)|tojson(ensure_ascii=true)|length }}",
+        "tojson would write",
+    ),
+    "markup-add": ("{{ (('x'|safe) + ('<' * 5000000))|length }}", "+ would build"),
+    "markup-percent": ("{{ (('%s'|safe) % ('<' * 5000000))|length }}", "% format would write"),
+    "markup-join": ("{{ ('x'|safe).join(['<' * 5000000])|length }}", "join() would build"),
+    "markup-replace": (
+        "{{ ('x'|safe).replace('x', '<' * 5000000)|length }}",
+        "replace() would build",
+    ),
+}
+
+
+def test_every_value_is_sized_before_it_is_built():
+    """Issue 41 item 2: each template is refused by the estimate made before its value is
+    built (the estimate's message, naming the limit), under 1 GiB of address space, and the
+    child's peak memory stays within its inputs (a few tens of MB), where ``to_bytes`` built
+    4 GiB (a MemoryError under the cap) and ``upper`` 48 M characters (282 MB) before."""
+    corpus = {name: source for name, (source, _) in HOSTILE_SIZED.items()}
+    results = _outcomes(_BUDGET_CHILD, corpus, timeout=10)
+    missing = [name for name in corpus if name not in results]
+    assert not missing, f"the child hung or died before ending {missing}"
+    for name, (outcome, _, _) in results.items():
+        expected = HOSTILE_SIZED[name][1]
+        assert outcome.startswith("refused: "), f"{name}: {outcome}"
+        assert expected in outcome and "(MAX_SIZE characters)" in outcome, f"{name}: {outcome}"
+    assert max(peak for _, _, peak in results.values()) < 200, results
+
+
+def test_a_method_not_known_to_be_sized_is_refused_by_name():
+    """An allowlist: a method of a value whose result is not sized before it runs is refused,
+    naming it, rather than left to a list of known bad ones."""
+    from zoo.tokenizers import ChatTemplate
+
+    for source, method in (
+        ("{{ (range(3)|map('string')).send(none) }}", "generator.send"),
+        ("{{ {'a': 1}.items().mapping.copy() }}", "mappingproxy.copy"),
+        ("{{ 'x'.encode('punycode') }}", "'punycode'"),
+    ):
+        with pytest.raises(ChatTemplateError, match=re.escape(method)):
+            ChatTemplate({"default": source}).render([USER])
 
 
 def test_the_limits_leave_ordinary_templates_alone():
@@ -656,6 +746,27 @@ ORDINARY = (
     "{{ ns.s }} {{ {'a': (1, [2])} }} {{ dict(a=1) }} {{ [none, true, 1.5] }}",
     "{% set b %}block{% endset %}{{ b }}{% filter upper %}up{% endfilter %}"
     "{% for x in [[1, [2]]] recursive %}{{ x }}{% endfor %}{{ range(3)|list }}",
+    # the methods of every type a template reaches, each sized before it runs (issue 41)
+    "{{ '\ufb03 \u0130 \u00df'.upper() }} {{ '\u0130X'.lower() }} {{ '\u00dfa'.casefold() }} "
+    "{{ '\ufb03 ab'.title() }} {{ 'aB\u00df'.swapcase() }} {{ '\ufb03x'.capitalize() }} "
+    "{{ '\ufb03'|upper }} {{ '\u0130'|lower }} {{ '\ufb03 x'|title }} {{ '\ufb03'|capitalize }}",
+    "{{ (258).to_bytes(2, 'big')|list }} {{ (1).to_bytes(length=2, byteorder='little')|list }} "
+    "{{ (1).from_bytes('ab'.encode(), 'big') }} {{ (255).bit_length() }} {{ (6).bit_count() }} "
+    "{{ (1.5).hex() }} {{ (0.5).as_integer_ratio() }} {{ (2.0).is_integer() }}",
+    "{{ '\u00e9\U0001f600'.encode('utf-8')|list }} {{ 'x\u00e9'.encode('ascii', 'replace') }} "
+    "{{ '\u00e9'.encode('ascii', 'xmlcharrefreplace') }} {{ 'ab'.encode('utf-16')|length }} "
+    "{{ '\u00ff'.encode('latin-1').decode('ascii', 'backslashreplace') }} "
+    "{{ 'ab'.encode().hex() }} {{ 'ab'.encode().hex(':') }} {{ 'ab'.encode().upper() }}",
+    "{{ 'a-b-c'.partition('-') }} {{ 'a b'.rsplit(none, 1) }} {{ 'x'.zfill(4) }} "
+    "{{ 'x'.rjust(3, '.') }} {{ 'abc'.translate(['A', 'B']) }} {{ 'ab'.maketrans('a', 'b') }} "
+    "{{ 'a\tb'.encode().expandtabs(2) }} {{ 'xay'.removeprefix('x').removesuffix('y') }}",
+    "{{ {}.fromkeys('ab', 0) }} {{ {'a': 1}.items()|list }} {{ {'a': 1}.get('b', 2) }} "
+    "{{ {'a': 1}.copy() }} {{ [1, 2].index(2) }} {{ (1, 1).count(1) }} {{ range(5).index(3) }} "
+    "{{ {'a': 1}.keys().isdisjoint(['b']) }} {{ dict.fromkeys([1, 2]) }} {{ dict([(1, 2)], a=3) }}",
+    "{{ ['a\n\x00\u00e9\u200d', 'x'.encode()] }} {{ '%r|%a' % ('\x00\u00e9', '\u00e9') }} "
+    "{{ '{!r}{!a}'.format('\n', '\U0001f600') }} {{ ['\U0001f600']|tojson(ensure_ascii=true) }} "
+    "{{ ('<'|safe) + '<' }} {{ ('%s'|safe) % '<' }} {{ ('-'|safe).join(['<', 'a']) }} "
+    "{{ ('a'|safe).replace('a', '<') }} {{ [1] * 3 + [2] }}",
 )
 
 

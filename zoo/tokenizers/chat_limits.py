@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextvars
 import itertools
+import re
 import sys
 import time
 from collections.abc import (
@@ -266,10 +267,54 @@ def counted(items: Iterable[Any]) -> Iterator[Any]:
 
 
 # -- the text size of a value ----------------------------------------------------------------
-def _string_size(text: str | bytes) -> int:
-    """Characters of ``repr(text)`` inside a container (escapes counted twice, at least)."""
-    printable = text.isprintable() if isinstance(text, str) else text.isascii()
-    return len(text) + 3 if printable else 2 * len(text) + 3
+#: ASCII control characters that ``repr`` writes as ``\\x00`` and JSON as ``\\u0000``.
+_CONTROLS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+#: Bytes that ``repr`` writes as ``\\x00`` (all but printable ASCII, tab and line breaks).
+_BYTE_ESCAPES = re.compile(b"[^\x20-\x7e\t\n\r]")
+#: Characters written as two (``\\n``, ``\\"``...) by ``repr`` or JSON.
+_TWO = ("\\", "'", '"', "\t", "\n", "\r")
+#: Tabs and line breaks, deleted to ask whether the rest of a text is printable.
+_BREAKS = str.maketrans("", "", "\t\n\r")
+#: Characters looked at a time when a long text's printable characters are checked.
+_CHUNK = 1 << 20
+
+
+def _string_size(text: str | bytes | bytearray) -> int:
+    """At least the length of ``repr(text)`` (as a container writes it) and of its JSON
+    text without ``ensure_ascii``: each character written as an escape counts its escape,
+    two characters for ``\\n`` or a quote, and, once there is any other character to escape,
+    6 for each ASCII character (``\\u0000``) or 10 for any (``\\U000e0001``)."""
+    extra = 3 if type(text) in (str, bytes) else 5 + len(type(text).__name__)
+    if isinstance(text, (bytes, bytearray)):
+        if _BYTE_ESCAPES.search(text) is None:
+            return len(text) + sum(text.count(c.encode()) for c in _TWO) + extra
+        return 4 * len(text) + extra
+    if _CONTROLS.search(text) is None and (text.isascii() or _printable(text)):
+        return len(text) + sum(text.count(c) for c in _TWO) + extra
+    return (6 if text.isascii() else 10) * len(text) + extra
+
+
+def _printable(text: str) -> bool:
+    """Whether each character of ``text`` but tabs and line breaks is printable."""
+    if text.isprintable():
+        return True
+    return all(
+        text[i : i + _CHUNK].translate(_BREAKS).isprintable() for i in range(0, len(text), _CHUNK)
+    )
+
+
+def repr_size(value: Any, ascii: bool = False) -> int:
+    """At least the length of ``repr(value)`` (``ascii(value)`` with ``ascii``): what ``%r``,
+    ``!r`` and a string inside a container write."""
+    if isinstance(value, (str, bytes, bytearray)):
+        size = _string_size(value)
+        wide = ascii and isinstance(value, str) and not value.isascii()
+        return 10 * len(value) + 3 if wide else size
+    return text_size(value) * (10 if ascii else 1)
+
+
+#: What the measure walks: its text is made of its items' (or keys' and values').
+_CONTAINERS = (list, tuple, dict, set, frozenset, MappingView, jinja2.utils.Namespace)
 
 
 class _Measure:
@@ -281,7 +326,7 @@ class _Measure:
 
     def size(self, value: Any, depth: int) -> tuple[int, int, bool]:
         """(text size, nesting height, whether it can be remembered: no namespace inside)."""
-        if isinstance(value, (str, bytes)):
+        if isinstance(value, (str, bytes, bytearray)):
             return self._string(value), 0, True
         if value is None or isinstance(value, (bool, float)):
             return 32, 0, True
@@ -289,11 +334,11 @@ class _Measure:
             return value.bit_length() // 3 + 3, 0, True
         if isinstance(value, jinja2.Undefined):
             return 16, 0, True
-        if not isinstance(value, (list, tuple, dict, MappingView, jinja2.utils.Namespace)):
+        if not isinstance(value, _CONTAINERS):
             return _OTHER_SIZE, 0, True
         return self._container(value, depth)
 
-    def _string(self, value: str | bytes) -> int:
+    def _string(self, value: str | bytes | bytearray) -> int:
         if len(value) < _REMEMBER_SIZE or self.meter is None:
             return _string_size(value)
         known = self.meter.sizes.get(id(value))
@@ -362,7 +407,8 @@ def size_and_height(value: Any) -> tuple[int, int]:
 
 def sum_size(value: Any, left: Any, right: Any) -> None:
     """Remember the text size of ``value == left + right`` (or ``left * n`` with ``right``
-    an int) without walking it; refuse it above :data:`MAX_SIZE`."""
+    an int) without walking it; refuse it above :data:`MAX_SIZE` (with ``value`` ``None``,
+    before it is built: only the refusal)."""
     meter = _METER.get()
     if meter is None:
         return
@@ -374,7 +420,7 @@ def sum_size(value: Any, left: Any, right: Any) -> None:
         more, other, other_pure = measure.size(right, 0)
         size, height, pure = size + more, max(height, other), pure and other_pure
     check_text(size, "the template would build a value whose text is")
-    if size >= _REMEMBER_SIZE and pure:
+    if size >= _REMEMBER_SIZE and pure and value is not None:
         measure.remember(value, size, height)
 
 

@@ -18,6 +18,7 @@ import jinja2.filters
 import jinja2.nodes
 import jinja2.sandbox
 import jinja2.utils
+import markupsafe
 from jinja2.utils import _PassArg
 
 from . import chat_limits as limits
@@ -29,17 +30,21 @@ from .chat_limits import (
     counted,
     is_int,
     over,
+    repr_size,
     size_and_height,
     step,
     sum_size,
     text_size,
 )
+from .chat_methods import case_size, check_call, escaped_size
 
 # -- formats ---------------------------------------------------------------------------------
 _PERCENT = re.compile(r"%(?:\(([^)]*)\))?[-#0 +]*(\*|\d+)?(?:\.(\*|\d*))?[hlL]?(.?)", re.S)
 _DIGITS = re.compile(r"\d+")
 #: Characters a number can take, beyond its precision and width.
 _NUMBER_SIZE = 400
+#: Most characters ``Markup`` writes for one it escapes (``'`` is ``&#39;``).
+_ESCAPE_GROWTH = 5
 
 
 def _spec_number(digits: str) -> int:
@@ -54,7 +59,9 @@ def _field_size(value: Any, kind: str) -> int:
     """Characters one ``%`` or ``format`` field writes for ``value``, width aside."""
     if isinstance(value, (int, float)) or kind not in "sra":
         return 2 * text_size(value) + _NUMBER_SIZE
-    return text_size(value) * (10 if kind == "a" else 1) + _NUMBER_SIZE
+    if kind == "s":
+        return text_size(value) + _NUMBER_SIZE
+    return repr_size(value, ascii=kind == "a") + _NUMBER_SIZE
 
 
 def percent_size(fmt: str | bytes, args: Any) -> int:
@@ -125,9 +132,18 @@ def check_binop(operator: str, left: Any, right: Any) -> None:
     elif operator == "*":
         _check_product(left, right)
     elif operator == "+":
-        _check_length(_length(left) + _length(right), left, right)
+        _check_sum(left, right)
     elif operator == "%" and isinstance(left, (str, bytes)):
-        check_text(percent_size(left, right), "a % format would write a string of")
+        escaping = _ESCAPE_GROWTH if isinstance(left, markupsafe.Markup) else 1
+        check_text(escaping * percent_size(left, right), "a % format would write a string of")
+
+
+def _check_sum(left: Any, right: Any) -> None:
+    _check_length(_length(left) + _length(right), left, right)
+    if isinstance(left, markupsafe.Markup) or isinstance(right, markupsafe.Markup):
+        check_text(escaped_size(left) + escaped_size(right), "+ would build a string of")
+    elif isinstance(left, (list, tuple)) and isinstance(right, (list, tuple)):
+        sum_size(None, left, right)  # the text of the list it would build
 
 
 def _check_product(left: Any, right: Any) -> None:
@@ -139,6 +155,8 @@ def _check_product(left: Any, right: Any) -> None:
     sequence, times = (right, left) if is_int(left) else (left, right)
     if is_int(times):
         _check_length(_length(sequence) * times, sequence)
+        if isinstance(sequence, (list, tuple)):
+            sum_size(None, sequence, times)
 
 
 def _length(value: Any) -> int:
@@ -164,76 +182,16 @@ def after_binop(operator: str, left: Any, right: Any, result: Any) -> Any:
     return built(result)
 
 
-# -- calls: the methods of strings, and the template's globals --------------------------------
-def _method_replace(s: Any, old: Any = "", new: Any = "", count: Any = -1, *_: Any) -> int:
-    if not isinstance(old, type(s)) or not isinstance(new, type(s)):
-        return len(s)
-    times = s.count(old) if old else len(s) + 1
-    if is_int(count) and count >= 0:
-        times = min(times, count)
-    return len(s) + times * max(0, len(new) - len(old))
-
-
-def _method_join(s: Any, items: Any = (), *_: Any) -> int:
-    if not isinstance(items, Collection):
-        return 0  # a lazy iterable: its items are steps
-    check_items(len(items), "a join over")
-    return sum(text_size(item) for item in items) + max(0, len(items) - 1) * len(s)
-
-
-def _method_translate(s: Any, table: Any = None, *_: Any) -> int:
-    if isinstance(table, Mapping):
-        check_items(len(table), "a translation table of")
-        longest = max((_length(v) for v in table.values()), default=1)
-        return len(s) * max(1, longest)
-    return len(s)
-
-
-def _method_split(s: Any, sep: Any = None, maxsplit: Any = -1, *_: Any) -> None:
-    if is_int(maxsplit) and 0 <= maxsplit < limits.MAX_ITEMS:
-        return
-    if isinstance(sep, type(s)) and sep:
-        pieces = s.count(sep) + 1
-    else:
-        pieces = len(s) // 2 + 1 if sep is None else len(s) + 1
-    check_items(pieces, "a split into")
-
-
-def _method_splitlines(s: Any, *_: Any) -> None:
-    breaks = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029" if isinstance(s, str) else "\n\r"
-    check_items(1 + sum(s.count(c if isinstance(s, str) else c.encode()) for c in breaks),
-                "a split into")  # fmt: skip
-
-
-def _method_expandtabs(s: Any, tabsize: Any = 8, *_: Any) -> int:
-    tab = "\t" if isinstance(s, str) else b"\t"
-    return len(s) + s.count(tab) * max(0, as_int(tabsize))
-
-
-#: Characters a string method can write, from the string and its arguments (before it runs).
-_METHOD_SIZES: dict[str, Callable[..., int | None]] = {
-    "center": lambda s, width=0, *_: max(len(s), as_int(width)),
-    "ljust": lambda s, width=0, *_: max(len(s), as_int(width)),
-    "rjust": lambda s, width=0, *_: max(len(s), as_int(width)),
-    "zfill": lambda s, width=0, *_: max(len(s), as_int(width)),
-    "expandtabs": _method_expandtabs,
-    "replace": _method_replace,
-    "join": _method_join,
-    "translate": _method_translate,
-    "split": _method_split,
-    "rsplit": _method_split,
-    "splitlines": _method_splitlines,
-}
-
-
+# -- calls: the methods of values, and the template's globals ------------------------------
 #: Keywords Jinja adds to a call inside a loop or block (``Context.call`` drops them).
 _CONTEXT_ARGUMENTS = frozenset({"_loop_vars", "_block_vars"})
 
 
 def prepare_call(obj: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
-    """The arguments of a call of a string's method or of ``lipsum``, refused when its
-    result would be too large, before it runs (the lazy iterable of a ``join`` is drawn
-    first, one step per item, to be measured)."""
+    """The arguments of a call from a template, refused before it runs when it calls a
+    method that is not sized (:func:`.chat_methods.check_call`) or when its result would be
+    too large (the lazy iterable of a string's ``join`` is drawn first, one step per item, to
+    be measured)."""
     owner = getattr(obj, "__self__", None)
     kwargs = {k: v for k, v in kwargs.items() if k not in _CONTEXT_ARGUMENTS}
     if isinstance(owner, (str, bytes)):
@@ -245,16 +203,12 @@ def prepare_call(obj: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tup
                 raise over(
                     "a string method was given the number", value, limits.MAX_SIZE, "MAX_SIZE"
                 )
-        estimate = _METHOD_SIZES.get(name)
-        if estimate is not None:
-            size = estimate(owner, *args, **kwargs)
-            if size is not None:
-                check_text(size, f"{name}() would build a string of")
-    elif obj is jinja2.utils.generate_lorem_ipsum:
+    if obj is jinja2.utils.generate_lorem_ipsum:
         bound = inspect.signature(obj).bind(*args, **kwargs)
         bound.apply_defaults()
         size = as_int(bound.arguments["n"]) * (as_int(bound.arguments["max"]) + 2) * 16
         check_text(size, "lipsum() would write a string of")
+    check_call(obj, args, kwargs)
     return args
 
 
@@ -263,11 +217,12 @@ def _string_of(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _escaped_size(value: Any) -> int:
-    s = _string_of(value)
-    if s is None:
-        return 5 * text_size(value)
-    return len(s) + 4 * sum(s.count(c) for c in "&<>'\"")
+def _case_filter(name: str) -> Callable[..., int]:
+    def size(value: Any, *_: Any, **__: Any) -> int:
+        s = _string_of(value)
+        return 3 * text_size(value) if s is None else case_size(name, s)
+
+    return size
 
 
 def _indent_size(value: Any, width: Any = 4, *_: Any, **__: Any) -> int:
@@ -282,7 +237,11 @@ def _replace_size(value: Any, old: Any = "", new: Any = "", count: Any = None) -
     s = _string_of(value)
     if s is None:
         return (text_size(value) + 1) * (text_size(new) + 1)
-    return _method_replace(s, str(old), str(new), -1 if count is None else count)
+    old, new = str(old), str(new)
+    times = s.count(old) if old else len(s) + 1
+    if is_int(count) and count >= 0:
+        times = min(times, count)
+    return len(s) + times * max(0, len(new) - len(old))
 
 
 def _join_size(value: Any, d: Any = "", attribute: Any = None) -> int:
@@ -331,9 +290,10 @@ def _slice_items(value: Any, slices: Any = 1, fill_with: Any = None) -> int:
 #: size bounded first.
 _FILTER_SIZES: dict[str, Callable[..., int]] = {
     "center": lambda value, width=80: max(text_size(value), as_int(width)),
-    "escape": _escaped_size,
-    "e": _escaped_size,
-    "forceescape": _escaped_size,
+    "escape": escaped_size,
+    "e": escaped_size,
+    "forceescape": escaped_size,
+    **{name: _case_filter(name) for name in ("capitalize", "lower", "title", "upper")},
     "format": lambda value, *args, **kwargs: percent_size(str(value), kwargs or args),
     "indent": _indent_size,
     "join": _join_size,
@@ -459,7 +419,7 @@ def tojson(
     """``transformers``' ``tojson`` (Jinja's escapes HTML characters), refused before it
     writes more than :data:`MAX_SIZE` characters."""
     size, height = size_and_height(value)
-    size *= 6 if ensure_ascii else 1
+    size *= 12 if ensure_ascii else 1  # \\ud83d\\ude00 for one character
     if isinstance(separators, (tuple, list)) and all(isinstance(x, str) for x in separators):
         size += (size // 2 + 1) * max(0, sum(map(len, separators)) - 4)
     step = len(indent) if isinstance(indent, str) else abs(as_int(indent))

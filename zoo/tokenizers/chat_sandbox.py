@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 from datetime import datetime
 from typing import Any
 
@@ -215,12 +215,18 @@ def _strftime_now(format: str) -> str:
 
 
 class _TemplateDict:
-    """``dict`` in a template: builds dictionaries, exposes nothing of the type."""
+    """``dict`` in a template: builds dictionaries, exposes nothing of the type; refuses
+    one of more than :data:`.chat_limits.MAX_ITEMS` items before it is built."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> dict[Any, Any]:
+        first = args[0] if args else ()
+        items = len(first) if isinstance(first, Sized) else 0
+        limits.check_items(items + len(kwargs), "dict() would build a dict of")
         return dict(*args, **kwargs)
 
     def fromkeys(self, *args: Any, **kwargs: Any) -> dict[Any, Any]:
+        if args and isinstance(args[0], Sized):
+            limits.check_items(len(args[0]), "dict.fromkeys() would build a dict of")
         return dict.fromkeys(*args, **kwargs)
 
 
