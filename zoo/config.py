@@ -180,7 +180,12 @@ class TransformerConfig(ModelConfig):
             feed-forward side by side: GPT-J, Cohere), or one a plugin supplies.
         layer_types: per layer, ``"full_attention"`` or ``"sliding_attention"`` (as
             transformers writes it); sliding layers see ``sliding_window`` keys, full ones
-            every key. ``None``: every layer is sliding when ``sliding_window`` is set.
+            every key. ``None``: every layer is sliding when ``sliding_window`` is set. An
+            explicit list is never resized: a change of the layer count must list them anew.
+        layer_pattern: the kinds of a repeating run of layers, as ``layer_types`` spells them:
+            layer ``i`` is ``layer_pattern[i % len(layer_pattern)]`` (Gemma 2 alternates
+            ``("sliding_attention", "full_attention")``; Gemma 3 has five sliding layers then
+            one full), so the layer count can change. Not with ``layer_types``.
         rope_local_theta: rotary base of the sliding layers (Gemma 3); ``None``: ``rope_theta``.
         rotary_dim: features of each head that rotary positions turn, an even count up to
             ``head_size`` (partial rotary: GPT-J, GPT-NeoX, Phi); ``None``: all of them.
@@ -227,6 +232,7 @@ class TransformerConfig(ModelConfig):
     experts_per_token: int = 2
     block: str = "transformer"
     layer_types: tuple[LayerType, ...] | None = None
+    layer_pattern: tuple[LayerType, ...] | None = None
     rope_local_theta: float | None = None
     rotary_dim: int | None = None
     attn_scale: float | None = None
@@ -317,12 +323,37 @@ class TransformerConfig(ModelConfig):
                 self._require(getattr(self, name) > 0, name, "must be positive (or None)")
         self._require(self.logit_scale != 0, "logit_scale", "must not be 0")
         self._require(bool(self.block), "block", "must name a block component")
+        self._check_layer_pattern()
+
+    def _check_layer_pattern(self) -> None:
+        pattern = self.layer_pattern
+        if pattern is None:
+            return
+        self._require(
+            self.layer_types is None,
+            "layer_pattern",
+            "give either layer_pattern (a repeating run) or layer_types (one kind per "
+            "layer), not both: set the other to None",
+        )
+        self._require(
+            0 < len(pattern) <= MAX_LAYERS,
+            "layer_pattern",
+            f"must name 1 to {MAX_LAYERS:,} layer kinds (or be None)",
+        )
+        self._require(
+            self.sliding_window is not None or "sliding_attention" not in pattern,
+            "layer_pattern",
+            "names sliding layers: set sliding_window",
+        )
 
     def layer_type(self, layer: int) -> LayerType:
-        """What layer ``layer``'s self-attention sees: ``layer_types[layer]``, else sliding
-        for every layer when ``sliding_window`` is set."""
+        """What layer ``layer``'s self-attention sees: ``layer_types[layer]``, else
+        ``layer_pattern`` repeated, else sliding for every layer when ``sliding_window`` is
+        set."""
         if self.layer_types is not None:
             return self.layer_types[layer]
+        if self.layer_pattern is not None:
+            return self.layer_pattern[layer % len(self.layer_pattern)]
         return "full_attention" if self.sliding_window is None else "sliding_attention"
 
     def layer_window(self, layer: int) -> int | None:
@@ -351,12 +382,14 @@ class DecoderConfig(TransformerConfig):
         self._require_positive("n_layers")
         self._require_at_most(MAX_LAYERS, "n_layers")
         if self.layer_types is not None:
-            self._require(
-                len(self.layer_types) == self.n_layers,
-                "layer_types",
-                f"must name one type per layer (n_layers = {self.n_layers}), "
-                f"got {len(self.layer_types)}",
-            )
+            count = len(self.layer_types)
+            if count != self.n_layers:
+                raise ConfigError(
+                    f"{type(self).__name__}.layer_types lists {count} layers but n_layers = "
+                    f"{self.n_layers}: an explicit list is not resized. Give one kind per "
+                    "layer, or a repeating layer_pattern (e.g. layer_pattern=('sliding_attention', "
+                    "'full_attention'), layer_types=None) to change the layer count"
+                )
             self._require(
                 self.sliding_window is not None or "sliding_attention" not in self.layer_types,
                 "layer_types",

@@ -117,4 +117,5 @@ HF_GEMMA2 = hf_layout(
     GEMMA2_RULES,
     fused=(*llama_qkv(), *GATE_UP),
     layer_types=ANY,
+    layer_pattern=ANY,  # written as the whole layer_types list
 )

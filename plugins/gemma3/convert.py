@@ -184,4 +184,5 @@ HF_GEMMA3 = hf_layout(
     rope_theta=ANY,
     rope_local_theta=ANY,
     layer_types=ANY,
+    layer_pattern=ANY,  # written as the whole layer_types list
 )

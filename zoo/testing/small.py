@@ -54,12 +54,16 @@ def small_overrides(name: str) -> dict[str, Any]:
 
 
 def _per_layer_fields(config: Any, fields: Iterable[str], small: dict[str, Any]) -> dict[str, Any]:
-    """The fields of ``config`` holding one value per layer (``layer_types``), shortened to
-    the small model's ``n_layers`` with every kind kept; none when the layers are not shrunk."""
+    """The fields of ``config`` holding one value per layer (``layer_types``, or the kinds a
+    ``layer_pattern`` repeats), shortened to the small model's ``n_layers`` with every kind
+    kept; none when the layers are not shrunk."""
     layers = getattr(config, "n_layers", None)
     if "n_layers" not in small or not layers:
         return {}
-    shrunk = {}
+    shrunk: dict[str, Any] = {}
+    if getattr(config, "layer_pattern", None) is not None:  # listed, to keep every kind
+        kinds = tuple(config.layer_type(i) for i in range(layers))
+        shrunk |= {"layer_types": _per_layer(kinds, small["n_layers"]), "layer_pattern": None}
     for field in fields:
         value = getattr(config, field, None)
         if isinstance(value, tuple) and len(value) == layers and field != "n_layers":
