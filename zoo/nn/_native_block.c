@@ -21,6 +21,7 @@
  * modules, and zoo/nn/native_block.py checks every shape before it calls.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -337,4 +338,36 @@ int zoo_decode_step_f32(const zoo_decoder *m, int64_t token, int64_t position, f
     }
     free(x);
     return status;
+}
+
+/* The layout of the structures above, which zoo/nn/native_abi.py mirrors with ctypes: the ABI
+ * version, then for zoo_linear, zoo_norm, zoo_block, zoo_embedding and zoo_decoder in turn its
+ * size and each field's offset, in bytes. zoo/nn/native.py refuses a library whose answer is
+ * not its mirrors' (a stale build, or one of other sources). ZOO_ABI_VERSION goes up, here and
+ * in native_abi.py, whenever a structure or a kernel's arguments change. Writes up to
+ * `capacity` values to `out` (NULL to ask only the count); returns the count. */
+#define ZOO_ABI_VERSION 1
+#define AT(type, field) (int64_t) offsetof(type, field)
+
+int64_t zoo_abi(int64_t *out, int64_t capacity) {
+    const int64_t abi[] = {
+        ZOO_ABI_VERSION,
+        sizeof(zoo_linear), AT(zoo_linear, kind), AT(zoo_linear, n), AT(zoo_linear, k),
+        AT(zoo_linear, w), AT(zoo_linear, scale), AT(zoo_linear, colsum), AT(zoo_linear, bias),
+        sizeof(zoo_norm), AT(zoo_norm, kind), AT(zoo_norm, w), AT(zoo_norm, b),
+        AT(zoo_norm, eps), AT(zoo_norm, offset),
+        sizeof(zoo_block), AT(zoo_block, layout), AT(zoo_block, d_model), AT(zoo_block, heads),
+        AT(zoo_block, kv_heads), AT(zoo_block, head_dim), AT(zoo_block, act),
+        AT(zoo_block, gated), AT(zoo_block, scale), AT(zoo_block, norm1), AT(zoo_block, norm2),
+        AT(zoo_block, qkv), AT(zoo_block, out), AT(zoo_block, fc), AT(zoo_block, proj),
+        sizeof(zoo_embedding), AT(zoo_embedding, kind), AT(zoo_embedding, vocab),
+        AT(zoo_embedding, max_positions), AT(zoo_embedding, rows), AT(zoo_embedding, row_scale),
+        AT(zoo_embedding, positions), AT(zoo_embedding, scale),
+        sizeof(zoo_decoder), AT(zoo_decoder, embedding), AT(zoo_decoder, blocks),
+        AT(zoo_decoder, n_blocks), AT(zoo_decoder, has_final), AT(zoo_decoder, final_norm),
+        AT(zoo_decoder, head),
+    };
+    int64_t count = (int64_t)(sizeof abi / sizeof abi[0]);
+    for (int64_t i = 0; out && i < count && i < capacity; i++) out[i] = abi[i];
+    return count;
 }

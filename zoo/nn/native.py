@@ -41,12 +41,14 @@ import ctypes
 import functools
 import importlib.machinery
 import importlib.util
+import warnings
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from ..settings import Settings
+from . import native_abi
 
 __all__ = ["attend_one", "available", "layer_norm", "linear", "rms_norm"]
 
@@ -70,7 +72,15 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
         ctypes.c_int,
         [_P, _I, _I] + [_P] * 3 + [_I] * 3 + [_P, _P, ctypes.c_int],
     ),
+    # where to write the layout of the C structures (NULL: none), its room -> its length
+    "zoo_abi": (_I, [_P, _I]),
 }
+
+_REBUILD = (
+    "zoo's native kernels at {path} were built from other C sources than this zoo's ({why}); "
+    "zoo runs PyTorch's kernels instead. To rebuild them, run `pip install -e .` (or "
+    "`pip install .`) in zoo's source folder."
+)
 
 
 @functools.cache
@@ -93,16 +103,32 @@ def _library() -> ctypes.CDLL | None:
         lib = ctypes.CDLL(spec.origin)
     except OSError:  # built for another Python or machine, or a missing libgomp
         return None
-    try:
-        for name, (restype, argtypes) in _SIGNATURES.items():
-            function = getattr(lib, name)
-            function.restype = restype
-            function.argtypes = argtypes
-    except AttributeError:  # a build of an older _native.c, without every kernel: rebuild
+    if not _same_sources(lib, spec.origin):
         return None
     if not lib.zoo_native_supported() or not _one_openmp(lib):
         return None
     return lib
+
+
+def _same_sources(lib: ctypes.CDLL, path: str) -> bool:
+    """Whether ``lib`` has every kernel and lays out its structures as
+    :mod:`zoo.nn.native_abi` mirrors them (then its kernels' types are set); a warning that
+    says to rebuild where not (a stale build would be handed structures it reads wrongly)."""
+    built = native_abi.built_layout(lib)
+    missing = [name for name in _SIGNATURES if not hasattr(lib, name)]
+    if missing or built != native_abi.layout():
+        why = (
+            f"it lacks {', '.join(missing)}"
+            if missing
+            else f"its structures' layout {built} is not {native_abi.layout()}"
+        )
+        warnings.warn(_REBUILD.format(path=path, why=why), RuntimeWarning, stacklevel=3)
+        return False
+    for name, (restype, argtypes) in _SIGNATURES.items():
+        function = getattr(lib, name)
+        function.restype = restype
+        function.argtypes = argtypes
+    return True
 
 
 def _kernels() -> ctypes.CDLL | None:
@@ -133,10 +159,30 @@ def available() -> bool:
     return _library() is not None
 
 
+#: The tensor types whose address is their data: a subclass (DTensor, torchao's tensors,
+#: ``TwoTensor``) may keep its data elsewhere and report float32, the CPU, contiguous and
+#: address 0.
+_PLAIN = (Tensor, nn.Parameter)
+
+
+def _plain(t: Any, dtype: torch.dtype = torch.float32) -> bool:
+    """Whether a kernel may be handed ``t``'s address: a plain tensor (exactly ``Tensor`` or
+    ``nn.Parameter``, no subclass) of ``dtype`` on the CPU whose elements lie inside its
+    storage at a nonzero address (PyTorch refuses a tensor whose storage was freed or shrunk
+    under it, e.g. by ``untyped_storage().resize_``; C would read past it)."""
+    if type(t) not in _PLAIN or t.dtype is not dtype or not t.is_cpu:
+        return False
+    if t.numel() == 0:
+        return True  # nothing is read
+    last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True))
+    end = (t.storage_offset() + last + 1) * t.element_size()
+    return t.data_ptr() != 0 and end <= t.untyped_storage().nbytes()
+
+
 def _vector(t: Tensor, n: int) -> bool:
     """Whether ``t`` (a bias, a norm's weight) is ``n`` contiguous float32 values on the
-    CPU."""
-    return t.dtype is torch.float32 and t.is_cpu and t.numel() == n and t.is_contiguous()
+    CPU, a plain tensor inside its storage (:func:`_plain`)."""
+    return _plain(t) and t.numel() == n and t.is_contiguous()
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor | None:
@@ -158,9 +204,8 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor | No
     if not (
         _row(x)
         and x.shape[-1] == k
-        and weight.dtype is torch.float32
-        and weight.is_cpu
         and weight.is_contiguous()
+        and _plain(weight)
         and (bias is None or _vector(bias, n))
     ):
         return None
@@ -173,8 +218,9 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor | No
 
 
 def _row(x: Tensor) -> bool:
-    """Whether ``x`` is one contiguous float32 row on the CPU (``(*, d)``, one row in all)."""
-    return x.dtype is torch.float32 and x.is_cpu and x.numel() == x.shape[-1] and x.is_contiguous()
+    """Whether ``x`` is one contiguous float32 row on the CPU (``(*, d)``, one row in all), a
+    plain tensor inside its storage (:func:`_plain`)."""
+    return _plain(x) and x.numel() == x.shape[-1] and x.is_contiguous()
 
 
 def layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float) -> Tensor | None:
@@ -231,7 +277,7 @@ def attend_one(
     kv_heads = k.shape[1]
     tensors = (q, k, v, cache_k, cache_v)
     if not (
-        all(t.dtype is torch.float32 and t.is_cpu and t.stride(-1) == 1 for t in tensors)
+        all(t.stride(-1) == 1 and _plain(t) for t in tensors)
         and cache_k.is_contiguous()
         and cache_v.is_contiguous()
         and cache_k.shape == cache_v.shape == (1, kv_heads, cache_k.shape[2], hd)

@@ -38,7 +38,7 @@ import torch
 from torch import Tensor, nn
 
 from .cache import KVCache, LayerCache
-from .native import _kernels, _vector
+from .native import _kernels, _plain, _vector
 from .native_plan import Plan, read_plan
 from .positions import Rotation
 
@@ -110,7 +110,8 @@ def _records_grad(model: nn.Module) -> bool:
 def _caches(cache: KVCache, geometry: tuple[tuple[int, int], ...], start: int) -> Any:
     """Two arrays of the addresses of every layer's keys and values, and the caches' length,
     where each layer's cache is one contiguous float32 block of its key/value heads with room
-    at ``start`` (the same length for all); ``None`` otherwise."""
+    at ``start`` (the same length for all), a plain tensor inside its storage
+    (:func:`zoo.nn.native._plain`); ``None`` otherwise."""
     layers = cache.layers
     if len(layers) != len(geometry):
         return None
@@ -119,9 +120,8 @@ def _caches(cache: KVCache, geometry: tuple[tuple[int, int], ...], start: int) -
         k, v = layer.k, layer.v
         if not (
             type(layer) is LayerCache
-            and k.dtype is v.dtype is torch.float32
-            and k.is_cpu
-            and v.is_cpu
+            and _plain(k)
+            and _plain(v)
             and k.is_contiguous()
             and v.is_contiguous()
             and k.shape == v.shape == (1, heads, length, hd)

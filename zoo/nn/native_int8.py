@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .native import _kernels
+from .native import _kernels, _plain
 
 __all__ = ["Int8Rows", "attach_rows", "int8_linear"]
 
@@ -50,6 +50,19 @@ class Int8Rows:
     colsum: Tensor
     bias: Tensor | None
     packed: weakref.ref
+
+    def intact(self) -> bool:
+        """Whether the kernel may read the rows: each a plain contiguous tensor of its dtype
+        and shape inside its storage (:func:`zoo.nn.native._plain`), as :func:`_rows` made
+        them (not changed in place since)."""
+        q = self.q
+        if q.dim() != 2 or not q.is_contiguous() or not _plain(q, torch.int8):
+            return False
+        n = q.shape[0]
+        parts = [(self.scale, torch.float32), (self.colsum, torch.int32)]
+        if self.bias is not None:
+            parts.append((self.bias, torch.float32))
+        return all(t.shape == (n,) and t.is_contiguous() and _plain(t, dtype) for t, dtype in parts)
 
     def pointers(self) -> tuple[int, int, int, int | None]:
         """The addresses the kernel takes after the input's: weights, scales, sums, bias."""
@@ -122,10 +135,10 @@ def int8_linear(layer: Any, x: Tensor) -> Tensor | None:
         ``(*, K) -> (*, N)``.
     """
     kernel = _kernel()
-    if kernel is None or x.dtype is not torch.float32 or not x.is_cpu or x.dim() < 2:
+    if kernel is None or not _plain(x) or x.dim() < 2:
         return None
     rows = _rows_of(layer)
-    if rows is None:
+    if rows is None or not rows.intact():
         return None
     n, k = rows.q.shape
     if x.numel() != k or x.shape[-1] != k:

@@ -3,11 +3,18 @@ reads of a :class:`~zoo.nn.decoder.DecoderLM`: its token embedding, blocks, fina
 head as C structures (``zoo_decoder``, ``zoo_block``, ``zoo_linear``, ``zoo_norm``,
 ``zoo_embedding``), and the checks that the modules they were read from are unchanged.
 
+The structures are defined in :mod:`zoo.nn.native_abi`, which checks that the built library
+lays them out alike.
+
 A plan is read from the modules' own dicts (``_modules``, ``_parameters``, ``_buffers``,
 ``__dict__``) and records each read (:class:`Reader`); before each step :meth:`Checks.current`
-asks every read again and every tensor's address in a few C-level passes (``map``), so a
-module or weight replaced, or changed in place to another storage, since the last step makes
-the plan be read again, and forward hooks on any module it stands for make the step decline.
+asks every read again, and every tensor the plan points into its exact type, address, shape,
+strides, storage offset, dtype and device, in a few C-level passes (``map``), so a module or
+weight replaced, or changed in place (another storage, ``t_()``, ``as_strided_``,
+``p.data = p.data[:half]``, a dtype view), since the last step makes the plan be read again,
+and forward hooks on any module it stands for make the step decline. Only plain CPU tensors
+inside their storage are pointed into (:func:`zoo.nn.native._plain`): a tensor subclass
+(DTensor, torchao's, ``TwoTensor``) may keep its data elsewhere and report address 0.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import math
 import operator
+from collections.abc import Callable
 from itertools import repeat
 from typing import Any, NamedTuple
 
@@ -25,7 +33,12 @@ from .attention import MultiHeadAttention
 from .blocks import TransformerBlock
 from .feedforward import FeedForward, GatedFeedForward
 from .linear import Linear
-from .native import _address, _vector
+from .native import _PLAIN, _address, _plain, _vector
+from .native_abi import Block as _Block
+from .native_abi import Decoder as _Decoder
+from .native_abi import Embedding as _Embedding
+from .native_abi import Linear as _Linear
+from .native_abi import Norm as _Norm
 from .native_int8 import _ROWS, _rows_of
 from .norms import LayerNorm, RMSNorm, UnitOffsetRMSNorm
 from .onednn import OneDNNLinear
@@ -34,46 +47,10 @@ from .positions import LearnedPositions, NoPositions, RotaryPositions
 __all__ = ["Checks", "Plan", "read_plan"]
 
 _HOOKS = ("_forward_hooks", "_forward_pre_hooks")  # a module's hook dicts
-_I, _P, _F = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float
 _FLOAT_LINEARS = (Linear, OneDNNLinear)
 _ACTIVATIONS = {(nn.GELU, "none"): 0, (nn.GELU, "tanh"): 1, (nn.ReLU, ""): 2, (nn.SiLU, ""): 3}
 _PRE_NORM, _POST_NORM, _PARALLEL = 0, 1, 2
 _POSITIONS_WITHOUT_VECTORS = (RotaryPositions, NoPositions)
-
-
-class _Linear(ctypes.Structure):
-    """``zoo_linear``: float32 rows (kind 0) or int8 rows with scales and sums (kind 1)."""
-
-    _fields_ = [("kind", _I), ("n", _I), ("k", _I)] + [
-        (name, _P) for name in ("w", "scale", "colsum", "bias")
-    ]
-
-
-class _Norm(ctypes.Structure):
-    """``zoo_norm``: a layer norm (kind 0) or an RMSNorm scaled by ``w + offset`` (kind 1)."""
-
-    _fields_ = [("kind", _I), ("w", _P), ("b", _P), ("eps", _F), ("offset", _F)]
-
-
-class _Block(ctypes.Structure):
-    """``zoo_block``: the layout, the attention's geometry and the block's parts."""
-
-    _fields_ = [
-        ("layout", _I),
-        ("d_model", _I),
-        ("heads", _I),
-        ("kv_heads", _I),
-        ("head_dim", _I),
-        ("act", _I),
-        ("gated", _I),
-        ("scale", _F),
-        ("norm1", _Norm),
-        ("norm2", _Norm),
-        ("qkv", _Linear),
-        ("out", _Linear),
-        ("fc", _Linear),
-        ("proj", _Linear),
-    ]
 
 
 _MISSING = object()
@@ -86,7 +63,7 @@ class Reader:
 
     def __init__(self) -> None:
         self.reads: list[tuple[dict[str, Any], str, Any]] = []
-        self.tensors: list[Tensor] = []  # the parameters read, whose addresses must not change
+        self.tensors: list[Tensor] = []  # what the plan points into: see Checks.facts
 
     def module(self, owner: nn.Module, name: str) -> Any:
         return self._read(owner._modules, name)
@@ -100,12 +77,13 @@ class Reader:
         return None if value is _MISSING else value
 
     def param(self, owner: nn.Module, name: str) -> Any:
-        return self._tensor(self._read(owner._parameters, name))
+        return self.tensor(self._read(owner._parameters, name))
 
     def buffer(self, owner: nn.Module, name: str) -> Any:
-        return self._tensor(self._read(owner._buffers, name))
+        return self.tensor(self._read(owner._buffers, name))
 
-    def _tensor(self, value: Any) -> Any:
+    def tensor(self, value: Any) -> Any:
+        """``value``, recorded where it is a tensor: one the plan points into."""
         if isinstance(value, Tensor):
             self.tensors.append(value)
         return value
@@ -119,17 +97,40 @@ class Reader:
         return value
 
 
+#: What each step asks again of every tensor a plan points into, one C-level pass (``map``)
+#: each: the address, shape, strides, storage offset, dtype and device (its exact type is
+#: asked first, by :func:`_facts`). A weight changed in place keeps its address under
+#: ``t_()``, ``as_strided_``, ``p.data = p.data[:half]`` or a dtype view, not its facts.
+_FACTS: tuple[Callable[[Tensor], Any], ...] = (
+    Tensor.data_ptr,
+    Tensor.size,
+    Tensor.stride,
+    Tensor.storage_offset,
+    operator.attrgetter("dtype", "is_cpu"),
+)
+
+
+def _facts(tensors: tuple[Tensor, ...]) -> tuple[tuple[Any, ...], ...]:
+    """The exact types of ``tensors``, then (where all are plain tensors; a plan holding
+    another declines, and a subclass may not answer the rest) each of :data:`_FACTS`."""
+    types = tuple(map(type, tensors))
+    if not all(map(_PLAIN.__contains__, types)):
+        return (types,)
+    return (types, *(tuple(map(fact, tensors)) for fact in _FACTS))
+
+
 class Checks(NamedTuple):
     """What a plan was read from (each read, ``where[i].get(names[i])``, must give
-    ``values[i]`` again), the tensors it points into (kept alive here) with their addresses,
-    and the forward hooks of the modules it stands for (the kernel would skip them). The
-    checks run in C (``map``): a plan is checked in microseconds, in one burst per token."""
+    ``values[i]`` again), the tensors it points into (kept alive here) with their facts
+    (:func:`_facts`), and the forward hooks of the modules it stands for (the kernel would
+    skip them). The checks run in C (``map``): a plan is checked in microseconds, in one
+    burst per token."""
 
     where: tuple[dict[str, Any], ...]
     names: tuple[str, ...]
     values: tuple[Any, ...]
     tensors: tuple[Tensor, ...]
-    addresses: tuple[int, ...]
+    facts: tuple[tuple[Any, ...], ...]
     hooks: tuple[dict[Any, Any], ...]
 
     @classmethod
@@ -137,15 +138,13 @@ class Checks(NamedTuple):
         """The checks of everything ``r`` read, and of the hooks of ``modules``."""
         hooks = [r.attr(m, kind) for m in modules for kind in _HOOKS]
         where, names, values = zip(*r.reads, strict=True) if r.reads else ((), (), ())
-        addresses = tuple(map(Tensor.data_ptr, r.tensors))
-        return cls(where, names, values, tuple(r.tensors), addresses, tuple(hooks))
+        tensors = tuple(r.tensors)
+        return cls(where, names, values, tensors, _facts(tensors), tuple(hooks))
 
     def current(self) -> bool:
-        """Whether every read gives the same object and every tensor the same address."""
+        """Whether every read gives the same object and every tensor the same facts."""
         found = map(dict.get, self.where, self.names, repeat(_MISSING))
-        return all(map(operator.is_, found, self.values)) and (
-            tuple(map(Tensor.data_ptr, self.tensors)) == self.addresses
-        )
+        return all(map(operator.is_, found, self.values)) and _facts(self.tensors) == self.facts
 
     def hooked(self) -> bool:
         """Whether forward hooks are set on one of the modules or on every module."""
@@ -153,35 +152,6 @@ class Checks(NamedTuple):
         return any(self.hooks) or bool(
             every._global_forward_hooks or every._global_forward_pre_hooks
         )
-
-
-class _Embedding(ctypes.Structure):
-    """``zoo_embedding``: float32 rows (kind 0) or int8 rows with a scale each (kind 1), a
-    factor, and a learned position table or none."""
-
-    _fields_ = [
-        ("kind", _I),
-        ("vocab", _I),
-        ("max_positions", _I),
-        ("rows", _P),
-        ("row_scale", _P),
-        ("positions", _P),
-        ("scale", _F),
-    ]
-
-
-class _Decoder(ctypes.Structure):
-    """``zoo_decoder``: the embedding, the blocks (an array of ``zoo_block``), the final norm
-    (when ``has_final``) and the head."""
-
-    _fields_ = [
-        ("embedding", _Embedding),
-        ("blocks", _P),
-        ("n_blocks", _I),
-        ("has_final", _I),
-        ("final_norm", _Norm),
-        ("head", _Linear),
-    ]
 
 
 class Plan(NamedTuple):
@@ -269,7 +239,7 @@ def _positions_of(positions: Any, d: int, r: Reader) -> Tensor | None:
     if type(positions) is not LearnedPositions:
         return None
     table = r.param(positions, "weight")
-    return table if _rows(table, d) and table.dtype is torch.float32 else None
+    return table if _rows(table, d, torch.float32) else None
 
 
 def _token_rows_of(
@@ -279,24 +249,19 @@ def _token_rows_of(
     ``None`` for an embedding the kernel does not read."""
     if type(tokens) is nn.Embedding and r.attr(tokens, "max_norm") is None:
         rows = r.param(tokens, "weight")
-        if _rows(rows, d) and rows.dtype is torch.float32:
+        if _rows(rows, d, torch.float32):
             return 0, rows.shape[0], (rows.data_ptr(), None)
     elif type(tokens).__name__ == "Int8Embedding" and r.attr(tokens, "dtype") is torch.float32:
         q, row_scale = r.buffer(tokens, "qweight"), r.buffer(tokens, "scale")
-        if _rows(q, d) and q.dtype is torch.int8 and _vector(row_scale, q.shape[0]):
+        if _rows(q, d, torch.int8) and _vector(row_scale, q.shape[0]):
             return 1, q.shape[0], (q.data_ptr(), row_scale.data_ptr())
     return None
 
 
-def _rows(t: Any, d: int) -> bool:
-    """Whether ``t`` is a contiguous ``(n, d)`` table on the CPU."""
-    return (
-        isinstance(t, Tensor)
-        and t.dim() == 2
-        and t.shape[1] == d
-        and t.is_cpu
-        and t.is_contiguous()
-    )
+def _rows(t: Any, d: int, dtype: torch.dtype) -> bool:
+    """Whether ``t`` is a contiguous ``(n, d)`` table of ``dtype`` on the CPU, a plain tensor
+    inside its storage (:func:`zoo.nn.native._plain`)."""
+    return _plain(t, dtype) and t.dim() == 2 and t.shape[1] == d and t.is_contiguous()
 
 
 def _describe(block: nn.Module, r: Reader) -> tuple[_Block | None, tuple[nn.Module, ...]]:
@@ -384,7 +349,7 @@ def _linear_of(m: nn.Module, r: Reader) -> _Linear | None:
     :class:`~zoo.nn.native_int8.Int8Rows`), or ``None`` for a layer it does not take."""
     if type(m) in _FLOAT_LINEARS:
         w, b = r.param(m, "weight"), r.param(m, "bias")
-        if not (w.dtype is torch.float32 and w.is_cpu and w.is_contiguous() and w.dim() == 2):
+        if not (_plain(w) and w.dim() == 2 and w.is_contiguous()):
             return None
         n, k = w.shape
         if b is not None and not _vector(b, n):
@@ -395,6 +360,10 @@ def _linear_of(m: nn.Module, r: Reader) -> _Linear | None:
     r.attr(r.module(m, "_packed_params"), "_packed_params")  # set_weight_bias replaces it
     rows = _rows_of(m)
     if rows is None or r.attr(m, _ROWS) is not rows:
+        return None
+    for t in (rows.q, rows.scale, rows.colsum, rows.bias):
+        r.tensor(t)  # checked at every step as a parameter is
+    if not rows.intact():
         return None
     n, k = rows.q.shape
     return _Linear(1, n, k, *rows.pointers())
