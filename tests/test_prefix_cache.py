@@ -215,6 +215,20 @@ def test_keys_computed_with_another_adapter_or_other_tokens_are_never_hit():
     assert cache.match([1], salt=0).length == 0  # no whole block
 
 
+def test_bytes_salts_keep_clients_apart_and_never_equal_an_adapters():
+    cache = PrefixCache(1, 1, 2, max_bytes=10**6, block_size=2)
+    rows = [torch.randn(1, 8, 2)], [torch.randn(1, 8, 2)]
+    cache.store([1, 2, 3, 4], *rows, salt=b"client a")
+    assert cache.match([1, 2, 3, 4], salt=b"client b").length == 0
+    assert cache.match([1, 2, 3, 4], salt=b"client a").length == 4
+    zero = (0).to_bytes(8, "little", signed=True)
+    cache.store([5, 6], *rows, salt=0)
+    assert cache.match([5, 6], salt=zero).length == 0  # not the adapter 0's
+    assert cache.match([5, 6], salt=b"").length == 0
+    with pytest.raises(TypeError, match="int or bytes"):
+        cache.match([5, 6], salt="text")  # type: ignore[arg-type]
+
+
 def test_eviction_takes_the_least_recently_used_chains_from_their_ends():
     cache = PrefixCache(1, 1, 2, max_bytes=4 * 2 * 2 * 2 * 4, block_size=2)  # 4 blocks
     assert cache.capacity == 4

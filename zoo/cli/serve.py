@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ZooError
@@ -35,14 +36,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from ..settings import Settings
 
     settings = Settings.from_env()
-    api_key = args.api_key if args.api_key is not None else settings.api_key
+    keys = api_keys(args, settings.api_key)
     model, adapters = _load_served(args)
     check_batchable(model)
     tokenizer = resolve_tokenizer(model, given_tokenizer(args), "zoo serve")
     from ..serve import serve
     from ..serve.server import LOOPBACK
 
-    if args.host not in LOOPBACK and not api_key:
+    if args.host not in LOOPBACK and not keys:
         print(
             f"zoo: warning: serving on {args.host} without an API key: anyone who reaches "
             "this port can use the model (set ZOO_API_KEY or --api-key)",
@@ -54,7 +55,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         model_id=args.served_model_name or args.source,
         host=args.host,
         port=args.port,
-        api_key=api_key,
+        api_keys=keys,
+        shared_prefix_cache=args.shared_prefix_cache,
         max_batch=args.max_batch,
         max_queue=args.max_queue,
         max_len=args.max_model_len,
@@ -74,6 +76,30 @@ def cmd_serve(args: argparse.Namespace) -> int:
         cuda_graphs=settings.cuda_graphs,
     )
     return 0
+
+
+def api_keys(args: argparse.Namespace, environment: str | None) -> list[str]:
+    """The keys ``zoo serve`` takes: each ``--api-key``, then each line of each
+    ``--api-key-file`` (blank lines and ``#`` comments left out); without either,
+    ``ZOO_API_KEY`` (``environment``) if set. A key file that holds no key is an error."""
+    keys = list(args.api_key)
+    for name in args.api_key_file:
+        try:
+            lines = Path(name).read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"--api-key-file {name}: cannot read it ({exc})") from None
+        found = [
+            line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")
+        ]
+        if not found:
+            raise ValueError(
+                f"--api-key-file {name} holds no key: write one key a line (lines starting "
+                "with # are comments)"
+            )
+        keys += found
+    if not keys and environment:
+        keys.append(environment)
+    return keys
 
 
 def _load_served(args: argparse.Namespace) -> tuple[ZooModel, dict[str, Adapter]]:
@@ -176,9 +202,26 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=8000, help="0 picks a free port (default: 8000)")
     p.add_argument(
         "--api-key",
-        default=None,
-        help="require 'Authorization: Bearer KEY' on every request (default: ZOO_API_KEY, "
-        "else none; prefer the variable: a command line is visible to other users)",
+        metavar="KEY",
+        action="append",
+        default=[],
+        help="require 'Authorization: Bearer KEY' on every request (repeatable: each client "
+        "a key of its own; default: ZOO_API_KEY, else none; prefer the variable or "
+        "--api-key-file: a command line is visible to other users)",
+    )
+    p.add_argument(
+        "--api-key-file",
+        metavar="FILE",
+        action="append",
+        default=[],
+        help="take the keys in FILE, one a line (# starts a comment; repeatable)",
+    )
+    p.add_argument(
+        "--shared-prefix-cache",
+        action="store_true",
+        help="let requests of different API keys reuse each other's prompts from the prefix "
+        "cache (by default each key's are kept apart: a fast first token would tell one "
+        "client that another sent a prompt)",
     )
     p.add_argument(
         "--served-model-name",

@@ -1,8 +1,11 @@
 """Keys and values of prompt prefixes, kept between requests: prefix caching.
 
 A prompt's tokens are cut into blocks of ``block_size``; a block is known by a digest of its
-tokens chained to the digest of the block before it (and a ``salt``, such as the LoRA adapter
-the keys were computed with), so equal digests mean the same tokens from position 0 on. The
+tokens chained to the digest of the block before it (and a ``salt`` mixed into the first
+block's: the LoRA adapter the keys were computed with, and who may reuse them, such as a
+server's client and its request's ``cache_salt``), so equal digests mean the same tokens
+from position 0 on under the same salt. Prompts of different salts never share a block: one
+client cannot learn from a hit whether another's prompt is held. The
 keys and values of a block live in a pool of preallocated block slots, one tensor per layer.
 :meth:`PrefixCache.match` finds how many leading blocks of a new prompt are held and
 :meth:`PrefixCache.load` copies them into a decoding row's cache, so only the rest of the
@@ -35,10 +38,21 @@ from .base import activation_dtype
 if TYPE_CHECKING:
     from .decoder import DecoderLM
 
-__all__ = ["PrefixCache", "PrefixCacheStats", "PrefixMatch", "prefix_cache_for", "token_bytes"]
+__all__ = [
+    "PrefixCache",
+    "PrefixCacheStats",
+    "PrefixMatch",
+    "Salt",
+    "prefix_cache_for",
+    "token_bytes",
+]
 
 #: Tokens per block unless told otherwise.
 DEFAULT_BLOCK_SIZE = 16
+
+#: What keeps prompts apart in the cache: an integer (a LoRA adapter's index) or bytes (a
+#: digest of the adapter, the client and the request's own salt); equal salts share blocks.
+Salt = int | bytes
 
 
 def token_bytes(n_layers: int, n_heads: int, head_dim: int, dtype: torch.dtype) -> int:
@@ -154,10 +168,10 @@ class PrefixCache:
             evictions=self._evictions,
         )
 
-    def _digests(self, tokens: Sequence[int], salt: int) -> list[bytes]:
-        """The chained digest of each whole block of ``tokens``."""
+    def _digests(self, tokens: Sequence[int], salt: Salt) -> list[bytes]:
+        """The chained digest of each whole block of ``tokens``, ``salt`` in the first's."""
         digests: list[bytes] = []
-        parent = salt.to_bytes(8, "little", signed=True)
+        parent = _salt_bytes(salt)
         b = self.block_size
         for start in range(0, len(tokens) - b + 1, b):
             block = array("q", tokens[start : start + b]).tobytes()
@@ -171,7 +185,7 @@ class PrefixCache:
         for digest in reversed(digests):
             self._blocks.move_to_end(digest)
 
-    def match(self, tokens: Sequence[int], salt: int = 0) -> PrefixMatch:
+    def match(self, tokens: Sequence[int], salt: Salt = 0) -> PrefixMatch:
         """The leading whole blocks of ``tokens`` held (computed with ``salt``), marked used,
         and counted as one query of ``len(tokens)`` tokens."""
         found: list[bytes] = []
@@ -203,7 +217,7 @@ class PrefixCache:
         tokens: Sequence[int],
         keys: Sequence[Tensor],
         values: Sequence[Tensor],
-        salt: int = 0,
+        salt: Salt = 0,
     ) -> int:
         """Keep the whole blocks of ``tokens`` that are not held yet, copied from one row's
         caches (``keys``/``values``: a ``(H, L, hd)`` tensor per layer whose first
@@ -262,6 +276,16 @@ class PrefixCache:
         """Drop every block (the counts stay)."""
         self._blocks.clear()
         self._free = list(range(self.capacity - 1, -1, -1))
+
+
+def _salt_bytes(salt: Salt) -> bytes:
+    """``salt`` as the bytes the first block's digest starts from: an integer as 8 bytes, bytes
+    as they are, after a tag byte so that no bytes salt equals an integer's."""
+    if isinstance(salt, bytes):
+        return b"b" + salt
+    if isinstance(salt, int) and not isinstance(salt, bool):
+        return b"i" + salt.to_bytes(8, "little", signed=True)
+    raise TypeError(f"a prefix cache salt is an int or bytes, got {type(salt).__name__}")
 
 
 def _blocks(row: Tensor, block_size: int, n: int) -> Tensor:

@@ -3,9 +3,11 @@
 ``/health`` and Prometheus's ``/metrics`` (:mod:`zoo.serve.metrics`), on FastAPI.
 
 Each request is checked in full before any model time is spent (the model's name, the
-fields, the prompt against the context), then its prompts join the :class:`Engine`'s running
-batch. Every error is JSON in OpenAI's shape with a 4xx status for the client's mistakes; the
-server goes on serving.
+fields, the prompt against the context: :class:`~zoo.serve.served.Served`), in a thread of a
+bounded pool rather than on the event loop, so that no request's parsing, rendering or
+tokenizing holds up the others (:mod:`zoo.serve.prepare`); then its prompts join the
+:class:`Engine`'s running batch. Every error is JSON in OpenAI's shape with a 4xx status for
+the client's mistakes; the server goes on serving.
 """
 
 from __future__ import annotations
@@ -24,155 +26,19 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException
 
-from ..generation import GenerationConfig
 from ..tokenizers import Tokenizer
-from .chat import ChatTemplates
 from .engine import Engine
-from .guard import DEFAULT_MAX_BODY_BYTES, Guard
-from .metrics import Metrics
-from .protocol import ApiError, ChatRequest, CompletionRequest, Prompt, _Sampling, error_body
+from .guard import CLIENT, DEFAULT_MAX_BODY_BYTES, Guard
+from .prepare import PREPARE_THREADS, Offload
+from .protocol import ApiError, error_body
 from .request import Finish
 from .runs import Run
-from .scheduler import EngineStopped, QueueFull
+from .served import Served
 
 __all__ = ["Served", "create_app"]
 
 #: How a sequence ends well: an end-of-text id or a stop string, or max_tokens.
 _DONE = ("stop", "length")
-
-
-class Served:
-    """What the endpoints serve: the engine, the tokenizer, the model's name (and each of
-    the engine's LoRA adapters, a model of its own name) and its chat template, with the
-    checks every request goes through."""
-
-    def __init__(self, engine: Engine, tokenizer: Tokenizer, model_id: str) -> None:
-        if model_id in engine.adapter_ids:
-            raise ValueError(f"an adapter is named {model_id!r}, as the base model is")
-        self.engine = engine
-        self.tokenizer = tokenizer
-        self.model_id = model_id
-        #: Every model name a request may give, with the adapter it applies (0: none).
-        self.models = {model_id: 0, **engine.adapter_ids}
-        self.created = int(time.time())
-        self.chat = ChatTemplates(tokenizer)
-        self.vocab_size: int = engine.model.config.vocab_size
-        #: What ``/metrics`` reports: this application's own registry.
-        self.metrics = Metrics(engine, self.models)
-
-    def card(self, name: str) -> dict[str, Any]:
-        """A model as ``/v1/models`` lists it (an adapter names its base as ``parent``)."""
-        card = {
-            "id": name,
-            "object": "model",
-            "created": self.created,
-            "owned_by": "zoo",
-            "max_model_len": self.engine.max_len,
-        }
-        return card if name == self.model_id else {**card, "parent": self.model_id}
-
-    def adapter(self, name: str) -> int:
-        """The adapter a model name applies (0: the base); 404 for a name not served."""
-        if name not in self.models:
-            served = ", ".join(repr(m) for m in self.models)
-            raise ApiError(
-                404,
-                f"the model {name!r} does not exist: this server serves {served} "
-                f"(GET /v1/models lists {'them' if len(self.models) > 1 else 'it'})",
-                code="model_not_found",
-                param="model",
-            )
-        return self.models[name]
-
-    def run(
-        self,
-        prompts: Sequence[Sequence[int]],
-        body: _Sampling,
-        max_tokens: int,
-        end_ids: Sequence[int],
-    ) -> Run:
-        """A request's sequences, counted under its model's name; checked (:meth:`check`)."""
-        adapter = self.models[body.model]
-        observer = self.metrics.model(body.model)
-        return Run(
-            prompts, self.config(body, max_tokens), self.tokenizer, end_ids, adapter, observer
-        )
-
-    def check(self, body: _Sampling) -> int:
-        """The model's name and the fields the server cannot honour; returns the adapter
-        the model name applies."""
-        adapter = self.adapter(body.model)
-        unsupported = body.unsupported()
-        if unsupported:
-            raise ApiError(
-                400,
-                f"zoo serve does not support {', '.join(unsupported)}; leave them out",
-                code="unsupported_parameter",
-                param=unsupported[0].split()[0],
-            )
-        return adapter
-
-    def config(self, body: _Sampling, max_tokens: int) -> GenerationConfig:
-        """The generation settings of a request (a 400 for values out of range)."""
-        try:
-            return GenerationConfig(
-                max_new_tokens=max_tokens,
-                temperature=1.0 if body.temperature is None else body.temperature,
-                top_k=body.top_k,
-                top_p=body.top_p,
-                seed=body.seed,
-                stop=body.stops(),
-                eos_id=self.tokenizer.eos_id,
-                vocab_limit=self.tokenizer.vocab_size,
-            )
-        except ValueError as exc:
-            raise ApiError(400, str(exc)) from None
-
-    def encode(self, text: str, what: str = "prompt") -> list[int]:
-        """A text prompt's ids (a 400 for text that is not Unicode)."""
-        try:
-            return self.tokenizer.encode(text)
-        except ValueError as exc:
-            raise ApiError(400, f"{what}: {exc}", param="prompt") from None
-
-    def check_prompt(self, ids: Sequence[int], max_tokens: int, what: str = "the prompt") -> None:
-        """Ids in the vocabulary, at least one, and room for ``max_tokens`` after them."""
-        if not ids:
-            raise ApiError(400, f"{what} is empty; give at least one token", param="prompt")
-        bad = next((i for i in ids if not 0 <= i < self.vocab_size), None)
-        if bad is not None:
-            raise ApiError(
-                400,
-                f"{what} holds token id {bad}, outside the vocabulary [0, {self.vocab_size})",
-                param="prompt",
-            )
-        limit = self.engine.max_len
-        if len(ids) + max_tokens > limit:
-            raise ApiError(
-                400,
-                f"this model's maximum context length is {limit} tokens; {what} has "
-                f"{len(ids)} and max_tokens asks for {max_tokens} more ({len(ids) + max_tokens})."
-                " Shorten the prompt or lower max_tokens",
-                code="context_length_exceeded",
-                param="max_tokens",
-            )
-
-    def submit(self, run: Run) -> None:
-        """Hand a request's sequences to the engine (429 when it is full)."""
-        capacity = self.engine.capacity
-        if len(run.sequences) > capacity:
-            raise ApiError(
-                400,
-                f"{len(run.sequences)} prompts in one request; this server takes at most "
-                f"{capacity} (--max-batch plus --max-queue)",
-                param="prompt",
-            )
-        try:
-            run.submit(self.engine)
-        except QueueFull as exc:
-            raise ApiError(429, str(exc), type="rate_limit_error", code="server_busy") from None
-        except EngineStopped as exc:
-            raise ApiError(503, str(exc), type="server_error", code="shutting_down") from None
 
 
 def create_app(
@@ -181,7 +47,10 @@ def create_app(
     *,
     model_id: str,
     api_key: str | None = None,
+    api_keys: Sequence[str] = (),
+    shared_prefix_cache: bool = False,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    prepare_threads: int = PREPARE_THREADS,
 ) -> Guard:
     """The ASGI application serving ``engine``'s model under the name ``model_id``.
 
@@ -189,10 +58,17 @@ def create_app(
         engine: the running :class:`Engine`.
         tokenizer: the model's tokenizer (text in, text out, its chat template).
         model_id: the name clients give as ``model``.
-        api_key: when set, every request needs ``Authorization: Bearer <api_key>``.
+        api_key, api_keys: when any is set, every request needs
+            ``Authorization: Bearer KEY`` with one of them; each key is a client of its own,
+            whose prompts no other key's requests reuse from the prefix cache.
+        shared_prefix_cache: let requests of different keys share the prefix cache (a
+            request's ``cache_salt`` still keeps it apart).
         max_body_bytes: larger request bodies are refused (413) before they are parsed.
+        prepare_threads: requests parsed, rendered and tokenized at once, in threads off the
+            event loop (:mod:`zoo.serve.prepare`).
     """
-    served = Served(engine, tokenizer, model_id)
+    served = Served(engine, tokenizer, model_id, shared_prefix_cache=shared_prefix_cache)
+    offload = Offload(prepare_threads)
     app = FastAPI(title="zoo serve", docs_url=None, redoc_url=None, openapi_url=None)
     _add_error_handlers(app)
 
@@ -224,16 +100,11 @@ def create_app(
         return served.card(name)
 
     @app.post("/v1/completions")
-    async def completions(body: CompletionRequest, request: Request) -> Response:
-        served.check(body)
-        max_tokens = body.max_tokens or 16
-        prompts = _prompts(served, body.prompt)
-        for i, ids in enumerate(prompts):
-            served.check_prompt(
-                ids, max_tokens, f"prompt {i}" if len(prompts) > 1 else "the prompt"
-            )
-        run = served.run(prompts, body, max_tokens, _end_ids(tokenizer))
+    async def completions(request: Request) -> Response:
+        prepared = await offload(served.prepare_completion, *await _body(request))
+        run = served.run(prepared, request.scope.get(CLIENT, b""))
         served.submit(run)
+        body = prepared.body
         head = _head("cmpl", "text_completion", body.model)
         if body.stream:
             usage = body.stream_options is not None and body.stream_options.include_usage
@@ -246,15 +117,11 @@ def create_app(
         return JSONResponse({**head, "choices": choices, "usage": _usage(finishes)})
 
     @app.post("/v1/chat/completions")
-    async def chat(body: ChatRequest, request: Request) -> Response:
-        served.check(body)
-        prompt, end_ids = served.chat.prompt([m.plain() for m in body.messages])
-        max_tokens = body.max_completion_tokens or body.max_tokens
-        if max_tokens is None:  # as OpenAI: up to the end of the context
-            max_tokens = max(1, engine.max_len - len(prompt))
-        served.check_prompt(prompt, max_tokens, "the conversation")
-        run = served.run([prompt], body, max_tokens, end_ids)
+    async def chat(request: Request) -> Response:
+        prepared = await offload(served.prepare_chat, *await _body(request))
+        run = served.run(prepared, request.scope.get(CLIENT, b""))
         served.submit(run)
+        body = prepared.body
         head = _head("chatcmpl", "chat.completion", body.model)
         if body.stream:
             usage = body.stream_options is not None and body.stream_options.include_usage
@@ -269,7 +136,7 @@ def create_app(
         }
         return JSONResponse({**head, "choices": [choice], "usage": _usage(finishes)})
 
-    return Guard(app, api_key=api_key, max_body_bytes=max_body_bytes)
+    return Guard(app, api_key=api_key, api_keys=api_keys, max_body_bytes=max_body_bytes)
 
 
 def _add_error_handlers(app: FastAPI) -> None:
@@ -308,27 +175,9 @@ def _add_error_handlers(app: FastAPI) -> None:
         return JSONResponse(body, status_code=500)
 
 
-def _prompts(served: Served, prompt: Prompt) -> list[list[int]]:
-    """A completion prompt as id lists: text encoded, ids as given."""
-    if isinstance(prompt, str):
-        return [served.encode(prompt)]
-    if not prompt:
-        raise ApiError(400, "prompt is an empty list; give text or token ids", param="prompt")
-    ids = [item for item in prompt if isinstance(item, int)]
-    if len(ids) == len(prompt):  # a list of ids: one prompt
-        return [ids]
-    rows = []
-    for i, item in enumerate(prompt):
-        if isinstance(item, str):
-            rows.append(served.encode(item, f"prompt {i}"))
-        else:
-            rows.append(list(item))  # type: ignore[call-overload]
-    return rows
-
-
-def _end_ids(tokenizer: Tokenizer) -> list[int]:
-    """The ids that end a completion: end-of-text, and an instruct model's end-of-turn."""
-    return list(tokenizer.end_ids)
+async def _body(request: Request) -> tuple[bytes, str | None]:
+    """The request's body (read whole by the guard) and its ``Content-Type``."""
+    return await request.body(), request.headers.get("content-type")
 
 
 def _head(prefix: str, kind: str, model_id: str) -> dict[str, Any]:

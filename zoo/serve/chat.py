@@ -1,4 +1,4 @@
-"""A chat request's conversation as prompt ids, through the model's chat template."""
+"""A chat request's conversation as prompt text, through the model's chat template."""
 
 from __future__ import annotations
 
@@ -26,9 +26,9 @@ class ChatTemplates:
         """Whether the model has a chat template."""
         return self.tokenizer.chat_template is not None
 
-    def prompt(self, messages: list[dict[str, Any]]) -> tuple[list[int], list[int]]:
-        """The prompt ids of ``messages`` (ending in the start of the assistant's turn) and
-        the ids that end the reply (end-of-text and end-of-turn)."""
+    def render(self, messages: list[dict[str, Any]]) -> str:
+        """The prompt text of ``messages``, ending in the start of the assistant's turn (the
+        caller encodes it with every special token's string as its id)."""
         if not self.available:
             raise ApiError(
                 400,
@@ -39,9 +39,6 @@ class ChatTemplates:
                 param="messages",
             )
         try:
-            ids = self.tokenizer.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=True
-            )
+            return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
         except ChatTemplateError as exc:
             raise ApiError(400, str(exc), param="messages") from None
-        return ids, list(self.tokenizer.end_ids)

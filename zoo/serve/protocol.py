@@ -77,6 +77,11 @@ PositiveInt = Annotated[int, Field(ge=1)]
 Temperature = Annotated[float, Field(ge=0, le=2)]
 TopP = Annotated[float, Field(gt=0, le=1)]
 Stop = str | Annotated[list[str], Field(max_length=16)]
+#: Most characters in a request's ``cache_salt``.
+MAX_CACHE_SALT = 1024
+#: ``cache_salt`` (vLLM's): requests share prefix-cache blocks only with requests of the same
+#: salt (and, unless the server shares its cache across keys, of the same API key).
+CacheSalt = Annotated[str, Field(min_length=1, max_length=MAX_CACHE_SALT)]
 
 
 class _Sampling(_Request):
@@ -95,6 +100,7 @@ class _Sampling(_Request):
     frequency_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
     user: str | None = None
+    cache_salt: CacheSalt | None = None
 
     def unsupported(self) -> list[str]:
         """The fields set to something ``zoo serve`` does not do."""

@@ -77,6 +77,10 @@ class Request:
             (:attr:`Engine.adapter_ids <zoo.serve.engine.Engine.adapter_ids>`); 0: none.
         observer: told of its first token, each later one and its end, with the times
             between (``time.perf_counter()`` seconds; see :meth:`queued`).
+        cache_salt: who may reuse the keys and values of its prompt in the prefix cache:
+            requests of different salts never share a block (``zoo serve`` derives it from
+            the client's API key and the request's ``cache_salt``); empty: no one in
+            particular.
     """
 
     def __init__(
@@ -89,9 +93,12 @@ class Request:
         flush: Callable[[], None] | None = None,
         adapter: int = 0,
         observer: Observer | None = None,
+        cache_salt: bytes = b"",
     ) -> None:
         self.prompt = list(prompt)
         self.adapter = adapter
+        #: The prefix cache's salt of its blocks: its adapter and its ``cache_salt``.
+        self.cache_key = adapter.to_bytes(8, "little", signed=True) + cache_salt
         self.observer = observer
         #: When it was queued (``time.perf_counter()``): made, until :meth:`queued`.
         self.arrival = time.perf_counter()

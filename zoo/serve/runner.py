@@ -16,7 +16,8 @@ starts with).
 
 With LoRA adapters (:mod:`zoo.nn.lora_bank`) each row applies its request's own, set before
 every forward from the rows' requests, so a row's adapter follows its request whichever
-slot it is in; the prefix cache keeps each adapter's keys apart.
+slot it is in; the prefix cache keeps each adapter's keys apart (and each client's: see
+:attr:`Request.cache_key <zoo.serve.request.Request.cache_key>`).
 """
 
 from __future__ import annotations
@@ -155,7 +156,7 @@ class Runner:
         self.batch.open(request)
         cached = 0
         if self.prefix_cache is not None:
-            match = self.prefix_cache.match(request.prompt, request.adapter)
+            match = self.prefix_cache.match(request.prompt, request.cache_key)
             self.prefix_cache.load(match, *self.batch.row_cache(request))
             cached = min(match.length, len(request.prompt) - 1)  # the last one gives logits
             self.batch.fill(request, cached)
@@ -217,7 +218,7 @@ class Runner:
         """Keep the blocks of ``tokens`` (in ``request``'s slot from position 0) in the
         prefix cache."""
         if self.prefix_cache is not None:
-            self.prefix_cache.store(tokens, *self.batch.row_cache(request), request.adapter)
+            self.prefix_cache.store(tokens, *self.batch.row_cache(request), request.cache_key)
 
     def remove(self, request: Request, keep: bool = True) -> None:
         """Free ``request``'s slot, if it has one, keeping what it computed in the prefix

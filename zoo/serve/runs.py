@@ -68,7 +68,8 @@ class Run:
     loop's :class:`Outbox` (and flushes it after each step). :meth:`cancel` (a client gone)
     drops every sequence that has not finished. An ``observer`` (the served model's
     :class:`~zoo.serve.metrics.ModelMetrics`) is told of each sequence as it is queued,
-    decodes and ends.
+    decodes and ends; ``cache_salt`` keeps its prompts' blocks in the prefix cache apart
+    from those of other salts (see :class:`~zoo.serve.request.Request`).
     """
 
     def __init__(
@@ -79,6 +80,7 @@ class Run:
         end_ids: Sequence[int],
         adapter: int = 0,
         observer: Observer | None = None,
+        cache_salt: bytes = b"",
     ) -> None:
         loop = asyncio.get_running_loop()
         self._outbox = _outboxes.get(loop) or _outboxes.setdefault(loop, Outbox(loop))
@@ -86,7 +88,17 @@ class Run:
         self.observer = observer
         flush = self._outbox.flush
         self.sequences = [
-            Request(prompt, config, tokenizer, self._emitter(i), end_ids, flush, adapter, observer)
+            Request(
+                prompt,
+                config,
+                tokenizer,
+                self._emitter(i),
+                end_ids,
+                flush,
+                adapter,
+                observer,
+                cache_salt,
+            )
             for i, prompt in enumerate(prompts)
         ]
 

@@ -16,7 +16,7 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +68,8 @@ def serve(
     host: str = "127.0.0.1",
     port: int = 8000,
     api_key: str | None = None,
+    api_keys: Sequence[str] = (),
+    shared_prefix_cache: bool = False,
     max_batch: int = 8,
     max_queue: int = 64,
     max_len: int | None = None,
@@ -94,7 +96,10 @@ def serve(
         tokenizer: its tokenizer.
         model_id: the name clients pass as ``model``.
         host, port: where to listen (``port`` 0: any free port).
-        api_key: when set, every request needs ``Authorization: Bearer <api_key>``.
+        api_key, api_keys: when any is set, every request needs ``Authorization: Bearer
+            KEY`` with one of them; each key is a client of its own, whose prompts the
+            requests of other keys never reuse from the prefix cache.
+        shared_prefix_cache: let the requests of different keys share the prefix cache.
         max_batch, max_queue, max_len: see :class:`~zoo.serve.engine.Engine`.
         max_body_bytes: larger request bodies are refused (413).
         drain_timeout: seconds requests in flight may take to finish after SIGTERM
@@ -132,7 +137,13 @@ def serve(
         cuda_graphs=cuda_graphs,
     )
     app = create_app(
-        engine, tokenizer, model_id=model_id, api_key=api_key, max_body_bytes=max_body_bytes
+        engine,
+        tokenizer,
+        model_id=model_id,
+        api_key=api_key,
+        api_keys=api_keys,
+        shared_prefix_cache=shared_prefix_cache,
+        max_body_bytes=max_body_bytes,
     )
     sock = bind(host, port)
     bound = sock.getsockname()[1]

@@ -1,0 +1,178 @@
+"""A request's work before the engine, kept off the event loop and bounded before it is spent.
+
+Parsing a body of up to ``--max-body-bytes``, rendering a conversation through a chat template
+and tokenizing the result are CPU work that takes seconds for a hostile request: on the event
+loop it would hold every other client (``/health`` included) for as long. So each request's
+preparation runs in a pool of :data:`PREPARE_THREADS` threads (:class:`Offload`: a flood of
+requests waits for a thread instead of starting one each), and its work is bounded by the
+model's context before it is done:
+
+- a conversation of more messages than the context has positions is refused before it is
+  validated or rendered (:func:`parse_body`; each message takes at least one token in every
+  chat template);
+- a prompt's tokens are counted piece by piece and counting stops as soon as they exceed what
+  the context leaves (:func:`encode_within`), instead of tokenizing all of a text that cannot
+  fit.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import anyio
+import anyio.to_thread
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ValidationError
+
+from .protocol import ApiError
+
+if TYPE_CHECKING:
+    from ..tokenizers import Tokenizer
+
+__all__ = [
+    "COUNT_CHARS",
+    "PREPARE_THREADS",
+    "Offload",
+    "PromptTooLong",
+    "encode_within",
+    "parse_body",
+]
+
+#: Threads that prepare requests (parse, render, tokenize) at once; more requests wait.
+PREPARE_THREADS = 2
+#: Characters of a rendered conversation tokenized at once while its tokens are counted.
+COUNT_CHARS = 1 << 14
+
+T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
+
+
+class Offload:
+    """Runs a request's preparation in a thread of a pool of ``threads`` (shared by every
+    request of one application), so the event loop goes on answering meanwhile."""
+
+    def __init__(self, threads: int = PREPARE_THREADS) -> None:
+        if threads < 1:
+            raise ValueError(f"a preparation pool needs at least 1 thread, got {threads}")
+        self.threads = threads
+        self._limiter = anyio.CapacityLimiter(threads)
+
+    async def __call__(self, function: Callable[..., T], *args: Any) -> T:
+        """``function(*args)`` in a thread of the pool (waiting for one to be free)."""
+        return await anyio.to_thread.run_sync(function, *args, limiter=self._limiter)
+
+
+def parse_body(
+    body: bytes, content_type: str | None, model: type[M], *, max_messages: int | None = None
+) -> M:
+    """A request body as ``model``, refused as FastAPI refuses it (a 400 naming the field).
+
+    Args:
+        body: the body's bytes (at most ``--max-body-bytes``: the guard read it).
+        content_type: its ``Content-Type`` header (``None``: none sent, read as JSON).
+        model: the request's pydantic model.
+        max_messages: the most ``messages`` taken, checked before anything is validated.
+    """
+    if content_type is not None and not _is_json(content_type):
+        raise ApiError(
+            400,
+            f"the request body must be JSON (Content-Type: application/json), got "
+            f"Content-Type {content_type[:100]!r}",
+        )
+    if not body:
+        raise ApiError(400, "the request body is empty; send a JSON object")
+    try:
+        data = json.loads(body)
+    except json.JSONDecodeError as exc:
+        error = {"type": "json_invalid", "loc": ("body", exc.pos), "msg": "JSON decode error",
+                 "input": {}, "ctx": {"error": exc.msg}}  # fmt: skip
+        raise RequestValidationError([error]) from None
+    except (RecursionError, UnicodeDecodeError) as exc:
+        why = "is nested too deeply" if isinstance(exc, RecursionError) else "is not UTF-8"
+        raise ApiError(400, f"the request body {why} to be read as JSON") from None
+    if max_messages is not None:
+        _check_messages(data, max_messages)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
+        raise RequestValidationError(errors) from None
+    except RecursionError:
+        raise ApiError(400, "the request body is nested too deeply") from None
+
+
+def _is_json(content_type: str) -> bool:
+    kind = content_type.split(";", 1)[0].strip().lower()
+    return kind == "application/json" or (
+        kind.startswith("application/") and kind.endswith("+json")
+    )
+
+
+def _check_messages(data: Any, max_messages: int) -> None:
+    messages = data.get("messages") if isinstance(data, dict) else None
+    if isinstance(messages, list) and len(messages) > max_messages:
+        raise ApiError(
+            400,
+            f"the conversation has {len(messages)} messages; this server takes at most "
+            f"{max_messages}, the positions of its context (--max-model-len), since every "
+            "message takes at least one token. Send fewer messages",
+            code="too_many_messages",
+            param="messages",
+        )
+
+
+class PromptTooLong(Exception):
+    """A prompt has more than ``limit`` tokens: ``counted`` were counted when counting
+    stopped (the prompt has at least that many)."""
+
+    def __init__(self, counted: int, limit: int) -> None:
+        super().__init__(f"more than {limit} tokens ({counted} counted)")
+        self.counted = counted
+        self.limit = limit
+
+
+def encode_within(
+    tokenizer: Tokenizer, text: str, limit: int, *, special: bool = False
+) -> list[int]:
+    """The ids of ``text`` (:meth:`~zoo.tokenizers.Tokenizer.encode`'s), or
+    :class:`PromptTooLong` as soon as more than ``limit`` are counted.
+
+    Tokens are counted as the text is encoded piece by piece (the tokenizer's own pieces,
+    :meth:`~zoo.tokenizers.Tokenizer.iter_encode`; with ``special``, a rendered conversation
+    is also cut before its special tokens into parts of about :data:`COUNT_CHARS` characters),
+    so a text far beyond the context costs about ``limit`` tokens' work, not the whole text's.
+
+    Args:
+        special: special-token strings in ``text`` become their ids (a chat template's
+            rendering), as ``encode(text, allowed_special="all")``; else they are text.
+    """
+    allowed: Any = "all" if special else False
+    parts = _parts(text, tuple(tokenizer.special_tokens)) if special else iter([text])
+    ids: list[int] = []
+    cut = False
+    for i, part in enumerate(parts):
+        cut = cut or i > 0
+        for piece in tokenizer.iter_encode(part, allowed_special=allowed):
+            ids += piece
+            if len(ids) > limit:
+                raise PromptTooLong(len(ids), limit)
+    # a special token may take up the whitespace beside it: encoded whole, the ids are exact
+    return tokenizer.encode(text, allowed_special=allowed) if cut else ids
+
+
+def _parts(text: str, specials: tuple[str, ...]) -> Iterator[str]:
+    """``text`` in consecutive parts of at least :data:`COUNT_CHARS` characters (the last
+    one shorter), each cut just before a special token's string (or nowhere, without one)."""
+    if len(text) <= COUNT_CHARS or not specials:
+        yield text
+        return
+    pattern = re.compile("|".join(re.escape(s) for s in sorted(specials, key=len, reverse=True)))
+    start = 0
+    for found in pattern.finditer(text, COUNT_CHARS):
+        if found.start() - start >= COUNT_CHARS:
+            yield text[start : found.start()]
+            start = found.start()
+    yield text[start:]
