@@ -8,7 +8,8 @@
 * :meth:`LocalHub.drop_connection`, :meth:`LocalHub.corrupt_file`: downloads of a file cut at a
   byte, or served with a byte flipped;
 * hostile answers (``download_headers``, ``info_override``, ``info_status``, ``trickle``,
-  ``throttle`` with ``retry_after``, ``api_trickle``, ``unsized``), described on the class.
+  ``throttle`` with ``retry_after``, ``api_trickle``, ``unsized``, ``endless``), described on the
+  class.
 """
 
 from __future__ import annotations
@@ -63,11 +64,18 @@ class _HostileHandler(Handler):
         if filename in self.hub.unsized:
             headers.pop("Content-Length", None)
             headers.pop("X-Linked-Size", None)
+        if filename in self.hub.endless:  # a chunked body (HTTP/1.1), with no end
+            headers.pop("Content-Length", None)
+            headers["Transfer-Encoding"] = "chunked"
+            self.protocol_version = "HTTP/1.1"
 
     def _send_file(
         self, repo_type: str, repo_id: str, filename: str, source: Path, start: int, end: int
     ) -> None:
         fault = self.hub._take_fault(repo_type, repo_id, filename)
+        if filename in self.hub.endless:
+            self._endless(source, start, end)
+            return
         if self.hub.trickle is not None:
             self._trickle(source, start, end)
             return
@@ -101,6 +109,23 @@ class _HostileHandler(Handler):
         except OSError:
             pass
         self.close_connection = True
+
+    def _endless(self, source: Path, start: int, end: int) -> None:
+        """Send bytes [start, end) of the blob as HTTP chunks, then zero bytes in 64 KiB
+        chunks, with no last chunk, until the client leaves."""
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            with open(source, "rb") as f:
+                f.seek(start)
+                for _, chunk in chunks(f, start, end):
+                    self._chunk(chunk)
+            while True:
+                self._chunk(bytes(1 << 16))
+                self.hub.endless_sent += 1 << 16
+
+    def _chunk(self, data: bytes) -> None:
+        if data:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
 
     def _trickle(self, source: Path, start: int, end: int) -> None:
         """Send one byte at a time, ``hub.trickle`` seconds apart, until the client leaves."""
@@ -146,7 +171,10 @@ class LocalHub(_WellBehavedHub):
         #: more downloads get ``429 Too Many Requests`` (with ``Retry-After: <retry_after>``);
         #: ``api_trickle``: seconds to wait before each byte of every JSON API answer (headers
         #: first); ``unsized``: files sent with no ``Content-Length`` (nor ``X-Linked-Size``),
-        #: their end marked only by closing the connection.
+        #: their end marked only by closing the connection; ``endless``: files sent as a chunked
+        #: body with no ``Content-Length`` (``X-Linked-Size`` and the ETag stay true) that goes
+        #: on with zero bytes after the file's own and never ends (``endless_sent`` counts
+        #: those bytes).
         self.download_headers: dict[str, dict[str, str]] = {}
         self.info_override: dict[str, Any] = {}
         self.info_status: int | None = None
@@ -155,6 +183,8 @@ class LocalHub(_WellBehavedHub):
         self.retry_after = "0"
         self.api_trickle: float | None = None
         self.unsized: set[str] = set()
+        self.endless: set[str] = set()
+        self.endless_sent = 0
         self._faults: dict[tuple[str, str, str], _Fault] = {}
 
     def drop_connection(
@@ -202,6 +232,8 @@ class LocalHub(_WellBehavedHub):
         self.retry_after = "0"
         self.api_trickle = None
         self.unsized.clear()
+        self.endless.clear()
+        self.endless_sent = 0
 
     def _add_fault(self, repo_type: str, repo_id: str, path: str, fault: _Fault) -> None:
         with self._lock:

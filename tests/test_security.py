@@ -242,7 +242,7 @@ def test_an_oversized_config_json_is_refused_and_not_kept(
     monkeypatch.setenv("ZOO_HUB_MAX_FILE_BYTES", "8000")
     with pytest.raises(
         zoo.UnsafeCheckpointError,
-        match=r"config\.json: the server announced 40,000 bytes, over the 8,000-byte",
+        match=r"config\.json: the Hub's file metadata declares 40,000 bytes, over the 8,000-byte",
     ):
         zoo.load("hf:org/big")
     cache = repo_cache(tmp_path, "org/big")
@@ -253,9 +253,10 @@ def test_a_config_json_without_a_length_is_stopped_at_the_cap(
     local_hub: LocalHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     """The cap counts the bytes received: a server that sends no Content-Length (or a false
-    one) cannot stream past it."""
+    one) cannot stream past it. (No file metadata either: it would bound the file first.)"""
     local_hub.add_files("org/big", _padded_config(tmp_path, 40_000))
     local_hub.unsized.add("config.json")
+    local_hub.info_status = 503
     monkeypatch.setenv("ZOO_HUB_MAX_FILE_BYTES", "8000")
     with pytest.raises(
         zoo.UnsafeCheckpointError,

@@ -90,6 +90,8 @@ class Settings:
         hub_deadline: ``ZOO_HUB_DEADLINE``: seconds a whole Hub pull may take.
         hub_stall_timeout: ``ZOO_HUB_STALL_TIMEOUT``: seconds the Hub may send nothing.
         hub_max_file_bytes: ``ZOO_HUB_MAX_FILE_BYTES``: the largest file but the weights.
+        hub_max_bytes: ``ZOO_HUB_MAX_BYTES``: the largest weights file (or shard) a Hub
+            download may bring, whatever size the Hub declares (default 64 GiB).
         dist_timeout: ``ZOO_DIST_TIMEOUT``: seconds a distributed collective may wait.
         cache_dir: ``ZOO_CACHE_DIR``: zoo's cache folder (default ``$XDG_CACHE_HOME/zoo``;
             :attr:`cache_root` is the folder in use).
@@ -115,6 +117,7 @@ class Settings:
     hub_deadline: float | None = None
     hub_stall_timeout: float | None = None
     hub_max_file_bytes: int | None = None
+    hub_max_bytes: int | None = None
     dist_timeout: float = 120.0
     cache_dir: str | None = None
     weights_dir: str | None = None
@@ -160,6 +163,7 @@ VARIABLES: Mapping[str, tuple[str, Callable[[str], Any]]] = {
     "hub_deadline": ("ZOO_HUB_DEADLINE", _seconds),
     "hub_stall_timeout": ("ZOO_HUB_STALL_TIMEOUT", _seconds),
     "hub_max_file_bytes": ("ZOO_HUB_MAX_FILE_BYTES", _bytes),
+    "hub_max_bytes": ("ZOO_HUB_MAX_BYTES", _bytes),
     "dist_timeout": ("ZOO_DIST_TIMEOUT", _seconds),
     "cache_dir": ("ZOO_CACHE_DIR", _path),
     "weights_dir": ("ZOO_WEIGHTS_DIR", _path),

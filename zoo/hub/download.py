@@ -46,7 +46,7 @@ from ..errors import (
 from . import transfer
 from .failures import hub_errors, is_offline, transport_errors
 from .source import HubSource, resolve_source
-from .transfer import Limits, check_commit, check_filename, inside, within_deadline
+from .transfer import Limits, check_commit, check_filename, declared_size, inside, within_deadline
 
 __all__ = ["HF_VOCAB_FILES", "Pinned", "Snapshot", "evict", "fetch", "pin", "pull"]
 
@@ -305,7 +305,8 @@ class Pinned:
             ``None`` offline or when the Hub's metadata could not be read.
         what: ``org/name@<sha12> (revision)``, for messages.
         download: ``download(filename, large=False) -> path in the cache``, checked as
-            :func:`zoo.hub.transfer.download` checks (only ``large`` files may exceed the cap).
+            :func:`zoo.hub.transfer.download` checks (only ``large`` files may exceed the cap
+            for small files), bounded by the size ``entries`` declares for the file.
     """
 
     commit: str
@@ -352,6 +353,7 @@ def pin(source: HubSource, *, token: str | bool | None = None) -> Pinned:
                 limits=limits,
                 large=large,
                 start=start,
+                size=declared_size((entries or {}).get(filename)),
             )
 
     return Pinned(commit, entries, what, download)

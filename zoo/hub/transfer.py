@@ -9,14 +9,20 @@ same cache layout (``blobs/<etag>``, ``snapshots/<commit>/<file>``, so the Huggi
 and an offline warm cache keep working) under rules that no server answer can bend:
 
 - the commit is a 40-hex id resolved before, the file name a plain name validated before;
-- the body goes to a staging file whose name zoo makes up, hashed while it streams;
+- the body goes to a staging file whose name zoo makes up, hashed while it streams; the file is
+  removed when the download fails, and one a killed process left is removed by the next
+  download into the same cache (:mod:`zoo.hub.staging`);
 - the ``ETag`` must be a 40-hex git blob id or a 64-hex sha256, and the bytes must hash to it
   (a wrong byte is refused even when the Hub's metadata call failed); only then is the file
   renamed to ``blobs/<etag>``;
 - every path is checked to stay inside the repo's cache folder before it is written;
-- every file but the weights is capped (``ZOO_HUB_MAX_FILE_BYTES``, 64 MiB): a larger size
-  announced is refused before reading, and the bytes actually received are counted, so a server
-  that lies about (or omits) ``Content-Length`` is stopped at the cap; nothing is kept;
+- every file is bounded by the size the Hub declares for it (its file metadata, then the
+  ``X-Linked-Size``/``Content-Length`` of the download) and by a cap: ``ZOO_HUB_MAX_FILE_BYTES``
+  (64 MiB) for every file but the weights, ``ZOO_HUB_MAX_BYTES`` (64 GiB) for a weights file or
+  shard. A size over the cap, over the size declared before, or over the free disk space is
+  refused before the body is read; the bytes received are counted, so a body that goes on past
+  its bound (an endless chunked body, a false or missing ``Content-Length``) is stopped as soon
+  as it passes it; nothing is kept;
 - a pull has one overall deadline and a stall timeout (``ZOO_HUB_DEADLINE``,
   ``ZOO_HUB_STALL_TIMEOUT``) covering the revision and metadata calls (:func:`within_deadline`),
   the downloads and every back-off; a cut connection resumes with a ``Range`` request a few
@@ -27,8 +33,6 @@ and an offline warm cache keep working) under rules that no server answer can be
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import email.utils
 import hashlib
 import math
@@ -43,12 +47,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import ChecksumMismatchError, HubUnavailableError, UnsafeCheckpointError
+from .bounds import Bound, Limits, declared_size
+from .staging import Staging, sweep
 
 __all__ = [
     "Limits",
     "cached",
     "check_commit",
     "check_filename",
+    "declared_size",
     "download",
     "inside",
     "repo_cache",
@@ -62,39 +69,6 @@ _COMMIT = re.compile(r"[0-9a-f]{40}")
 _ETAG = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 _FILENAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
 _RETRY_STATUS = (429, 503)
-
-
-@dataclasses.dataclass(frozen=True)
-class Limits:
-    """How long one download may take.
-
-    Args:
-        deadline: seconds for the whole file, retries and resumes included.
-        stall: seconds the connection may stay silent (connecting or between two reads).
-        attempts: tries in all: a cut connection resumes, a 429/503 answer waits and retries.
-        max_wait: the longest back-off honoured from a ``Retry-After`` header, in seconds.
-        max_file_bytes: the most bytes any file but the weights may have (``config.json``,
-            tokenizer files, the model card...).
-    """
-
-    deadline: float = 3600.0
-    stall: float = 60.0
-    attempts: int = 4
-    max_wait: float = 30.0
-    max_file_bytes: int = 64 << 20
-
-    @classmethod
-    def from_env(cls) -> Limits:
-        """Defaults, overridden by ``ZOO_HUB_DEADLINE``, ``ZOO_HUB_STALL_TIMEOUT`` (seconds)
-        and ``ZOO_HUB_MAX_FILE_BYTES`` (bytes)."""
-        from ..settings import Settings
-
-        settings = Settings.from_env()
-        return cls(
-            deadline=settings.hub_deadline or cls.deadline,
-            stall=settings.hub_stall_timeout or cls.stall,
-            max_file_bytes=settings.hub_max_file_bytes or cls.max_file_bytes,
-        )
 
 
 def within_deadline(
@@ -247,16 +221,6 @@ def _wait(response: Any, attempt: int, limits: Limits, start: float, where: str)
     return seconds
 
 
-def _too_large(where: str, size: str, cap: int) -> UnsafeCheckpointError:
-    """``size``: what is known of the file's size (``"2,000 bytes"``...)."""
-    return UnsafeCheckpointError(
-        f"{where}: {size}, over the {cap:,}-byte limit for a checkpoint's files "
-        "other than the weights (ZOO_HUB_MAX_FILE_BYTES); it was refused and nothing was kept "
-        "in the cache. A config or tokenizer file this large is not a real one; if this one "
-        "is, raise ZOO_HUB_MAX_FILE_BYTES."
-    )
-
-
 def download(
     repo_id: str,
     filename: str,
@@ -267,15 +231,19 @@ def download(
     cache_dir: str | os.PathLike[str] | None = None,
     large: bool = False,
     start: float | None = None,
+    size: int | None = None,
 ) -> Path:
     """``<repo cache>/snapshots/<commit>/<filename>``, downloaded unless already cached;
     ``cache_dir`` replaces ``HF_HUB_CACHE`` as the cache root. Only a ``large`` file (the
-    weights) may exceed ``limits.max_file_bytes``; ``start`` is when the deadline's clock
-    started (default: now).
+    weights) may exceed ``limits.max_file_bytes`` (up to ``limits.max_bytes``); ``size`` is the
+    size the Hub's file metadata declares (:func:`declared_size`), which the body may not
+    exceed; ``start`` is when the deadline's clock started (default: now). Staging files a
+    killed process left in the repo's cache are removed (:func:`zoo.hub.staging.sweep`).
 
     Raises:
         zoo.UnsafeCheckpointError: the server's answer would place a file outside the cache,
-            or a file that is not ``large`` exceeds ``limits.max_file_bytes``.
+            or the file exceeds the size declared for it or its cap.
+        zoo.HubError: the declared size is more than the free disk space.
         zoo.ChecksumMismatchError: the bytes do not hash to the ETag the server gave.
         zoo.HubUnavailableError: the deadline or the stall timeout ran out.
         huggingface_hub errors (HTTP, connection): mapped by :func:`~zoo.hub.failures.hub_errors`.
@@ -290,27 +258,27 @@ def download(
     storage = repo_cache(repo_id, cache_dir)
     pointer = storage / "snapshots" / commit / filename
     limits = limits or Limits.from_env()
-    cap = None if large else limits.max_file_bytes
+    cap, cap_name = limits.cap(large)
+    bound = Bound(cap, cap, cap_name)
+    blobs = storage / "blobs"
+    if blobs.is_dir() and inside(blobs, storage):
+        sweep(blobs)
     if pointer.exists() and inside(pointer, storage):
-        if cap is not None and (size := pointer.stat().st_size) > cap:
-            raise _too_large(f"{where} (cached)", f"the file is {size:,} bytes", cap)
+        if (cached_size := pointer.stat().st_size) > bound.cap:
+            raise bound.exceeded(f"{where} (cached)", f"the file is {cached_size:,} bytes")
         return pointer
+    bound = bound.tighter(size, "the Hub's file metadata", where)
     if constants.HF_HUB_OFFLINE:
         raise hf.OfflineModeIsEnabled(f"{where} is not cached and HF_HUB_OFFLINE is set")
     url = hf_hub_url(repo_id, filename, revision=commit, endpoint=constants.ENDPOINT)
-    blobs = storage / "blobs"
     blobs.mkdir(parents=True, exist_ok=True)
-    staging = blobs / f".zoo-{uuid.uuid4().hex}.incomplete"  # a name no server chose
     start = time.monotonic() if start is None else start
-    try:
-        etag = _fetch(url, build_hf_headers(token=token), staging, where, limits, start, cap)
+    with Staging(blobs) as staging:  # a name no server chose; removed unless published
+        etag = _fetch(url, build_hf_headers(token=token), staging, where, limits, start, bound)
         blob = blobs / etag
         if not (inside(blob, storage) and inside(pointer, storage)):  # cannot happen: checked
             raise UnsafeCheckpointError(f"{where}: a cache path leaves {storage}")
-        os.replace(staging, blob)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            staging.unlink()
+        staging.publish(blob)
     pointer.parent.mkdir(parents=True, exist_ok=True)
     _link(blob, pointer)
     return pointer
@@ -319,21 +287,21 @@ def download(
 def _fetch(
     url: str,
     headers: dict[str, str],
-    staging: Path,
+    staging: Staging,
     where: str,
     limits: Limits,
     start: float,
-    cap: int | None,
+    bound: Bound,
 ) -> str:
     """Stream ``url`` into ``staging`` through huggingface_hub's HTTP session (its proxies,
-    certificates and user agent); return the verified ETag. More than ``cap`` bytes (announced
-    or received) is refused."""
+    certificates and user agent); return the verified ETag. More than ``bound`` bytes
+    (announced or received) is refused."""
     try:
         import httpx2 as httpx
     except ImportError:  # pragma: no cover - huggingface_hub versions built on httpx
         import httpx  # type: ignore[no-redef,import-not-found,unused-ignore]
 
-    download = _Download(staging, where, limits, start, cap)
+    download = _Download(staging, where, limits, start, bound)
     for attempt in range(limits.attempts):
         try:
             if download.attempt(url, headers, attempt, httpx):
@@ -354,10 +322,10 @@ class _Download:
     connection resumes with a Range request where the server allows it."""
 
     def __init__(
-        self, staging: Path, where: str, limits: Limits, start: float, cap: int | None
+        self, staging: Staging, where: str, limits: Limits, start: float, bound: Bound
     ) -> None:
-        self.staging, self.where, self.limits, self.start, self.cap = (
-            staging, where, limits, start, cap,
+        self.staging, self.where, self.limits, self.start, self.bound = (
+            staging, where, limits, start, bound,
         )  # fmt: skip
         self.digest: _Digest | None = None
         self.etag = ""
@@ -392,29 +360,41 @@ class _Download:
         return True
 
     def _begin(self, headers: Mapping[str, str]) -> None:
-        """Read the ETag and the announced size of a fresh download."""
+        """Read the ETag and the announced size of a fresh download; bound it by that size
+        (refused at once over the bound so far) and check the disk has room for it."""
         self.etag = _etag(headers, self.where)
         size = headers.get("X-Linked-Size") or headers.get("Content-Length")
         self.announced = int(size) if size and size.isdigit() else None
         self.digest = _Digest(self.announced)
-        if self.cap is not None and self.announced is not None and self.announced > self.cap:
-            raise _too_large(self.where, f"the server announced {self.announced:,} bytes", self.cap)
+        header = "X-Linked-Size" if headers.get("X-Linked-Size") else "Content-Length"
+        self.bound = self.bound.tighter(self.announced, f"the {header} header", self.where)
+        self.bound.check_disk(self.staging.folder, self.where)
 
     def _write(self, response: Any) -> None:
-        """Append the body to ``staging`` as it arrives (never buffered whole)."""
+        """Write the body to the staging file as it arrives (never buffered whole), appended
+        to what an earlier attempt wrote when the server resumed it."""
+        out = self.staging.file
+        out.seek(self.done)
+        out.truncate()
+        for chunk in response.iter_bytes():
+            self._write_chunk(out, chunk)
+
+    def _write_chunk(self, out: Any, chunk: bytes) -> None:
+        """One piece of the body: refused once the body passes its bound (before it is
+        written), and once the deadline has passed."""
         assert self.digest is not None
-        with open(self.staging, "ab" if self.done else "wb") as out:
-            for chunk in response.iter_bytes():
-                if self.cap is not None and self.done + len(chunk) > self.cap:
-                    raise _arrived_too_much(self.where, self.cap, self.announced)
-                out.write(chunk)
-                self.digest.update(chunk)
-                self.done += len(chunk)
-                if time.monotonic() - self.start > self.limits.deadline:
-                    raise HubUnavailableError(
-                        f"{self.where}: the download took more than {self.limits.deadline:g} s "
-                        "(ZOO_HUB_DEADLINE) and was stopped; nothing was kept"
-                    )
+        if self.done + len(chunk) > self.bound.size:
+            said = f"{self.announced:,} bytes" if self.announced is not None else "no size"
+            arrived = f"more than {self.bound.size:,} bytes arrived (the server announced {said})"
+            raise self.bound.exceeded(self.where, arrived)
+        out.write(chunk)
+        self.digest.update(chunk)
+        self.done += len(chunk)
+        if time.monotonic() - self.start > self.limits.deadline:
+            raise HubUnavailableError(
+                f"{self.where}: the download took more than {self.limits.deadline:g} s "
+                "(ZOO_HUB_DEADLINE) and was stopped; nothing was kept"
+            )
 
     def verified_etag(self) -> str:
         """The ETag, once the bytes received are checked to hash to it."""
@@ -427,11 +407,6 @@ class _Download:
                 "the Hugging Face cache and nothing was loaded. Try again."
             )
         return self.etag
-
-
-def _arrived_too_much(where: str, cap: int, announced: int | None) -> UnsafeCheckpointError:
-    said = f"{announced:,} bytes" if announced is not None else "no size"
-    return _too_large(where, f"more than {cap:,} bytes arrived (the server announced {said})", cap)
 
 
 def _link(blob: Path, pointer: Path) -> None:
