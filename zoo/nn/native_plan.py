@@ -144,7 +144,13 @@ class Checks(NamedTuple):
     def current(self) -> bool:
         """Whether every read gives the same object and every tensor the same facts."""
         found = map(dict.get, self.where, self.names, repeat(_MISSING))
-        return all(map(operator.is_, found, self.values)) and _facts(self.tensors) == self.facts
+        if not all(map(operator.is_, found, self.values)):
+            return False
+        types, *facts = self.facts  # the types, then each of _FACTS where all were plain
+        if tuple(map(type, self.tensors)) != types:
+            return False
+        recorded = zip(_FACTS[: len(facts)], facts, strict=True)
+        return all(tuple(map(fact, self.tensors)) == was for fact, was in recorded)
 
     def hooked(self) -> bool:
         """Whether forward hooks are set on one of the modules or on every module."""
