@@ -6,8 +6,12 @@ A line is one JSON object: ``{"messages": [{"role": "user", "content": "Hi"}, {"
 "assistant", "content": "Hello!"}]}``, optionally with ``"tools"`` (JSON schemas the template
 renders). Roles are ``system``, ``developer``, ``user``, ``assistant`` and ``tool``; a message
 has a string ``content`` (an assistant's may be ``null`` beside ``tool_calls``) and may have
-``name``, ``tool_calls`` and ``tool_call_id``. Every line is checked before training starts;
-a bad one is refused with its line number. Blank lines are skipped.
+``name``, ``tool_calls``, ``tool_call_id`` and ``weight``, each of the type OpenAI's
+fine-tuning format gives it (:mod:`zoo.train.chat_lines`). Every line is checked before
+training starts, in one streaming pass that holds one line at a time; a bad one is refused
+with its line number. Blank lines are skipped. The conversations are then read again, one at
+a time, each rendered, encoded and packed as it comes (issue 41: the whole file, every parsed
+line and every encoding were held at once, 589 MB for 11 MB of conversations).
 
 Which tokens are the replies is :mod:`zoo.tokenizers.chat_replies`' rule: the template's
 ``{% generation %}`` blocks when it has them (``transformers``' assistant mask), otherwise
@@ -22,16 +26,19 @@ last ``val_fraction`` of the conversations is held out, packed apart.
 
 from __future__ import annotations
 
+import array
 import dataclasses
 import json
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
-from .data import IGNORE, Batch, _read_text
+from .chat_lines import MAX_MESSAGES, ROLES, Conversation, conversation, surrogate_escape
+from .data import IGNORE, Batch
 from .files import DataError
 
 if TYPE_CHECKING:
@@ -42,100 +49,93 @@ __all__ = [
     "MAX_FILE_BYTES",
     "MAX_LINE_BYTES",
     "MAX_MESSAGES",
+    "ROLES",
     "ChatData",
+    "Conversation",
+    "count_conversations",
     "for_chat",
+    "iter_conversations",
     "read_conversations",
 ]
 
-#: The largest conversations file, one conversation (line) and one conversation's messages.
+#: The largest conversations file and one conversation (line).
 MAX_FILE_BYTES = 1 << 30
 MAX_LINE_BYTES = 1 << 20
-MAX_MESSAGES = 1024
-#: The roles a message may have, and the keys a message and a line may hold.
-ROLES = ("system", "developer", "user", "assistant", "tool")
-_MESSAGE_KEYS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id"})
-_LINE_KEYS = frozenset({"messages", "tools"})
 
 
-@dataclasses.dataclass(frozen=True)
-class Conversation:
-    """One checked line: its number, its messages and its tools (``None``: none)."""
-
-    line: int
-    messages: list[dict[str, Any]]
-    tools: list[dict[str, Any]] | None = None
-
-
-def _message(message: Any, index: int) -> dict[str, Any]:
-    """Message ``index`` of a line, checked (the reason it is refused, else the message)."""
-    if not isinstance(message, dict):
-        raise ValueError(f"message {index} is not an object with 'role' and 'content'")
-    unknown = sorted(set(message) - _MESSAGE_KEYS)
-    if unknown:
-        raise ValueError(
-            f"message {index} has unknown key(s) {', '.join(map(repr, unknown))}; a message "
-            f"holds {', '.join(sorted(_MESSAGE_KEYS))}"
-        )
-    role, content = message.get("role"), message.get("content")
-    if role not in ROLES:
-        raise ValueError(f"message {index} has role {role!r}; roles are {', '.join(ROLES)}")
-    tool_call = role == "assistant" and content is None and message.get("tool_calls")
-    if not isinstance(content, str) and not tool_call:
-        raise ValueError(f"message {index} ({role}) needs a string 'content'")
-    return message
-
-
-def _conversation(record: Any, line: int) -> Conversation:
-    """A parsed line, checked (a ``ValueError`` says why it is refused)."""
-    if not isinstance(record, dict):
-        raise ValueError('a line is one JSON object: {"messages": [...]}')
-    unknown = sorted(set(record) - _LINE_KEYS)
-    if unknown:
-        raise ValueError(
-            f"unknown key(s) {', '.join(map(repr, unknown))}; a line holds 'messages' (and "
-            "optionally 'tools')"
-        )
-    messages, tools = record.get("messages"), record.get("tools")
-    if not isinstance(messages, list) or not messages:
-        raise ValueError("'messages' must be a non-empty list of messages")
-    if len(messages) > MAX_MESSAGES:
-        raise ValueError(f"{len(messages)} messages, more than {MAX_MESSAGES} in one line")
-    checked = [_message(m, i) for i, m in enumerate(messages)]
-    if not any(m["role"] == "assistant" for m in checked):
-        raise ValueError("no assistant message: there is no reply to learn")
-    if tools is not None and not (
-        isinstance(tools, list) and all(isinstance(t, dict) for t in tools)
-    ):
-        raise ValueError("'tools' must be a list of JSON schemas (objects)")
-    return Conversation(line, checked, tools)
-
-
-def read_conversations(path: str | os.PathLike[str]) -> list[Conversation]:
-    """The conversations of a ``.jsonl`` file, every line checked.
+def iter_conversations(path: str | os.PathLike[str]) -> Iterator[Conversation]:
+    """The conversations of a ``.jsonl`` file, one line at a time (nothing else of the file
+    is held): each line read up to :data:`MAX_LINE_BYTES`, decoded, parsed and checked
+    (:func:`zoo.train.chat_lines.conversation`).
 
     Raises:
-        DataError: a folder, a file over :data:`MAX_FILE_BYTES`, not UTF-8, no
-            conversation, or a line that is not a conversation (its number and why).
+        DataError: a folder, a file over :data:`MAX_FILE_BYTES`, or a line that is not a
+            conversation (its number and why: too long, not UTF-8, not JSON, a wrong type).
     """
     path = Path(path)
     if path.is_dir():
         raise DataError(f"{path} is a folder; chat fine-tuning reads one .jsonl file")
-    if path.is_file() and path.stat().st_size > MAX_FILE_BYTES:
-        raise DataError(f"{path} is over {MAX_FILE_BYTES:,} bytes; split it or sample it")
-    conversations = []
-    for number, line in enumerate(_read_text(path).splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            if len(line.encode("utf-8")) > MAX_LINE_BYTES:
-                raise ValueError(f"longer than {MAX_LINE_BYTES:,} bytes")
+    try:
+        handle = path.open("rb")
+    except OSError as exc:
+        raise DataError(f"cannot read {path}: {exc.strerror or exc}") from None
+    with handle:
+        if os.fstat(handle.fileno()).st_size > MAX_FILE_BYTES:
+            raise DataError(f"{path} is over {MAX_FILE_BYTES:,} bytes; split it or sample it")
+        number = 0
+        while raw := handle.readline(MAX_LINE_BYTES + 1):
+            number += 1
             try:
-                record = json.loads(line)
-            except (ValueError, RecursionError) as exc:
-                raise ValueError(f"not JSON ({exc})") from None
-            conversations.append(_conversation(record, number))
-        except ValueError as exc:
-            raise DataError(f"{path}, line {number}: {exc}") from None
+                found = _line(raw)
+                checked = None if found is None else conversation(*found, number)
+            except ValueError as exc:
+                raise DataError(f"{path}, line {number}: {exc}") from None
+            if checked is not None:
+                yield checked
+
+
+def _line(raw: bytes) -> tuple[Any, bool] | None:
+    """A line's bytes (its line break included) parsed, and whether its JSON escapes a
+    surrogate; ``None`` when blank. A ``ValueError`` says why it is refused."""
+    if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+        raise ValueError(f"longer than {MAX_LINE_BYTES:,} bytes")
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"not UTF-8 (byte {raw[exc.start]:#04x} at column {exc.start + 1}); convert the "
+            "file to UTF-8"
+        ) from None
+    if not line.strip():
+        return None
+    try:
+        record = json.loads(line)
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"not JSON ({exc})") from None
+    return record, surrogate_escape.search(line) is not None
+
+
+def count_conversations(path: str | os.PathLike[str]) -> int:
+    """Check every line of a ``.jsonl`` file in one streaming pass (see
+    :func:`iter_conversations`) and count its conversations.
+
+    Raises:
+        DataError: a line that is not a conversation, or none at all.
+    """
+    count = sum(1 for _ in iter_conversations(path))
+    if not count:
+        raise DataError(f"{path} holds no conversation")
+    return count
+
+
+def read_conversations(path: str | os.PathLike[str]) -> list[Conversation]:
+    """The conversations of a ``.jsonl`` file, every line checked, as a list (training
+    streams them instead: :func:`iter_conversations`).
+
+    Raises:
+        DataError: as :func:`iter_conversations`, or no conversation.
+    """
+    conversations = list(iter_conversations(path))
     if not conversations:
         raise DataError(f"{path} holds no conversation")
     return conversations
@@ -144,43 +144,89 @@ def read_conversations(path: str | os.PathLike[str]) -> list[Conversation]:
 def _encoded(
     conversation: Conversation, tokenizer: Any, context: int, where: str
 ) -> tuple[list[int], list[int]]:
-    """A conversation's ids and reply mask, checked to fit a row and to hold a target."""
+    """A conversation's ids and reply mask (without the replies of its ``weight`` 0
+    messages), checked to fit a row and to hold a target."""
     from ..tokenizers import ChatTemplateError
-    from ..tokenizers.chat_replies import reply_tokens
 
     at = f"{where}, line {conversation.line}"
     try:
-        replies = reply_tokens(tokenizer, conversation.messages, tools=conversation.tools)
+        ids, mask = _replies(tokenizer, conversation)
     except ChatTemplateError as exc:
         raise DataError(f"{at}: {exc}") from None
-    if len(replies.ids) > context + 1:
+    if len(ids) > context + 1:
         raise DataError(
-            f"{at}: {len(replies.ids)} tokens rendered, more than a row of {context + 1} "
+            f"{at}: {len(ids)} tokens rendered, more than a row of {context + 1} "
             "(context + 1); shorten the conversation or train with a longer context_length"
         )
-    if not any(replies.mask[1:]):
+    if not any(mask[1:]):
         raise DataError(f"{at}: the template renders no token of the assistant's replies")
-    return replies.ids, replies.mask
+    return ids, mask
 
 
-def _pack(
-    encoded: list[tuple[list[int], list[int]]], length: int, pad: int
-) -> tuple[Tensor, Tensor]:
-    """Whole conversations, in order, into rows of ``length`` tokens (a conversation that
-    does not fit what is left of a row starts the next): the ids ``(N, length)`` and whether
-    each token is a reply's ``(N, length)``; the rest of a row is ``pad``, not a reply."""
-    rows: list[tuple[list[int], list[int]]] = []
-    for ids, mask in encoded:
-        if not rows or len(rows[-1][0]) + len(ids) > length:
-            rows.append(([], []))
-        rows[-1][0].extend(ids)
-        rows[-1][1].extend(mask)
-    tokens = torch.full((len(rows), length), pad, dtype=torch.long)
-    replies = torch.zeros(len(rows), length, dtype=torch.bool)
-    for i, (ids, mask) in enumerate(rows):
-        tokens[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-        replies[i, : len(mask)] = torch.tensor(mask, dtype=torch.bool)
-    return tokens, replies
+def _replies(tokenizer: Any, conversation: Conversation) -> tuple[list[int], list[int]]:
+    """The ids and reply mask of :func:`zoo.tokenizers.chat_replies.reply_tokens`, less the
+    replies of the assistant messages with ``weight`` 0 (OpenAI's rule: not learned)."""
+    from ..tokenizers import ChatTemplateError
+    from ..tokenizers.chat_replies import _template, reply_mask, reply_spans, reply_tokens
+
+    messages, tools = conversation.messages, conversation.tools
+    weights = [m.get("weight", 1) for m in messages if m["role"] == "assistant"]
+    if any("weight" in m for m in messages):  # OpenAI's, not the template's
+        messages = [{k: v for k, v in m.items() if k != "weight"} for m in messages]
+    if all(weights):
+        replies = reply_tokens(tokenizer, messages, tools=tools)
+        return replies.ids, replies.mask
+    text, spans, _ = reply_spans(_template(tokenizer), messages, tools=tools)
+    if len(spans) != len(weights):
+        raise ChatTemplateError(
+            f"the template marks {len(spans)} replies for {len(weights)} assistant messages, "
+            "so 'weight' cannot tell which to leave out; drop 'weight', or the messages"
+        )
+    kept = [span for span, weight in zip(spans, weights, strict=True) if weight]
+    ids = tokenizer.encode(text, allowed_special="all")
+    return ids, reply_mask(tokenizer, ids, text, kept)
+
+
+class _Rows:
+    """Whole conversations, in order, packed into rows of ``length`` tokens (a conversation
+    that does not fit what is left of a row starts the next), the rest of a row ``pad`` and
+    not a reply; held compactly (``typecode`` ids, a byte a reply flag), a row at a time."""
+
+    def __init__(self, length: int, pad: int, typecode: str) -> None:
+        self.length, self.pad = length, pad
+        self.ids = array.array(typecode)
+        self.mask = bytearray()
+        self.row: list[int] = []
+        self.row_mask: list[int] = []
+
+    def add(self, ids: list[int], mask: list[int]) -> None:
+        if self.row and len(self.row) + len(ids) > self.length:
+            self._flush()
+        self.row.extend(ids)
+        self.row_mask.extend(mask)
+
+    def _flush(self) -> None:
+        padding = self.length - len(self.row)
+        self.ids.extend(self.row)
+        self.ids.extend([self.pad] * padding)
+        self.mask.extend(bytes(self.row_mask))
+        self.mask.extend(bytes(padding))
+        self.row, self.row_mask = [], []
+
+    def end_row(self) -> int:
+        """End the row being filled (the next conversation starts a new one); returns the
+        rows so far."""
+        if self.row:
+            self._flush()
+        return len(self.mask) // self.length
+
+    def tensors(self) -> tuple[Tensor, Tensor]:
+        """The ids ``(N, length)`` and whether each token is a reply's ``(N, length)``."""
+        self.end_row()
+        dtype = torch.int32 if self.ids.typecode == "i" else torch.int16
+        tokens = torch.frombuffer(self.ids, dtype=dtype).view(-1, self.length)
+        replies = torch.frombuffer(self.mask, dtype=torch.bool).view(-1, self.length)
+        return tokens, replies
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,7 +234,8 @@ class ChatData:
     """Packed conversations, ready to draw batches from.
 
     Attributes:
-        tokens: the rows' ids ``(N, context + 1)``, the training rows first.
+        tokens: the rows' ids ``(N, context + 1)``, the training rows first (int16 where
+            the vocabulary fits, else int32; a batch is int64).
         replies: whether each token is part of a reply ``(N, context + 1)``.
         split: index of the first held-out row.
         conversations: how many conversations the rows hold.
@@ -202,52 +249,62 @@ class ChatData:
     @classmethod
     def build(
         cls,
-        conversations: list[Conversation],
+        conversations: Iterable[Conversation],
         tokenizer: Any,
         context: int,
         val_fraction: float,
         where: str,
+        count: int | None = None,
     ) -> ChatData:
-        """Render, encode, check and pack ``conversations`` (the last ``val_fraction`` held
-        out, packed apart).
+        """Render, encode, check and pack ``conversations`` one at a time (the last
+        ``val_fraction`` held out, packed apart); ``count``: how many there are (default:
+        ``len(conversations)``), so that a stream is read once.
 
         Raises:
             DataError: a conversation the template refuses, longer than a row, without a
                 reply token, or too few conversations to hold some out.
         """
-        split = int(len(conversations) * (1 - val_fraction))
-        if split < 1 or split == len(conversations):
+        total = len(conversations) if count is None else count  # type: ignore[arg-type]
+        split = int(total * (1 - val_fraction))
+        if split < 1 or split == total:
             raise DataError(
-                f"{where}: {len(conversations)} conversation(s) are too few to hold some out "
+                f"{where}: {total} conversation(s) are too few to hold some out "
                 f"(val_fraction {val_fraction}); give more"
             )
-        encoded = [_encoded(c, tokenizer, context, where) for c in conversations]
         pad = next((i for i in (tokenizer.pad_id, tokenizer.eos_id) if i is not None), 0)
-        train = _pack(encoded[:split], context + 1, pad)
-        held = _pack(encoded[split:], context + 1, pad)
-        tokens, replies = (torch.cat([a, b]) for a, b in zip(train, held, strict=True))
-        return cls(tokens, replies, len(train[0]), len(conversations))
+        typecode = "h" if getattr(tokenizer, "vocab_size", 1 << 31) <= 1 << 15 else "i"
+        rows, held_from = _Rows(context + 1, pad, typecode), 0
+        for index, one in enumerate(conversations):
+            if index == split:  # the held-out conversations are packed apart
+                held_from = rows.end_row()
+            rows.add(*_encoded(one, tokenizer, context, where))
+        tokens, replies = rows.tensors()
+        return cls(tokens, replies, held_from, total)
 
     def batch(self, part: str, batch_size: int, generator: torch.Generator) -> Batch:
         """``batch_size`` random rows of ``part``: input ids ``(B, context)`` and next-token
         targets ``(B, context)``, ``IGNORE`` where the next token is not a reply's."""
         low, high = (0, self.split) if part == "train" else (self.split, len(self.tokens))
         picks = torch.randint(low, high, (batch_size,), generator=generator)
-        rows, replies = self.tokens[picks], self.replies[picks]  # (B, context + 1)
+        rows, replies = self.tokens[picks].long(), self.replies[picks]  # (B, context + 1)
         targets = torch.where(replies[:, 1:], rows[:, 1:], torch.full_like(rows[:, 1:], IGNORE))
         return {"input_ids": rows[:, :-1]}, targets
 
 
 def read_chat(model: ZooModel, request: DataRequest) -> ChatData:
-    """The ``"chat"`` task's data (:data:`zoo.train.task.TASKS`): ``request.data`` read as
-    conversations and packed with the request's tokenizer and context."""
+    """The ``"chat"`` task's data (:data:`zoo.train.task.TASKS`): ``request.data`` checked in
+    one streaming pass (every line, before anything is rendered: a bad line is said within
+    seconds), then read again, each conversation rendered, encoded and packed as it comes."""
     if model.is_encoder_decoder:
         raise DataError(
             f"chat fine-tuning trains a decoder; {type(model).__name__} is an encoder-decoder"
         )
-    conversations = read_conversations(request.data)
+    count = count_conversations(request.data)
     tokenizer, where = request.tokenizer, str(request.data)
-    return ChatData.build(conversations, tokenizer, request.context, request.val_fraction, where)
+    conversations = iter_conversations(request.data)
+    return ChatData.build(
+        conversations, tokenizer, request.context, request.val_fraction, where, count
+    )
 
 
 def for_chat(model: ZooModel, tokenizer: Any = None, template: str | None = None) -> Any:
