@@ -641,7 +641,10 @@ HOSTILE_SIZED = {
     ),
     "split-text": ("{{ ('xxxxxxxxxxxxx,' * 1000000).split(',')|length }}", "split() would build"),
     "repr-percent": ("{{ ('%r' % ('\x00' * 5000000))|length }}", "a % format would write"),
-    "repr-format": ("{{ '{!r}'.format('\x00' * 5000000)|length }}", "a format would write"),
+    "repr-format": (
+        "{{ '{!r}'.format('\x00' * 5000000)|length }}",
+        "a format would write a field of",
+    ),
     "repr-in-list": ("{{ ['\x00' * 5000000] }}", "would build a value whose text is"),
     "tojson-controls": ("{{ ('\x00' * 5000000)|tojson|length }}", "tojson would write"),
     "tojson-ensure-ascii": (
@@ -650,6 +653,16 @@ HOSTILE_SIZED = {
     ),
     "markup-add": ("{{ (('x'|safe) + ('<' * 5000000))|length }}", "+ would build"),
     "markup-percent": ("{{ (('%s'|safe) % ('<' * 5000000))|length }}", "% format would write"),
+    "markup-format": ("{{ ('{}'|safe).format('<' * 5000000)|length }}", "a format would write"),
+    "format-filter-markup": (
+        "{{ ('%s'|safe)|format('<' * 5000000)|length }}",
+        "the format filter would write",
+    ),
+    "encode-counted": ("{{ ('\u00e9' * 9000000).encode()|length }}", "encode() would build"),
+    "decode-counted": (
+        "{{ ('\u00ff' * 5000000).encode('latin-1').decode('utf-8', 'backslashreplace')|length }}",
+        "decode() would build",
+    ),
     "markup-join": ("{{ ('x'|safe).join(['<' * 5000000])|length }}", "join() would build"),
     "markup-replace": (
         "{{ ('x'|safe).replace('x', '<' * 5000000)|length }}",
@@ -686,6 +699,39 @@ def test_a_method_not_known_to_be_sized_is_refused_by_name():
     ):
         with pytest.raises(ChatTemplateError, match=re.escape(method)):
             ChatTemplate({"default": source}).render([USER])
+
+
+def test_a_long_string_whose_result_fits_is_counted_not_refused():
+    """A bound of 3 characters (or 4 bytes) for one is over the limit for these strings; their
+    results are counted a chunk at a time, fit, and render as Python writes them."""
+    from zoo.tokenizers import ChatTemplate
+
+    for source, expected in (
+        ("{{ ('\u00e9' * 6000000).upper()|length }}", "6000000"),
+        ("{{ ('\u00e9' * 6000000)|upper|length }}", "6000000"),
+        ("{{ ('\u00e9' * 6000000).encode()|length }}", "12000000"),
+        (
+            "{{ ('\u00e9' * 5000000).encode().decode('utf-8', 'backslashreplace')|length }}",
+            "5000000",
+        ),
+    ):
+        assert ChatTemplate({"default": source}).render([USER]) == expected, source
+
+
+def test_integers_stay_within_max_power_bits():
+    """An integer that ``+``, ``-`` or ``int.from_bytes`` would build past MAX_POWER_BITS is
+    refused (with ``//`` or ``%``, a huge one costs time quadratic in its length)."""
+    from zoo.tokenizers import ChatTemplate
+
+    doubling = (
+        "{% set ns = namespace(n=1) %}{% for i in range(5000) %}{% set ns.n = ns.n + ns.n %}"
+        "{% endfor %}{{ ns.n > 0 }}"
+    )
+    for source in (doubling, "{{ (1).from_bytes(('x' * 1000).encode(), 'big') > 0 }}"):
+        with pytest.raises(ChatTemplateError, match=r"4,096 \(MAX_POWER_BITS\)"):
+            ChatTemplate({"default": source}).render([USER])
+    small = "{{ (1).from_bytes('ab'.encode(), 'big') + 2 ** 2000 - 2 ** 2000 }}"
+    assert ChatTemplate({"default": small}).render([USER]) == "24930"
 
 
 def test_the_limits_leave_ordinary_templates_alone():

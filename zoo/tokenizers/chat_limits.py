@@ -15,7 +15,8 @@ change no output of a template that keeps to them:
 - :data:`MAX_ALLOCATED` bytes allocated in all by the values the template builds (what it
   could keep alive at once, in variables, macro frames or namespaces);
 - :data:`MAX_DEPTH` levels of nesting in a value, :data:`MAX_CALL_DEPTH` levels of calls;
-- :data:`MAX_POWER_BITS` bits in an integer built with ``*`` or ``**``;
+- :data:`MAX_POWER_BITS` bits in an integer built with ``+``, ``-``, ``*``, ``**`` or
+  ``int.from_bytes``;
 - and, before a template compiles, :data:`MAX_SOURCE` characters and :data:`MAX_NODES`
   syntax nodes (:func:`check_source`, :func:`check_nodes`).
 
@@ -73,7 +74,7 @@ MAX_SIZE = 1 << 24
 MAX_ITEMS = 1 << 20
 #: Bytes one rendering may allocate in all, over the strings and containers it builds.
 MAX_ALLOCATED = 1 << 28
-#: Largest integer result of ``*`` or ``**``, in bits.
+#: Largest integer result of ``+``, ``-``, ``*``, ``**`` or ``int.from_bytes``, in bits.
 MAX_POWER_BITS = 4096
 #: Deepest nesting of lists, dicts and namespaces a value may have when it is measured.
 MAX_DEPTH = 200

@@ -14,13 +14,15 @@ found to build too much. The template's own globals, macros, ``loop`` and the ca
 functions are code the caller chose, and are left to the checks on what they return.
 
 Where a bound is a multiple of the value's length (a case mapping writes at most
-:data:`CASE_GROWTH` characters for one, an encoding 4 bytes...) and that multiple is over the
-limit, the size is counted exactly, a chunk of :data:`_CHUNK` characters at a time, so that a
-long string whose result fits is not refused.
+:data:`CASE_GROWTH` characters for one, an encoding 4 bytes, an error handler up to 96...) and
+that multiple is over the limit, the size is counted exactly, a chunk at a time, each chunk's
+result at most :data:`_CHUNK` long, so that a long string whose result fits is not refused
+and nothing long is built to find out.
 """
 
 from __future__ import annotations
 
+import codecs
 import types
 from collections.abc import Callable, Collection, Mapping, Sized
 from encodings import aliases, normalize_encoding
@@ -78,12 +80,17 @@ def _arg_size(owner: Any, value: Any) -> int:
     return len(value) if isinstance(value, (str, bytes, bytearray)) else text_size(value)
 
 
-def _chunked(text: str, method: Callable[[str], Sized]) -> int | None:
-    """The length of ``method(text)``, counted a chunk at a time (``None``: it fails)."""
+def _counted(data: Any, code: Callable[[Any, bool], Sized], growth: int) -> int | None:
+    """The length of what ``code`` writes for ``data``, given a chunk at a time (with
+    ``final`` on the last, empty, one), each chunk small enough that its output is at most
+    :data:`_CHUNK` long at ``growth`` per character; ``None`` when ``data`` cannot be
+    coded (the call then raises its own error)."""
+    step = max(1, _CHUNK // max(1, growth))
     try:
-        return sum(len(method(text[i : i + _CHUNK])) for i in range(0, len(text), _CHUNK))
+        total = sum(len(code(data[i : i + step], False)) for i in range(0, len(data), step))
+        return total + len(code(data[:0], True))
     except (UnicodeError, LookupError, TypeError, ValueError):
-        return None  # the call itself raises its own error
+        return None
 
 
 def _build(name: str, size: int | None) -> None:
@@ -106,7 +113,8 @@ def case_size(name: str, s: str) -> int:
     bound = _GROWTH[name] * len(s) + (1 if name == "capitalize" else 0)
     if bound <= limits.MAX_SIZE or name not in _CONTEXT_FREE:
         return bound
-    exact = _chunked(s, getattr(str, name))
+    method = getattr(str, name)
+    exact = _counted(s, lambda part, final: method(part), _GROWTH[name])
     return bound if exact is None else exact
 
 
@@ -191,22 +199,30 @@ def _encode(s: Any, encoding: Any = "utf-8", errors: Any = "strict", *_: Any, **
     if not isinstance(encoding, str) or not isinstance(errors, str):
         return
     codec = _codec(encoding, "encode")
-    handler = _handler(errors, ENCODE_ERRORS, "encode")
+    growth = _handler(errors, ENCODE_ERRORS, "encode")
     if (s.isascii() and CODECS[codec] == 1) or codec == "utf_8":
-        width = 1 if s.isascii() else 4
+        growth *= 1 if s.isascii() else 4
     else:
-        width = CODECS[codec]
-    bound = len(s) * width * handler + _BOM
-    if bound > limits.MAX_SIZE:
-        exact = _chunked(s, lambda part: part.encode(encoding, errors))
-        bound = bound if exact is None else exact
-    _build("encode", bound)
+        growth *= CODECS[codec]
+    size = len(s) * growth + _BOM
+    if size > limits.MAX_SIZE:  # counted exactly, a chunk at a time
+        encoder = codecs.getincrementalencoder(codec)(errors)
+        exact = _counted(s, encoder.encode, growth)
+        size = size if exact is None else exact
+    _build("encode", size)
 
 
 def _decode(b: Any, encoding: Any = "utf-8", errors: Any = "strict", *_: Any, **__: Any) -> None:
-    if isinstance(encoding, str) and isinstance(errors, str):
-        _codec(encoding, "decode")
-        _build("decode", len(b) * _handler(errors, DECODE_ERRORS, "decode"))
+    if not isinstance(encoding, str) or not isinstance(errors, str):
+        return
+    codec = _codec(encoding, "decode")
+    growth = _handler(errors, DECODE_ERRORS, "decode")
+    size = len(b) * growth
+    if size > limits.MAX_SIZE:
+        decoder = codecs.getincrementaldecoder(codec)(errors)
+        exact = _counted(b, decoder.decode, growth)
+        size = size if exact is None else exact
+    _build("decode", size)
 
 
 def _codec(encoding: str, verb: str) -> str:
@@ -286,8 +302,10 @@ def _to_bytes(n: Any, length: Any = 1, *_: Any, **__: Any) -> None:
 
 
 def _from_bytes(cls: Any, data: Any = b"", *_: Any, **__: Any) -> None:
-    if isinstance(data, Sized):
-        check_text(len(data), "from_bytes() would read a string of")
+    bits = limits.MAX_POWER_BITS
+    if isinstance(data, Sized) and 8 * len(data) > bits:
+        what = "from_bytes() would build an integer of more bits than"
+        raise limits.over(what, bits, bits, "MAX_POWER_BITS")
 
 
 def _fromkeys(cls: Any, keys: Any = (), value: Any = None, *_: Any, **__: Any) -> None:

@@ -99,13 +99,14 @@ class BoundedFormatter(jinja2.sandbox.SandboxedFormatter):
     would be too long before it is built."""
 
     _size = 0
+    _growth = 1  # characters written for one of a field's
 
     def vformat(self, format_string: str, args: Any, kwargs: Any) -> str:
         self._size = len(format_string)
         return super().vformat(format_string, args, kwargs)
 
     def format_field(self, value: Any, format_spec: str) -> Any:
-        self._size += format_size(value, format_spec)
+        self._size += self._growth * format_size(value, format_spec)
         check_text(self._size, "a format would write a string of")
         return super().format_field(value, format_spec)
 
@@ -116,19 +117,19 @@ class BoundedFormatter(jinja2.sandbox.SandboxedFormatter):
 
 
 class BoundedEscapeFormatter(BoundedFormatter, jinja2.sandbox.SandboxedEscapeFormatter):
-    """:class:`BoundedFormatter` for ``Markup.format``."""
+    """:class:`BoundedFormatter` for ``Markup.format``, which escapes each field."""
+
+    _growth = _ESCAPE_GROWTH
 
 
 # -- operators -------------------------------------------------------------------------------
 def check_binop(operator: str, left: Any, right: Any) -> None:
     """Refuse ``left operator right`` before it is computed when its result would be too
     large."""
-    if operator in "-/" or operator == "//":
+    if is_int(left) and is_int(right) and operator in ("+", "-", "*", "**"):
+        _check_bits(operator, left, right)
+    elif operator in "-/" or operator == "//":
         return  # no result is longer than its operands
-    if operator == "**" and is_int(left) and is_int(right):
-        if right > 0 and abs(left) > 1 and left.bit_length() * right > limits.MAX_POWER_BITS:
-            bits = limits.MAX_POWER_BITS
-            raise over(f"{left} ** {right} has more bits than", bits, bits, "MAX_POWER_BITS")
     elif operator == "*":
         _check_product(left, right)
     elif operator == "+":
@@ -136,6 +137,21 @@ def check_binop(operator: str, left: Any, right: Any) -> None:
     elif operator == "%" and isinstance(left, (str, bytes)):
         escaping = _ESCAPE_GROWTH if isinstance(left, markupsafe.Markup) else 1
         check_text(escaping * percent_size(left, right), "a % format would write a string of")
+
+
+def _check_bits(operator: str, left: int, right: int) -> None:
+    """Refuse an integer ``left operator right`` (``+``, ``-``, ``*``, ``**``) of more than
+    :data:`.chat_limits.MAX_POWER_BITS` bits."""
+    bits = limits.MAX_POWER_BITS
+    if operator == "**":
+        if right > 0 and abs(left) > 1 and left.bit_length() * right > bits:
+            raise over(f"{left} ** {right} has more bits than", bits, bits, "MAX_POWER_BITS")
+    elif operator == "*":
+        if left.bit_length() + right.bit_length() > bits + 1:
+            raise over("a product would have a number of bits above", bits, bits, "MAX_POWER_BITS")
+    elif max(left.bit_length(), right.bit_length()) >= bits:
+        what = f"a {operator} would build an integer of more bits than"
+        raise over(what, bits, bits, "MAX_POWER_BITS")
 
 
 def _check_sum(left: Any, right: Any) -> None:
@@ -147,11 +163,6 @@ def _check_sum(left: Any, right: Any) -> None:
 
 
 def _check_product(left: Any, right: Any) -> None:
-    if is_int(left) and is_int(right):
-        if left.bit_length() + right.bit_length() > limits.MAX_POWER_BITS + 1:
-            bits = limits.MAX_POWER_BITS
-            raise over("a product would have a number of bits above", bits, bits, "MAX_POWER_BITS")
-        return
     sequence, times = (right, left) if is_int(left) else (left, right)
     if is_int(times):
         _check_length(_length(sequence) * times, sequence)
@@ -294,7 +305,10 @@ _FILTER_SIZES: dict[str, Callable[..., int]] = {
     "e": escaped_size,
     "forceescape": escaped_size,
     **{name: _case_filter(name) for name in ("capitalize", "lower", "title", "upper")},
-    "format": lambda value, *args, **kwargs: percent_size(str(value), kwargs or args),
+    "format": lambda value, *args, **kwargs: (
+        percent_size(str(value), kwargs or args)
+        * (_ESCAPE_GROWTH if isinstance(value, markupsafe.Markup) else 1)
+    ),
     "indent": _indent_size,
     "join": _join_size,
     "pprint": _pprint_size,
