@@ -192,35 +192,178 @@ def test_a_bad_zoo_decode_threads_names_the_variable(text):
         Settings.from_env({"ZOO_DECODE_THREADS": text})
 
 
-def test_generate_runs_its_steps_with_the_policy_count_and_the_same_tokens(monkeypatch):
-    """zoo.generate sizes each step by the policy (here a fake machine where a neighbour
-    holds one of two cores) and puts torch's count back; the tokens are those of torch's
-    own count."""
+def _tiny_model():
     import zoo
-    from zoo.nn.decoding import DecoderSession
 
     torch.manual_seed(0)
-    model = zoo.build("gpt2-124m", d_model=32, n_heads=2, d_ff=64, n_layers=2, vocab_size=300)
-    ids = torch.randint(0, 300, (1, 5))
+    return zoo.build("gpt2-124m", d_model=32, n_heads=2, d_ff=64, n_layers=2, vocab_size=300)
+
+
+def _record_steps(monkeypatch) -> list[int]:
+    """The thread count each decoding step (prefill included) runs with, as the model sees
+    it: a forward pre-hook's reading would do as well."""
+    from zoo.nn.decoding import DecoderSession
+
     seen: list[int] = []
-    step = DecoderSession.step
+    for name in ("prefill", "step"):
+        real = getattr(DecoderSession, name)
 
-    def counting(self, tokens):
-        seen.append(torch.get_num_threads())
-        return step(self, tokens)
+        def counting(self, *args, _real=real):
+            seen.append(torch.get_num_threads())
+            return _real(self, *args)
 
-    monkeypatch.setattr(DecoderSession, "step", counting)
+        monkeypatch.setattr(DecoderSession, name, counting)
+    return seen
+
+
+def _busy_machine(monkeypatch) -> list[int]:
+    """A fake machine where a neighbour holds one of two cores (the policy would pick one
+    thread), and a record of every ``torch.set_num_threads`` call on this thread (OpenMP
+    keeps the count per thread: the native kernels' check tries counts on a thread of its
+    own)."""
+    import threading
+
+    calls: list[int] = []
+    real, caller = torch.set_num_threads, threading.get_ident()
+
+    def spy(n: int) -> None:
+        if threading.get_ident() == caller:
+            calls.append(n)
+        real(n)
+
+    monkeypatch.setattr(policy, "CpuClock", lambda: FakeClock(others=1.0))
+    monkeypatch.setattr(torch, "set_num_threads", spy)
+    return calls
+
+
+def test_generate_leaves_torch_threads_alone_by_default(monkeypatch):
+    """A library call does not change process-wide state (issue 41, item 10): on a machine
+    where the policy would decode with one thread, zoo.generate's steps run with the
+    caller's count, it never sets torch's count, and both counts are the same after. Not
+    ZOO_DECODE_THREADS either: that is the command line's and zoo serve's setting."""
+    import zoo
+
+    model = _tiny_model()
+    ids = torch.randint(0, 300, (1, 5))
+    before = torch.get_num_threads(), torch.get_num_interop_threads()
+    torch.set_num_threads(2)
+    seen = _record_steps(monkeypatch)
+    calls = _busy_machine(monkeypatch)
+    try:
+        for setting in (None, "auto", "1"):
+            if setting is not None:
+                monkeypatch.setenv("ZOO_DECODE_THREADS", setting)
+            zoo.generate(model, ids, max_new_tokens=6, temperature=0)
+            zoo.generate(model, [[1, 2, 3], [4]], max_new_tokens=3, temperature=0)
+        assert set(seen) == {2} and calls == []
+        assert torch.get_num_threads() == 2
+        assert torch.get_num_interop_threads() == before[1]
+    finally:
+        monkeypatch.undo()
+        torch.set_num_threads(before[0])
+
+
+def test_generate_runs_its_steps_with_the_policy_it_is_asked_for(monkeypatch):
+    """``threads="auto"`` sizes each step by the policy (here a neighbour holds one of two
+    cores) and puts torch's count back; ``threads=N`` runs N; the tokens are those of
+    torch's own count."""
+    import zoo
+
+    model = _tiny_model()
+    ids = torch.randint(0, 300, (1, 5))
+    seen = _record_steps(monkeypatch)
     monkeypatch.setattr(policy, "CpuClock", lambda: FakeClock(others=1.0))
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        monkeypatch.setenv("ZOO_DECODE_THREADS", "0")
         plain = zoo.generate(model, ids, max_new_tokens=6, temperature=0)
-        assert seen == [2] * 5
+        assert seen == [2] * 6
         seen.clear()
-        monkeypatch.setenv("ZOO_DECODE_THREADS", "auto")
-        chosen = zoo.generate(model, ids, max_new_tokens=6, temperature=0)
-        assert seen == [1] * 5 and torch.get_num_threads() == 2
+        chosen = zoo.generate(model, ids, max_new_tokens=6, temperature=0, threads="auto")
+        assert seen == [2] + [1] * 5 and torch.get_num_threads() == 2  # the first step reads
+        seen.clear()
+        zoo.generate(model, ids, max_new_tokens=3, temperature=0, threads=1)
+        assert seen == [1] * 3 and torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
     assert torch.equal(plain, chosen)
+
+
+@pytest.mark.parametrize("threads", [0, -1, "many", 1.5, True])
+def test_a_bad_threads_choice_is_refused_by_name(threads):
+    from zoo.generation import GenerationConfig
+
+    with pytest.raises(ConfigError, match="threads"):
+        GenerationConfig(threads=threads)
+
+
+@pytest.mark.parametrize(
+    ("env", "chosen"), [(None, "auto"), ("auto", "auto"), ("0", None), ("3", 3)]
+)
+def test_the_command_line_applies_its_policy(monkeypatch, env, chosen):
+    """``zoo generate`` and ``zoo chat`` ask for the policy ``ZOO_DECODE_THREADS`` names
+    (default: the cores other processes leave free)."""
+    import argparse
+
+    from zoo.cli.generate import generation_config
+
+    if env is None:
+        monkeypatch.delenv("ZOO_DECODE_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("ZOO_DECODE_THREADS", env)
+    args = argparse.Namespace(
+        max_new_tokens=4, temperature=0.0, top_k=None, top_p=None, seed=None, compile=False
+    )
+    assert generation_config(args).threads == chosen
+
+
+def test_zoo_generate_decodes_with_the_policy(monkeypatch, capsys):
+    """The command line's steps run with the policy's count (a neighbour on one of two
+    cores: one thread), and torch's count is back after."""
+    from zoo.cli import main
+
+    seen = _record_steps(monkeypatch)
+    monkeypatch.setattr(policy, "CpuClock", lambda: FakeClock(others=1.0))
+    monkeypatch.delenv("ZOO_DECODE_THREADS", raising=False)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        args = ["generate", "shakespeare-byte", "To", "--random", "--max-new-tokens", "5"]
+        assert main([*args, "--temperature", "0"]) == 0
+        assert seen[1:] and set(seen[1:]) == {1} and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+_CHILD_OPENMP = """
+import threading, torch
+calls = []
+real = torch.set_num_threads
+def spy(n):
+    calls.append((threading.get_ident(), n))
+    real(n)
+torch.set_num_threads = spy
+real(3)
+from zoo.nn import native
+first = native.available()
+again = [native.available() for _ in range(3)]
+main = threading.get_ident()
+print("MAIN", [n for ident, n in calls if ident == main], torch.get_num_threads(), len(calls))
+"""
+
+
+def test_the_native_kernels_openmp_check_leaves_the_callers_threads_alone():
+    """The native kernels' check that their OpenMP runtime is PyTorch's (issue 41, item 10)
+    never sets the calling thread's count (it tries counts on a thread of its own), once per
+    process; run in a fresh process, where the check has not run yet."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD_OPENMP], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    line = [x for x in out.stdout.splitlines() if x.startswith("MAIN")][-1]
+    _, on_main, threads, total = line.split(" ", 3)
+    assert on_main == "[]" and threads == "3"
+    assert int(total) <= 3  # one check: two counts tried and the caller's put back

@@ -100,7 +100,9 @@ class Settings:
             never shown in the settings' ``repr``.
         xdg_cache_home: ``XDG_CACHE_HOME``: the user's cache folder (default ``~/.cache``),
             where zoo's is unless ``ZOO_CACHE_DIR`` says otherwise.
-        decode_threads: ``ZOO_DECODE_THREADS``: threads of a CPU decoding step: ``auto``
+        decode_threads: ``ZOO_DECODE_THREADS``: threads of a CPU decoding step of
+            ``zoo generate``, ``zoo chat`` and ``zoo serve`` (``zoo.generate`` leaves torch's
+            count alone unless passed ``threads=``): ``auto``
             (default, ``None``: the cores other processes leave free, at most torch's count;
             :class:`zoo.nn.threads.DecodeThreads`), ``0`` (torch's count, untouched) or a
             count.

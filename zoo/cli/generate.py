@@ -48,9 +48,13 @@ def add_sampling(p: argparse.ArgumentParser, max_new_tokens: int) -> None:
 
 def generation_config(args: argparse.Namespace, stop: tuple[str, ...] = ()) -> GenerationConfig:
     """The sampling flags of ``zoo generate`` and ``zoo chat`` as a :class:`GenerationConfig`:
-    every setting checked before anything is loaded or seeded."""
+    every setting checked before anything is loaded or seeded. The steps' CPU threads are
+    the command line's policy, ``ZOO_DECODE_THREADS`` (default: the cores other processes
+    leave free, :class:`zoo.nn.threads.DecodeThreads`)."""
     from ..generation import GenerationConfig
+    from ..settings import Settings
 
+    setting = Settings.from_env().decode_threads  # None: choose, 0: torch's count
     return GenerationConfig(
         max_new_tokens=args.max_new_tokens,
         temperature=args.temperature,
@@ -59,6 +63,7 @@ def generation_config(args: argparse.Namespace, stop: tuple[str, ...] = ()) -> G
         seed=args.seed,
         stop=stop,
         compile=args.compile,
+        threads="auto" if setting is None else setting or None,
     )
 
 

@@ -5,6 +5,7 @@ that is Unicode). Torch-free, so the command line can check its arguments before
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 from ..errors import ConfigError
 from ..fields import check_fields, check_seed
@@ -72,6 +73,12 @@ class GenerationConfig:
     vocab_limit: int | None = None
     #: run each decoding step through ``torch.compile`` (CPU, the built-in decoders).
     compile: bool = False
+    #: the CPU threads of each decoding step: ``None`` (default) leaves torch's count as the
+    #: caller set it; ``"auto"`` runs each step with the cores other processes leave free (at
+    #: most torch's count, put back after each step: :class:`zoo.nn.threads.DecodeThreads`,
+    #: what ``zoo generate``, ``zoo chat`` and ``zoo serve`` use); ``N`` runs steps with
+    #: ``N`` threads. Ignored on other devices.
+    threads: int | Literal["auto"] | None = None
 
     def __post_init__(self) -> None:
         stop: object = self.stop
@@ -114,6 +121,11 @@ class GenerationConfig:
                 f"vocab_limit must be a positive integer or None, got {self.vocab_limit}"
             )
         check_seed(self.seed)
+        if isinstance(self.threads, int) and self.threads < 1:
+            raise ConfigError(
+                f"threads must be None (torch's count, untouched), 'auto' (the cores other "
+                f"processes leave free) or a count >= 1, got {self.threads}"
+            )
 
     @property
     def end_ids(self) -> tuple[int, ...]:

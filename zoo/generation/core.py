@@ -172,6 +172,14 @@ def _decode_loop(
         model.train(was_training)
 
 
+def _thread_policy(device: torch.device, config: GenerationConfig) -> DecodeThreads:
+    """The steps' thread policy ``config.threads`` asks for: none by default (a library call
+    leaves torch's process-wide count alone); ``"auto"`` or a count only when asked."""
+    choice = config.threads
+    setting = 0 if choice is None else None if choice == "auto" else choice
+    return DecodeThreads.for_device(device, setting)
+
+
 def _open(
     model: ZooModel,
     input_ids: Tensor,
@@ -182,8 +190,7 @@ def _open(
     if model.is_encoder_decoder and config.start_id is None:
         raise ValueError("an encoder-decoder needs start_id (or a tokenizer with a bos id)")
     ids, keep = _checked_inputs(model, input_ids, attention_mask)
-    # read where the call begins, like every setting: the CPU's decoding thread policy
-    threads = DecodeThreads.for_device(ids.device, Settings.from_env().decode_threads)
+    threads = _thread_policy(ids.device, config)
     session, logits = _start(model, ids, keep, config, threads)
     return session, _decode_loop(model, session, logits, config, threads)
 

@@ -108,6 +108,7 @@ def generate(
     stream: Literal[False] = ...,
     start_id: int | None = ...,
     compile: bool = ...,
+    threads: int | Literal["auto"] | None = ...,
 ) -> str: ...
 @overload
 def generate(
@@ -124,6 +125,7 @@ def generate(
     stream: Literal[True],
     start_id: int | None = ...,
     compile: bool = ...,
+    threads: int | Literal["auto"] | None = ...,
 ) -> Iterator[str]: ...
 @overload
 def generate(
@@ -140,6 +142,7 @@ def generate(
     stream: Literal[False] = ...,
     start_id: int | None = ...,
     compile: bool = ...,
+    threads: int | Literal["auto"] | None = ...,
 ) -> list[str]: ...
 @overload
 def generate(
@@ -156,6 +159,7 @@ def generate(
     stream: Literal[False] = ...,
     start_id: int | None = ...,
     compile: bool = ...,
+    threads: int | Literal["auto"] | None = ...,
 ) -> Tensor: ...
 @overload
 def generate(
@@ -172,6 +176,7 @@ def generate(
     stream: Literal[False] = ...,
     start_id: int | None = ...,
     compile: bool = ...,
+    threads: int | Literal["auto"] | None = ...,
 ) -> list[int]: ...
 @overload
 def generate(
@@ -188,6 +193,7 @@ def generate(
     stream: Literal[False] = ...,
     start_id: int | None = ...,
     compile: bool = ...,
+    threads: int | Literal["auto"] | None = ...,
 ) -> list[list[int]]: ...
 def generate(
     model: ZooModel,
@@ -203,6 +209,7 @@ def generate(
     stream: bool = False,
     start_id: int | None = None,
     compile: bool = False,
+    threads: int | Literal["auto"] | None = None,
 ) -> str | Iterator[str] | list[str] | Tensor | list[int] | list[list[int]]:
     """Generate from a prompt, through the model's decoding session (a KV cache for the
     built-in models). The settings become one :class:`GenerationConfig`; the prompt's form
@@ -227,6 +234,12 @@ def generate(
             through ``torch.compile`` (CPU, decoders only; the first call compiles for a
             while; needs a C++ compiler).
         stop: stop strings (text only); the text ends before the first one.
+        threads: the CPU threads of each decoding step. ``None`` (default) leaves torch's
+            thread counts as the caller set them: a library call changes no process-wide
+            state. ``"auto"`` runs each step with the cores other processes leave free, at
+            most torch's count, and puts the count back after each step (what
+            ``zoo generate``, ``zoo chat`` and ``zoo serve`` do, by ``ZOO_DECODE_THREADS``);
+            ``N`` runs steps with ``N`` threads.
         stream: with a string prompt, return an iterator of text pieces instead.
 
     A decoder's continuation is decoded together with its prompt and returned as the text
@@ -246,6 +259,7 @@ def generate(
         stop=_stops(stop),
         start_id=start_id,
         compile=compile,
+        threads=threads,
     )
     prompt = prompt_or_ids
     if stream and not isinstance(prompt, str):

@@ -141,16 +141,32 @@ def _kernels() -> ctypes.CDLL | None:
 def _one_openmp(lib: ctypes.CDLL) -> bool:
     """Whether the kernels' OpenMP runtime is PyTorch's: a thread count set with
     ``torch.set_num_threads`` must reach it (it would not in a second runtime, whose idle
-    threads would then spin against PyTorch's)."""
-    before = torch.get_num_threads()
-    try:
-        for count in {1, max(before, 2)}:
-            torch.set_num_threads(count)
-            if lib.zoo_native_max_threads() != count:
-                return False
-        return True
-    finally:
-        torch.set_num_threads(before)
+    threads would then spin against PyTorch's).
+
+    The counts are tried on a thread of its own: OpenMP keeps the count per thread, so the
+    caller's (and every other thread's) count is never changed, not even for the duration
+    of the check; the last count set there is the caller's, so what ``torch.set_num_threads``
+    sets process-wide beside it (XNNPACK's thread pool) ends as the caller had it. Runs
+    once per process (:func:`_library` is cached)."""
+    import threading
+
+    caller = torch.get_num_threads()
+    found: list[bool] = []
+
+    def check() -> None:
+        try:
+            same = True
+            for count in (1, max(caller, 2)):
+                torch.set_num_threads(count)
+                same = same and lib.zoo_native_max_threads() == count
+            found.append(same)
+        finally:
+            torch.set_num_threads(caller)
+
+    worker = threading.Thread(target=check, name="zoo-openmp-check", daemon=True)
+    worker.start()
+    worker.join()
+    return found == [True]
 
 
 def available() -> bool:

@@ -16,8 +16,10 @@ process's CPUs were since its last reading (``/proc/stat``, the time of processe
 not niced, less this process's own time: :class:`CpuClock`), counts a CPU as free when other
 processes left at least half of it, and runs the step with ``min(torch's thread count, free
 CPUs)`` threads (at least one), putting torch's count back after the step. On a quiet machine
-it changes nothing. ``ZOO_DECODE_THREADS`` (:class:`zoo.settings.Settings`) overrides it:
-``0`` leaves torch's count alone, ``N`` decodes with ``N`` threads.
+it changes nothing. It is opt-in: ``zoo generate``, ``zoo chat`` and ``zoo serve`` use it,
+``zoo.generate`` only with ``threads="auto"`` (a library call leaves the process's thread
+count alone). ``ZOO_DECODE_THREADS`` (:class:`zoo.settings.Settings`) overrides the command
+line's: ``0`` leaves torch's count alone, ``N`` decodes with ``N`` threads.
 
 Tokens: the thread count does not change the matrix products (oneDNN's, PyTorch's and the
 int8 kernels give the same bits with 1 or 2 threads), but PyTorch's CPU attention kernel for
