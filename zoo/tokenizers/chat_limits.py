@@ -278,6 +278,8 @@ _TWO = ("\\", "'", '"', "\t", "\n", "\r")
 _BREAKS = str.maketrans("", "", "\t\n\r")
 #: Characters looked at a time when a long text's printable characters are checked.
 _CHUNK = 1 << 20
+#: Strings up to this long are measured by writing their ``repr``.
+_SHORT = 4096
 
 
 def _string_size(text: str | bytes | bytearray) -> int:
@@ -286,6 +288,12 @@ def _string_size(text: str | bytes | bytearray) -> int:
     two characters for ``\\n`` or a quote, and, once there is any other character to escape,
     6 for each ASCII character (``\\u0000``) or 10 for any (``\\U000e0001``)."""
     extra = 3 if type(text) in (str, bytes) else 5 + len(type(text).__name__)
+    if len(text) <= _SHORT:  # written out (a short copy): exact, and faster than counting
+        if isinstance(text, (bytes, bytearray)):
+            return len(repr(text))
+        if _CONTROLS.search(text) is not None:
+            return 6 * len(text) + extra
+        return len(repr(text)) + text.count('"') + 1  # JSON escapes each '"'
     if isinstance(text, (bytes, bytearray)):
         if _BYTE_ESCAPES.search(text) is None:
             return len(text) + sum(text.count(c.encode()) for c in _TWO) + extra
