@@ -25,9 +25,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 import anyio.to_thread
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from .protocol import ApiError
+from .. import jsonfile
+from .protocol import ApiError, ChatMessage
 
 if TYPE_CHECKING:
     from ..tokenizers import Tokenizer
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 __all__ = [
     "COUNT_CHARS",
     "PREPARE_THREADS",
+    "VALIDATE_AT_ONCE",
     "Offload",
     "PromptTooLong",
     "encode_within",
@@ -45,6 +47,10 @@ __all__ = [
 PREPARE_THREADS = 2
 #: Characters of a rendered conversation tokenized at once while its tokens are counted.
 COUNT_CHARS = 1 << 14
+#: Messages of a conversation validated in one call (the event loop may run between two).
+VALIDATE_AT_ONCE = 256
+
+_MESSAGES = TypeAdapter(list[ChatMessage])
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -85,23 +91,29 @@ def parse_body(
     if not body:
         raise ApiError(400, "the request body is empty; send a JSON object")
     try:
-        data = json.loads(body)
+        data = jsonfile.loads(body)
     except json.JSONDecodeError as exc:
         error = {"type": "json_invalid", "loc": ("body", exc.pos), "msg": "JSON decode error",
                  "input": {}, "ctx": {"error": exc.msg}}  # fmt: skip
         raise RequestValidationError([error]) from None
-    except (RecursionError, UnicodeDecodeError) as exc:
-        why = "is nested too deeply" if isinstance(exc, RecursionError) else "is not UTF-8"
+    except (jsonfile.JSONError, RecursionError, UnicodeDecodeError) as exc:
+        why = "is not UTF-8" if isinstance(exc, UnicodeDecodeError) else "is nested too deeply"
         raise ApiError(400, f"the request body {why} to be read as JSON") from None
-    if max_messages is not None:
-        _check_messages(data, max_messages)
     try:
+        if max_messages is not None:
+            data = _messages_checked(data, max_messages)
         return model.model_validate(data)
     except ValidationError as exc:
-        errors = [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
-        raise RequestValidationError(errors) from None
+        raise _invalid(exc) from None
     except RecursionError:
         raise ApiError(400, "the request body is nested too deeply") from None
+
+
+def _invalid(exc: ValidationError, *at: str | int) -> RequestValidationError:
+    """pydantic's errors as FastAPI reports a body's, each ``loc`` under ``body`` (and
+    ``at``)."""
+    errors = exc.errors(include_url=False)
+    return RequestValidationError([{**e, "loc": ("body", *at, *e["loc"])} for e in errors])
 
 
 def _is_json(content_type: str) -> bool:
@@ -111,9 +123,15 @@ def _is_json(content_type: str) -> bool:
     )
 
 
-def _check_messages(data: Any, max_messages: int) -> None:
+def _messages_checked(data: Any, max_messages: int) -> Any:
+    """``data`` with its ``messages`` counted (at most ``max_messages``) and validated as
+    :class:`~zoo.serve.protocol.ChatMessage` s, :data:`VALIDATE_AT_ONCE` at a time: one
+    validation of a whole long conversation would hold the interpreter's lock for as long,
+    and with it the event loop, however many threads there are."""
     messages = data.get("messages") if isinstance(data, dict) else None
-    if isinstance(messages, list) and len(messages) > max_messages:
+    if not isinstance(messages, list):
+        return data
+    if len(messages) > max_messages:
         raise ApiError(
             400,
             f"the conversation has {len(messages)} messages; this server takes at most "
@@ -122,6 +140,17 @@ def _check_messages(data: Any, max_messages: int) -> None:
             code="too_many_messages",
             param="messages",
         )
+    checked: list[ChatMessage] = []
+    for start in range(0, len(messages), VALIDATE_AT_ONCE):
+        try:
+            checked += _MESSAGES.validate_python(messages[start : start + VALIDATE_AT_ONCE])
+        except ValidationError as exc:
+            error = exc.errors(include_url=False)[0]
+            index, *rest = error["loc"]
+            raise RequestValidationError(
+                [{**error, "loc": ("body", "messages", start + int(index), *rest)}]
+            ) from None
+    return {**data, "messages": checked}
 
 
 class PromptTooLong(Exception):
