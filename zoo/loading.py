@@ -322,12 +322,22 @@ def merge(
     OUT``) writes it as a plain checkpoint.
 
     Raises:
-        zoo.CheckpointError: ``adapter`` is no adapter; ValueError: its base is not ``base``.
+        zoo.CheckpointError: ``adapter`` is no adapter, or its update is not finite or out of
+            range; ValueError: its base is not ``base``, or a tensor of the merged model
+            would not be finite (named; nothing is returned, so nothing is written).
     """
+    import torch
+
     from .nn.lora import merge_lora
 
     model = load(base, adapter=adapter, device=device, dtype=dtype, onednn=False)
     merge_lora(model)
+    for name, tensor in model.state_dict().items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise ValueError(
+                f"the merged model's {name} holds NaN or infinite values; nothing was written "
+                f"(check the base's weights and the adapter {str(adapter)!r})"
+            )
     return model
 
 

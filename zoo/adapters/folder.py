@@ -21,6 +21,7 @@ from typing import cast
 import torch
 from torch import Tensor, nn
 
+from .. import jsonfile
 from ..checkpoint.commit import atomic_directory, pinned_version
 from ..checkpoint.files import read_safetensors, write_safetensors
 from ..errors import CheckpointError
@@ -34,6 +35,7 @@ from ..nn.lora import (
     detach_lora,
     load_adapter_state,
 )
+from ..nn.lora_check import check_update
 from .layout import Piece, Unit, module_lookup, pieces, units
 from .peft_config import CONFIG_FILE, WEIGHTS_FILE, LoraSettings, check_config, peft_config
 from .record import BaseRecord, base_fingerprint
@@ -175,8 +177,8 @@ def _read_config(folder: Path, where: Path) -> LoraSettings:
     if path.stat().st_size > _MAX_CONFIG:
         raise CheckpointError(f"{where / CONFIG_FILE} is over {_MAX_CONFIG} bytes", path=path)
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        config = jsonfile.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:  # not UTF-8, not JSON, nested too deep
         raise CheckpointError(
             f"{where / CONFIG_FILE} is not valid JSON: {exc}", path=path
         ) from None
@@ -260,9 +262,14 @@ def _convert(
             )
         if unit.path in plans:
             raise CheckpointError(f"{where}: {key}: {unit.path} is adapted twice", path=where)
+        scaling = settings.scaling(module, rank)
+        try:
+            check_update(f"{_PREFIX}{module}.lora_B.weight @ lora_A.weight", a, b, scaling)
+        except ValueError as exc:
+            raise CheckpointError(f"{where}: {exc}", path=where) from None
         zoo_b = torch.empty_like(b)
         zoo_b[piece.rows - unit.start] = b  # the piece's row order -> zoo's
-        plans[unit.path] = PartPlan(rank, settings.scaling(module, rank))
+        plans[unit.path] = PartPlan(rank, scaling)
         state[f"{unit.path}.A"], state[f"{unit.path}.B"] = a, zoo_b
     return plans, state
 

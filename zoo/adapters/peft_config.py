@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..errors import CheckpointError
+from ..nn.lora_config import MAX_ALPHA
 
 __all__ = ["CONFIG_FILE", "WEIGHTS_FILE", "LoraSettings", "check_config", "peft_config"]
 
@@ -159,6 +160,12 @@ def _positive(value: Any) -> bool:
     return _is_number(value) and value > 0
 
 
+def _alpha(value: Any) -> bool:
+    """A ``lora_alpha``: positive and at most :data:`~zoo.nn.lora_config.MAX_ALPHA` (a
+    larger one overflows float32 on its way to the weights)."""
+    return _positive(value) and value <= MAX_ALPHA
+
+
 def _compiles(pattern: str) -> bool:
     try:
         re.compile(pattern)
@@ -198,7 +205,7 @@ def _patterns(test: Callable[[Any], bool]) -> Callable[[Any], bool]:
 #: must be).
 _VALUES: tuple[tuple[str, Any, Callable[[Any], bool], str], ...] = (
     ("r", ..., _positive_int, "a positive integer"),
-    ("lora_alpha", ..., _positive, "a positive number"),
+    ("lora_alpha", ..., _alpha, "a positive number at most 2**32"),
     ("lora_dropout", 0.0, lambda v: v is None or (_is_number(v) and 0 <= v < 1),
      "a number in [0, 1)"),
     ("use_rslora", False, lambda v: isinstance(v, bool), "true or false"),
@@ -206,8 +213,8 @@ _VALUES: tuple[tuple[str, Any, Callable[[Any], bool], str], ...] = (
      "a list of module names (or a valid regex)"),
     ("rank_pattern", {}, lambda v: v is None or _patterns(_positive_int)(v),
      "an object of module names (simple patterns) to positive integers"),
-    ("alpha_pattern", {}, lambda v: v is None or _patterns(_positive)(v),
-     "an object of module names (simple patterns) to positive numbers"),
+    ("alpha_pattern", {}, lambda v: v is None or _patterns(_alpha)(v),
+     "an object of module names (simple patterns) to positive numbers at most 2**32"),
 )  # fmt: skip
 
 

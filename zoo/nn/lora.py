@@ -28,6 +28,7 @@ from typing import Any, cast
 import torch
 from torch import Tensor, nn
 
+from .lora_check import check_update
 from .lora_config import DEFAULT_TARGETS, LoRA, PartPlan, Parts
 
 __all__ = [
@@ -397,7 +398,8 @@ def load_adapter_state(model: nn.Module, state: Mapping[str, Tensor]) -> None:
     nothing.
 
     Raises:
-        ValueError: keys missing or unexpected, or a shape that differs (each named).
+        ValueError: keys missing or unexpected, a shape that differs, or an update that is
+            not finite or over :data:`~zoo.nn.lora_check.MAX_UPDATE` (each named).
     """
     params = dict(adapter_parameters(model))
     missing = sorted(set(params) - set(state))
@@ -420,6 +422,8 @@ def load_adapter_state(model: nn.Module, state: Mapping[str, Tensor]) -> None:
                 if items
             )
         )
+    for path, low in _adapters(model):  # every update finite and in range, or nothing loads
+        check_update(path, state[f"{path}.A"], state[f"{path}.B"], low.scaling)
     with torch.no_grad():
         for name, param in params.items():
             param.copy_(state[name])
@@ -431,7 +435,8 @@ def merge_lora(model: nn.Module) -> None:
 
     Raises:
         ValueError: an adapted layer without a float weight (a quantized base: merge into
-            the float model it came from).
+            the float model it came from), or a merged weight that would not be finite in
+            its dtype (checked for every layer before any changes).
     """
     layers = adapted_layers(model)
     for path, layer in layers.items():
@@ -442,6 +447,14 @@ def merge_lora(model: nn.Module) -> None:
                 "merge the adapter into the float model (zoo.load without quantize=)"
             )
     with torch.no_grad():
+        for path, layer in layers.items():  # all checked before any weight changes
+            weight = cast(Tensor, layer.weight)
+            merged = weight + cast(LayerAdapter, layer.lora).weight_delta().to(weight.dtype)
+            if not bool(torch.isfinite(merged).all()):
+                raise ValueError(
+                    f"{path}.weight would hold NaN or infinite values once merged "
+                    f"({weight.dtype}); nothing was merged"
+                )
         for layer in layers.values():
             delta = cast(LayerAdapter, layer.lora).weight_delta()
             weight = cast(Tensor, layer.weight)

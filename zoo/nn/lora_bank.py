@@ -35,6 +35,7 @@ from .lora import (
     part_path,
     refuse_adapted,
 )
+from .lora_check import check_update
 
 __all__ = ["AdapterRows", "LayerBank", "LoRAWeights", "attach_bank"]
 
@@ -178,6 +179,7 @@ def _checked(
             f"adapter {name!r}: {key}.A and .B must be {want_a} and {want_b} for this "
             f"model, got {got}"
         )
+    check_update(f"adapter {name!r}: {key}", a, b, plan.scaling)
     return a, b * plan.scaling
 
 

@@ -8,7 +8,12 @@ import math
 import re
 from typing import Any
 
-__all__ = ["DEFAULT_TARGETS", "LoRA", "PartPlan", "Parts"]
+__all__ = ["DEFAULT_TARGETS", "MAX_ALPHA", "LoRA", "PartPlan", "Parts"]
+
+#: The largest ``alpha`` (and the largest scaling, ``alpha / rank``) an adapter may have: far
+#: beyond any trained one (peft's are 0.5 to a few hundred), and small enough that ``B`` times
+#: it stays finite in float32 for any ``B`` whose update :mod:`zoo.nn.lora_check` passes.
+MAX_ALPHA = 2.0**32
 
 #: The layers a LoRA adapts when it names none: every projection of attention and of the
 #: feed-forward (as QLoRA does), not the head or the embeddings.
@@ -40,7 +45,9 @@ class LoRA:
     def __post_init__(self) -> None:
         if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 1:
             raise ValueError(f"LoRA rank must be a positive integer, got {self.rank!r}")
-        object.__setattr__(self, "alpha", _number("alpha", self.alpha, "positive and finite"))
+        object.__setattr__(
+            self, "alpha", _number("alpha", self.alpha, "positive and finite, at most 2**32")
+        )
         object.__setattr__(self, "dropout", _number("dropout", self.dropout, "in [0, 1)"))
         if self.targets is not None:
             object.__setattr__(self, "targets", _targets(self.targets))
@@ -57,7 +64,7 @@ def _number(name: str, value: Any, rule: str) -> float:
     if ok and rule == "in [0, 1)":
         ok = 0.0 <= value < 1.0
     elif ok:
-        ok = math.isfinite(value) and value > 0
+        ok = math.isfinite(value) and 0 < value <= MAX_ALPHA
     if not ok:
         raise ValueError(f"LoRA {name} must be {rule} (a number), got {value!r}")
     return float(value)
