@@ -1,5 +1,5 @@
 """``zoo.tokenizers`` is a leaf: it stands on a few modules that import nothing of zoo's above
-them (``zoo.errors``, ``zoo._lazy``, ``zoo.options``), never on the registry, the plugin
+them (``zoo.errors``, ``zoo._lazy``, ``zoo.options``, ``zoo.jsonfile``), never on the registry, the plugin
 contract, the Hub client or the checkpoint code. A tokenizer stored by name is made by the
 caller (``load_tokenizer(..., by_name=...)``) and Hub files are fetched by
 :mod:`zoo.hub.tokenizer_files`.
@@ -20,7 +20,7 @@ from pathlib import Path
 ZOO = Path(__file__).parents[1] / "zoo"
 
 #: What zoo.tokenizers may import outside itself: modules that stand on nothing else of zoo's.
-LEAVES = {"zoo.errors", "zoo._lazy", "zoo.options"}
+LEAVES = {"zoo.errors", "zoo._lazy", "zoo.options", "zoo.jsonfile"}
 PACKAGE = "zoo.tokenizers"
 
 

@@ -13,12 +13,12 @@ from the Hub repo ``openai-community/openai-gpt`` and cached, or read from a loc
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers
 from tokenizers.models import BPE
 
+from zoo import jsonfile
 from zoo.hub.tokenizer_files import hub_files
 from zoo.tokenizers.errors import VocabularyFileError
 from zoo.tokenizers.files import read_verified
@@ -43,8 +43,8 @@ _FIX = (
 def _read_vocab(path: Path) -> dict[str, int]:
     data = read_verified(path, sha256=None, what="GPT-1 vocab.json", fix=_FIX)
     try:
-        vocab = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        vocab = jsonfile.loads(data)
+    except ValueError as exc:  # not UTF-8, not JSON, nested too deep
         raise VocabularyFileError(f"{path} is not a JSON vocabulary: {exc}") from None
     if not isinstance(vocab, dict) or not all(isinstance(v, int) for v in vocab.values()):
         raise VocabularyFileError(f"{path} is not a token -> id JSON object")

@@ -15,6 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from zoo import jsonfile
 from zoo.tokenizers.errors import VocabularyFileError
 from zoo.tokenizers.tiktoken_backend import TiktokenTokenizer
 
@@ -99,7 +100,7 @@ def _ranks(tokenizer: TiktokenTokenizer) -> dict[str, int]:
 
 def _read_json(path: Path, where: str) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return jsonfile.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError) as exc:
         raise VocabularyFileError(f"{where} cannot be read: {exc}") from None
 

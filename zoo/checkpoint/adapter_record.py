@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from .. import jsonfile
 from ..errors import CheckpointError
 
 __all__ = ["METADATA_KEY", "BaseRecord"]
@@ -66,7 +67,7 @@ class BaseRecord:
         if text is None:
             return None
         try:
-            values: Any = json.loads(text)
+            values: Any = jsonfile.loads(text)
             if not isinstance(values, dict) or set(values) != {
                 "name",
                 "repo",

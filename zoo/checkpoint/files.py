@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .. import jsonfile
 from ..errors import (
     CheckpointError,
     ChecksumMismatchError,
@@ -169,7 +170,7 @@ def _identity(path: Path) -> tuple[str, dict[str, int]]:
 
 def _read_cache() -> dict[str, dict[str, object]]:
     try:
-        data = json.loads(_cache_file().read_text(encoding="utf-8"))
+        data = jsonfile.loads(_cache_file().read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

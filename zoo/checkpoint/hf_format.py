@@ -104,7 +104,7 @@ class HFConfigFormat:
             family="Qwen2", model_type="qwen2", architecture="Qwen2ForCausalLM",
             config=Qwen2Config, fields=LLAMA_FIELDS, fixed={"hidden_act": "silu"},
         )
-        values = QWEN2.read(json.load(open("config.json")))
+        values = QWEN2.read(zoo.jsonfile.read("config.json"))
     """
 
     family: str

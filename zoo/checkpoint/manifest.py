@@ -25,12 +25,12 @@ to install. A Hugging Face checkpoint's ``config.json`` has a ``model_type`` ins
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .. import jsonfile
 from ..errors import CheckpointError
 from .files import sha256_file
 from .shards import WrittenWeights, check_shard_name, is_index
@@ -191,7 +191,7 @@ def read_config_json(directory: Path) -> dict[str, Any] | None:
             path=path,
         )
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = jsonfile.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:  # undecodable, not JSON, an integer of 5,000 digits
         raise CheckpointError(f"{path} is not valid JSON: {exc}", path=path) from None
     except RecursionError:

@@ -16,11 +16,11 @@ dispatches through):
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from .. import jsonfile
 from ..errors import (
     CheckpointError,
     ConfigError,
@@ -348,7 +348,7 @@ def read_metadata(request: Request) -> Recognised | None:
     if METADATA_KEY not in metadata:
         return None
     try:
-        description = json.loads(metadata[METADATA_KEY])
+        description = jsonfile.loads(metadata[METADATA_KEY])
         arch_name, values = description["architecture"], description["config"]
     except (ValueError, KeyError, TypeError) as exc:
         raise CorruptCheckpointError(

@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import jsonfile
 from ..errors import CheckpointError, UnsafeCheckpointError
 from .files import WEIGHTS_FILE, read_safetensors, write_safetensors
 
@@ -145,7 +146,7 @@ def read_index(path: Path, *, shown: Path | None = None) -> ShardIndex:
             f"{MAX_INDEX_BYTES:,}: this is not one"
         )
     try:
-        data = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_no_duplicates)
+        data = jsonfile.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_no_duplicates)
     except (OSError, ValueError, RecursionError) as exc:
         raise CheckpointError(f"the sharded checkpoint index {where} is not valid: {exc}") from None
     weight_map = data.get("weight_map") if isinstance(data, dict) else None

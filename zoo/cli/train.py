@@ -7,9 +7,10 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from .. import api
+from .. import api, jsonfile
 from ..options import MAX_DISTINCT_BYTES, QUANTIZE_MODES
 from ..train.config import TrainConfig
+from .bounds import check_counts, train_bounds
 from .flags import Derived, add_dataclass_flags, dataclass_values
 from .parser import Command, positive
 
@@ -147,7 +148,9 @@ def _override(text: str) -> tuple[str, Any]:
     if not sep or not key:
         raise ValueError(f"--set takes key=value, got {text!r}")
     try:
-        return key, json.loads(value)
+        return key, jsonfile.loads(value)
+    except jsonfile.JSONError as exc:
+        raise ValueError(f"--set {key}=...: {exc}") from None
     except json.JSONDecodeError:
         return key, value
 
@@ -211,6 +214,7 @@ def _check_train(args: argparse.Namespace) -> None:
     from ..tokenizers.files import read_manifest
     from ..train.files import text_files
 
+    check_counts(args, train_bounds())
     _check_lora(args)
     _check_chat(args)
     if args.tokenizer_max_distinct is not None and args.train_tokenizer is None:

@@ -12,13 +12,13 @@ registry pins as well.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import struct
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import jsonfile
 from ..checkpoint.adapter_record import BaseRecord
 from ..checkpoint.manifest import CONFIG_FILE
 from ..checkpoint.readers import model_folder
@@ -199,8 +199,8 @@ class AdapterFacts:
 
 def _json_object(text: str | bytes, where: str) -> dict[str, Any]:
     try:
-        data = json.loads(text)
-    except (ValueError, UnicodeDecodeError) as exc:
+        data = jsonfile.loads(text)
+    except ValueError as exc:  # not JSON, not UTF-8, nested too deep
         raise CheckpointError(f"{where} is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{where} holds {type(data).__name__}, not a JSON object")

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import json
 import tempfile
 import unittest
 from collections.abc import Callable, Sequence
@@ -36,6 +35,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch import Tensor, nn
+
+from .. import jsonfile
 
 if TYPE_CHECKING:
     from ..nn.base import ZooModel
@@ -177,7 +178,7 @@ def transformers_reference(folder: Path) -> Reference:
         CheckSkipped: transformers is not installed, or has no class of that name.
     """
     transformers = _transformers()
-    config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
+    config = jsonfile.read(Path(folder) / "config.json")
     names = config.get("architectures") or []
     if not names:
         raise CheckSkipped(f"{folder}/config.json names no architecture class")

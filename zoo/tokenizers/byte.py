@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import jsonfile
 from .base import Tokenizer
 from .chat_files import chat_from_manifest, chat_manifest
 from .chunking import CUT_ANYWHERE, pieces
@@ -154,7 +155,7 @@ class ByteTokenizer(Tokenizer):
     def from_manifest(cls, directory: Path, manifest: Mapping[str, Any]) -> ByteTokenizer:
         """Rebuild from a directory written by :meth:`save` (manifest already verified)."""
         try:
-            kept = json.loads((directory / CHAT_FILE).read_text(encoding="utf-8"))
+            kept = jsonfile.loads((directory / CHAT_FILE).read_text(encoding="utf-8"))
         except (OSError, ValueError, RecursionError) as exc:
             raise VocabularyFileError(f"cannot read {directory / CHAT_FILE}: {exc}") from None
         if not isinstance(kept, dict) or kept.get("chat_template") is None:

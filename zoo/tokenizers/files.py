@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from .. import jsonfile
 from .errors import VocabularyFileError
 
 __all__ = [
@@ -81,7 +82,7 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
             "tokenizer.save(directory), or pass the directory that holds it."
         )
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest = jsonfile.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError) as exc:  # incl. a 5,000-digit integer
         raise VocabularyFileError(f"cannot read {path}: {exc}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:

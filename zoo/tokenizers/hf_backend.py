@@ -4,13 +4,13 @@ BPE...): the algorithm, normalisation and pre-tokenisation all run in that libra
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 import tokenizers
 
+from .. import jsonfile
 from .base import Tokenizer
 from .chat_files import chat_from_manifest, chat_manifest
 from .chunking import CUT_WORDS, pieces
@@ -38,7 +38,7 @@ def _cut_config(tokenizer: tokenizers.Tokenizer) -> dict[str, Any]:
     vocabulary."""
 
     def state(part: Any) -> Any:
-        return None if part is None else json.loads(part.__getstate__())
+        return None if part is None else jsonfile.loads(part.__getstate__())
 
     added = [
         {

@@ -16,11 +16,11 @@ Only JSON and text are read; nothing is imported or unpickled.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import jsonfile
 from .base import ROLES, Tokenizer
 from .errors import VocabularyFileError
 
@@ -59,7 +59,7 @@ def _read_json(path: Path, *, required: bool = False) -> dict[str, Any]:
     try:
         if path.stat().st_size > _MAX_JSON_BYTES:
             raise VocabularyFileError(f"{path} is larger than {_MAX_JSON_BYTES >> 20} MiB")
-        value = json.loads(path.read_text(encoding="utf-8"))
+        value = jsonfile.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError) as exc:
         raise VocabularyFileError(f"cannot read {path}: {exc}") from None
     if not isinstance(value, dict):
@@ -148,7 +148,7 @@ def _wrap(
         return found[0] if found else None
 
     state = library.post_processor
-    processor = json.loads(state.__getstate__()) if state is not None else {}
+    processor = jsonfile.loads(state.__getstate__()) if state is not None else {}
     parts = processor.get("processors") if processor.get("type") == "Sequence" else [processor]
     for part in parts or []:
         kind = part.get("type")

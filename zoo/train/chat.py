@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import array
 import dataclasses
-import json
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -37,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from .. import jsonfile
 from .chat_lines import MAX_MESSAGES, ROLES, Conversation, conversation, surrogate_escape
 from .data import IGNORE, Batch
 from .files import DataError
@@ -109,7 +109,7 @@ def _line(raw: bytes) -> tuple[Any, bool] | None:
     if not line.strip():
         return None
     try:
-        record = json.loads(line)
+        record = jsonfile.loads(line)
     except (ValueError, RecursionError) as exc:
         raise ValueError(f"not JSON ({exc})") from None
     return record, surrogate_escape.search(line) is not None

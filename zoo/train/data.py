@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .. import jsonfile
 from ..options import MAX_DISTINCT_BYTES
 from .files import DataError, text_files
 
@@ -113,7 +114,7 @@ def _valid(path: Path, key: str, dtype: np.dtype, vocab_size: int) -> bool:
     """Whether ``path`` is the complete token file its record describes, every id in the
     vocabulary."""
     try:
-        meta = json.loads(_meta_path(path).read_text())
+        meta = jsonfile.loads(_meta_path(path).read_text())
         if meta.get("key") != key or meta.get("dtype") != dtype.name:
             return False
         if path.stat().st_size != int(meta["tokens"]) * dtype.itemsize:

@@ -13,6 +13,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
+from .. import jsonfile
+
 __all__ = [
     "RUN_RECORD",
     "MetricsLog",
@@ -179,7 +181,7 @@ def read_run_record(out: Path) -> dict[str, Any]:
     try:
         if path.stat().st_size > _MAX_RECORD_BYTES:
             return {"unreadable": f"{path} is over {_MAX_RECORD_BYTES} bytes"}
-        record = json.loads(path.read_text(encoding="utf-8"))
+        record = jsonfile.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:
@@ -202,7 +204,7 @@ class _Losses:
 
     def add(self, line: str) -> None:
         try:
-            record = json.loads(line)
+            record = jsonfile.loads(line)
             step = record["step"]
         except (ValueError, TypeError, KeyError):
             self.damaged += 1
@@ -242,8 +244,7 @@ def _planned_steps(out: Path, record: dict[str, Any]) -> int | None:
     if isinstance(steps, int):
         return steps
     try:  # a run from before run.json: its checkpoint's settings
-        with open(out / "checkpoint" / "trainer.json", encoding="utf-8") as f:
-            config = json.load(f).get("config", {})
+        config = jsonfile.read(out / "checkpoint" / "trainer.json").get("config", {})
     except (OSError, ValueError, AttributeError):
         return None
     steps = config.get("steps") if isinstance(config, dict) else None

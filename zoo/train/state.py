@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from .. import jsonfile
 from ..checkpoint import load_local, save
 from ..checkpoint.commit import atomic_directory
 from ..checkpoint.state import all_finite
@@ -247,7 +248,7 @@ def _is_number(value: Any) -> bool:
 def _read_meta(folder: Path, config: TrainConfig) -> dict[str, Any]:
     path = folder / _STATE
     try:
-        meta = json.loads(path.read_text(encoding="utf-8"), parse_constant=_refuse_constant)
+        meta = jsonfile.loads(path.read_text(encoding="utf-8"), parse_constant=_refuse_constant)
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise ResumeError(f"{path} is not valid JSON ({exc}); {_HOW}") from None
     if not isinstance(meta, dict):
