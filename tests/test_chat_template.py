@@ -666,7 +666,7 @@ HOSTILE_SIZED = {
     "markup-join": ("{{ ('x'|safe).join(['<' * 5000000])|length }}", "join() would build"),
     "markup-replace": (
         "{{ ('x'|safe).replace('x', '<' * 5000000)|length }}",
-        "replace() would build",
+        "replace() would escape an argument of",
     ),
 }
 
@@ -812,7 +812,8 @@ ORDINARY = (
     "{{ ['a\n\x00\u00e9\u200d', 'x'.encode()] }} {{ '%r|%a' % ('\x00\u00e9', '\u00e9') }} "
     "{{ '{!r}{!a}'.format('\n', '\U0001f600') }} {{ ['\U0001f600']|tojson(ensure_ascii=true) }} "
     "{{ ('<'|safe) + '<' }} {{ ('%s'|safe) % '<' }} {{ ('-'|safe).join(['<', 'a']) }} "
-    "{{ ('a'|safe).replace('a', '<') }} {{ [1] * 3 + [2] }}",
+    "{{ ('a'|safe).replace('a', '<') }} {{ [1] * 3 + [2] }} {{ ('<<'|safe).split('<') }} "
+    "{{ ('a&lt;b'|safe).replace('<', '>') }} {{ ('a'|safe).partition('<') }}",
 )
 
 

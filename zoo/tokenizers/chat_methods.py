@@ -80,6 +80,22 @@ def _arg_size(owner: Any, value: Any) -> int:
     return len(value) if isinstance(value, (str, bytes, bytearray)) else text_size(value)
 
 
+def _like(s: Any, value: Any) -> bool:
+    """Whether ``value`` is an argument of the kind ``s``'s methods take (a string for a
+    string, bytes for bytes)."""
+    if isinstance(s, str):
+        return isinstance(value, str)
+    return isinstance(value, (bytes, bytearray))
+
+
+def _occurrences(s: Any, part: Any) -> int:
+    """How many times ``s`` holds ``part``, or its escaped form for a ``Markup`` (which
+    escapes some methods' arguments, by version): the more of the two."""
+    if isinstance(s, markupsafe.Markup):
+        return max(s.count(part), s.count(markupsafe.escape(part)))
+    return int(s.count(part))
+
+
 def _counted(data: Any, code: Callable[[Any, bool], Sized], growth: int) -> int | None:
     """The length of what ``code`` writes for ``data``, given a chunk at a time (with
     ``final`` on the last, empty, one), each chunk small enough that its output is at most
@@ -139,9 +155,9 @@ def _expandtabs(s: Any, tabsize: Any = 8, *_: Any, **__: Any) -> None:
 
 
 def _replace(s: Any, old: Any = "", new: Any = "", count: Any = -1, *_: Any, **__: Any) -> None:
-    if not isinstance(old, (str, bytes, bytearray)) or not isinstance(new, (str, bytes)):
+    if not _like(s, old) or not _like(s, new):
         return  # the method raises its own TypeError
-    times = s.count(old) if old else len(s) + 1
+    times = _occurrences(s, old) if old else len(s) + 1
     if is_int(count) and count >= 0:
         times = min(times, count)
     _build("replace", len(s) + times * max(0, _arg_size(s, new) - len(old)))
@@ -174,8 +190,8 @@ def _translate(s: Any, table: Any = None, *_: Any, **__: Any) -> None:
 
 def _split(s: Any, sep: Any = None, maxsplit: Any = -1, *_: Any, **__: Any) -> None:
     pieces = len(s) // 2 + 2 if sep is None else len(s) + 1
-    if isinstance(sep, (str, bytes)) and sep:
-        pieces = s.count(sep) + 1
+    if _like(s, sep) and sep:
+        pieces = _occurrences(s, sep) + 1
     if is_int(maxsplit) and maxsplit >= 0:
         pieces = min(pieces, maxsplit + 1)
     _pieces("split", s, pieces)
@@ -375,6 +391,9 @@ def check_call(obj: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     if table is not None:  # a method of a value (or a class method, bound to its type)
         if name not in table:
             _refuse(owner, name)
+        if isinstance(owner, markupsafe.Markup) and name != "join":  # it escapes arguments
+            for value in (*args, *kwargs.values()):
+                check_text(escaped_size(value), f"{name}() would escape an argument of")
         sizer = table[name]
         if sizer is not None:
             sizer(owner, *args, **kwargs)
