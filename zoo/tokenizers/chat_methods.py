@@ -327,14 +327,14 @@ def _from_bytes(cls: Any, data: Any = b"", *_: Any, **__: Any) -> None:
 def _fromkeys(cls: Any, keys: Any = (), value: Any = None, *_: Any, **__: Any) -> None:
     if isinstance(keys, Sized):
         check_items(len(keys), "fromkeys() would build a dict of")
-        text = len(keys) * (text_size(value) + 4) + (0 if isinstance(keys, range) else
-                                                      text_size(keys))  # fmt: skip
+        written = 8 * len(keys) if isinstance(keys, range) else text_size(keys)
+        text = written + len(keys) * (text_size(value) + 8)  # "key: value, "
         check_text(text, "fromkeys() would build a dict whose text is")
 
 
 def _union(s: Any, *others: Any, **__: Any) -> None:
-    check_items(len(s) + sum(len(o) for o in others if isinstance(o, Sized)),
-                "a set operation would build a set of")  # fmt: skip
+    items = len(s) + sum(len(other) for other in others if isinstance(other, Sized))
+    check_items(items, "a set operation would build a set of")
 
 
 _Table = dict[str, Callable[..., None] | None]

@@ -57,7 +57,9 @@ def _spec_number(digits: str) -> int:
 
 def _field_size(value: Any, kind: str) -> int:
     """Characters one ``%`` or ``format`` field writes for ``value``, width aside."""
-    if isinstance(value, (int, float)) or kind not in "sra":
+    if isinstance(value, int):  # in binary, grouped by 4 (``{:_b}``), at most
+        return 2 * value.bit_length() + _NUMBER_SIZE
+    if isinstance(value, float) or kind not in "sra":
         return 2 * text_size(value) + _NUMBER_SIZE
     if kind == "s":
         return text_size(value) + _NUMBER_SIZE
