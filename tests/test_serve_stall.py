@@ -213,3 +213,26 @@ def test_renderings_run_in_a_bounded_pool(watched):
         watch.hold.clear()
         assert [c.result(timeout=120)[0] for c in chats] == [200] * clients
     assert watch.most_at_once == PREPARE_THREADS
+
+
+def test_bodies_that_cannot_be_read_are_400s_naming_the_fault(watched):
+    server, watch = watched
+    messages = [{"role": "user", "content": "hi"}] * 600
+    messages[300] = {"role": 5, "content": "hi"}  # in the second batch validated
+    status, body = server.chat(messages)
+    assert status == 400 and body["error"]["param"] == "messages.300.role", body
+    for raw, content_type, says in [
+        (b"[" * 100_000, "application/json", "nested too deeply"),
+        (b'{"model": ', "application/json", "not valid JSON"),
+        (b'{"model": "tiny-chat"}', "text/plain", "must be JSON"),
+        (b"", "application/json", "empty"),
+    ]:
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+        try:
+            connection.request("POST", "/v1/chat/completions", raw, {"Content-Type": content_type})
+            response = connection.getresponse()
+            status, body = response.status, json.loads(response.read())
+        finally:
+            connection.close()
+        assert status == 400 and says in body["error"]["message"], (says, body)
+    assert watch.renders == 0
