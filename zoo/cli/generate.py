@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from .. import api
 from ..options import GENERATION_DEFAULTS
+from .bounds import check_counts, generation_bounds
 from .parser import Command, check_utf8
 from .source import add_model_loading, check_model, given_tokenizer, load_for_generation
 
@@ -54,6 +55,7 @@ def generation_config(args: argparse.Namespace, stop: tuple[str, ...] = ()) -> G
     from ..generation import GenerationConfig
     from ..settings import Settings
 
+    check_counts(args, generation_bounds())
     setting = Settings.from_env().decode_threads  # None: choose, 0: torch's count
     return GenerationConfig(
         max_new_tokens=args.max_new_tokens,

@@ -355,6 +355,12 @@ def _tour_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _check_tour(args: argparse.Namespace) -> None:
+    from .bounds import check_finite
+
+    check_finite(args.max_mib, "--max-mib")
+
+
 def _check_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("names", nargs="+", metavar="NAME", help="named models to check")
     p.add_argument(
@@ -368,6 +374,6 @@ COMMANDS = {
     "list": Command(cmd_list, _list_arguments),
     "info": Command(cmd_info, _info_arguments),
     "plugins": Command(cmd_plugins),
-    "tour": Command(cmd_tour, _tour_arguments),
+    "tour": Command(cmd_tour, _tour_arguments, _check_tour),
     "check": Command(cmd_check, _check_arguments, _check_names),
 }

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ZooError
+from .bounds import check_counts, check_seed_flag, serve_bounds
 from .parser import Command, non_negative, non_negative_float, positive, seconds
 from .source import add_model_loading, check_model, given_tokenizer, load_for_generation
 
@@ -159,6 +160,8 @@ def adapter_spec(text: str) -> tuple[str, str]:
 def _check_serve(args: argparse.Namespace) -> None:
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be from 0 to 65535 (0 picks a free port), got {args.port}")
+    check_counts(args, serve_bounds())
+    check_seed_flag(args.seed)
     check_model(args)
     if args.compile and args.adapter:
         raise ValueError(

@@ -20,8 +20,22 @@ _FLOATS = ("lr", "min_lr", "weight_decay", "clip", "val_fraction", "time_budget"
 _COUNTS = (
     "steps", "batch_size", "grad_accum", "warmup", "eval_every", "eval_batches", "checkpoint_every"
 )  # fmt: skip
-#: The largest count a run takes: torch's int64 (a batch is a tensor size, a step a tensor).
-MAX_COUNT = 2**63 - 1
+#: Bounds on what a count controls (issue 41: ``--eval-batches 4611686018427387904`` was
+#: taken, and the run never ended): a billion optimizer steps (the longest published runs
+#: take about a million; warm-up, evaluation and checkpoint intervals are steps too), a
+#: million sequences a step, and 10,000 batches an evaluation (held-out batches are drawn
+#: again and again from the same windows; each costs a forward pass as long as a step's).
+MAX_STEPS = 10**9
+MAX_BATCH = 2**20
+MAX_EVAL_BATCHES = 10_000
+_BOUNDS = {
+    "steps": (MAX_STEPS, "a billion optimizer steps"),
+    "warmup": (MAX_STEPS, "the run's steps are at most a billion"),
+    "eval_every": (MAX_STEPS, "the run's steps are at most a billion"),
+    "checkpoint_every": (MAX_STEPS, "the run's steps are at most a billion"),
+    "batch_size": (MAX_BATCH, "a million sequences a step; memory bounds each micro-step"),
+    "eval_batches": (MAX_EVAL_BATCHES, "each is a forward pass as long as a step's"),
+}
 _MAY_CHANGE_ON_RESUME = frozenset(
     {"eval_every", "eval_batches", "checkpoint_every", "time_budget", "loss_target"}
 )
@@ -32,9 +46,10 @@ class TrainConfig:
     """Hyper-parameters of :func:`zoo.train.train` (nanoGPT's names where they exist).
 
     Args:
-        steps: optimizer steps to run (the schedule's length).
+        steps: optimizer steps to run (the schedule's length; at most a billion, as are
+            the warm-up and the evaluation and checkpoint intervals).
         batch_size: sequences per optimizer step, across every process and accumulation
-            step, each of the model's context_length tokens.
+            step, each of the model's context_length tokens (at most 2**20).
         grad_accum: micro-batches per optimizer step (``batch_size`` must divide by
             ``grad_accum`` times the number of processes).
         lr: peak learning rate.
@@ -45,7 +60,8 @@ class TrainConfig:
         betas: AdamW betas.
         clip: gradient-norm clipping (0: none).
         eval_every: steps between evaluations on the held-out split (0: only at the end).
-        eval_batches: batches per evaluation, the same held-out ones each time.
+        eval_batches: batches per evaluation, the same held-out ones each time (at most
+            10,000).
         checkpoint_every: steps between resumable checkpoints (0: only at the end and on a
             signal; ``None``: at every evaluation, every ``eval_every`` steps).
         seed: makes the run repeatable (initialisation, data order, dropout): an integer
@@ -98,14 +114,21 @@ class TrainConfig:
             )
         if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
             raise ConfigError(f"TrainConfig.betas must be two numbers in [0, 1), got {self.betas}")
+        self._check_bounds()
+        check_seed(self.seed)  # the range zoo generate takes: the one a torch.Generator takes
+
+    def _check_bounds(self) -> None:
+        """Each count within what it controls (:data:`MAX_STEPS`, :data:`MAX_BATCH`,
+        :data:`MAX_EVAL_BATCHES`; ``grad_accum`` at most ``batch_size``, which it divides)."""
+        bounds = {**_BOUNDS, "grad_accum": (self.batch_size, "it divides --batch-size")}
         for name in _COUNTS:
             value = getattr(self, name)
-            if value is not None and value > MAX_COUNT:
+            high, why = bounds[name]
+            if value is not None and value > high:
                 raise ConfigError(
-                    f"TrainConfig.{name} must be at most 2**63 - 1 ({MAX_COUNT}), got "
-                    f"{short_int(value)}"
+                    f"TrainConfig.{name} (--{name.replace('_', '-')}) must be at most "
+                    f"{high:,} ({why}), got {short_int(value)}"
                 )
-        check_seed(self.seed)  # the range zoo generate takes: the one a torch.Generator takes
 
     def _check_counts(self) -> None:
         """Counts at least 1, intervals at least 0 (what 0 means said)."""

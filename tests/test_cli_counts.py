@@ -1,0 +1,114 @@
+"""Every count a user types is bounded by what it controls (issue 41, item 8: ``zoo train
+--eval-batches 4611686018427387904`` was taken, and the run never ended, deaf to SIGTERM):
+each flag at 2**62 is refused in one line, exit 2, before torch is imported, naming the flag
+and its bound; each bound itself is taken."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from zoo.cli.bounds import MAX_LORA_RANK, MAX_QUEUE, MAX_SLOTS
+from zoo.config import MAX_TOKENS
+from zoo.errors import ConfigError
+from zoo.train.config import MAX_BATCH, MAX_EVAL_BATCHES, MAX_STEPS, TrainConfig
+
+BIG = str(2**62)
+NEW = ["train", "gpt2-124m", "--data", "DATA", "--out", "o"]
+TRAIN = ["train", "shakespeare-byte", "--data", "DATA", "--out", "o"]
+SERVE = ["serve", "shakespeare-byte"]
+#: (argv, what the error says).
+CASES = [
+    ([*TRAIN, "--eval-batches", BIG], "--eval-batches) must be at most 10,000"),
+    ([*TRAIN, "--steps", BIG], "--steps) must be at most 1,000,000,000"),
+    ([*TRAIN, "--batch-size", BIG], "--batch-size) must be at most 1,048,576"),
+    ([*TRAIN, "--batch-size", "8", "--grad-accum", "16"], "--grad-accum) must be at most 8"),
+    ([*TRAIN, "--warmup", BIG], "--warmup) must be at most 1,000,000,000"),
+    ([*TRAIN, "--eval-every", BIG], "--eval-every) must be at most"),
+    ([*TRAIN, "--checkpoint-every", BIG], "--checkpoint-every) must be at most"),
+    ([*TRAIN, "--lora", BIG], "--lora must be at most 65,536"),
+    ([*NEW, "--train-tokenizer", BIG], "--train-tokenizer must be at most 16,777,216"),
+    (
+        [*NEW, "--train-tokenizer", "300", "--tokenizer-max-distinct", BIG],
+        "--tokenizer-max-distinct must be at most",
+    ),
+    (["generate", "shakespeare-byte", "hi", "--max-new-tokens", BIG], "--max-new-tokens must"),
+    (["generate", "shakespeare-byte", "hi", "--top-k", BIG], "--top-k must be at most"),
+    (["chat", "shakespeare-byte", "--max-new-tokens", BIG], "--max-new-tokens must be at most"),
+    ([*SERVE, "--max-batch", BIG], "--max-batch must be at most 65,536"),
+    ([*SERVE, "--max-queue", BIG], "--max-queue must be at most 1,048,576"),
+    ([*SERVE, "--max-model-len", BIG], "--max-model-len must be at most 16,777,216"),
+    ([*SERVE, "--prefill-chunk", BIG], "--prefill-chunk must be at most 16,777,216"),
+    ([*SERVE, "--prefix-cache-mb", BIG], "--prefix-cache-mb must be at most"),
+    ([*SERVE, "--max-body-bytes", BIG], "--max-body-bytes must be at most 1,073,741,824"),
+    ([*SERVE, "--random", "--seed", str(2**70)], "--seed: seed must be an integer from 0"),
+    (["tour", "--max-mib", "nan"], "--max-mib must be a finite number, 0 or more, got nan"),
+    (["tour", "--max-mib", "inf"], "--max-mib must be a finite number"),
+]
+
+#: Runs each case's checks through ``zoo.cli.main`` in one process (each command's own run
+#: replaced by ``exit 0``: a count that is not refused is reported, not run), and records its
+#: exit code, its stderr and whether torch had been imported by then.
+PROBE = r"""
+import contextlib, dataclasses, io, json, sys
+import zoo.cli
+from zoo.cli import main
+for name, command in zoo.cli.COMMANDS.items():
+    zoo.cli.COMMANDS[name] = dataclasses.replace(command, run=lambda args: 0)
+results = []
+for argv in json.loads(sys.argv[1]):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exc:
+            code = exc.code
+    results.append([code, err.getvalue(), "torch" in sys.modules])
+print(json.dumps(results))
+"""
+
+
+def test_every_count_is_bounded_before_torch_is_imported(tmp_path: Path) -> None:
+    (tmp_path / "data.txt").write_text("some text to train on\n" * 10)
+    argvs = [[("data.txt" if a == "DATA" else a) for a in argv] for argv, _ in CASES]
+    run = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(argvs)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")},
+    )
+    assert run.returncode == 0, run.stderr
+    results = json.loads(run.stdout)
+    for (argv, expected), (code, err, torch_imported) in zip(CASES, results, strict=True):
+        assert code == 2 and expected in err, f"zoo {' '.join(argv)}: exit {code}: {err}"
+        assert err.count("\n") == 1, f"zoo {' '.join(argv)}: not one line: {err}"
+        assert not torch_imported, f"zoo {' '.join(argv)} imported torch before its error"
+    assert not (tmp_path / "o").exists()
+
+
+def test_each_bound_itself_is_taken() -> None:
+    TrainConfig(
+        steps=MAX_STEPS, warmup=MAX_STEPS, eval_every=MAX_STEPS, checkpoint_every=MAX_STEPS,
+        batch_size=MAX_BATCH, grad_accum=MAX_BATCH, eval_batches=MAX_EVAL_BATCHES,
+    )  # fmt: skip
+    for name, high in (("eval_batches", MAX_EVAL_BATCHES), ("batch_size", MAX_BATCH)):
+        with pytest.raises(ConfigError, match="must be at most"):
+            TrainConfig(**{name: high + 1})
+    import argparse
+
+    from zoo.cli.bounds import check_counts, generation_bounds, serve_bounds, train_bounds
+
+    at_bounds = argparse.Namespace(
+        max_new_tokens=MAX_TOKENS, top_k=MAX_TOKENS, lora=MAX_LORA_RANK, max_batch=MAX_SLOTS,
+        max_queue=MAX_QUEUE, max_model_len=MAX_TOKENS, prefill_chunk=MAX_TOKENS,
+        train_tokenizer=MAX_TOKENS, tokenizer_max_distinct=1, prefix_cache_mb=1,
+        max_body_bytes=2**30,
+    )  # fmt: skip
+    check_counts(at_bounds, [*generation_bounds(), *train_bounds(), *serve_bounds()])
