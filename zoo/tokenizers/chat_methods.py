@@ -99,11 +99,16 @@ def _occurrences(s: Any, part: Any) -> int:
 def _counted(data: Any, code: Callable[[Any, bool], Sized], growth: int) -> int | None:
     """The length of what ``code`` writes for ``data``, given a chunk at a time (with
     ``final`` on the last, empty, one), each chunk small enough that its output is at most
-    :data:`_CHUNK` long at ``growth`` per character; ``None`` when ``data`` cannot be
-    coded (the call then raises its own error)."""
+    :data:`_CHUNK` long at ``growth`` per character, or as much of it as goes past
+    :data:`~.chat_limits.MAX_SIZE`; ``None`` when ``data`` cannot be coded (the call then
+    raises its own error)."""
     step = max(1, _CHUNK // max(1, growth))
+    total = 0
     try:
-        total = sum(len(code(data[i : i + step], False)) for i in range(0, len(data), step))
+        for start in range(0, len(data), step):
+            total += len(code(data[start : start + step], False))
+            if total > limits.MAX_SIZE:
+                return total  # enough to refuse it
         return total + len(code(data[:0], True))
     except (UnicodeError, LookupError, TypeError, ValueError):
         return None
