@@ -8,8 +8,8 @@
 * :meth:`LocalHub.drop_connection`, :meth:`LocalHub.corrupt_file`: downloads of a file cut at a
   byte, or served with a byte flipped;
 * hostile answers (``download_headers``, ``info_override``, ``info_status``, ``trickle``,
-  ``throttle`` with ``retry_after``, ``api_trickle``, ``unsized``, ``endless``), described on the
-  class.
+  ``throttle`` with ``retry_after``, ``api_trickle``, ``unsized``, ``endless``,
+  ``redirect_loop``, ``api_body``), described on the class.
 """
 
 from __future__ import annotations
@@ -47,6 +47,8 @@ class _HostileHandler(Handler):
     def _before_route(self) -> None:
         if self.hub.outage_status is not None:
             raise HubError(self.hub.outage_status, "The Hub is unavailable (simulated outage)")
+        if self.hub.redirect_loop is not None and self.hub.redirect_loop in self.path:
+            raise HubError(302, "Found", headers={"Location": self.path})
 
     def _adjust_info(self, info: dict[str, Any], blobs: bool) -> dict[str, Any]:
         if blobs and self.hub.info_status is not None:
@@ -88,6 +90,9 @@ class _HostileHandler(Handler):
         headers: Any = None,
         content_type: str = "application/json",
     ) -> None:
+        if self.hub.api_body is not None:
+            self._drip(status, self.hub.api_body, content_type, headers or {})
+            return
         if self.hub.api_trickle is None:
             super()._send_json(status, payload, headers, content_type)
             return
@@ -97,10 +102,14 @@ class _HostileHandler(Handler):
 
     def _drip(self, status: int, body: bytes, content_type: str, headers: Any) -> None:
         """Send a whole JSON answer, status line and headers included, one byte at a time,
-        ``hub.api_trickle`` seconds apart, until the client leaves."""
+        ``hub.api_trickle`` seconds apart, until the client leaves (at once without it)."""
         head = f"HTTP/1.0 {status} OK\r\nContent-Type: {content_type}\r\n"
         head += f"Content-Length: {len(body)}\r\n"
         head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
+        if self.hub.api_trickle is None:
+            self.wfile.write(head.encode() + body)
+            self.close_connection = True
+            return
         try:
             for byte in head.encode() + body:
                 time.sleep(self.hub.api_trickle or 0)
@@ -174,7 +183,9 @@ class LocalHub(_WellBehavedHub):
         #: their end marked only by closing the connection; ``endless``: files sent as a chunked
         #: body with no ``Content-Length`` (``X-Linked-Size`` and the ETag stay true) that goes
         #: on with zero bytes after the file's own and never ends (``endless_sent`` counts
-        #: those bytes).
+        #: those bytes); ``redirect_loop``: requests whose path holds this text are answered
+        #: ``302`` to themselves, forever; ``api_body``: the bytes every JSON API answer sends
+        #: in place of its JSON.
         self.download_headers: dict[str, dict[str, str]] = {}
         self.info_override: dict[str, Any] = {}
         self.info_status: int | None = None
@@ -185,6 +196,8 @@ class LocalHub(_WellBehavedHub):
         self.unsized: set[str] = set()
         self.endless: set[str] = set()
         self.endless_sent = 0
+        self.redirect_loop: str | None = None
+        self.api_body: bytes | None = None
         self._faults: dict[tuple[str, str, str], _Fault] = {}
 
     def drop_connection(
@@ -234,6 +247,8 @@ class LocalHub(_WellBehavedHub):
         self.unsized.clear()
         self.endless.clear()
         self.endless_sent = 0
+        self.redirect_loop = None
+        self.api_body = None
 
     def _add_fault(self, repo_type: str, repo_id: str, path: str, fault: _Fault) -> None:
         with self._lock:

@@ -184,3 +184,48 @@ def test_max_bytes_setting(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("ZOO_HUB_MAX_BYTES", "-1")
     with pytest.raises(zoo.ConfigError, match="ZOO_HUB_MAX_BYTES"):
         Limits.from_env()
+
+
+# -- issue 41 item 8: no traceback from a malformed Hub answer ----------------------------------
+@pytest.mark.parametrize("where", ["/api/", "/resolve/"])
+def test_a_redirect_loop_is_a_hub_error(local_hub: LocalHub, where: str):
+    """A Hub redirecting to itself was an httpx TooManyRedirects traceback (the API calls and
+    the downloads alike)."""
+    zoo.push(small(), "org/m")
+    local_hub.redirect_loop = where
+    with pytest.raises(zoo.HubError, match=r"org/m.*redirect.*HF_ENDPOINT"):
+        zoo.load("hf:org/m")
+
+
+def test_a_redirect_loop_for_tokenizer_files_is_a_clear_error(local_hub: LocalHub):
+    local_hub.redirect_loop = "/"
+    with pytest.raises(zoo.ZooError, match="redirect"):
+        zoo.tokenizer("gpt1")
+
+
+def test_a_deeply_nested_api_answer_is_a_hub_error(local_hub: LocalHub):
+    """An API answer nested 100k deep was a RecursionError from inside huggingface_hub."""
+    zoo.push(small(), "org/m")
+    local_hub.api_body = b'{"sha": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    with pytest.raises(zoo.HubError, match=r"org/m.*could not be read"):
+        zoo.load("hf:org/m")
+
+
+def test_the_cli_names_a_redirect_loop(local_hub: LocalHub, tmp_path: Path):
+    """``zoo pull`` against a looping Hub: exit 2, the message, no traceback."""
+    zoo.push(small(), "org/m")
+    local_hub.redirect_loop = "/api/"
+    env = {
+        **os.environ,
+        **hub_client_env(local_hub.endpoint, HUB_TOKEN, tmp_path / "hf_home"),
+        "ZOO_CACHE_DIR": str(tmp_path / "zoo-cache"),
+    }
+    run = subprocess.run(
+        [sys.executable, "-m", "zoo.cli", "pull", "org/m"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert run.returncode == 2, run.stderr[-3000:]
+    assert "Traceback" not in run.stderr and "redirect" in run.stderr

@@ -20,7 +20,14 @@ from ..errors import (
     HubUnavailableError,
 )
 
-__all__ = ["endpoint", "hub_errors", "is_offline", "transport_errors", "unreachable"]
+__all__ = [
+    "endpoint",
+    "hub_errors",
+    "is_offline",
+    "redirect_loop",
+    "transport_errors",
+    "unreachable",
+]
 
 
 def endpoint() -> str:
@@ -44,12 +51,28 @@ def _cache() -> str:
 
 
 def transport_errors() -> tuple[type[BaseException], ...]:
-    """The HTTP library's connection-level errors (``httpx2`` or ``httpx``, by version)."""
+    """The HTTP library's errors of a request that got no usable answer (``httpx2`` or
+    ``httpx``, by version): a connection that failed, and a redirect loop
+    (``TooManyRedirects``) or an undecodable body, which are ``RequestError`` s too."""
     errors: list[type[BaseException]] = [ConnectionError, TimeoutError]
     for module in ("httpx2", "httpx"):
         with contextlib.suppress(ImportError):
-            errors.append(__import__(module).TransportError)
+            errors.append(__import__(module).RequestError)
     return tuple(errors)
+
+
+def redirect_loop(exc: BaseException) -> str | None:
+    """What a redirect loop (``TooManyRedirects``) was, with its last URL; ``None`` for any
+    other error."""
+    if type(exc).__name__ != "TooManyRedirects":
+        return None
+    try:
+        url = str(exc.request.url)  # type: ignore[attr-defined]
+    except (AttributeError, RuntimeError):
+        url = "its URL"
+    return (
+        f"redirected the request in a loop (more redirects than allowed, the last to {url[:200]})"
+    )
 
 
 def _first_line(exc: BaseException) -> str:
@@ -119,12 +142,20 @@ def hub_errors(what: str, *, pull: str | None = None, push: bool = False) -> Ite
     the repo (``"hf:openai-community/gpt2@main"``) at the start of every message, ``pull``
     what ``zoo pull`` takes to fetch it (for the offline hint). ``push``: the block uploads,
     and the messages say what that means for the repo and how to retry (not the cache)."""
+    import json
+
     from huggingface_hub import errors as hf
 
     try:
         yield
     except HubError:
         raise
+    except (RecursionError, json.JSONDecodeError) as exc:  # inside huggingface_hub's parsing
+        raise HubError(
+            f"{what}: the Hub at {endpoint()} sent an answer that could not be read ("
+            f"{'nested too deeply' if isinstance(exc, RecursionError) else _first_line(exc)}); "
+            "nothing was downloaded. Check HF_ENDPOINT: it should be a Hugging Face Hub."
+        ) from None
     except (hf.OfflineModeIsEnabled, hf.LocalEntryNotFoundError, hf.RevisionResolutionError) as e:
         if push:
             raise HubUnavailableError(
@@ -187,8 +218,16 @@ def _http_error(what: str, exc: BaseException, status: int | None, *, push: bool
 
 
 def _connection_failed(what: str, exc: BaseException, *, push: bool) -> HubUnavailableError:
-    """The error for a connection to the Hub that failed (during a push: what that means for
-    the repo)."""
+    """The error for a connection to the Hub that failed or a redirect loop (during a push:
+    what that means for the repo)."""
+    loop = redirect_loop(exc)
+    if loop is not None:
+        return HubUnavailableError(
+            f"{what}: the Hub at {endpoint()} {loop}. "
+            + (PUSH_RETRY + " " if push else "Nothing was downloaded. ")
+            + "The endpoint (HF_ENDPOINT) or a proxy in between is misconfigured: check them, "
+            "or try again later."
+        )
     if push:
         return HubUnavailableError(
             f"{what}: the connection to the Hub at {endpoint()} failed during the push "
@@ -196,5 +235,6 @@ def _connection_failed(what: str, exc: BaseException, *, push: bool) -> HubUnava
         )
     return HubUnavailableError(
         f"{what}: the connection to the Hub at {endpoint()} failed ({_why(exc)}). Nothing "
-        "incomplete was kept or loaded; try again (downloads resume where they stopped)."
+        "incomplete was kept or loaded; try again (a cut connection resumes within a pull; "
+        "a new pull starts a file over)."
     )

@@ -19,7 +19,7 @@ from ..tokenizers.base import Tokenizer
 from ..tokenizers.errors import TokenizerUnavailableError
 from ..tokenizers.pretrained import TOKENIZER_CONFIG, from_pretrained, is_pretrained
 from . import transfer
-from .failures import transport_errors
+from .failures import redirect_loop, transport_errors
 
 __all__ = ["hub_files", "repo_tokenizer"]
 
@@ -120,7 +120,11 @@ def _hub_commit(repo: str, revision: str, what: str) -> tuple[str | None, str | 
     try:
         sha = HfApi().model_info(repo, revision=revision).sha
     except transport_errors() as exc:
-        return None, f"the Hub at {constants.ENDPOINT} cannot be reached ({exc})"
+        why = redirect_loop(exc) or f"cannot be reached ({exc})"
+        return None, f"the Hub at {constants.ENDPOINT} {why}"
+    except (RecursionError, ValueError) as exc:  # an answer huggingface_hub could not parse
+        why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
+        return None, f"the Hub at {constants.ENDPOINT} sent an unreadable answer ({why})"
     except hf.HfHubHTTPError as exc:
         status = exc.response.status_code if exc.response is not None else None
         if status is not None and status >= 500:
