@@ -112,3 +112,19 @@ def test_each_bound_itself_is_taken() -> None:
         max_body_bytes=2**30,
     )  # fmt: skip
     check_counts(at_bounds, [*generation_bounds(), *train_bounds(), *serve_bounds()])
+
+
+def test_a_second_stop_signal_stops_a_run_at_once() -> None:
+    """The first SIGTERM asks for a checkpoint at the end of the step; a long step or
+    evaluation heard nothing more, and only SIGKILL ended it: a second signal now does."""
+    import signal
+
+    from zoo.train.loop import _stop_requests
+
+    with _stop_requests() as asked:
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert asked() == signal.SIGTERM
+        with pytest.raises(KeyboardInterrupt, match="again"):
+            os.kill(os.getpid(), signal.SIGTERM)
+            sum(range(1000))  # (the handler runs between bytecodes)
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL

@@ -90,10 +90,14 @@ class TrainResult:
 @contextlib.contextmanager
 def _stop_requests() -> Iterator[Callable[[], int]]:
     """SIGINT/SIGTERM ask the loop to checkpoint and stop at the end of the step; the
-    callable returns the first signal's number (0: none)."""
+    callable returns the first signal's number (0: none). A second one stops at once
+    (``KeyboardInterrupt``, without a new checkpoint): a step or an evaluation may be long,
+    and nothing else ended one but SIGKILL (issue 41)."""
     asked: list[int] = []
 
     def handler(signum: int, frame: Any) -> None:
+        if asked:
+            raise KeyboardInterrupt(f"signal {signum} again: stopped at once")
         asked.append(signum)
 
     previous = {}
