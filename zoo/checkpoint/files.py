@@ -32,6 +32,7 @@ __all__ = [
     "WEIGHTS_FILE",
     "BackgroundHash",
     "check_not_pickle",
+    "check_weights_file",
     "forget_verified",
     "read_safetensors",
     "remember_verified",
@@ -73,6 +74,16 @@ def check_not_pickle(path: Path) -> None:
             "(it uses torch.load(weights_only=True)), or with transformers: "
             "Model.from_pretrained(dir).save_pretrained(out_dir, safe_serialization=True)."
         )
+
+
+def check_weights_file(path: Path) -> None:
+    """Refuse ``path`` as weights when it is a pickle (:func:`check_not_pickle`) or a file of
+    another format than safetensors that its first bytes name (GGUF, HDF5, a Git LFS
+    pointer...: :func:`zoo.checkpoint.formats.check_format`)."""
+    from .formats import check_format
+
+    check_not_pickle(path)
+    check_format(path)
 
 
 def sha256_file(path: str | os.PathLike[str]) -> str:
@@ -221,7 +232,7 @@ def read_safetensors(path: Path) -> tuple[dict[str, Tensor], dict[str, str]]:
     """
     from safetensors import SafetensorError, safe_open
 
-    check_not_pickle(path)
+    check_weights_file(path)
     if not path.is_file():
         raise CheckpointError(f"weights file {path} does not exist", path=path)
     try:

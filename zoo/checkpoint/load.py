@@ -26,6 +26,7 @@ from .files import (
     WEIGHTS_FILE,
     BackgroundHash,
     check_not_pickle,
+    check_weights_file,
     read_safetensors,
     remember_verified,
     sha256_file,
@@ -339,7 +340,7 @@ def _recognise(
     holds. A folder whose weights file is missing but whose index (``model.safetensors`` ->
     ``model.safetensors.index.json``) is there is the sharded checkpoint of that index."""
     if path.is_file():
-        check_not_pickle(path)
+        check_weights_file(path)
         directory, weights = path.parent, path
     else:
         directory, weights = path, path / filename

@@ -30,7 +30,7 @@ from ..errors import (
 )
 from ..plugin.registry import get_registry
 from ..plugin.specs import ArchitectureSpec
-from .files import check_not_pickle
+from .files import check_weights_file
 from .manifest import CONFIG_FILE, Manifest, config_format, plugin_distribution
 
 __all__ = [
@@ -337,7 +337,7 @@ def read_metadata(request: Request) -> Recognised | None:
             raise CheckpointError(
                 f"{weights} names the shard {header.name}, which is missing", path=header
             )
-    check_not_pickle(header)
+    check_weights_file(header)
     try:
         with safe_open(str(header), framework="pt") as f:
             metadata = f.metadata() or {}

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import jsonfile
 from ..checkpoint.adapter_record import BaseRecord
+from ..checkpoint.formats import check_format
 from ..checkpoint.manifest import CONFIG_FILE
 from ..checkpoint.readers import model_folder
 from ..errors import CheckpointError, HubNotFoundError, UnsafeCheckpointError
@@ -213,6 +214,7 @@ def _header(path: Path) -> dict[str, Any]:
         raw = f.read(8)
         size = struct.unpack("<Q", raw)[0] if len(raw) == 8 else -1
         if not 0 < size <= min(_MAX_HEADER, path.stat().st_size - 8):
+            check_format(path)  # a file of another format says what it is
             raise CheckpointError(f"{path} is not a valid safetensors file (header size {size})")
         return _json_object(f.read(size), str(path))
 
