@@ -236,3 +236,25 @@ def test_bodies_that_cannot_be_read_are_400s_naming_the_fault(watched):
             connection.close()
         assert status == 400 and says in body["error"]["message"], (says, body)
     assert watch.renders == 0
+
+
+def test_long_id_prompts_are_refused_unread_and_validated_a_row_at_a_time(watched):
+    server, _ = watched
+    # more ids than the context holds, one of them bad: refused by its length, unread
+    ids: list[object] = [1] * (CONTEXT * 4)
+    ids[CONTEXT * 2] = "x"
+    body = {"model": MODEL, "prompt": ids, "max_tokens": 1}
+    status, reply = server.request("POST", "/v1/completions", body)
+    assert status == 400 and reply["error"]["code"] == "context_length_exceeded", reply
+    rows = [[1, 2, 3], [4, 5, 6], [7, 8, True]]  # strict: true is not an id
+    body = {"model": MODEL, "prompt": rows, "max_tokens": 1}
+    status, reply = server.request("POST", "/v1/completions", body)
+    assert status == 400 and reply["error"]["param"] == "prompt.2.2", reply
+    long_row = [[1, 2], [3] * CONTEXT]
+    body = {"model": MODEL, "prompt": long_row, "max_tokens": 1}
+    status, reply = server.request("POST", "/v1/completions", body)
+    assert status == 400 and reply["error"]["code"] == "context_length_exceeded", reply
+    assert "prompt 1" in reply["error"]["message"]
+    body = {"model": MODEL, "prompt": [[1, 2], [3, 4]], "max_tokens": 1, "temperature": 0}
+    status, reply = server.request("POST", "/v1/completions", body)
+    assert status == 200 and len(reply["choices"]) == 2, reply

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 import anyio.to_thread
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from .. import jsonfile
 from .protocol import ApiError, ChatMessage
@@ -38,7 +38,10 @@ __all__ = [
     "PREPARE_THREADS",
     "VALIDATE_AT_ONCE",
     "Offload",
+    "Parts",
     "PromptTooLong",
+    "completion_prompt",
+    "conversation",
     "encode_within",
     "parse_body",
 ]
@@ -51,6 +54,10 @@ COUNT_CHARS = 1 << 14
 VALIDATE_AT_ONCE = 256
 
 _MESSAGES = TypeAdapter(list[ChatMessage])
+_IDS = TypeAdapter(list[int], config=ConfigDict(strict=True))
+
+#: A request's JSON object to validate, and the fields validated already (set after).
+Parts = tuple[dict[str, Any], dict[str, Any]]
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -72,7 +79,11 @@ class Offload:
 
 
 def parse_body(
-    body: bytes, content_type: str | None, model: type[M], *, max_messages: int | None = None
+    body: bytes,
+    content_type: str | None,
+    model: type[M],
+    *,
+    parts: Callable[[dict[str, Any]], Parts] | None = None,
 ) -> M:
     """A request body as ``model``, refused as FastAPI refuses it (a 400 naming the field).
 
@@ -80,8 +91,26 @@ def parse_body(
         body: the body's bytes (at most ``--max-body-bytes``: the guard read it).
         content_type: its ``Content-Type`` header (``None``: none sent, read as JSON).
         model: the request's pydantic model.
-        max_messages: the most ``messages`` taken, checked before anything is validated.
+        parts: checks and validates the long fields of a JSON object first, a part at a
+            time (:func:`conversation`, :func:`completion_prompt`), and returns them.
     """
+    data = _json(body, content_type)
+    try:
+        data, validated = (
+            parts(data) if parts is not None and isinstance(data, dict) else (data, {})
+        )
+        request = model.model_validate(data)
+    except ValidationError as exc:
+        raise _invalid(exc) from None
+    except RecursionError:
+        raise ApiError(400, "the request body is nested too deeply") from None
+    for name, value in validated.items():  # validated already: set as they are
+        setattr(request, name, value)
+    return request
+
+
+def _json(body: bytes, content_type: str | None) -> Any:
+    """The JSON value of a request body (a 400 for one that is not JSON)."""
     if content_type is not None and not _is_json(content_type):
         raise ApiError(
             400,
@@ -91,7 +120,7 @@ def parse_body(
     if not body:
         raise ApiError(400, "the request body is empty; send a JSON object")
     try:
-        data = jsonfile.loads(body)
+        return jsonfile.loads(body)
     except json.JSONDecodeError as exc:
         error = {"type": "json_invalid", "loc": ("body", exc.pos), "msg": "JSON decode error",
                  "input": {}, "ctx": {"error": exc.msg}}  # fmt: skip
@@ -99,14 +128,6 @@ def parse_body(
     except (jsonfile.JSONError, RecursionError, UnicodeDecodeError) as exc:
         why = "is not UTF-8" if isinstance(exc, UnicodeDecodeError) else "is nested too deeply"
         raise ApiError(400, f"the request body {why} to be read as JSON") from None
-    try:
-        if max_messages is not None:
-            data = _messages_checked(data, max_messages)
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise _invalid(exc) from None
-    except RecursionError:
-        raise ApiError(400, "the request body is nested too deeply") from None
 
 
 def _invalid(exc: ValidationError, *at: str | int) -> RequestValidationError:
@@ -123,34 +144,88 @@ def _is_json(content_type: str) -> bool:
     )
 
 
-def _messages_checked(data: Any, max_messages: int) -> Any:
-    """``data`` with its ``messages`` counted (at most ``max_messages``) and validated as
-    :class:`~zoo.serve.protocol.ChatMessage` s, :data:`VALIDATE_AT_ONCE` at a time: one
-    validation of a whole long conversation would hold the interpreter's lock for as long,
-    and with it the event loop, however many threads there are."""
-    messages = data.get("messages") if isinstance(data, dict) else None
-    if not isinstance(messages, list):
-        return data
-    if len(messages) > max_messages:
-        raise ApiError(
-            400,
-            f"the conversation has {len(messages)} messages; this server takes at most "
-            f"{max_messages}, the positions of its context (--max-model-len), since every "
-            "message takes at least one token. Send fewer messages",
-            code="too_many_messages",
-            param="messages",
-        )
-    checked: list[ChatMessage] = []
-    for start in range(0, len(messages), VALIDATE_AT_ONCE):
-        try:
-            checked += _MESSAGES.validate_python(messages[start : start + VALIDATE_AT_ONCE])
-        except ValidationError as exc:
-            error = exc.errors(include_url=False)[0]
-            index, *rest = error["loc"]
-            raise RequestValidationError(
-                [{**error, "loc": ("body", "messages", start + int(index), *rest)}]
-            ) from None
-    return {**data, "messages": checked}
+def conversation(max_messages: int) -> Callable[[dict[str, Any]], Parts]:
+    """The ``parts`` of a chat request: its ``messages`` counted (at most ``max_messages``,
+    before anything is validated) and validated :data:`VALIDATE_AT_ONCE` at a time."""
+
+    def parts(data: dict[str, Any]) -> Parts:
+        messages = data.get("messages")
+        if not isinstance(messages, list):
+            return data, {}
+        if len(messages) > max_messages:
+            raise ApiError(
+                400,
+                f"the conversation has {len(messages)} messages; this server takes at most "
+                f"{max_messages}, the positions of its context (--max-model-len), since every "
+                "message takes at least one token. Send fewer messages",
+                code="too_many_messages",
+                param="messages",
+            )
+        checked: list[ChatMessage] = []
+        for start in range(0, len(messages), VALIDATE_AT_ONCE):
+            chunk = messages[start : start + VALIDATE_AT_ONCE]
+            checked += _validated(_MESSAGES, chunk, ("messages",), start)
+        # message objects pass the request's validation as they are (not validated again)
+        return {**data, "messages": checked}, {}
+
+    return parts
+
+
+def completion_prompt(max_len: int, capacity: int) -> Callable[[dict[str, Any]], Parts]:
+    """The ``parts`` of a completion request: a ``prompt`` of id lists counted (at most
+    ``capacity`` lists, each of fewer than ``max_len`` ids, before anything is validated) and
+    validated one list at a time; a prompt of more than ``max_len`` ids is refused unread."""
+
+    def parts(data: dict[str, Any]) -> Parts:
+        prompt = data.get("prompt")
+        if not isinstance(prompt, list):
+            return data, {}
+        if len(prompt) > max(max_len, capacity):
+            raise ApiError(
+                400,
+                f"prompt is a list of {len(prompt)} items: more ids than this model's context "
+                f"holds ({max_len}), and more prompts than this server takes at once "
+                f"({capacity}: --max-batch plus --max-queue)",
+                code="context_length_exceeded",
+                param="prompt",
+            )
+        if not prompt or not all(isinstance(row, list) for row in prompt):
+            return data, {}
+        if len(prompt) > capacity:
+            raise ApiError(
+                400,
+                f"{len(prompt)} prompts in one request; this server takes at most {capacity} "
+                "(--max-batch plus --max-queue)",
+                param="prompt",
+            )
+        rows = []
+        for i, row in enumerate(prompt):
+            if len(row) >= max_len:
+                raise ApiError(
+                    400,
+                    f"this model's maximum context length is {max_len} tokens; prompt {i} has "
+                    f"{len(row)}, with no room for a new token. Shorten the prompt",
+                    code="context_length_exceeded",
+                    param="prompt",
+                )
+            rows.append(_validated(_IDS, row, ("prompt", i)))
+        return {**data, "prompt": [[0]]}, {"prompt": rows}
+
+    return parts
+
+
+def _validated(
+    adapter: TypeAdapter[Any], items: list[Any], where: tuple[str | int, ...], offset: int = 0
+) -> Any:
+    """``items`` validated by ``adapter``; an error is placed at ``body.*where``, its index
+    in ``items`` moved by ``offset`` (where ``items`` begin in the field)."""
+    try:
+        return adapter.validate_python(items)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        index, *rest = error["loc"]
+        loc = ("body", *where, int(index) + offset, *rest)
+        raise RequestValidationError([{**error, "loc": loc}]) from None
 
 
 class PromptTooLong(Exception):

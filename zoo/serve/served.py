@@ -21,7 +21,7 @@ from ..tokenizers import Tokenizer
 from .chat import ChatTemplates
 from .engine import Engine
 from .metrics import Metrics
-from .prepare import PromptTooLong, encode_within, parse_body
+from .prepare import PromptTooLong, completion_prompt, conversation, encode_within, parse_body
 from .protocol import ApiError, ChatRequest, CompletionRequest, Prompt, _Sampling
 from .runs import Run
 from .scheduler import EngineStopped, QueueFull
@@ -101,7 +101,8 @@ class Served:
     def prepare_completion(self, body: bytes, content_type: str | None) -> Prepared:
         """A ``/v1/completions`` body parsed and checked, its prompts encoded (each counted
         only as far as the context allows)."""
-        request = parse_body(body, content_type, CompletionRequest)
+        parts = completion_prompt(self.engine.max_len, self.engine.capacity)
+        request = parse_body(body, content_type, CompletionRequest, parts=parts)
         self.check(request)
         max_tokens = request.max_tokens or 16
         prompts = self._prompts(request.prompt, max_tokens)
@@ -114,7 +115,7 @@ class Served:
         context has positions), its conversation rendered and encoded (counted only as far
         as the context allows)."""
         limit = self.engine.max_len
-        request = parse_body(body, content_type, ChatRequest, max_messages=limit)
+        request = parse_body(body, content_type, ChatRequest, parts=conversation(limit))
         self.check(request)
         max_tokens = request.max_completion_tokens or request.max_tokens
         room = self._room(max_tokens or 1)
