@@ -160,3 +160,12 @@ def test_the_cli_names_a_deep_adapter_config(
     assert run.returncode == 2, run.stderr[-3000:]
     assert "Traceback" not in run.stderr and "RecursionError" not in run.stderr
     assert "adapter_config.json" in run.stderr and "100,000 levels" in run.stderr
+
+
+def test_a_deep_tokenizer_json_is_a_vocabulary_error(tmp_path: Path):
+    """tokenizer.json is parsed by the tokenizers library (Rust, serde's recursion limit of
+    128): a clear error already, kept so (a guard, not a regression)."""
+    (tmp_path / "tokenizer.json").write_text('{"version": "1.0", "model": ' + DEEP + "}")
+    (tmp_path / "tokenizer_config.json").write_text("{}")
+    with pytest.raises(zoo.ZooError, match=r"tokenizer\.json.*recursion limit"):
+        zoo.tokenizer(tmp_path)

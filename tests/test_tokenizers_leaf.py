@@ -1,6 +1,6 @@
 """``zoo.tokenizers`` is a leaf: it stands on a few modules that import nothing of zoo's above
-them (``zoo.errors``, ``zoo._lazy``, ``zoo.options``, ``zoo.jsonfile``), never on the registry, the plugin
-contract, the Hub client or the checkpoint code. A tokenizer stored by name is made by the
+them (``zoo.errors``, ``zoo._lazy``, ``zoo.options``, ``zoo.jsonfile``), never on the
+registry, the plugin contract, the Hub client or the checkpoint code. A tokenizer stored by name is made by the
 caller (``load_tokenizer(..., by_name=...)``) and Hub files are fetched by
 :mod:`zoo.hub.tokenizer_files`.
 

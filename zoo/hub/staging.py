@@ -50,6 +50,11 @@ def sweep(folder: Path) -> list[Path]:
     are left alone."""
     removed = []
     for path in folder.glob(PATTERN):
+        if fcntl is None:  # pragma: no cover - Windows: a live download's file cannot go
+            with contextlib.suppress(OSError):
+                path.unlink()
+                removed.append(path)
+            continue
         try:
             with open(path, "rb") as probe:
                 if not _try_lock(probe.fileno()):
