@@ -1,8 +1,8 @@
 """``zoo.tokenizers`` is a leaf: it stands on a few modules that import nothing of zoo's above
 them (``zoo.errors``, ``zoo._lazy``, ``zoo.options``, ``zoo.jsonfile``), never on the
-registry, the plugin contract, the Hub client or the checkpoint code. A tokenizer stored by name is made by the
-caller (``load_tokenizer(..., by_name=...)``) and Hub files are fetched by
-:mod:`zoo.hub.tokenizer_files`.
+registry, the plugin contract, the Hub client or the checkpoint code. A tokenizer stored by
+name is made by the caller (``load_tokenizer(..., by_name=...)``) and Hub files are fetched
+by :mod:`zoo.hub.tokenizer_files`.
 
 Checked statically (every import of every module, inside functions too, ``TYPE_CHECKING``
 blocks not) and at run time (a child process imports the package with ``zoo``'s own
