@@ -229,3 +229,25 @@ def test_the_cli_names_a_redirect_loop(local_hub: LocalHub, tmp_path: Path):
     )
     assert run.returncode == 2, run.stderr[-3000:]
     assert "Traceback" not in run.stderr and "redirect" in run.stderr
+
+
+def test_a_body_of_no_declared_size_stops_before_the_disk_fills(
+    local_hub: LocalHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Under the 64 GiB cap, a body with no size could still fill a smaller disk: it stops
+    when less than 1 GiB stays free (the free space is faked, checked every 64 MiB)."""
+    import shutil
+
+    from zoo.hub import bounds, transfer
+
+    zoo.push(small(), "org/m")
+    local_hub.info_status = 503
+    local_hub.unsized.add("model.safetensors")
+    local_hub.endless.add("model.safetensors")
+    monkeypatch.setattr(transfer, "DISK_CHECK_EVERY", 1 << 20)
+    real = shutil.disk_usage
+    monkeypatch.setattr(bounds.shutil, "disk_usage", lambda p: real(p)._replace(free=1 << 29))
+    with pytest.raises(zoo.HubError, match=r"declared no size.*free on the disk"):
+        zoo.load("hf:org/m")
+    assert local_hub.endless_sent < 64 << 20
+    assert staging_files(tmp_path) == []

@@ -7,7 +7,8 @@ A file may not exceed the size the Hub declares for it: its file metadata (the `
 ``X-Linked-Size`` (or ``Content-Length``) of its download, each at most the one before. With
 no declaration, the cap bounds it: ``ZOO_HUB_MAX_FILE_BYTES`` (64 MiB) for every file but the
 weights, ``ZOO_HUB_MAX_BYTES`` (64 GiB) for a weights file or shard; a declared size over the
-cap is refused too, and so is one the disk has no room for.
+cap is refused too, and so is one the disk has no room for; a body of no declared size stops
+when less than :data:`DISK_RESERVE` (1 GiB) of the disk stays free.
 """
 
 from __future__ import annotations
@@ -19,7 +20,12 @@ from typing import Any
 
 from ..errors import HubError, UnsafeCheckpointError
 
-__all__ = ["Bound", "Limits", "declared_size"]
+__all__ = ["DISK_RESERVE", "Bound", "Limits", "declared_size"]
+
+#: A body of no declared size stops when the disk it is written to has less free than this.
+DISK_RESERVE = 1 << 30
+#: How often (in bytes received) such a body checks the free disk space.
+DISK_CHECK_EVERY = 64 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,12 +108,21 @@ class Bound:
             "the cache. The server is broken or hostile: try again later or another endpoint."
         )
 
-    def check_disk(self, folder: Path, where: str) -> None:
-        """Refuse a declared size the disk holding ``folder`` has no room for."""
-        if self.declared_by is None:
-            return
+    def check_disk(self, folder: Path, where: str, done: int | None = None) -> None:
+        """Refuse a declared size the disk holding ``folder`` has no room for; for a body
+        of no declared size (``done`` bytes received so far), stop once less than
+        :data:`DISK_RESERVE` is free."""
         free = shutil.disk_usage(folder).free
-        if self.size > free:
+        if self.declared_by is None:
+            if done is not None and free < DISK_RESERVE:
+                raise HubError(
+                    f"{where}: the server declared no size and {done:,} bytes have arrived; "
+                    f"only {free:,} bytes remain free on the disk of {folder} (zoo keeps "
+                    f"{DISK_RESERVE:,} free), so the download was stopped and nothing was "
+                    "kept. Free some space, or point HF_HUB_CACHE (or HF_HOME) at a larger disk."
+                )
+            return
+        if done is None and self.size > free:
             raise HubError(
                 f"{where}: the Hub declared {self.size:,} bytes ({self.declared_by}), but only "
                 f"{free:,} bytes are free on the disk of {folder}; nothing was downloaded. "

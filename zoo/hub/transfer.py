@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import ChecksumMismatchError, HubUnavailableError, UnsafeCheckpointError
-from .bounds import Bound, Limits, declared_size
+from .bounds import DISK_CHECK_EVERY, Bound, Limits, declared_size
 from .staging import Staging, sweep
 
 __all__ = [
@@ -389,6 +389,8 @@ class _Download:
             raise self.bound.exceeded(self.where, arrived)
         out.write(chunk)
         self.digest.update(chunk)
+        if self.done // DISK_CHECK_EVERY != (self.done + len(chunk)) // DISK_CHECK_EVERY:
+            self.bound.check_disk(self.staging.folder, self.where, self.done + len(chunk))
         self.done += len(chunk)
         if time.monotonic() - self.start > self.limits.deadline:
             raise HubUnavailableError(
