@@ -215,6 +215,19 @@ SUBCLASS = COMMON + textwrap.dedent(
     assert native.attend_one(q, k, v, short_cache, cv, 0, 0.3) is None
     print("ok per-module")
 
+    # a key/value cache whose storage shrank under it: the one call declines
+    model = tiny()
+    c = model.config
+    cache = KVCache(c.n_layers, 1, c.n_heads, 16, c.head_size, dtype=torch.float32,
+                    device=torch.device("cpu"))
+    step = (torch.tensor([[9]]), torch.tensor([[3]]), cache, lambda positions: None)
+    with torch.inference_mode():
+        model.logits(torch.tensor([[3, 1, 4]]), None, torch.arange(3)[None], cache=cache)
+        assert fused_decode(model, *step) is not None
+        cache.layers[1].v.untyped_storage().resize_(64)
+        assert fused_decode(model, *step) is None
+    print("ok cache")
+
     # int8: the input row and the rows the kernel reads
     from zoo.nn.quant import quantize_
     model = tiny()
@@ -234,7 +247,7 @@ def test_a_tensor_subclass_is_never_handed_to_the_kernels():
     """A ``TwoTensor`` weight reports float32, CPU, contiguous and address 0: ``zoo.generate``
     died with SIGSEGV (exit 139); it now decodes to PyTorch's tokens."""
     got = run_native(SUBCLASS, timeout=300)
-    assert got == ["ok one weight", "ok every weight", "ok per-module", "ok int8"]
+    assert got == ["ok one weight", "ok every weight", "ok per-module", "ok cache", "ok int8"]
 
 
 ABI = textwrap.dedent(

@@ -38,7 +38,7 @@ import torch
 from torch import Tensor, nn
 
 from .cache import KVCache, LayerCache
-from .native import _kernels, _plain, _vector
+from .native import _kernels, _plain_blocks, _vector
 from .native_plan import Plan, read_plan
 from .positions import Rotation
 
@@ -111,27 +111,22 @@ def _caches(cache: KVCache, geometry: tuple[tuple[int, int], ...], start: int) -
     """Two arrays of the addresses of every layer's keys and values, and the caches' length,
     where each layer's cache is one contiguous float32 block of its key/value heads with room
     at ``start`` (the same length for all), a plain tensor inside its storage
-    (:func:`zoo.nn.native._plain`); ``None`` otherwise."""
+    (:func:`zoo.nn.native._plain_blocks`); ``None`` otherwise."""
     layers = cache.layers
-    if len(layers) != len(geometry):
+    if len(layers) != len(geometry) or not all(type(layer) is LayerCache for layer in layers):
         return None
-    length = layers[0].k.shape[2]
-    for layer, (heads, hd) in zip(layers, geometry, strict=True):
-        k, v = layer.k, layer.v
-        if not (
-            type(layer) is LayerCache
-            and _plain(k)
-            and _plain(v)
-            and k.is_contiguous()
-            and v.is_contiguous()
-            and k.shape == v.shape == (1, heads, length, hd)
-        ):
-            return None
-    if not 0 <= start < length:
+    keys = [layer.k for layer in layers]
+    values = [layer.v for layer in layers]
+    length = keys[0].shape[2]
+    shapes = [(1, heads, length, hd) for heads, hd in geometry]
+    if not (
+        0 <= start < length
+        and list(map(Tensor.size, keys)) == shapes == list(map(Tensor.size, values))
+        and _plain_blocks(keys + values)
+    ):
         return None
-    keys = (ctypes.c_void_p * len(layers))(*(layer.k.data_ptr() for layer in layers))
-    values = (ctypes.c_void_p * len(layers))(*(layer.v.data_ptr() for layer in layers))
-    return keys, values, length
+    addresses = ctypes.c_void_p * len(layers)
+    return addresses(*map(Tensor.data_ptr, keys)), addresses(*map(Tensor.data_ptr, values)), length
 
 
 def _angles(rotation: Rotation | None, head_dim: int) -> tuple[int, int | None, int | None] | None:
