@@ -223,6 +223,11 @@ def test_bodies_that_cannot_be_read_are_400s_naming_the_fault(watched):
     assert status == 400 and body["error"]["param"] == "messages.300.role", body
     for raw, content_type, says in [
         (b"[" * 100_000, "application/json", "nested too deeply"),
+        (
+            b'{"model": "tiny-chat", "messages": ' + b"[" * 150 + b"]" * 150 + b"}",
+            "application/json",
+            "more than 100 levels",
+        ),
         (b'{"model": ', "application/json", "not valid JSON"),
         (b'{"model": "tiny-chat"}', "text/plain", "must be JSON"),
         (b"", "application/json", "empty"),

@@ -40,6 +40,7 @@ __all__ = [
     "Offload",
     "Parts",
     "PromptTooLong",
+    "check_depth",
     "completion_prompt",
     "conversation",
     "encode_within",
@@ -91,14 +92,17 @@ def parse_body(
         body: the body's bytes (at most ``--max-body-bytes``: the guard read it).
         content_type: its ``Content-Type`` header (``None``: none sent, read as JSON).
         model: the request's pydantic model.
-        parts: checks and validates the long fields of a JSON object first, a part at a
-            time (:func:`conversation`, :func:`completion_prompt`), and returns them.
+        parts: counts the long fields of a JSON object (before anything else: a body they
+            refuse costs no more), checks its depth (:func:`check_depth`) and validates them
+            a part at a time (:func:`conversation`, :func:`completion_prompt`).
     """
     data = _json(body, content_type)
     try:
-        data, validated = (
-            parts(data) if parts is not None and isinstance(data, dict) else (data, {})
-        )
+        if parts is not None and isinstance(data, dict):
+            data, validated = parts(data)
+        else:
+            check_depth(data)
+            validated = {}
         request = model.model_validate(data)
     except ValidationError as exc:
         raise _invalid(exc) from None
@@ -120,14 +124,33 @@ def _json(body: bytes, content_type: str | None) -> Any:
     if not body:
         raise ApiError(400, "the request body is empty; send a JSON object")
     try:
-        return jsonfile.loads(body)
+        return json.loads(body)
     except json.JSONDecodeError as exc:
         error = {"type": "json_invalid", "loc": ("body", exc.pos), "msg": "JSON decode error",
                  "input": {}, "ctx": {"error": exc.msg}}  # fmt: skip
         raise RequestValidationError([error]) from None
-    except (jsonfile.JSONError, RecursionError, UnicodeDecodeError) as exc:
+    except (RecursionError, UnicodeDecodeError) as exc:
         why = "is not UTF-8" if isinstance(exc, UnicodeDecodeError) else "is nested too deeply"
         raise ApiError(400, f"the request body {why} to be read as JSON") from None
+
+
+def check_depth(value: Any, limit: int = jsonfile.MAX_DEPTH) -> None:
+    """A 400 when ``value``'s lists and dicts nest more than ``limit`` levels: the bound of
+    :func:`zoo.jsonfile.loads`, counted on the parsed value without recursion, in Python
+    steps (the event loop may run between two) rather than over the text in one long call."""
+    if not isinstance(value, (dict, list)):
+        return
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if level > limit:
+            raise ApiError(
+                400,
+                f"the request body nests more than {limit} levels of arrays and objects (a "
+                "request nests a few); it was not read",
+            )
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((c, level + 1) for c in children if isinstance(c, (dict, list)))
 
 
 def _invalid(exc: ValidationError, *at: str | int) -> RequestValidationError:
@@ -150,9 +173,7 @@ def conversation(max_messages: int) -> Callable[[dict[str, Any]], Parts]:
 
     def parts(data: dict[str, Any]) -> Parts:
         messages = data.get("messages")
-        if not isinstance(messages, list):
-            return data, {}
-        if len(messages) > max_messages:
+        if isinstance(messages, list) and len(messages) > max_messages:
             raise ApiError(
                 400,
                 f"the conversation has {len(messages)} messages; this server takes at most "
@@ -161,6 +182,9 @@ def conversation(max_messages: int) -> Callable[[dict[str, Any]], Parts]:
                 code="too_many_messages",
                 param="messages",
             )
+        check_depth(data)
+        if not isinstance(messages, list):
+            return data, {}
         checked: list[ChatMessage] = []
         for start in range(0, len(messages), VALIDATE_AT_ONCE):
             chunk = messages[start : start + VALIDATE_AT_ONCE]
@@ -178,9 +202,7 @@ def completion_prompt(max_len: int, capacity: int) -> Callable[[dict[str, Any]],
 
     def parts(data: dict[str, Any]) -> Parts:
         prompt = data.get("prompt")
-        if not isinstance(prompt, list):
-            return data, {}
-        if len(prompt) > max(max_len, capacity):
+        if isinstance(prompt, list) and len(prompt) > max(max_len, capacity):
             raise ApiError(
                 400,
                 f"prompt is a list of {len(prompt)} items: more ids than this model's context "
@@ -189,7 +211,8 @@ def completion_prompt(max_len: int, capacity: int) -> Callable[[dict[str, Any]],
                 code="context_length_exceeded",
                 param="prompt",
             )
-        if not prompt or not all(isinstance(row, list) for row in prompt):
+        check_depth(data)
+        if not isinstance(prompt, list) or not all(isinstance(row, list) for row in prompt):
             return data, {}
         if len(prompt) > capacity:
             raise ApiError(
