@@ -28,6 +28,14 @@ the key/value cache, one call where PyTorch took nine) do that work in a fractio
 calls; :mod:`zoo.nn.norms` and :mod:`zoo.nn.attention` use them for one float32 row without
 gradients, masks or soft caps.
 
+What C is handed: only plain tensors (exactly ``torch.Tensor`` or ``nn.Parameter``; a
+subclass such as DTensor, torchao's tensors or ``TwoTensor`` may keep its data elsewhere and
+report float32, the CPU, contiguous and address 0) of the kernel's dtype on the CPU, whose
+elements lie at a nonzero address inside their storage (:func:`_plain`); each kernel
+returns ``None`` for anything else and its caller runs PyTorch's. The library must describe
+its C structures as :mod:`zoo.nn.native_abi` mirrors them (``zoo_abi``), or it is refused
+with a warning that says to rebuild (a stale build would read them wrongly).
+
 Numerics: each output of :func:`linear` is one dot product over a contiguous weight row,
 summed in a fixed order by one thread in float32 (eight lanes, then the lanes, then the
 bias), so it does not depend on the thread count. It differs from oneDNN's in the last bits,
