@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -123,13 +124,13 @@ def _json(body: bytes, content_type: str | None) -> Any:
         )
     if not body:
         raise ApiError(400, "the request body is empty; send a JSON object")
-    try:
-        return json.loads(body)
+    try:  # the depth is bounded after the count checks, by check_depth: not here
+        return jsonfile.loads(body, max_depth=sys.maxsize)
     except json.JSONDecodeError as exc:
         error = {"type": "json_invalid", "loc": ("body", exc.pos), "msg": "JSON decode error",
                  "input": {}, "ctx": {"error": exc.msg}}  # fmt: skip
         raise RequestValidationError([error]) from None
-    except (RecursionError, UnicodeDecodeError) as exc:
+    except (jsonfile.JSONError, UnicodeDecodeError) as exc:
         why = "is not UTF-8" if isinstance(exc, UnicodeDecodeError) else "is nested too deeply"
         raise ApiError(400, f"the request body {why} to be read as JSON") from None
 
