@@ -336,9 +336,8 @@ def _what_fits(
         floor = estimate(1, 16)
         if lora is not None:
             return (
-                f"Even one sequence of 16 tokens needs about {format_bytes(floor.total)}: the "
-                "LoRA is too large for this machine; give it a smaller rank (--lora) or fewer "
-                "targets (--lora-targets)."
+                f"Even one sequence of 16 tokens needs about {format_bytes(floor.total)} with "
+                "this LoRA: give it a smaller rank (--lora) or fewer targets (--lora-targets)."
             )
         return (
             f"Even one sequence of 16 tokens needs about {format_bytes(floor.total)}: the model "
