@@ -4,10 +4,11 @@ server's answer), bounded in size and depth.
 Python's ``json`` parses nested arrays and objects by recursion: ``[[[...]]]`` 100,000 deep is
 a ``RecursionError`` from deep inside the parser, and a value a few hundred levels deep that does
 parse is a ``RecursionError`` later, wherever zoo walks it. Every ``json.loads`` of zoo goes
-through :func:`loads` (or :func:`read` for a file), which counts the nesting first, without
-recursion, and refuses more than :data:`MAX_DEPTH` levels (real configs, tokenizer files and
-records nest a few). The error is a :class:`JSONError`, a ``ValueError``, so a caller's
-``except ValueError`` turns it into its own error class with the file's name.
+through :func:`loads` (or :func:`read` for a file), which turns the parser's
+``RecursionError`` into a :class:`JSONError` and refuses a parsed value that nests more than
+:data:`MAX_DEPTH` levels (counted without recursion; real configs, tokenizer files and records
+nest a few). A :class:`JSONError` is a ``ValueError``, so a caller's ``except ValueError``
+turns it into its own error class with the file's name.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import re
 from typing import Any
 
 __all__ = ["MAX_BYTES", "MAX_DEPTH", "JSONError", "depth", "loads", "read"]
@@ -26,27 +26,34 @@ MAX_DEPTH = 100
 #: The largest file :func:`read` reads, by default.
 MAX_BYTES = 64 << 20
 
-# A JSON string (escapes included), to blank out before counting brackets.
-_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
-_OTHER = re.compile(r"[^\[\]{}]+")
-_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
-
 
 class JSONError(ValueError):
     """JSON that zoo refuses: nested deeper than :data:`MAX_DEPTH`, or a file too large."""
 
 
-def depth(text: str) -> int:
-    """How deep the arrays and objects of the JSON ``text`` nest (brackets inside strings do
-    not count), computed without recursion. Cheap when ``text`` holds few brackets."""
-    if text.count("[") + text.count("{") == 0:
-        return 0
-    brackets = _OTHER.sub("", _STRING.sub("", text))
-    return max(itertools.accumulate(map(_STEP.__getitem__, brackets)), default=0)
+def depth(value: Any, *, stop_after: int | None = None) -> int:
+    """How deep the lists and dicts of a parsed JSON value nest (a scalar: 0), counted level
+    by level without recursion; the count stops at ``stop_after + 1`` when that is given."""
+    level = [value] if isinstance(value, (dict, list)) else []
+    found = 0
+    while level and (stop_after is None or found <= stop_after):
+        found += 1
+        children = itertools.chain.from_iterable(
+            item.values() if isinstance(item, dict) else item for item in level
+        )
+        level = [child for child in children if isinstance(child, (dict, list))]
+    return found
+
+
+def _too_deep(max_depth: int) -> JSONError:
+    return JSONError(
+        f"the JSON is nested too deeply (more than {max_depth} levels of arrays and objects; "
+        "a real file nests a few): it is damaged or hostile and was not read"
+    )
 
 
 def loads(text: str | bytes | bytearray, *, max_depth: int = MAX_DEPTH, **options: Any) -> Any:
-    """``json.loads(text, **options)``, refusing nesting deeper than ``max_depth``.
+    """``json.loads(text, **options)``, refusing a value nested deeper than ``max_depth``.
 
     Raises:
         JSONError: nested too deep (a ``ValueError``).
@@ -54,17 +61,13 @@ def loads(text: str | bytes | bytearray, *, max_depth: int = MAX_DEPTH, **option
     """
     if isinstance(text, (bytes, bytearray)):
         text = bytes(text).decode("utf-8")
-    if text.count("[") + text.count("{") > max_depth and (found := depth(text)) > max_depth:
-        raise JSONError(
-            f"the JSON is nested too deeply ({found:,} levels; zoo reads at most {max_depth}, "
-            "and a real file nests a few): it is damaged or hostile and was not read"
-        )
     try:
-        return json.loads(text, **options)
-    except RecursionError:  # nesting within max_depth, on a stack already deep
-        raise JSONError(
-            "the JSON is nested too deeply for Python's parser here; it was not read"
-        ) from None
+        value = json.loads(text, **options)
+    except RecursionError:  # the parser's own limit (about 1,000 levels), always > max_depth
+        raise _too_deep(max_depth) from None
+    if depth(value, stop_after=max_depth) > max_depth:
+        raise _too_deep(max_depth)
+    return value
 
 
 def read(
