@@ -14,15 +14,56 @@ library whose C structures are the ones the ctypes mirrors describe.
   differs from the mirrors, or that has no ``zoo_abi`` (a stale build), is refused with a
   warning that says to rebuild, and PyTorch's kernels run.
 
-Each case runs in a child process (``native_child.run_native``): a crash in C fails the test
-instead of killing the run.
+Each case runs in a child process forked from one that imported torch and zoo
+(:mod:`forkserver`), so a crash in C fails the test instead of killing the run, and a case
+starts in milliseconds; the cases skip where the kernels do not run (not built, or a CPU
+without AVX2 and FMA).
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 import textwrap
+from collections.abc import Iterator
 
-from native_child import run_native
+import pytest
+from forkserver import ForkServer
+from native_child import PREAMBLE
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ForkServer]:
+    """One interpreter that has imported torch and zoo (not opened the kernels: each child
+    opens them, as a process does), with zoo's kernels allowed."""
+    env = {k: v for k, v in os.environ.items() if k != "ZOO_NATIVE_KERNELS"}
+    forks = ForkServer("import os, sys\nimport torch\nimport zoo\n", env=env)
+    yield forks
+    forks.close()
+
+
+def run_native(server: ForkServer, code: str, timeout: float = 120) -> list[str]:
+    """``code`` (after :data:`native_child.PREAMBLE`) in a child of ``server``: the lines it
+    printed that start with ``ok``; the test fails on any exit but 0 (a crash: -11) and is
+    skipped where the kernels do not run."""
+    fd, name = tempfile.mkstemp(prefix="zoo-native-trust-", suffix=".log")
+    os.close(fd)
+    prologue = f"_log = os.open({name!r}, os.O_WRONLY | os.O_TRUNC)\nos.dup2(_log, 1)\n"
+    prologue += "os.dup2(_log, 2)\n"
+    epilogue = "\nsys.stdout.flush()\nsys.stderr.flush()\nos._exit(0)\n"
+    child = server.start(prologue + PREAMBLE + code + epilogue)
+    try:
+        returncode = child.wait(timeout=timeout)
+    finally:
+        child.kill()
+        with open(name, encoding="utf-8", errors="replace") as log:
+            text = log.read()
+        os.unlink(name)
+    assert returncode == 0, f"child exited {returncode}:\n{text[-4000:]}"
+    if text.split() == ["unavailable"]:
+        pytest.skip("needs zoo's native kernels: not built, or a CPU without AVX2 and FMA")
+    return [line for line in text.splitlines() if line.startswith("ok")]
+
 
 COMMON = textwrap.dedent(
     """
@@ -107,11 +148,11 @@ LAYOUTS = COMMON + textwrap.dedent(
 )
 
 
-def test_a_weights_layout_changed_in_place_between_steps_is_read_again():
+def test_a_weights_layout_changed_in_place_between_steps_is_read_again(server):
     """``t_()`` or ``as_strided_`` on a square weight keep its address and its shape: the one
     call read the old layout (logits 3.45 off, other greedy tokens) until the plan checked
     strides as well as addresses."""
-    got = run_native(LAYOUTS, timeout=300)
+    got = run_native(server, LAYOUTS)
     assert [line.split()[1] for line in got] == [
         "transposed",
         "strided",
@@ -145,10 +186,10 @@ CUTS = COMMON + textwrap.dedent(
 )
 
 
-def test_a_weight_cut_or_retyped_in_place_declines_where_pytorch_raises():
+def test_a_weight_cut_or_retyped_in_place_declines_where_pytorch_raises(server):
     """``p.data = p.data[:half]`` keeps the address: the one call decoded on with the old
     shape where PyTorch raises."""
-    got = run_native(CUTS, timeout=300)
+    got = run_native(server, CUTS)
     assert [line.split()[1] for line in got] == ["halved", "reinterpreted", "freed"]
 
 
@@ -243,10 +284,10 @@ SUBCLASS = COMMON + textwrap.dedent(
 )
 
 
-def test_a_tensor_subclass_is_never_handed_to_the_kernels():
+def test_a_tensor_subclass_is_never_handed_to_the_kernels(server):
     """A ``TwoTensor`` weight reports float32, CPU, contiguous and address 0: ``zoo.generate``
     died with SIGSEGV (exit 139); it now decodes to PyTorch's tokens."""
-    got = run_native(SUBCLASS, timeout=300)
+    got = run_native(server, SUBCLASS)
     assert got == ["ok one weight", "ok every weight", "ok per-module", "ok cache", "ok int8"]
 
 
@@ -288,7 +329,7 @@ ABI = textwrap.dedent(
 )
 
 
-def test_a_library_of_another_abi_is_refused_with_a_warning():
+def test_a_library_of_another_abi_is_refused_with_a_warning(server):
     """The ctypes mirrors of the C structures were never checked against the built library:
     a stale build was read with the wrong offsets, silently."""
-    assert run_native(ABI, timeout=120) == ["ok version", "ok size", "ok stale"]
+    assert run_native(server, ABI) == ["ok version", "ok size", "ok stale"]
