@@ -128,3 +128,18 @@ def test_a_second_stop_signal_stops_a_run_at_once() -> None:
             os.kill(os.getpid(), signal.SIGTERM)
             sum(range(1000))  # (the handler runs between bytecodes)
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
+def test_slots_that_cannot_fit_are_refused_before_they_are_allocated(monkeypatch) -> None:
+    """zoo serve --max-batch 65536 on shakespeare-byte (77 GB of keys and values) was a
+    RuntimeError traceback from the allocator; the slot batch now says what fits."""
+    import zoo
+    import zoo.nn.slots as slots
+    from zoo.errors import InsufficientMemoryError
+
+    model = zoo.build("shakespeare-byte", n_layers=1, d_model=32, n_heads=2, d_ff=64)
+    monkeypatch.setattr(slots, "available_memory", lambda device: 10**6)
+    refused = r"65536 slots of 128 positions need 2.1 GB .* --max-batch 27 fits"
+    with pytest.raises(InsufficientMemoryError, match=refused):  # 32 kB a slot, 0.9 MB free
+        slots.SlotBatch(model, 65536)
+    assert len(slots.SlotBatch(model, 27)._k) == 1

@@ -23,6 +23,8 @@ from typing import Generic, TypeVar
 import torch
 from torch import Tensor
 
+from ..errors import InsufficientMemoryError
+from ..memory import ALLOW_LARGE_ENV, allow_large, available_memory, format_bytes
 from .base import activation_dtype, check_token_ids
 from .cache import KVCache, LayerCache
 from .decoder import DecoderLM
@@ -154,6 +156,7 @@ class SlotBatch(Generic[K]):
             raise ValueError(f"max_rows must be a positive integer, got {max_rows}")
         dtype, device = activation_dtype(model)
         shape = (max_rows, c.n_kv_heads or c.n_heads, max_len, c.head_size)
+        _check_cache_fits(shape, 2 * c.n_layers, dtype, device)
         # zeros, not empty: a masked-out position still meets the attention weights, and
         # 0 * nan would be nan
         self._k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(c.n_layers)]
@@ -379,3 +382,22 @@ class SlotBatch(Generic[K]):
         """Remove every sequence."""
         self.keys.clear()
         self._lengths.clear()
+
+
+def _check_cache_fits(
+    shape: tuple[int, int, int, int], tensors: int, dtype: torch.dtype, device: torch.device
+) -> None:
+    """Refuse, before allocating it, a slot cache (``tensors`` of ``shape``: keys and values
+    of every layer) that the device cannot hold, naming the most rows that fit (issue 41:
+    ``zoo serve --max-batch 65536`` was a RuntimeError traceback)."""
+    free = available_memory(device)
+    row = tensors * shape[1] * shape[2] * shape[3] * dtype.itemsize
+    if free is None or allow_large() or shape[0] * row <= free:
+        return
+    rows = int(0.9 * free) // row  # a tenth left for the model's own steps
+    advice = f"--max-batch {rows} fits" if rows else "not one slot fits: lower --max-model-len"
+    raise InsufficientMemoryError(
+        f"{shape[0]} slots of {shape[2]} positions need {format_bytes(shape[0] * row)} of keys "
+        f"and values, but {format_bytes(free)} is available on {device}: {advice} "
+        f"({ALLOW_LARGE_ENV}=1 skips this check)"
+    )
