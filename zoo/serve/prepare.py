@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -124,13 +123,13 @@ def _json(body: bytes, content_type: str | None) -> Any:
         )
     if not body:
         raise ApiError(400, "the request body is empty; send a JSON object")
-    try:  # the depth is bounded after the count checks, by check_depth: not here
-        return jsonfile.loads(body, max_depth=sys.maxsize)
+    try:  # the depth is bounded by jsonfile.MAX_DEPTH after the count checks (check_depth)
+        return json.loads(body)
     except json.JSONDecodeError as exc:
         error = {"type": "json_invalid", "loc": ("body", exc.pos), "msg": "JSON decode error",
                  "input": {}, "ctx": {"error": exc.msg}}  # fmt: skip
         raise RequestValidationError([error]) from None
-    except (jsonfile.JSONError, UnicodeDecodeError) as exc:
+    except (RecursionError, UnicodeDecodeError) as exc:
         why = "is not UTF-8" if isinstance(exc, UnicodeDecodeError) else "is nested too deeply"
         raise ApiError(400, f"the request body {why} to be read as JSON") from None
 
