@@ -143,3 +143,16 @@ def test_slots_that_cannot_fit_are_refused_before_they_are_allocated(monkeypatch
     with pytest.raises(InsufficientMemoryError, match=refused):  # 32 kB a slot, 0.9 MB free
         slots.SlotBatch(model, 65536)
     assert len(slots.SlotBatch(model, 27)._k) == 1
+
+
+@pytest.mark.parametrize("text", [str(2**62), "100000", "257"])
+def test_zoo_decode_threads_is_bounded(text) -> None:
+    """ZOO_DECODE_THREADS=2**62 was 'Overflow when unpacking long'; 100000 a traceback (can't
+    start new thread). At most 256, or the cores where there are more."""
+    from zoo.settings import Settings
+
+    if (os.cpu_count() or 1) >= int(text):
+        pytest.skip("a machine with that many cores")
+    with pytest.raises(ConfigError, match=r"thread count from 1 to \d+ \(this machine has"):
+        Settings.from_env({"ZOO_DECODE_THREADS": text})
+    assert Settings.from_env({"ZOO_DECODE_THREADS": "256"}).decode_threads == 256

@@ -63,9 +63,17 @@ def _threads(text: str) -> int | None:
     if word == "auto":
         return None
     value = int(word)
-    if value < 0:
-        raise _Refused("must be auto, 0 (leave torch's thread count alone) or a thread count")
+    most = max(_MAX_THREADS, os.cpu_count() or 1)
+    if not 0 <= value <= most:  # 2**62 overflowed in torch; 100,000 could not start
+        raise _Refused(
+            f"must be auto, 0 (leave torch's thread count alone) or a thread count from 1 to "
+            f"{most} (this machine has {os.cpu_count()} cores)"
+        )
     return value
+
+
+#: The most decoding threads ``ZOO_DECODE_THREADS`` names (or the cores, where more).
+_MAX_THREADS = 256
 
 
 def _secret(text: str) -> str:
