@@ -8,11 +8,17 @@ requests waits for a thread instead of starting one each), and its work is bound
 model's context before it is done:
 
 - a conversation of more messages than the context has positions is refused before it is
-  validated or rendered (:func:`parse_body`; each message takes at least one token in every
-  chat template);
+  validated or rendered (:func:`conversation`; each message takes at least one token in every
+  chat template), and its messages are validated :data:`VALIDATE_AT_ONCE` at a time;
+- a completion's prompt of ids is counted before it is validated, and its lists validated one
+  at a time (:func:`completion_prompt`);
+- a body nests at most :data:`zoo.jsonfile.MAX_DEPTH` levels (:func:`check_depth`);
 - a prompt's tokens are counted piece by piece and counting stops as soon as they exceed what
   the context leaves (:func:`encode_within`), instead of tokenizing all of a text that cannot
   fit.
+
+A single call into C code (the JSON parser, one validation, one encode) holds the interpreter
+lock, and so the event loop, for as long as it runs: hence the parts of bounded size.
 """
 
 from __future__ import annotations
