@@ -67,9 +67,10 @@ def run_native(server: ForkServer, code: str, timeout: float = 120) -> list[str]
 
 COMMON = textwrap.dedent(
     """
+    import itertools
     import torch
     import zoo
-    from zoo.nn import native_block
+    from zoo.nn import native_block, native_facts
     from zoo.nn.cache import KVCache
 
     fused_decode = native_block.decode
@@ -133,9 +134,11 @@ LAYOUTS = COMMON + textwrap.dedent(
         w = model.blocks[1].ffn.proj.weight
         w.data = torch.cat([w.detach(), torch.randn_like(w)])[3:3 + w.shape[0]]
 
-    # a layout the one call does not read (not contiguous) declines; another address is read
-    for change, fused in ((transposed, False), (strided, False), (norm_strided, False),
-                          (shifted, True)):
+    # a layout the one call does not read (not contiguous) declines; another address is read;
+    # with PyTorch's C++ check of the tensors and with the passes in Python alike
+    cases = ((transposed, False), (strided, False), (norm_strided, False), (shifted, True))
+    for guards, (change, fused) in itertools.product((native_facts.TensorGuards, None), cases):
+        native_facts.TensorGuards = guards
         calls.clear()
         fast = decode(tiny(), change)
         slow = decode(tiny(), change, fused=False)
@@ -158,7 +161,7 @@ def test_a_weights_layout_changed_in_place_between_steps_is_read_again(server):
         "strided",
         "norm_strided",
         "shifted",
-    ]
+    ] * 2
 
 
 CUTS = COMMON + textwrap.dedent(
@@ -174,7 +177,9 @@ CUTS = COMMON + textwrap.dedent(
     def freed(model):  # the storage freed under the weight: PyTorch refuses the storage
         model.blocks[0].attn.proj.weight.untyped_storage().resize_(0)
 
-    for change in (halved, reinterpreted, freed):
+    cases = (halved, reinterpreted, freed)
+    for guards, change in itertools.product((native_facts.TensorGuards, None), cases):
+        native_facts.TensorGuards = guards
         calls.clear()
         fast = decode(tiny(), change)
         slow = decode(tiny(), change, fused=False)
@@ -190,7 +195,7 @@ def test_a_weight_cut_or_retyped_in_place_declines_where_pytorch_raises(server):
     """``p.data = p.data[:half]`` keeps the address: the one call decoded on with the old
     shape where PyTorch raises."""
     got = run_native(server, CUTS)
-    assert [line.split()[1] for line in got] == ["halved", "reinterpreted", "freed"]
+    assert [line.split()[1] for line in got] == ["halved", "reinterpreted", "freed"] * 2
 
 
 SUBCLASS = COMMON + textwrap.dedent(

@@ -9,12 +9,13 @@ lays them out alike.
 A plan is read from the modules' own dicts (``_modules``, ``_parameters``, ``_buffers``,
 ``__dict__``) and records each read (:class:`Reader`); before each step :meth:`Checks.current`
 asks every read again, and every tensor the plan points into its exact type, address, shape,
-strides, storage offset, dtype and device, in a few C-level passes (``map``), so a module or
-weight replaced, or changed in place (another storage, ``t_()``, ``as_strided_``,
-``p.data = p.data[:half]``, a dtype view), since the last step makes the plan be read again,
-and forward hooks on any module it stands for make the step decline. Only plain CPU tensors
-inside their storage are pointed into (:func:`zoo.nn.native._plain`): a tensor subclass
-(DTensor, torchao's, ``TwoTensor``) may keep its data elsewhere and report address 0.
+strides, storage offset, dtype and device (:mod:`zoo.nn.native_facts`), in a few C-level
+passes, so a module or weight replaced, or changed in place (another storage, ``t_()``,
+``as_strided_``, ``p.data = p.data[:half]``, a dtype view), since the last step makes the
+plan be read again, and forward hooks on any module it stands for make the step decline.
+Only plain CPU tensors inside their storage are pointed into (:func:`zoo.nn.native._plain`):
+a tensor subclass (DTensor, torchao's, ``TwoTensor``) may keep its data elsewhere and report
+address 0.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from __future__ import annotations
 import ctypes
 import math
 import operator
-from collections.abc import Callable
 from itertools import repeat
 from typing import Any, NamedTuple
 
@@ -33,12 +33,13 @@ from .attention import MultiHeadAttention
 from .blocks import TransformerBlock
 from .feedforward import FeedForward, GatedFeedForward
 from .linear import Linear
-from .native import _PLAIN, _address, _plain, _vector
+from .native import _address, _plain, _vector
 from .native_abi import Block as _Block
 from .native_abi import Decoder as _Decoder
 from .native_abi import Embedding as _Embedding
 from .native_abi import Linear as _Linear
 from .native_abi import Norm as _Norm
+from .native_facts import Facts
 from .native_int8 import _ROWS, _rows_of
 from .norms import LayerNorm, RMSNorm, UnitOffsetRMSNorm
 from .onednn import OneDNNLinear
@@ -97,40 +98,18 @@ class Reader:
         return value
 
 
-#: What each step asks again of every tensor a plan points into, one C-level pass (``map``)
-#: each: the address, shape, strides, storage offset, dtype and device (its exact type is
-#: asked first, by :func:`_facts`). A weight changed in place keeps its address under
-#: ``t_()``, ``as_strided_``, ``p.data = p.data[:half]`` or a dtype view, not its facts.
-_FACTS: tuple[Callable[[Tensor], Any], ...] = (
-    Tensor.data_ptr,
-    Tensor.size,
-    Tensor.stride,
-    Tensor.storage_offset,
-    operator.attrgetter("dtype", "is_cpu"),
-)
-
-
-def _facts(tensors: tuple[Tensor, ...]) -> tuple[tuple[Any, ...], ...]:
-    """The exact types of ``tensors``, then (where all are plain tensors; a plan holding
-    another declines, and a subclass may not answer the rest) each of :data:`_FACTS`."""
-    types = tuple(map(type, tensors))
-    if not all(map(_PLAIN.__contains__, types)):
-        return (types,)
-    return (types, *(tuple(map(fact, tensors)) for fact in _FACTS))
-
-
 class Checks(NamedTuple):
     """What a plan was read from (each read, ``where[i].get(names[i])``, must give
-    ``values[i]`` again), the tensors it points into (kept alive here) with their facts
-    (:func:`_facts`), and the forward hooks of the modules it stands for (the kernel would
-    skip them). The checks run in C (``map``): a plan is checked in microseconds, in one
-    burst per token."""
+    ``values[i]`` again), the tensors it points into with their facts
+    (:class:`~zoo.nn.native_facts.Facts`, which keeps them alive), and the forward hooks of
+    the modules it stands for (the kernel would skip them). The checks run in C (``map``, and
+    PyTorch's C++ check of tensors): a plan is checked in microseconds, in one burst per
+    token."""
 
     where: tuple[dict[str, Any], ...]
     names: tuple[str, ...]
     values: tuple[Any, ...]
-    tensors: tuple[Tensor, ...]
-    facts: tuple[tuple[Any, ...], ...]
+    facts: Facts
     hooks: tuple[dict[Any, Any], ...]
 
     @classmethod
@@ -138,19 +117,12 @@ class Checks(NamedTuple):
         """The checks of everything ``r`` read, and of the hooks of ``modules``."""
         hooks = [r.attr(m, kind) for m in modules for kind in _HOOKS]
         where, names, values = zip(*r.reads, strict=True) if r.reads else ((), (), ())
-        tensors = tuple(r.tensors)
-        return cls(where, names, values, tensors, _facts(tensors), tuple(hooks))
+        return cls(where, names, values, Facts.of(r.tensors), tuple(hooks))
 
     def current(self) -> bool:
         """Whether every read gives the same object and every tensor the same facts."""
         found = map(dict.get, self.where, self.names, repeat(_MISSING))
-        if not all(map(operator.is_, found, self.values)):
-            return False
-        types, *facts = self.facts  # the types, then each of _FACTS where all were plain
-        if tuple(map(type, self.tensors)) != types:
-            return False
-        recorded = zip(_FACTS[: len(facts)], facts, strict=True)
-        return all(tuple(map(fact, self.tensors)) == was for fact, was in recorded)
+        return all(map(operator.is_, found, self.values)) and self.facts.current()
 
     def hooked(self) -> bool:
         """Whether forward hooks are set on one of the modules or on every module."""
