@@ -132,7 +132,7 @@ def test_bad_lines_are_refused_with_their_line_number(tmp_path, bad, message):
 
 def test_sizes_are_bounded(tmp_path, monkeypatch):
     """A line over MAX_LINE_BYTES, a file over MAX_FILE_BYTES: refused before parsing."""
-    import zoo.train.chat as chat
+    import zoo.train.chat_lines as chat  # (the reader's module)
 
     path = _write(tmp_path / "c.jsonl", [GOOD, GOOD])
     monkeypatch.setattr(chat, "MAX_LINE_BYTES", 64)

@@ -152,3 +152,31 @@ def test_a_streamed_build_packs_as_the_list_and_weight_0_is_not_learned(tmp_path
     learned = tok.decode([t for t in targets.flatten().tolist() if t != IGNORE])
     assert "Hello!" in learned and "NOT THIS" not in learned
     assert "NOT THIS" in tok.decode(inputs["input_ids"][0].tolist())  # it is still read
+
+
+def test_the_command_line_checks_the_file_before_torch_is_imported(tmp_path):
+    """zoo train --task chat: a bad line (the last of 2,000) is said in one line, exit 2,
+    before torch is imported (it came after the model was built and the memory checked)."""
+    import os
+    import subprocess
+    import sys
+
+    path = _write(tmp_path / "c.jsonl", [GOOD] * 1999 + [_with(content=None, tool_calls="rm")])
+    argv = ["train", "--from", "shakespeare-byte", "--task", "chat", "--data", str(path),
+            "--out", str(tmp_path / "o")]  # fmt: skip
+    probe = (
+        "import sys, contextlib, io\nfrom zoo.cli import main\nerr = io.StringIO()\n"
+        "with contextlib.redirect_stderr(err):\n    code = main(sys.argv[1:])\n"
+        "print(code, 'torch' in sys.modules, repr(err.getvalue()))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    code, torch_imported, err = done.stdout.split(" ", 2)
+    assert (code, torch_imported) == ("2", "False"), done.stdout
+    assert "c.jsonl, line 2000: message 1 (assistant).tool_calls must be a non-empty" in err

@@ -222,6 +222,10 @@ def _check_train(args: argparse.Namespace) -> None:
     if not args.lora:
         _check_model(args)
     text_files(args.data)
+    if args.task == "chat":  # every line, in one streaming pass: a bad one said before loading
+        from ..train.chat_lines import count_conversations
+
+        count_conversations(args.data)
     if args.tokenizer is not None:
         read_manifest(args.tokenizer)
     train_config(args)

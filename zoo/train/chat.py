@@ -29,15 +29,21 @@ from __future__ import annotations
 import array
 import dataclasses
 import os
-from collections.abc import Iterable, Iterator
-from pathlib import Path
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
-from .. import jsonfile
-from .chat_lines import MAX_MESSAGES, ROLES, Conversation, conversation, surrogate_escape
+from .chat_lines import (
+    MAX_FILE_BYTES,
+    MAX_LINE_BYTES,
+    MAX_MESSAGES,
+    ROLES,
+    Conversation,
+    count_conversations,
+    iter_conversations,
+)
 from .data import IGNORE, Batch
 from .files import DataError
 
@@ -57,75 +63,6 @@ __all__ = [
     "iter_conversations",
     "read_conversations",
 ]
-
-#: The largest conversations file and one conversation (line).
-MAX_FILE_BYTES = 1 << 30
-MAX_LINE_BYTES = 1 << 20
-
-
-def iter_conversations(path: str | os.PathLike[str]) -> Iterator[Conversation]:
-    """The conversations of a ``.jsonl`` file, one line at a time (nothing else of the file
-    is held): each line read up to :data:`MAX_LINE_BYTES`, decoded, parsed and checked
-    (:func:`zoo.train.chat_lines.conversation`).
-
-    Raises:
-        DataError: a folder, a file over :data:`MAX_FILE_BYTES`, or a line that is not a
-            conversation (its number and why: too long, not UTF-8, not JSON, a wrong type).
-    """
-    path = Path(path)
-    if path.is_dir():
-        raise DataError(f"{path} is a folder; chat fine-tuning reads one .jsonl file")
-    try:
-        handle = path.open("rb")
-    except OSError as exc:
-        raise DataError(f"cannot read {path}: {exc.strerror or exc}") from None
-    with handle:
-        if os.fstat(handle.fileno()).st_size > MAX_FILE_BYTES:
-            raise DataError(f"{path} is over {MAX_FILE_BYTES:,} bytes; split it or sample it")
-        number = 0
-        while raw := handle.readline(MAX_LINE_BYTES + 1):
-            number += 1
-            try:
-                found = _line(raw)
-                checked = None if found is None else conversation(*found, number)
-            except ValueError as exc:
-                raise DataError(f"{path}, line {number}: {exc}") from None
-            if checked is not None:
-                yield checked
-
-
-def _line(raw: bytes) -> tuple[Any, bool] | None:
-    """A line's bytes (its line break included) parsed, and whether its JSON escapes a
-    surrogate; ``None`` when blank. A ``ValueError`` says why it is refused."""
-    if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
-        raise ValueError(f"longer than {MAX_LINE_BYTES:,} bytes")
-    try:
-        line = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValueError(
-            f"not UTF-8 (byte {raw[exc.start]:#04x} at column {exc.start + 1}); convert the "
-            "file to UTF-8"
-        ) from None
-    if not line.strip():
-        return None
-    try:
-        record = jsonfile.loads(line)
-    except (ValueError, RecursionError) as exc:
-        raise ValueError(f"not JSON ({exc})") from None
-    return record, surrogate_escape.search(line) is not None
-
-
-def count_conversations(path: str | os.PathLike[str]) -> int:
-    """Check every line of a ``.jsonl`` file in one streaming pass (see
-    :func:`iter_conversations`) and count its conversations.
-
-    Raises:
-        DataError: a line that is not a conversation, or none at all.
-    """
-    count = sum(1 for _ in iter_conversations(path))
-    if not count:
-        raise DataError(f"{path} holds no conversation")
-    return count
 
 
 def read_conversations(path: str | os.PathLike[str]) -> list[Conversation]:

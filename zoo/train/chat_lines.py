@@ -1,6 +1,8 @@
-"""One line of chat fine-tuning data, checked against OpenAI's fine-tuning format (issue 41:
-``"tool_calls": "rm -rf"``, a string, was accepted; a lone surrogate was found later, without
-its line).
+"""Chat fine-tuning data read and checked one line at a time (no torch: ``zoo train --task
+chat`` checks the file before anything loads), each line against OpenAI's fine-tuning format
+(issue 41: ``"tool_calls": "rm -rf"``, a string, was accepted; a lone surrogate was found
+later, without its line; the whole file, every parsed line and every encoding were held at
+once, 589 MB for 11 MB).
 
 A line is ``{"messages": [...], "tools": [...]}`` (``tools`` optional). A message has:
 
@@ -20,10 +22,25 @@ reason; the reader adds the file and the line.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
-__all__ = ["MAX_MESSAGES", "ROLES", "Conversation", "conversation", "surrogate_escape"]
+from .. import jsonfile
+from .files import DataError
+
+__all__ = [
+    "MAX_FILE_BYTES",
+    "MAX_LINE_BYTES",
+    "MAX_MESSAGES",
+    "ROLES",
+    "Conversation",
+    "conversation",
+    "count_conversations",
+    "iter_conversations",
+]
 
 #: The most messages one line holds.
 MAX_MESSAGES = 1024
@@ -34,7 +51,7 @@ _LINE_KEYS = frozenset({"messages", "tools"})
 _CALL_KEYS = frozenset({"id", "type", "function"})
 _TOOL_KEYS = frozenset({"type", "function"})
 #: A JSON escape of a UTF-16 surrogate: only such a line can hold a lone one.
-surrogate_escape = re.compile(r"\\u[dD][89abcdefABCDEF]")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,3 +219,73 @@ def _check_text(value: Any, where: str) -> None:
     elif isinstance(value, list):
         for i, item in enumerate(value):
             _check_text(item, f"{where}[{i}]")
+
+
+#: The largest conversations file and one conversation (line).
+MAX_FILE_BYTES = 1 << 30
+MAX_LINE_BYTES = 1 << 20
+
+
+def iter_conversations(path: str | os.PathLike[str]) -> Iterator[Conversation]:
+    """The conversations of a ``.jsonl`` file, one line at a time (nothing else of the file
+    is held): each line read up to :data:`MAX_LINE_BYTES`, decoded, parsed and checked
+    (:func:`zoo.train.chat_lines.conversation`).
+
+    Raises:
+        DataError: a folder, a file over :data:`MAX_FILE_BYTES`, or a line that is not a
+            conversation (its number and why: too long, not UTF-8, not JSON, a wrong type).
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise DataError(f"{path} is a folder; chat fine-tuning reads one .jsonl file")
+    try:
+        handle = path.open("rb")
+    except OSError as exc:
+        raise DataError(f"cannot read {path}: {exc.strerror or exc}") from None
+    with handle:
+        if os.fstat(handle.fileno()).st_size > MAX_FILE_BYTES:
+            raise DataError(f"{path} is over {MAX_FILE_BYTES:,} bytes; split it or sample it")
+        number = 0
+        while raw := handle.readline(MAX_LINE_BYTES + 1):
+            number += 1
+            try:
+                found = _line(raw)
+                checked = None if found is None else conversation(*found, number)
+            except ValueError as exc:
+                raise DataError(f"{path}, line {number}: {exc}") from None
+            if checked is not None:
+                yield checked
+
+
+def _line(raw: bytes) -> tuple[Any, bool] | None:
+    """A line's bytes (its line break included) parsed, and whether its JSON escapes a
+    surrogate; ``None`` when blank. A ``ValueError`` says why it is refused."""
+    if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+        raise ValueError(f"longer than {MAX_LINE_BYTES:,} bytes")
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"not UTF-8 (byte {raw[exc.start]:#04x} at column {exc.start + 1}); convert the "
+            "file to UTF-8"
+        ) from None
+    if not line.strip():
+        return None
+    try:
+        record = jsonfile.loads(line)
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"not JSON ({exc})") from None
+    return record, _SURROGATE_ESCAPE.search(line) is not None
+
+
+def count_conversations(path: str | os.PathLike[str]) -> int:
+    """Check every line of a ``.jsonl`` file in one streaming pass (see
+    :func:`iter_conversations`) and count its conversations.
+
+    Raises:
+        DataError: a line that is not a conversation, or none at all.
+    """
+    count = sum(1 for _ in iter_conversations(path))
+    if not count:
+        raise DataError(f"{path} holds no conversation")
+    return count
