@@ -19,16 +19,19 @@ if TYPE_CHECKING:
 __all__ = ["COMMANDS", "add_sampling", "generation_config", "print_pieces"]
 
 
-def add_sampling(p: argparse.ArgumentParser, max_new_tokens: int) -> None:
+def add_sampling(
+    p: argparse.ArgumentParser, max_new_tokens: int | None, help_default: str | None = None
+) -> None:
     """``--max-new-tokens``, ``--temperature``, ``--top-k``, ``--top-p`` and ``--seed``
     (``zoo generate``'s and ``zoo chat``'s); the defaults are ``zoo.generate``'s, so the same
-    seed gives the same text."""
+    seed gives the same text (``zoo chat``'s ``--max-new-tokens`` defaults to ``None``: what
+    the context leaves, said by ``help_default``)."""
     defaults = GENERATION_DEFAULTS
     p.add_argument(
         "--max-new-tokens",
         type=int,
         default=max_new_tokens,
-        help=f"default: {max_new_tokens}",
+        help=help_default or f"default: {max_new_tokens}",
     )
     p.add_argument(
         "--temperature",
@@ -47,18 +50,25 @@ def add_sampling(p: argparse.ArgumentParser, max_new_tokens: int) -> None:
     )
 
 
-def generation_config(args: argparse.Namespace, stop: tuple[str, ...] = ()) -> GenerationConfig:
+def generation_config(
+    args: argparse.Namespace,
+    stop: tuple[str, ...] = (),
+    default_max_new_tokens: int = GENERATION_DEFAULTS.max_new_tokens,
+) -> GenerationConfig:
     """The sampling flags of ``zoo generate`` and ``zoo chat`` as a :class:`GenerationConfig`:
     every setting checked before anything is loaded or seeded. The steps' CPU threads are
     the command line's policy, ``ZOO_DECODE_THREADS`` (default: the cores other processes
-    leave free, :class:`zoo.nn.threads.DecodeThreads`)."""
+    leave free, :class:`zoo.nn.threads.DecodeThreads`). A ``--max-new-tokens`` left unset
+    (``None``) is ``default_max_new_tokens``."""
     from ..generation import GenerationConfig
     from ..settings import Settings
 
     check_counts(args, generation_bounds())
     setting = Settings.from_env().decode_threads  # None: choose, 0: torch's count
     return GenerationConfig(
-        max_new_tokens=args.max_new_tokens,
+        max_new_tokens=(
+            default_max_new_tokens if args.max_new_tokens is None else args.max_new_tokens
+        ),
         temperature=args.temperature,
         top_k=args.top_k,
         top_p=args.top_p,
