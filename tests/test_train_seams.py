@@ -240,7 +240,9 @@ def test_a_tampered_trainer_json_is_refused(halfway, corpus, tmp_path, edit, mes
 def test_resuming_with_other_settings_says_which(halfway, corpus, tmp_path):
     out = copy_of(halfway, tmp_path)
     other = TrainConfig(**{**CONFIG.__dict__, "lr": 1e-3, "eval_every": 1})  # eval may change
-    with pytest.raises(ResumeError, match=r"other settings: lr 0.003 \(now 0.001\)\. Resume"):
+    with pytest.raises(
+        ResumeError, match=r"other settings: lr 0.003 \(now 0.001\)\. To start a new run"
+    ):
         run(corpus, out, config=other)
 
 

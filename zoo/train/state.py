@@ -260,23 +260,32 @@ def _read_meta(folder: Path, config: TrainConfig) -> dict[str, Any]:
             raise ResumeError(
                 f"{path}: {key!r} must be a JSON {kind.__name__}, got {value!r:.80}; {_HOW}"
             )
+    _check_settings(folder, path, meta, config)
     step = meta["step"]
     if not 0 <= step <= config.steps:
         raise ResumeError(f"{path}: step {step} is not in 0..{config.steps} (steps); {_HOW}")
     _check_history(path, meta["history"], step)
-    saved = meta.get("config")
-    if saved is not None:  # runs written before settings were recorded: nothing to compare
-        now = config.trajectory()
-        if not isinstance(saved, dict):
-            raise ResumeError(f"{path}: 'config' must be a JSON object; {_HOW}")
-        changed = [f"{k} {saved.get(k)!r} (now {v!r})" for k, v in now.items() if saved.get(k) != v]
-        if changed:
-            raise ResumeError(
-                f"{folder} was written by a run with other settings: {', '.join(changed)}. "
-                "Resume with the same settings, or start a new run in another --out (to "
-                f"fine-tune these weights: --from {folder / 'model'})"
-            )
     return meta
+
+
+def _check_settings(folder: Path, path: Path, meta: dict[str, Any], config: TrainConfig) -> None:
+    """The run in ``folder`` was started with ``config``'s settings: another run's folder
+    (an --out given twice) is said to be one, before any of its values is judged by these
+    settings (its step past these --steps read as a damaged file)."""
+    saved = meta.get("config")
+    if saved is None:  # runs written before settings were recorded: nothing to compare
+        return
+    if not isinstance(saved, dict):
+        raise ResumeError(f"{path}: 'config' must be a JSON object; {_HOW}")
+    now = config.trajectory()
+    changed = [f"{k} {saved.get(k)!r} (now {v!r})" for k, v in now.items() if saved.get(k) != v]
+    if changed:
+        raise ResumeError(
+            f"{folder.parent} already holds another training run, started with other "
+            f"settings: {', '.join(changed)}. To start a new run, train into another --out "
+            f"(or delete {folder.parent}); to continue that run, repeat its settings; to "
+            f"fine-tune its weights: --from {folder / 'model'}"
+        )
 
 
 def _check_history(path: Path, history: list[Any], step: int) -> None:
