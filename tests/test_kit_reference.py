@@ -17,10 +17,11 @@ import pytest
 import torch
 from torch import Tensor, nn
 from zoo_plugins.llama.config import LlamaConfig
-from zoo_plugins.llama.convert import DOWN, GATE_UP, LLAMA_CONFIG, llama_qkv, llama_rules
+from zoo_plugins.llama.convert import LLAMA_CONFIG
 
 import zoo
 from zoo.checkpoint.hf_layout import KeyRule, hf_layout
+from zoo.checkpoint.hf_rules import DOWN, GATE_UP, llama_qkv, llama_rules
 from zoo.nn import DecoderLM
 from zoo.plugin.registry import load_registry
 from zoo.testing import CheckSkipped, run_check, run_conformance

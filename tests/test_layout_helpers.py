@@ -14,11 +14,12 @@ import torch
 import transformers
 from torch import Tensor
 from zoo_plugins.llama.config import LlamaConfig
-from zoo_plugins.llama.convert import DOWN, GATE_UP, LLAMA_CONFIG, llama_qkv, llama_rules
+from zoo_plugins.llama.convert import LLAMA_CONFIG
 
 import zoo
 from zoo.checkpoint.hf_config import HFConfigError, HFConfigFormat, HFField
 from zoo.checkpoint.hf_layout import hf_layout
+from zoo.checkpoint.hf_rules import DOWN, GATE_UP, llama_qkv, llama_rules
 
 TINY = dict(vocab_size=300, context_length=64, d_model=64, n_heads=4, n_kv_heads=2,
             n_layers=2, d_ff=96)  # fmt: skip

@@ -64,7 +64,12 @@ def test_wheel_contents(wheel):
         assert not stat.S_ISLNK(entry.external_attr >> 16), "registry.toml shipped as a link"
         assert zf.read(entry) == (ROOT / "registry.toml").read_bytes()
         entry_points = next(n for n in names if n.endswith("entry_points.txt"))
-        assert "gpt2 = zoo_plugins.gpt2" in zf.read(entry_points).decode()
+        advertised = zf.read(entry_points).decode()
+        assert "gpt2 = zoo_plugins.gpt2\n" in advertised  # a module of hooks
+        assert "qwen2 = zoo_plugins.qwen2:family\n" in advertised  # a declared family
+    # every package setuptools found (none listed by hand), data folders included
+    assert "zoo/checkpoint/hf_rules.py" in names and "zoo_plugins/qwen2/convert.py" in names
+    assert "zoo_plugins/gpt2/data/gpt2.tiktoken" in names
 
 
 def test_the_source_registry_is_the_top_level_one():

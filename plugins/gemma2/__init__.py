@@ -21,4 +21,3 @@ family = declare_family(
     revision=REVISION,
     tokenizer_description="Gemma 2 SentencePiece BPE (256000 ids) with its chat template",
 )
-zoo_architectures, zoo_tokenizers = family.zoo_architectures, family.zoo_tokenizers

@@ -18,10 +18,10 @@ from zoo.checkpoint.hf_config import (
     HFField,
 )
 from zoo.checkpoint.hf_layout import ANY, KeyRule, hf_layout
+from zoo.checkpoint.hf_rules import DOWN, GATE_UP, llama_qkv
 from zoo.config import LayerType
 from zoo.errors import CheckpointError
 
-from ..llama.convert import DOWN, GATE_UP, llama_qkv
 from .config import ALTERNATING, Gemma2Config
 
 _LAYER = "model.layers.{i}"

@@ -20,4 +20,3 @@ family = declare_family(
     revision=REVISION,
     tokenizer_description="Gemma 3 SentencePiece-style BPE, 262,144 ids, with its chat template",
 )
-zoo_architectures, zoo_tokenizers = family.zoo_architectures, family.zoo_tokenizers

@@ -27,9 +27,9 @@ from zoo.checkpoint.hf_config import (
     HFField,
 )
 from zoo.checkpoint.hf_layout import ANY, KeyRule, hf_layout
+from zoo.checkpoint.hf_rules import GATE_UP, llama_qkv
 
 from ..gemma2.convert import GEMMA2_FIELDS, GEMMA2_RULES
-from ..llama.convert import GATE_UP, llama_qkv
 from .config import Gemma3Config, every_sixth_global
 
 _ATTN = "model.layers.{i}.self_attn"

@@ -20,4 +20,3 @@ family = declare_family(
     tokenizer_description="GPT-NeoX byte-level BPE (50277 ids)",
     tokenizer_files=(),
 )
-zoo_architectures, zoo_tokenizers = family.zoo_architectures, family.zoo_tokenizers

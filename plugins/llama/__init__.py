@@ -32,4 +32,3 @@ family = declare_family(
         )
     ],
 )
-zoo_architectures, zoo_tokenizers = family.zoo_architectures, family.zoo_tokenizers

@@ -19,4 +19,3 @@ family = declare_family(
     tokenizer_description="Mistral v0.3 SentencePiece BPE (32768 ids)",
     tokenizer_files=(),
 )
-zoo_architectures, zoo_tokenizers = family.zoo_architectures, family.zoo_tokenizers

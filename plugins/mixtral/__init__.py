@@ -19,4 +19,3 @@ family = declare_family(
     tokenizer_files=(),
     lora_targets=("attn.qkv", "attn.proj"),  # the experts are stacked tensors, not linears
 )
-zoo_architectures, zoo_tokenizers = family.zoo_architectures, family.zoo_tokenizers

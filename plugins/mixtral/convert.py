@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from zoo.checkpoint.hf_config import HFConfigFormat, HFField
 from zoo.checkpoint.hf_layout import KeyRule, fused_linear, hf_layout
+from zoo.checkpoint.hf_rules import llama_qkv, llama_rules
 
-from ..llama.convert import llama_qkv, llama_rules
 from ..mistral.convert import MISTRAL_FIELDS, MISTRAL_TYPES
 from .config import MixtralConfig
 

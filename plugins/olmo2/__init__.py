@@ -18,4 +18,3 @@ family = declare_family(
     revision=REVISION,
     tokenizer_description="OLMo-2 byte-level BPE (cl100k-based) with its chat template",
 )
-zoo_architectures, zoo_tokenizers = family.zoo_architectures, family.zoo_tokenizers

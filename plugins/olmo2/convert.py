@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from zoo.checkpoint.hf_config import LLAMA_FIELDS, HFConfigFormat, HFField
 from zoo.checkpoint.hf_layout import KeyRule, hf_layout
+from zoo.checkpoint.hf_rules import DOWN, GATE_UP, llama_qkv
 
-from ..llama.convert import DOWN, GATE_UP, llama_qkv
 from .config import Olmo2Config
 
 _LAYER = "model.layers.{i}"

@@ -19,4 +19,3 @@ family = declare_family(
     tokenizer="phi-3",
     tokenizer_description="Phi-3 SentencePiece BPE (32064 ids) with its chat template",
 )
-zoo_architectures, zoo_tokenizers = family.zoo_architectures, family.zoo_tokenizers

@@ -18,4 +18,3 @@ family = declare_family(
     tokenizer="qwen2.5",
     tokenizer_description="Qwen2.5 byte-level BPE with its chat template",
 )
-zoo_architectures, zoo_tokenizers = family.zoo_architectures, family.zoo_tokenizers

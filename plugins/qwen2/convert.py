@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from zoo.checkpoint.hf_config import LLAMA_FIELDS, HFConfigFormat, full_attention_only
 from zoo.checkpoint.hf_layout import hf_layout
+from zoo.checkpoint.hf_rules import DOWN, GATE_UP, llama_qkv, llama_rules
 
-from ..llama.convert import DOWN, GATE_UP, llama_qkv, llama_rules
 from .config import Qwen2Config
 
 QWEN2_CONFIG = HFConfigFormat(

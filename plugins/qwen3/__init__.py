@@ -17,4 +17,3 @@ family = declare_family(
     revision=REVISION,
     tokenizer_description="Qwen3 byte-level BPE with its chat template",
 )
-zoo_architectures, zoo_tokenizers = family.zoo_architectures, family.zoo_tokenizers

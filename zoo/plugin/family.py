@@ -2,7 +2,9 @@
 
 Most families zoo reads are :class:`zoo.nn.DecoderLM` with other settings: a config class, a
 checkpoint layout, and the tokenizer of the model's Hub repo. :func:`declare_family` turns
-those into the plugin's hooks, so a family plugin's ``__init__.py`` says only what differs::
+those into the plugin's hooks, so a family plugin's ``__init__.py`` says only what differs,
+and its entry point names the object (``qwen3 = "zoo_plugins.qwen3:family"`` under
+``[project.entry-points.zoo]``)::
 
     from zoo.plugin.family import declare_family
 
@@ -15,7 +17,6 @@ those into the plugin's hooks, so a family plugin's ``__init__.py`` says only wh
         repo="Qwen/Qwen3-0.6B", revision="c1899de289a04d12100db370d81485cdf75e47ca",
         tokenizer_description="Qwen3 byte-level BPE with its chat template",
     )
-    zoo_architectures, zoo_tokenizers = family.zoo_architectures, family.zoo_tokenizers
 
 Named models are data: zoo's own live in ``registry.toml``, a plugin's own in its
 ``zoo_models`` hook or a registry file of its own.
@@ -39,8 +40,8 @@ DECODER = "zoo.nn.decoder:DecoderLM"
 
 @dataclasses.dataclass(frozen=True)
 class Family:
-    """A family's specs and the hooks that return them (register the object itself, or
-    bind its two hooks to module names as the plugins in zoo's tree do)."""
+    """A family's specs and the hooks that return them: the plugin itself, named by an entry
+    point (``"package.module:family"``) or passed to ``zoo.add_plugin``."""
 
     architecture: ArchitectureSpec
     tokenizers: tuple[TokenizerSpec, ...] = ()

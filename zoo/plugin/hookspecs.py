@@ -1,11 +1,13 @@
 """The plugin contract: every hook a zoo plugin may implement.
 
 A plugin is a module (or object) with functions decorated by :data:`hookimpl` and named after
-these specs, made known through the ``zoo`` entry-point group::
+these specs, made known through the ``zoo`` entry-point group; a family declared with
+:func:`~zoo.plugin.family.declare_family` is such an object::
 
     # pyproject.toml of a plugin distribution
     [project.entry-points.zoo]
     my_plugin = "my_package.zoo_plugin"
+    my_family = "my_package.family_plugin:family"
 
 Hooks are called with keyword arguments only and return frozen spec objects; they never
 mutate zoo's state. Keep the hook module light (no torch import at module level): name model

@@ -1,7 +1,10 @@
 """Plugin discovery and isolation.
 
 Plugins (built-in and third-party alike) are found through the ``zoo`` entry-point group,
-loaded once, and asked for their specs hook by hook. A plugin that fails to import, misspells a
+loaded once, and asked for their specs hook by hook. An entry point names a module whose
+functions are marked ``@zoo.hookimpl`` (``toy = "zoo_toy"``) or an object with such methods,
+such as the family :func:`~zoo.plugin.family.declare_family` returns (``qwen2 =
+"zoo_plugins.qwen2:family"``). A plugin that fails to import, implements no hook, misspells a
 hook, or whose hook raises (anything but ``KeyboardInterrupt``, ``SystemExit`` included) or
 returns the wrong thing is recorded as failed with the reason;
 everything else keeps working. Strict mode (``strict=True`` or ``ZOO_STRICT_PLUGINS=1``) turns
@@ -13,12 +16,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Sequence
 from importlib.metadata import EntryPoint, entry_points
+from types import ModuleType
 from typing import Any, Literal
 
 import pluggy
 
 from ..errors import PluginError
 from . import hookspecs
+from .family import Family
 from .specs import (
     AdapterSpec,
     ArchitectureSpec,
@@ -104,11 +109,16 @@ class PluginHost:
         except BaseException as exc:  # SystemExit too: a plugin cannot end zoo
             self._fail(ep.name, ep.value, dist, f"import failed: {_reason(exc)}")
             return
-        self.register(plugin, name=ep.name, distribution=dist)
+        self.register(plugin, name=ep.name, distribution=dist, source=ep.value)
 
-    def register(self, plugin: Any, *, name: str, distribution: str | None = None) -> None:
-        """Register a plugin object (a module or any object with hook implementations)."""
-        module = getattr(plugin, "__name__", type(plugin).__name__)
+    def register(
+        self, plugin: Any, *, name: str, distribution: str | None = None, source: str | None = None
+    ) -> None:
+        """Register a plugin object: a module or any object with hook implementations (a
+        :class:`~zoo.plugin.family.Family` among them). ``source`` is how it was named (an
+        entry point's ``"module:attr"``; default: the module's name). One that implements
+        no hook is recorded as failed: it would supply nothing, silently."""
+        module = source or str(getattr(plugin, "__name__", type(plugin).__name__))
         if name in self._infos or self._pm.has_plugin(name):
             self._fail(name, module, distribution, f"a plugin named {name!r} is already loaded")
             return
@@ -121,6 +131,10 @@ class PluginHost:
             if self._pm.has_plugin(name):
                 self._pm.unregister(name=name)
             self._fail(name, module, distribution, f"invalid hooks: {exc}")
+            return
+        if not self._pm.get_hookcallers(plugin):
+            self._pm.unregister(name=name)
+            self._fail(name, module, distribution, _no_hooks(plugin, module))
             return
         self._infos[name] = PluginInfo(name, module, distribution, "ok")
 
@@ -146,6 +160,23 @@ class PluginHost:
                     continue
                 contributions.extend(Contribution(name, spec) for spec in specs)
         return contributions
+
+
+def _no_hooks(plugin: Any, module: str) -> str:
+    """Why a plugin that implements no hook fails, and what its entry point should name."""
+    said = f"{module} implements none of zoo's hooks ({', '.join(HOOKS)})"
+    if isinstance(plugin, ModuleType):
+        declared = [n for n, value in vars(plugin).items() if isinstance(value, Family)]
+        if declared:
+            return (
+                f"{said}; it declares the family {declared[0]!r}: name that object in the entry "
+                f"point, {f'{module}:{declared[0]}'!r} (an install whose entry point names the "
+                "module predates that form: reinstall the distribution)"
+            )
+    return (
+        f"{said}; an entry point names a module whose functions are marked @zoo.hookimpl, "
+        "or the family that zoo.plugin.family.declare_family returns ('package.module:family')"
+    )
 
 
 def _check_result(hook_name: str, spec_type: type, result: Any) -> Sequence[Any]:
