@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -98,3 +99,58 @@ def test_every_documented_training_run_warms_up_for_less_than_its_steps():
                 if (int(warmup.group(1)) if warmup else default) >= int(steps.group(1)):
                     warming.append(f"{path.name}: {command.strip()}")
     assert not warming
+
+
+@pytest.fixture
+def few_checks(monkeypatch):
+    """``zoo check`` running two of the kit's checks (build and reference), to stay fast."""
+    import functools
+
+    import zoo.testing
+
+    quick = functools.partial(zoo.testing.run_conformance, checks=("build", "reference"))
+    monkeypatch.setattr(zoo.testing, "run_conformance", quick)
+
+
+def test_zoo_check_takes_a_checkpoint_folder_and_a_training_run(tmp_path, capsys, few_checks):
+    """``zoo check runs/mine`` ran nothing ('unknown model'): a checkpoint folder, or a
+    training run's folder, is checked as its architecture and config (the kit's small random
+    models of it), each row naming the folder given."""
+    import torch
+
+    import zoo
+    from zoo.cli import main
+
+    torch.manual_seed(0)
+    saved = zoo.save(zoo.build("llama-tiny", n_layers=3), tmp_path / "run" / "model")
+    for source in (saved, tmp_path / "run"):
+        code = main(["check", str(source), "--device", "cpu"])
+        out, err = capsys.readouterr()
+        assert code == 0, (out, err)
+        rows = [line for line in out.splitlines() if line.startswith(str(source))]
+        assert [row.split()[1] for row in rows] == ["build", "reference"], out
+        assert "max logit difference" in out and "all checks passed" in out
+
+
+def test_zoo_check_of_neither_a_name_nor_a_folder_says_what_it_takes(tmp_path, capsys):
+    from zoo.cli import main
+
+    code = main(["check", str(tmp_path / "missing")])
+    err = capsys.readouterr().err
+    assert code == 2 and "a checkpoint folder" in err, err
+
+
+def test_a_reference_skipped_for_want_of_transformers_names_the_extra(monkeypatch):
+    """Without transformers (the main install), the reference check is skipped with the
+    command that installs it: an extra of torch-zoo that lists transformers."""
+    from importlib.metadata import requires
+
+    from zoo.testing import run_conformance
+
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers fails
+    (result,) = run_conformance("llama-tiny", checks=("reference",))
+    assert result.status == "skipped", result
+    extra = re.search(r"pip install 'torch-zoo\[(\w+)\]'", result.reason or "")
+    assert extra, result.reason
+    listed = [r for r in requires("torch-zoo") or [] if f'extra == "{extra.group(1)}"' in r]
+    assert any(r.startswith("transformers") for r in listed), listed

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from .. import api
 from ..errors import ZooError
 from ..plugin.registry import get_registry
+from .checked import check_sources, checked_name
 from .output import printable, table
 from .parser import Command
 
@@ -223,16 +224,17 @@ def _print_plugin_notes(registry: Registry) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    """Run the conformance kit on named models."""
+    """Run the conformance kit on named models and checkpoints (their architecture and
+    config: :mod:`zoo.cli.checked`)."""
     from ..testing import run_conformance
 
     failed = skipped = 0
-    for name in args.names:  # each name known: _check_names said so, before torch
-        for r in run_conformance(name, devices=args.device or None):
+    for source in args.names:  # each known or found: _check_names said so, before torch
+        for r in run_conformance(checked_name(source), devices=args.device or None):
             failed += r.failed
             skipped += r.skipped
             status = {"ok": "ok", "failed": "FAILED", "skipped": "SKIPPED"}[r.status]
-            line = f"{r.model:24} {r.check:22} {r.device:5} {status:7} {r.seconds:6.2f}s"
+            line = f"{source:24} {r.check:22} {r.device:5} {status:7} {r.seconds:6.2f}s"
             detail = r.error if r.failed else r.reason
             print(printable(line + (f"  {detail}" if detail else "")))
     passed = "all checks that ran passed" if skipped else "all checks passed"
@@ -242,8 +244,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def _check_names(args: argparse.Namespace) -> None:
-    for name in args.names:
-        api.resolve_config(name)  # unknown names fail fast with suggestions
+    check_sources(args.names)
 
 
 #: The largest float32 model ``zoo tour`` builds with real weights (MiB); a larger one is
@@ -362,7 +363,13 @@ def _check_tour(args: argparse.Namespace) -> None:
 
 
 def _check_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("names", nargs="+", metavar="NAME", help="named models to check")
+    p.add_argument(
+        "names",
+        nargs="+",
+        metavar="NAME_OR_SOURCE",
+        help="named models, or checkpoints (a folder, a training run's --out, a LoRA adapter "
+        "folder, hf:org/name) checked as their architecture and config",
+    )
     p.add_argument(
         "--device",
         action="append",

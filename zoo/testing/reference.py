@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 import tempfile
 import unittest
 from collections.abc import Callable, Sequence
@@ -167,7 +168,33 @@ def _transformers() -> Any:
     try:
         return importlib.import_module("transformers")
     except ImportError as exc:
-        raise CheckSkipped(f"transformers is not installed ({exc})") from None
+        raise CheckSkipped(
+            f"transformers is not installed ({exc}): {install_line('transformers')} adds it"
+        ) from None
+
+
+#: The extras of torch-zoo to name for a missing package, in order of preference (the
+#: smallest that brings it first).
+_EXTRAS = ("check", "test")
+
+
+def install_line(package: str) -> str:
+    """The command that installs ``package`` with zoo: ``pip install 'torch-zoo[EXTRA]'``
+    for the first of :data:`_EXTRAS` that lists it in the installed metadata, else ``pip
+    install PACKAGE``."""
+    from importlib.metadata import PackageNotFoundError, requires
+
+    try:
+        listed = requires("torch-zoo") or []
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        listed = []
+    named = re.compile(rf"{re.escape(package)}(?![\w.-])")
+    for extra in _EXTRAS:
+        for requirement in listed:
+            name, _, marker = requirement.partition(";")
+            if f'extra == "{extra}"' in marker and named.match(name.strip()):
+                return f"pip install 'torch-zoo[{extra}]'"
+    return f"pip install {package}"
 
 
 def transformers_reference(folder: Path) -> Reference:
