@@ -154,3 +154,35 @@ def test_a_reference_skipped_for_want_of_transformers_names_the_extra(monkeypatc
     assert extra, result.reason
     listed = [r for r in requires("torch-zoo") or [] if f'extra == "{extra.group(1)}"' in r]
     assert any(r.startswith("transformers") for r in listed), listed
+
+
+def test_the_load_line_zoo_push_prints_for_an_adapter_loads_it(
+    local_hub, tmp_path, monkeypatch, capsys
+):
+    """``zoo push`` of a LoRA adapter printed ``zoo.load("hf:org/name@sha")``, which refuses
+    an adapter (it is no model). The line it prints now, run as printed against the local
+    Hub, loads the base with the adapter."""
+    import torch
+
+    import zoo
+    from zoo.adapters import BaseRecord, base_fingerprint, per_part, save_adapter
+    from zoo.cli import main
+    from zoo.nn.lora import adapted_layers, attach_lora, plan_lora
+
+    monkeypatch.setenv("ZOO_WEIGHTS_DIR", str(tmp_path / "weights"))
+    torch.manual_seed(0)
+    base = zoo.save(zoo.build("llama-tiny").eval(), tmp_path / "weights" / "llama-tiny")
+    model = zoo.load(base, onednn=False)
+    record = BaseRecord(name="llama-tiny", repo=None, revision=None, sha256=base_fingerprint(model))
+    lora = zoo.LoRA(rank=2, alpha=4.0, targets=("attn.qkv",))
+    attach_lora(model, plan_lora(model, lora, per_part=per_part(model)))
+    save_adapter(model, tmp_path / "adapter", base=record, lora=lora)
+
+    assert main(["push", str(tmp_path / "adapter"), "org/tiny-lora"]) == 0
+    out = capsys.readouterr().out
+    lines = [line.strip() for line in out.splitlines() if "zoo.load(" in line]
+    assert len(lines) == 1, out
+    code = lines[0].split("load it with ", 1)[1]
+    loaded = eval(code, {"zoo": zoo})  # the line as printed
+    assert adapted_layers(loaded), "the line loaded no adapter"
+    assert code.startswith('zoo.load("llama-tiny", adapter="hf:org/tiny-lora@'), code

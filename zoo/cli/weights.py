@@ -26,8 +26,30 @@ def cmd_push(args: argparse.Namespace) -> int:
     )
     print(f"pushed {args.directory} to {ref.repo_id}@{ref.revision}: commit {ref.sha}")
     print(f"  {ref.url}")
-    print(f'  load it with zoo.load("{ref.source}")')
+    print(f"  load it with {_load_line(args.directory, ref.source)}")
     return 0
+
+
+def _load_line(directory: str, source: str) -> str:
+    """The Python line that loads what was pushed from ``source``: ``zoo.load(SOURCE)`` for a
+    model; for a LoRA adapter (no model of its own), its base with ``adapter=SOURCE``, the
+    base as the adapter records it (``BASE`` where it records none)."""
+    from pathlib import Path
+
+    from .. import api
+    from ..hub.adapter import adapter_folder
+
+    if adapter_folder(Path(directory)) is None:
+        return f'zoo.load("{source}")'
+    adapter = api.info(directory).adapter
+    base = "BASE"
+    if adapter is not None and adapter.base_name:
+        base = adapter.base_name
+    elif adapter is not None and adapter.base_repo:
+        revision = f"@{adapter.base_revision}" if adapter.base_revision else ""
+        base = f"hf:{adapter.base_repo}{revision}"
+    line = f'zoo.load("{base}", adapter="{source}")'
+    return line if base != "BASE" else line + "  (BASE: the model it was trained on)"
 
 
 def _shard_size(text: str) -> int | str:
