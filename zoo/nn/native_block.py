@@ -19,9 +19,10 @@ post-norm or parallel residual, no cross-attention) of
 float32 or int8 token embedding with learned, rotary or no positions; one token of one
 sequence on the CPU, a plain :class:`~zoo.nn.cache.KVCache`, every layer seeing every key
 (no padding, no sliding window, no score bias) and turned by one rotation; no gradients and
-no forward hooks on any of these modules. Anything else (LoRA adapters, which are hooks; a
-plugin's own block) takes the per-module path, unchanged. :mod:`zoo.nn.native_plan` reads
-the modules.
+no forward hooks on any of these modules; every tensor it points into a plain CPU tensor
+(no subclass) inside its storage, re-checked at every step. Anything else (LoRA adapters,
+which are hooks; a plugin's own block) takes the per-module path, unchanged.
+:mod:`zoo.nn.native_plan` reads the modules.
 
 Numerics: the per-module path's, except the activation (computed in C, within a few ulp of
 PyTorch's; ReLU is exact), so greedy tokens stay the same (``tests/test_native_block.py``).
