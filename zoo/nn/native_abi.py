@@ -9,7 +9,7 @@ layout (``zoo_abi``: :data:`VERSION`, then for each structure its ``sizeof`` and
 field's ``offsetof``), and :mod:`zoo.nn.native` refuses a library whose description is not
 :func:`layout`, with a warning that says to rebuild.
 
-:data:`VERSION` is raised, here and as ``ZOO_ABI_VERSION`` in ``_native_block.c``, whenever
+:data:`VERSION` is raised, here and as the version macro in ``_native_block.c``, whenever
 a structure or a kernel's arguments change.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 
 __all__ = ["VERSION", "Block", "Decoder", "Embedding", "Linear", "Norm", "built_layout", "layout"]
 
-#: ``ZOO_ABI_VERSION`` of ``_native_block.c``: the structures and the kernels' arguments.
+#: The version macro of ``_native_block.c``: the structures and the kernels' arguments.
 VERSION = 1
 
 _I, _P, _F = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float
