@@ -29,6 +29,8 @@ ENDOFTEXT = "<|endoftext|>"
 CHAT_FILE = "byte_chat_template.json"
 #: :meth:`ByteTokenizer.iter_encode` yields the ids of this many characters at a time.
 CHUNK_CHARS = 1 << 16
+#: The bytes of each id: the 256 bytes, then ``<|endoftext|>``'s UTF-8.
+_TOKEN_BYTES = (*(bytes([i]) for i in range(256)), ENDOFTEXT.encode("utf-8"))
 
 
 class ByteTokenizer(Tokenizer):
@@ -100,6 +102,13 @@ class ByteTokenizer(Tokenizer):
                 pieces.append(ENDOFTEXT)
         pieces.append(run.decode("utf-8", "replace"))
         return "".join(pieces)
+
+    def _token_bytes(self, ids: list[int]) -> list[bytes]:
+        """The bytes of each of ``ids`` (checked ids): :meth:`decode` of the first ``k`` ids
+        is the first ``k`` of these joined, decoded as UTF-8 with errors replaced (the end
+        token's text is ASCII, so no error crosses it). :mod:`.chat_replies` places tokens
+        with it."""
+        return list(map(_TOKEN_BYTES.__getitem__, ids))
 
     def encode_bytes(self, data: bytes | bytearray | memoryview) -> list[int]:
         """Ids of raw bytes, UTF-8 or not: each byte is its own id (no special tokens).

@@ -145,6 +145,12 @@ class TiktokenTokenizer(Tokenizer):
         ranks = sorted(self.encoding._mergeable_ranks.items(), key=lambda item: item[1])
         yield b"".join(base64.b64encode(token) + b" %d\n" % rank for token, rank in ranks)
 
+    def _token_bytes(self, ids: list[int]) -> list[bytes]:
+        """The bytes of each of ``ids`` (ids :meth:`decode` takes): tiktoken's ``decode`` of
+        the first ``k`` ids is the first ``k`` of these joined, decoded as UTF-8 with errors
+        replaced. :mod:`.chat_replies` places tokens with it."""
+        return self.encoding.decode_tokens_bytes(ids)
+
     def _decode(self, ids: list[int], skip_special_tokens: bool) -> str:
         if skip_special_tokens:
             specials = set(self._specials.values())

@@ -104,7 +104,7 @@ def _replies(tokenizer: Any, conversation: Conversation) -> tuple[list[int], lis
     """The ids and reply mask of :func:`zoo.tokenizers.chat_replies.reply_tokens`, less the
     replies of the assistant messages with ``weight`` 0 (OpenAI's rule: not learned)."""
     from ..tokenizers import ChatTemplateError
-    from ..tokenizers.chat_replies import _template, reply_mask, reply_spans, reply_tokens
+    from ..tokenizers.chat_replies import _template, encoded_replies, reply_spans, reply_tokens
 
     messages, tools = conversation.messages, conversation.tools
     weights = [m.get("weight", 1) for m in messages if m["role"] == "assistant"]
@@ -120,8 +120,7 @@ def _replies(tokenizer: Any, conversation: Conversation) -> tuple[list[int], lis
             "so 'weight' cannot tell which to leave out; drop 'weight', or the messages"
         )
     kept = [span for span, weight in zip(spans, weights, strict=True) if weight]
-    ids = tokenizer.encode(text, allowed_special="all")
-    return ids, reply_mask(tokenizer, ids, text, kept)
+    return encoded_replies(tokenizer, text, kept)
 
 
 class _Rows:
