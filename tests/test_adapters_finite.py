@@ -1,5 +1,5 @@
 """Adapters whose update overflows are refused on every path they enter, and a merge never
-writes a non-finite tensor (issue 41, item 7: ``lora_alpha`` 1e308 or ``B`` holding 3e38
+writes a non-finite tensor (``lora_alpha`` 1e308 or ``B`` holding 3e38 once
 loaded without a word, ``zoo generate`` printed NUL bytes, ``zoo merge`` exited 0 having
 written non-finite tensors). A tiny Llama-shaped model (``llama-tiny``, byte tokenizer)."""
 

@@ -1,5 +1,5 @@
-"""Named adapters (issue 31, ask 4: ``zoo.load(SOURCE, adapter=ADAPTER)`` where the adapter
-may be a named one): a plugin's ``zoo_adapters`` (or a registry file's ``[adapters.NAME]``)
+"""Named adapters (``zoo.load(SOURCE, adapter=ADAPTER)`` where the adapter may be a named
+one): a plugin's ``zoo_adapters`` (or a registry file's ``[adapters.NAME]``)
 declares an adapter's name, its named base and its pinned Hub repo; ``zoo.load(NAME)``,
 ``zoo.load(BASE, adapter=NAME)``, ``zoo generate NAME``, ``--adapter NAME``, ``zoo info`` and
 ``zoo list`` use it; another base, a wrong pin and a name a model claims too are refused. The

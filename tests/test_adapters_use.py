@@ -1,4 +1,4 @@
-"""Using LoRA adapters (issue 31, ask 4): ``zoo.load(SOURCE, adapter=...)`` from a folder, a
+"""Using LoRA adapters: ``zoo.load(SOURCE, adapter=...)`` from a folder, a
 LoRA run's folder or the Hub; ``zoo.merge`` and ``zoo merge``; ``--adapter`` on ``zoo
 generate``; ``zoo info ADAPTER``; ``zoo push`` of an adapter and the pull back, with hostile
 Hub answers refused. A tiny Llama-shaped model (``llama-tiny``, byte tokenizer) and adapters

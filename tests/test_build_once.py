@@ -1,4 +1,4 @@
-"""``zoo.build`` builds once (issue 30 item 11): the model it sizes on ``meta`` is the model it
+"""``zoo.build`` builds once: the model it sizes on ``meta`` is the model it
 returns, made real and initialised as its constructor would have, so seeded weights are the
 ones a direct construction on the device gives."""
 

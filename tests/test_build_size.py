@@ -1,4 +1,4 @@
-"""A build that cannot fit is refused before anything is allocated (issue 19 item 12)."""
+"""A build that cannot fit is refused before anything is allocated."""
 
 from __future__ import annotations
 

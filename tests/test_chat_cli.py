@@ -129,7 +129,7 @@ def test_a_turn_the_template_refuses_is_reported_and_the_chat_goes_on(tmp_path, 
 
 #: zoo chat's sampling flags at their extremes: each leaves only the most likely token.
 AS_GREEDY = [
-    ("--temperature", "1", "--top-p", "1e-300"),  # issue 28 item 7: torch.multinomial failed
+    ("--temperature", "1", "--top-p", "1e-300"),  # torch.multinomial once failed here
     ("--temperature", "1e300", "--top-p", "5e-324", "--seed", "18446744073709551615"),
     ("--temperature", "5e-324", "--top-k", str(1 << 24), "--seed=-9223372036854775808"),
     ("--temperature", "1.7e308", "--top-k", "1", "--top-p", "1"),
@@ -182,7 +182,7 @@ def test_chat_help_names_its_commands():
 @pytest.fixture(scope="module")
 def short_context(tmp_path_factory):
     """A chat model of a 128-token context, as ``zoo train --task chat`` leaves one from
-    shakespeare-byte (issue 42 ask 7: every turn failed at the default --max-new-tokens 512)."""
+    shakespeare-byte (every turn once failed at the default --max-new-tokens 512)."""
     root = tmp_path_factory.mktemp("short")
     tok = zoo.tokenizer(str(write_folder(root / "tok", "tinyllama-chat")))
     torch.manual_seed(0)

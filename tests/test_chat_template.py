@@ -416,7 +416,7 @@ def test_hostile_templates_are_refused_by_the_sandbox():
 
 
 #: Templates that would hang, exhaust memory or crash the process without a bound on steps,
-#: sizes (checked before a value is built), bytes or time (issue 28 items 1-5, and more).
+#: sizes (checked before a value is built), bytes or time.
 HOSTILE_BUDGETS = {
     "macro-2^40": (
         "{% macro f(n) %}{% if n < 40 %}{{ f(n+1) }}{{ f(n+1) }}{% endif %}{% endmacro %}{{ f(0) }}"
@@ -590,7 +590,7 @@ def _outcomes(child: str, corpus: dict[str, str], timeout: float) -> dict[str, l
 
 
 def test_hostile_templates_end_in_a_chat_template_error_within_the_budgets():
-    """Issue 28: every template of the corpus ends in a ChatTemplateError that names the
+    """Every template of the corpus ends in a ChatTemplateError that names the
     budget it broke, each within 10 s (in practice well under 1 s), under 1 GiB of address
     space: no hang, no MemoryError, no dead process."""
     results = _outcomes(_BUDGET_CHILD, HOSTILE_BUDGETS, timeout=10)
@@ -603,7 +603,7 @@ def test_hostile_templates_end_in_a_chat_template_error_within_the_budgets():
         assert any(budget in outcome for budget in budgets), f"{name}: {outcome}"
 
 
-#: Issue 41 item 2: a method, filter, operator or format whose result was sized only after
+#: A method, filter, operator or format whose result was once sized only after
 #: it was built (``int.to_bytes`` with no bound at all: 4 GiB), each with what its refusal
 #: must say: that the size was computed before the value was built (the estimate's own
 #: message, not the check of a built value's size) and the limit it broke.
@@ -672,7 +672,7 @@ HOSTILE_SIZED = {
 
 
 def test_every_value_is_sized_before_it_is_built():
-    """Issue 41 item 2: each template is refused by the estimate made before its value is
+    """Each template is refused by the estimate made before its value is
     built (the estimate's message, naming the limit), under 1 GiB of address space, and the
     child's peak memory stays within its inputs (a few tens of MB), where ``to_bytes`` built
     4 GiB (a MemoryError under the cap) and ``upper`` 48 M characters (282 MB) before."""
@@ -792,7 +792,7 @@ ORDINARY = (
     "{{ ns.s }} {{ {'a': (1, [2])} }} {{ dict(a=1) }} {{ [none, true, 1.5] }}",
     "{% set b %}block{% endset %}{{ b }}{% filter upper %}up{% endfilter %}"
     "{% for x in [[1, [2]]] recursive %}{{ x }}{% endfor %}{{ range(3)|list }}",
-    # the methods of every type a template reaches, each sized before it runs (issue 41)
+    # the methods of every type a template reaches, each sized before it runs
     "{{ '\ufb03 \u0130 \u00df'.upper() }} {{ '\u0130X'.lower() }} {{ '\u00dfa'.casefold() }} "
     "{{ '\ufb03 ab'.title() }} {{ 'aB\u00df'.swapcase() }} {{ '\ufb03x'.capitalize() }} "
     "{{ '\ufb03'|upper }} {{ '\u0130'|lower }} {{ '\ufb03 x'|title }} {{ '\ufb03'|capitalize }}",

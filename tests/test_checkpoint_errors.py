@@ -1,4 +1,4 @@
-"""Checkpoint errors carry what they are about (issue 30, item 5): ``path``, ``expected`` and
+"""Checkpoint errors carry what they are about: ``path``, ``expected`` and
 ``actual`` as attributes, and ``mismatches`` for every file whose sha256 is wrong, so that a
 caller (the Hub loader deleting a damaged download) reads them and never parses a message."""
 

@@ -31,8 +31,8 @@ def test_console_script_lists_without_torch():
     assert "torch" not in imported
 
 
-# `zoo plugins` imports every architecture (so that one whose module raises shows as failed,
-# issue 19 item 16): it is a diagnostic, not a listing command.
+# `zoo plugins` imports every architecture (so that one whose module raises shows as
+# failed): it is a diagnostic, not a listing command.
 @pytest.mark.parametrize("argv", [["list"], ["--help"]])
 def test_fast_commands_import_no_torch(argv):
     code = (

@@ -1,5 +1,5 @@
-"""Every count a user types is bounded by what it controls (issue 41, item 8: ``zoo train
---eval-batches 4611686018427387904`` was taken, and the run never ended, deaf to SIGTERM):
+"""Every count a user types is bounded by what it controls (``zoo train
+--eval-batches 4611686018427387904`` was once taken, and the run never ended, deaf to SIGTERM):
 each flag at 2**62 is refused in one line, exit 2, before torch is imported, naming the flag
 and its bound; each bound itself is taken."""
 

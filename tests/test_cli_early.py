@@ -1,4 +1,4 @@
-"""Every argument check that needs no torch comes before torch is imported (issue 28 item 20):
+"""Every argument check that needs no torch comes before torch is imported:
 a misspelled name, a missing file, a number out of range is reported at once, by every
 command that takes one, with the message the command gave before."""
 

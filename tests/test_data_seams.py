@@ -1,4 +1,4 @@
-"""Seams of training data (issue 19): the token cache is keyed by what decides its ids and
+"""Seams of training data: the token cache is keyed by what decides its ids and
 checked before use, tokenizing streams ids to disk with bounded memory and leaves no
 temporary behind when killed, and a vocabulary too large to train is refused cleanly."""
 
@@ -38,7 +38,7 @@ def _expected(sources: list[Path], tok) -> list[int]:
     return [i for source in sources for i in tok.encode(source.read_text())]
 
 
-# -- item 5: the cache key and its checks ---------------------------------------------------------
+# -- the cache key and its checks ----------------------------------------------------------------
 def test_two_tokenizers_of_one_name_and_size_get_different_caches(tmp_path):
     """Same name, same vocabulary size, different ids: the second run must not train on the
     first one's tokens (the key was name + size + text)."""
@@ -131,7 +131,7 @@ def test_an_unchanged_cache_is_reused(tmp_path, monkeypatch):
     )
 
 
-# -- item 11: streaming ids to disk; no temporary left by a killed run ----------------------------
+# -- streaming ids to disk; no temporary left by a killed run ------------------------------------
 PEAK_CHILD = textwrap.dedent(
     """
     import json, resource, sys
@@ -227,7 +227,7 @@ def test_a_live_writers_temporary_is_kept(tmp_path):
     assert mine.exists()
 
 
-# -- item 8: a vocabulary too large to train -------------------------------------------------------
+# -- a vocabulary too large to train ---------------------------------------------------------------
 TRAIN_CHILD = textwrap.dedent(
     """
     import sys

@@ -237,7 +237,7 @@ def _busy_machine(monkeypatch) -> list[int]:
 
 
 def test_generate_leaves_torch_threads_alone_by_default(monkeypatch):
-    """A library call does not change process-wide state (issue 41, item 10): on a machine
+    """A library call does not change process-wide state: on a machine
     where the policy would decode with one thread, zoo.generate's steps run with the
     caller's count, it never sets torch's count, and both counts are the same after. Not
     ZOO_DECODE_THREADS either: that is the command line's and zoo serve's setting."""
@@ -353,9 +353,9 @@ print("MAIN", [n for ident, n in calls if ident == main], torch.get_num_threads(
 
 
 def test_the_native_kernels_openmp_check_leaves_the_callers_threads_alone():
-    """The native kernels' check that their OpenMP runtime is PyTorch's (issue 41, item 10)
-    never sets the calling thread's count (it tries counts on a thread of its own), once per
-    process; run in a fresh process, where the check has not run yet."""
+    """The native kernels' check that their OpenMP runtime is PyTorch's never sets the
+    calling thread's count (it tries counts on a thread of its own), once per process; run
+    in a fresh process, where the check has not run yet."""
     import subprocess
     import sys
 

@@ -1,4 +1,4 @@
-"""The guides in the order a newcomer reads them (issue 42 ask 7: the README's table began
+"""The guides in the order a newcomer reads them (the README's table once began
 with plugin authoring, 625 lines, before training, generation or checkpoints): the README's
 table of guides lists them in :data:`ORDER`, and every page of ``docs/`` opens with the same
 nav line in that order, its own name in bold."""

@@ -449,7 +449,7 @@ def test_server_down(local_hub: LocalHub) -> None:
 
 
 def test_a_failed_push_talks_about_pushing(local_hub: LocalHub) -> None:
-    """A failed push said "downloads resume where they stopped" (issue 23): it must say the
+    """A failed push once said "downloads resume where they stopped": it must say the
     push failed, that no partial commit was made, and how to retry."""
     model = small("gpt2-124m")
     local_hub.stop()

@@ -1,6 +1,6 @@
-"""Every Hub download is bounded, and no staging file outlives its download (issue 41, item 4).
+"""Every Hub download is bounded, and no staging file outlives its download.
 
-An endless chunked body with a real ETag wrote 856 MB in 12 s and was stopped only by the
+An endless chunked body with a real ETag once wrote 856 MB in 12 s and was stopped only by the
 3,600 s deadline; the ``.zoo-*.incomplete`` staging file survived the process and the next
 successful pull. Each test reproduces one way in against ``tests/hubserver.py``'s LocalHub
 (``endless``: a chunked body that never ends), with the byte counts scaled down.
@@ -186,7 +186,7 @@ def test_max_bytes_setting(monkeypatch: pytest.MonkeyPatch):
         Limits.from_env()
 
 
-# -- issue 41 item 8: no traceback from a malformed Hub answer ----------------------------------
+# -- no traceback from a malformed Hub answer -------------------------------------------------
 @pytest.mark.parametrize("where", ["/api/", "/resolve/"])
 def test_a_redirect_loop_is_a_hub_error(local_hub: LocalHub, where: str):
     """A Hub redirecting to itself was an httpx TooManyRedirects traceback (the API calls and

@@ -1,5 +1,5 @@
-"""``python -m zoo.localhub``: the documented way to try push and pull without the internet
-(issue 23). Everything runs as a user would: the server and zoo in child processes, configured
+"""``python -m zoo.localhub``: the documented way to try push and pull without the internet.
+Everything runs as a user would: the server and zoo in child processes, configured
 only by the environment variables the server prints."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""JSON that zoo reads is bounded in depth and size (issue 41, item 8).
+"""JSON that zoo reads is bounded in depth and size.
 
 An adapter config, a ``zoo.base`` record or a token-cache ``.json`` nested 100,000 deep was a
 ``RecursionError`` traceback (in ``zoo generate`` and ``zoo serve --adapter``). Every

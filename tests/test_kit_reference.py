@@ -1,5 +1,5 @@
-"""The conformance kit's ``reference`` check catches the bugs a round trip cannot (issue 29
-item 7): each planted bug below is its own inverse, so ``checkpoint_layouts`` (zoo -> foreign
+"""The conformance kit's ``reference`` check catches the bugs a round trip cannot: each
+planted bug below is its own inverse, so ``checkpoint_layouts`` (zoo -> foreign
 -> zoo) passes it, and only running transformers on the same random weights shows it. Each
 variant is a test plugin: an architecture on Llama's config and layout with one thing changed.
 The same variant without its bug passes, so what fails is the bug, not the plumbing. A check

@@ -1,5 +1,5 @@
 """A config's repeating layer pattern (``layer_pattern``): every registered named model takes
-an ``n_layers`` override (issue 41, item 11: Gemma 2 and 3 stored 26-entry ``layer_types``
+an ``n_layers`` override (Gemma 2 and 3 once stored 26-entry ``layer_types``
 lists, so ``zoo.build("gemma-2-2b-it", n_layers=2)`` was a ConfigError), the layers' kinds
 match transformers' for Gemma 2 and 3, the Hugging Face export still writes the whole list,
 and an explicit irregular list is never resized in silence. Built on the meta device."""

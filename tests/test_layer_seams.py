@@ -1,6 +1,6 @@
-"""The seams issue 29 added to the shared decoder, on every decoding path: per-layer windows
-and rotary bases (``layer_types``, ``rope_local_theta``), soft-capped attention scores and
-logits, a logit scale, declared blocks (a plugin's block is told its layer index).
+"""The shared decoder's seams for third-party families, on every decoding path: per-layer
+windows and rotary bases (``layer_types``, ``rope_local_theta``), soft-capped attention scores
+and logits, a logit scale, declared blocks (a plugin's block is told its layer index).
 
 Each path (full recomputation, the dynamic session, the fixed-shape step that CUDA graphs
 record and ``compile=True`` compiles, the serving slot batch, a left-padded batch, int8) must

@@ -1,4 +1,4 @@
-"""Layout helpers a family declares its Hugging Face checkpoint with (issue 29, item 6):
+"""Layout helpers a family declares its Hugging Face checkpoint with:
 ``hf_layout``'s whole-state transforms and ignored keys, a config field converted when read
 (``HFField(read=, write=)``), and the special token ids every export writes."""
 

@@ -1,4 +1,4 @@
-"""The newcomer's path through the README and the guides (issue 42 ask 7), each step that
+"""The newcomer's path through the README and the guides, each step that
 went wrong checked at its cause: a run folder that another run already holds, ``zoo check``
 of a checkpoint path, the load line ``zoo push`` prints for an adapter."""
 

@@ -181,7 +181,7 @@ def _small_model(kind: str) -> torch.nn.Module:
 
 @pytest.mark.parametrize(("kind", "shape", "hint"), _rank_cases())
 def test_ids_of_the_wrong_rank_get_a_hint_that_fits_the_rank(kind, shape, hint):
-    """Issue 28 item 20: (2, 2, 2) ids were told to ``unsqueeze(0)``, which makes them 4-D."""
+    """(2, 2, 2) ids were once told to ``unsqueeze(0)``, which makes them 4-D."""
     ids = torch.zeros(shape, dtype=torch.long)
     good = torch.zeros(2, 5, dtype=torch.long)
     model = _small_model(kind)

@@ -1,4 +1,4 @@
-"""Third-party families need no model code (issue 29): GPT-J, Cohere and StarCoder2, written
+"""Third-party families need no model code: GPT-J, Cohere and StarCoder2, written
 as out-of-tree plugins from the docs alone (``tests/oot_plugins``: a config of other defaults,
 the hooks and a Hugging Face layout; no subclass of ``zoo.nn.DecoderLM``), registered with
 ``zoo.plugin.registry.load_registry(plugins=...)`` and held against transformers' own classes

@@ -1,4 +1,4 @@
-"""What the registry says about names that are not what they seem (issue 29, item 8): two
+"""What the registry says about names that are not what they seem: two
 plugins reading one Hugging Face ``model_type`` are a conflict as two claiming one name are;
 an architecture's name where a model's is wanted says how to build one; ``zoo info`` shows
 the block a config declares."""

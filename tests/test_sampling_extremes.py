@@ -1,4 +1,4 @@
-"""Sampling always keeps at least the most likely token (issue 28, item 7): every extreme of
+"""Sampling always keeps at least the most likely token: every extreme of
 every sampling setting (temperature from the smallest float to the largest, ``top_p`` from
 the smallest float to 1, ``top_k`` from 1 to beyond the vocabulary, seeds at both ends of
 their range) on every kind of logits (masked ``-inf`` ids, +-3e38, float16/bfloat16, ``+inf``,

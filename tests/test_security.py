@@ -216,7 +216,7 @@ def test_no_zoo_code_downloads_through_huggingface_hub():
     assert found == []
 
 
-# -- issue 19 item 14: bounds on small files, metadata calls and Retry-After --------------------
+# -- bounds on small files, metadata calls and Retry-After -------------------------------------
 def _padded_config(tmp_path: Path, size: int) -> dict[str, object]:
     """The files of a zoo checkpoint whose config.json is padded with spaces to ``size`` bytes."""
     ckpt = tmp_path / "ckpt"

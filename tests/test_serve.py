@@ -448,7 +448,7 @@ def test_stop_strings_and_seeded_sampling(byte_server):
 
 
 def test_the_extremes_of_every_sampling_field_are_answered(byte_server):
-    """Issue 28 item 7: ``"temperature": 1, "top_p": 1e-300`` (in the documented range) was
+    """``"temperature": 1, "top_p": 1e-300`` (in the documented range) was once
     a 500 (``probability tensor contains either inf, nan or element < 0``). Every extreme a
     request may hold is a 200; those that leave only the most likely token give the greedy
     text."""

@@ -1,4 +1,4 @@
-"""Sharded safetensors (issue 21, item 3): ``model.safetensors.index.json`` and its shards.
+"""Sharded safetensors: ``model.safetensors.index.json`` and its shards.
 
 Saving, exporting and pushing with ``max_shard_size`` split as transformers does (through
 ``huggingface_hub.split_torch_state_dict_into_shards``), with its file names and index; the

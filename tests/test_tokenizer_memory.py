@@ -1,7 +1,7 @@
-"""Long text of any shape is encoded in pieces cut where no token can cross (issue 19, item
-10): the pieces give exactly the ids of one unchunked encode, for every backend, and memory
+"""Long text of any shape is encoded in pieces cut where no token can cross: the
+pieces give exactly the ids of one unchunked encode, for every backend, and memory
 stays bounded for text split by newlines, tabs, runs of spaces, or no whitespace at all.
-Training a tokenizer on such text is bounded too (issue 28, item 9)."""
+Training a tokenizer on such text is bounded too."""
 
 from __future__ import annotations
 
@@ -220,7 +220,7 @@ def test_wordpiece_memory_is_bounded_for_every_shape(shape):
     assert result["grew_mb"] < 200, result
 
 
-# Training a tokenizer (issue 28, item 9): 20 MB of text with double spaces took 2.9 GB, a
+# Training a tokenizer: 20 MB of text with double spaces once took 2.9 GB, a
 # run of letters without a break took time in the square of its length, and text of distinct
 # words (random words, random Unicode) took the trainer ~100-120 bytes per byte.
 

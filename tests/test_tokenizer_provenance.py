@@ -318,7 +318,7 @@ def split_gpt2(tmp_path_factory, gpt2_files) -> tuple[Path, HFTokenizer, object,
 
 
 def test_gpt2_folder_with_another_split_uses_its_tokenizer_json(split_gpt2, capsys):
-    """Issue 28 item 21: the folder loaded with "not GPT-2's tokenizer" and none. Its own
+    """The folder once loaded with "not GPT-2's tokenizer" and none. Its own
     tokenizer.json is used as written: the ids of transformers and of the library (here not
     GPT-2's: digits go in threes), its roles and end id; `zoo generate` needs no --tokenizer."""
     folder, tok, auto, library = split_gpt2

@@ -1,6 +1,6 @@
-"""Chat fine-tuning data checked line by line (issue 41, item 9): OpenAI's fine-tuning types
-(``"tool_calls": "rm -rf"`` was accepted), a lone surrogate refused with its line, the file
-checked in one streaming pass that holds one line at a time (11 MB took 105 s and 589 MB
+"""Chat fine-tuning data checked line by line: OpenAI's fine-tuning types
+(``"tool_calls": "rm -rf"`` was once accepted), a lone surrogate refused with its line, the file
+checked in one streaming pass that holds one line at a time (11 MB once took 105 s and 589 MB
 before step 1), and ``weight`` 0 replies left out of the loss."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""A LoRA run's memory (issue 41, item 1): the estimate counts the adapters from their plan,
+"""A LoRA run's memory: the estimate counts the adapters from their plan,
 with their gradients, AdamW's two moments and their step tensors, and a run that cannot hold
-them is refused before one is allocated (``--lora 2000000`` grew to 19.8 GB and was killed);
+them is refused before one is allocated (``--lora 2000000`` once grew to 19.8 GB and was killed);
 an allocation that fails anyway is one line, not a traceback."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A training run that cannot fit is refused before its first step, with the figure and
-settings that fit (issue 23: the README quickstart grew to 19 GB and was OOM-killed)."""
+settings that fit (the README quickstart once grew to 19 GB and was OOM-killed)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 28 on `zoo train`: clear errors for the meta device and for numbers out of range, a
+"""`zoo train`'s clear errors for the meta device and for numbers out of range, a
 time budget that trains the steps that fit, the loss plot and the warm-up said at the start,
 and `zoo info` of a run's folder."""
 

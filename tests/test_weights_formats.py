@@ -1,4 +1,4 @@
-"""A weights file of another format says what it is (issue 41, item 8).
+"""A weights file of another format says what it is.
 
 ``zoo.load("x.gguf")`` said "not a valid safetensors file: header too large": the first bytes
 of a file name its format, so zoo says what the file is and what zoo reads instead.

@@ -1,6 +1,6 @@
 """Upper bounds on the counts a user types on the command line, each derived from what it
-controls and checked before torch is imported (issue 41: ``zoo train --eval-batches
-4611686018427387904`` was taken, and the run never ended). ``zoo train``'s
+controls and checked before torch is imported (``zoo train --eval-batches
+4611686018427387904`` was once taken, and the run never ended). ``zoo train``'s
 :class:`~zoo.train.TrainConfig` fields bound themselves (:data:`zoo.train.config.MAX_STEPS`
 ...); these are the other commands' flags and ``zoo train``'s own:
 

@@ -388,8 +388,8 @@ def _check_cache_fits(
     shape: tuple[int, int, int, int], tensors: int, dtype: torch.dtype, device: torch.device
 ) -> None:
     """Refuse, before allocating it, a slot cache (``tensors`` of ``shape``: keys and values
-    of every layer) that the device cannot hold, naming the most rows that fit (issue 41:
-    ``zoo serve --max-batch 65536`` was a RuntimeError traceback)."""
+    of every layer) that the device cannot hold, naming the most rows that fit
+    (``zoo serve --max-batch 65536`` was once a RuntimeError traceback)."""
     free = available_memory(device)
     row = tensors * shape[1] * shape[2] * shape[3] * dtype.itemsize
     if free is None or allow_large() or shape[0] * row <= free:

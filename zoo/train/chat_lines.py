@@ -1,6 +1,6 @@
 """Chat fine-tuning data read and checked one line at a time (no torch: ``zoo train --task
 chat`` checks the file before anything loads), each line against OpenAI's fine-tuning format
-(issue 41: ``"tool_calls": "rm -rf"``, a string, was accepted; a lone surrogate was found
+(``"tool_calls": "rm -rf"``, a string, was once accepted; a lone surrogate was found
 later, without its line; the whole file, every parsed line and every encoding were held at
 once, 589 MB for 11 MB).
 

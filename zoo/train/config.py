@@ -20,8 +20,8 @@ _FLOATS = ("lr", "min_lr", "weight_decay", "clip", "val_fraction", "time_budget"
 _COUNTS = (
     "steps", "batch_size", "grad_accum", "warmup", "eval_every", "eval_batches", "checkpoint_every"
 )  # fmt: skip
-#: Bounds on what a count controls (issue 41: ``--eval-batches 4611686018427387904`` was
-#: taken, and the run never ended): a billion optimizer steps (the longest published runs
+#: Bounds on what a count controls (``--eval-batches 4611686018427387904`` was once taken,
+#: and the run never ended): a billion optimizer steps (the longest published runs
 #: take about a million; warm-up, evaluation and checkpoint intervals are steps too), a
 #: million sequences a step, and 10,000 batches an evaluation (held-out batches are drawn
 #: again and again from the same windows; each costs a forward pass as long as a step's).

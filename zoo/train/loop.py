@@ -92,7 +92,7 @@ def _stop_requests() -> Iterator[Callable[[], int]]:
     """SIGINT/SIGTERM ask the loop to checkpoint and stop at the end of the step; the
     callable returns the first signal's number (0: none). A second one stops at once
     (``KeyboardInterrupt``, without a new checkpoint): a step or an evaluation may be long,
-    and nothing else ended one but SIGKILL (issue 41)."""
+    and without it nothing but SIGKILL ended one."""
     asked: list[int] = []
 
     def handler(signum: int, frame: Any) -> None:

@@ -1,5 +1,5 @@
-"""What a LoRA run's adapters will hold, counted from its plan before one is allocated (issue
-41: ``zoo train shakespeare-byte --lora 2000000`` allocated its adapters, 19.8 GB, before the
+"""What a LoRA run's adapters will hold, counted from its plan before one is allocated
+(``zoo train shakespeare-byte --lora 2000000`` once allocated its adapters, 19.8 GB, before the
 memory check ran, and was killed by the kernel).
 
 :func:`lora_shape` reads the plan (:func:`zoo.nn.lora.plan_lora`) against the model's layers,

@@ -1,5 +1,5 @@
 """A training run's peak memory, estimated before the first step, and the refusal when the
-machine cannot hold it (issue 23: the README's quickstart grew to 19 GB and was OOM-killed).
+machine cannot hold it (the README's quickstart once grew to 19 GB and was OOM-killed).
 
 The estimate, per process, in bytes (``B`` sequences per micro-step on this process, ``T`` the
 context, ``L`` the layers, ``d`` ``d_model``, ``f`` ``d_ff``, ``H`` heads, ``V`` the vocabulary):
@@ -19,7 +19,7 @@ context, ``L`` the layers, ``d`` ``d_model``, ``f`` ``d_ff``, ``H`` heads, ``V``
   trainable parameters (the adapters) get those (see :func:`_frozen`); the adapters' own
   step tensors (:mod:`zoo.train.lora_memory`) join the activations. A LoRA not yet attached
   (``lora`` with a ``frozen`` figure) is counted from its plan: nothing of it is allocated
-  before the check (issue 41).
+  before the check.
 
 Calibration (CPU, torch 2.13, ``ru_maxrss`` of a child process running two steps of
 ``loss_of`` + backward + clipping + AdamW, minus its RSS after ``import torch``; gpt2-124m with
