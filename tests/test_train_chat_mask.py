@@ -139,3 +139,23 @@ def test_ids_are_checked_once_not_at_every_probe(tokenizers, name, monkeypatch):
     text, spans, _ = reply_spans(tok._chat, messages)
     reply_mask(tok, replies.ids, text, spans)
     assert len(checks) == 1, len(checks)
+
+
+def test_a_conversation_ending_with_a_reply_is_not_rendered_whole_twice(tokenizers, monkeypatch):
+    """Without markers each reply costs two renders (the messages before it with the
+    generation prompt, and up to it); the last reply's second render is the whole
+    conversation, rendered already (before: 1 + 2 x 3 = 7 renders here, now 6)."""
+    from zoo.tokenizers.chat import ChatTemplate
+
+    renders: list[int] = []
+    real = ChatTemplate.render
+    monkeypatch.setattr(ChatTemplate, "render", lambda *a, **k: renders.append(1) or real(*a, **k))
+    tok = tokenizers["qwen"]
+    messages = [
+        {"role": r, "content": f"{r} {k} é"} for k, r in enumerate(["user", "assistant"] * 3)
+    ]
+    text, spans, marked = reply_spans(tok._chat, messages)
+    assert (
+        not marked and len(spans) == 3 and text.endswith(messages[-1]["content"] + "<|im_end|>\n")
+    )
+    assert len(renders) == 6, len(renders)

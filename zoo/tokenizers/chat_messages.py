@@ -21,6 +21,13 @@ REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 def _as_dicts(value: Any) -> Any:
     """Message objects (dataclasses, pydantic models such as the OpenAI client's) as dicts,
     everything else as it is."""
+    exact = type(value)
+    if exact is str or value is None:  # (JSON's own types first, the usual case: same result)
+        return value
+    if exact is dict:
+        return {key: _as_dicts(item) for key, item in value.items()}
+    if exact is list:
+        return [_as_dicts(item) for item in value]
     if isinstance(value, Mapping):
         return {key: _as_dicts(item) for key, item in value.items()}
     if isinstance(value, list):
@@ -45,8 +52,13 @@ _SCALARS: tuple[tuple[type, Any], ...] = (
 def plain(value: Any) -> Any:
     """``value`` rebuilt from plain JSON types only, so a template sees no object's methods;
     anything else becomes ``"<TypeName>"`` (as ``transformers`` does)."""
-    if value is None or type(value) in (str, int, float, bool):
+    exact = type(value)
+    if value is None or exact is str or exact is int or exact is float or exact is bool:
         return value
+    if exact is dict:  # (before the checks of subclasses and ABCs below: the same result)
+        return {plain(key): plain(item) for key, item in value.items()}
+    if exact is list:
+        return [plain(item) for item in value]
     for kind, convert in _SCALARS:
         if isinstance(value, kind):
             return convert(value)
@@ -100,7 +112,7 @@ def plain_messages(messages: Any) -> list[dict[str, Any]]:
                 f"message {i} must be a dict with 'role' and 'content', got "
                 f"{type(message).__name__}"
             )
-        message = plain({key: value for key, value in message.items() if value is not None})
+        message = {plain(key): plain(value) for key, value in message.items() if value is not None}
         reasoning = next((message[k] for k in REASONING_FIELDS if message.get(k) is not None), None)
         if reasoning is not None:
             message = {"thinking": reasoning, **message, "reasoning_content": reasoning}

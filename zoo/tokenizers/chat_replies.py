@@ -115,7 +115,8 @@ def reply_spans(
             if k
             else template.render_opening(tools=tools)
         )
-        upto = template.render(messages[: k + 1], tools=tools)
+        last = k + 1 == len(messages)  # (the whole conversation: rendered already)
+        upto = full if last else template.render(messages[: k + 1], tools=tools)
         if not upto.startswith(before) or not full.startswith(upto):
             raise ChatTemplateError(
                 f"the chat template does not render message {k} (an assistant reply) by "
