@@ -440,6 +440,49 @@ def test_every_import_goes_down_the_layout_map():
     assert {t for t in beside if not t.startswith(BESIDE)} == set()
 
 
+def _listed(text: str) -> tuple[dict[str, str], list[str]]:
+    """docs/layout.md's list of every module: dotted name -> its description (a package is
+    its ``### `zoo.x``` heading, each module a ``- `name`: its job`` line under it), and
+    the lines of that list that are not one of those."""
+    listed: dict[str, str] = {}
+    odd: list[str] = []
+    section = f"\n{text}".partition("\n## Every module, by package\n")[2].partition("\n## ")[0]
+    package = None
+    for line in section.splitlines():
+        heading = re.match(r"### `(zoo(?:\.\w+)*)`", line)
+        item = re.match(r"- `(\w+)`(?: \(\d+\))?: (\S.*)", line)
+        if heading:
+            package = heading[1]
+            listed[package] = line
+        elif item and package:
+            listed[f"{package}.{item[1]}"] = item[2]
+        elif line.startswith(("- ", "#")):
+            odd.append(line)
+    return listed, odd
+
+
+def test_the_layout_page_lists_every_module_and_no_other():
+    # each module of zoo/ has a line with its job under its package's heading, and every
+    # module the page names (in that list, and in the table's package column) exists
+    modules = {m for m in _modules() if m == "zoo" or m.startswith("zoo.")}
+    text = LAYOUT.read_text(encoding="utf-8")
+    listed, odd = _listed(text)
+    assert odd == [], "lines of the module list that name no module as `name`: its job"
+    missing = sorted(modules - set(listed))
+    assert missing == [], f"modules of zoo/ that docs/layout.md does not list: {missing}"
+    gone = sorted(set(listed) - modules)
+    assert gone == [], f"docs/layout.md lists modules that zoo/ does not have: {gone}"
+    assert sorted(set(_layers()) - modules) == [], "the table names modules zoo/ lacks"
+
+
+def test_the_module_list_reader_sees_a_missing_and_a_stray_module():
+    page = "## Every module, by package\n\n### `zoo.a` (layer 1)\n\n- `b`: its job\n- `c`\n"
+    listed, odd = _listed(page + "\n## Next\n\n### `zoo.z`\n")
+    assert set(listed) == {"zoo.a", "zoo.a.b"}
+    assert odd == ["- `c`"]
+    assert listed["zoo.a.b"] == "its job"
+
+
 if __name__ == "__main__":  # the rings of today's tree, one per line
     found = _graph()
     for ring in _rings(found):
