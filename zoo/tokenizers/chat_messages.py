@@ -21,13 +21,16 @@ REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 def _as_dicts(value: Any) -> Any:
     """Message objects (dataclasses, pydantic models such as the OpenAI client's) as dicts,
     everything else as it is."""
-    exact = type(value)
-    if exact is str or value is None:  # (JSON's own types first, the usual case: same result)
-        return value
+    exact = type(value)  # (JSON's own types first, the usual case: the same result)
     if exact is dict:
         return {key: _as_dicts(item) for key, item in value.items()}
     if exact is list:
         return [_as_dicts(item) for item in value]
+    return value if exact is str else _other_as_dicts(value)
+
+
+def _other_as_dicts(value: Any) -> Any:
+    """:func:`_as_dicts` of what is not a ``dict``, ``list`` or ``str``."""
     if isinstance(value, Mapping):
         return {key: _as_dicts(item) for key, item in value.items()}
     if isinstance(value, list):
@@ -52,13 +55,18 @@ _SCALARS: tuple[tuple[type, Any], ...] = (
 def plain(value: Any) -> Any:
     """``value`` rebuilt from plain JSON types only, so a template sees no object's methods;
     anything else becomes ``"<TypeName>"`` (as ``transformers`` does)."""
-    exact = type(value)
-    if value is None or exact is str or exact is int or exact is float or exact is bool:
-        return value
-    if exact is dict:  # (before the checks of subclasses and ABCs below: the same result)
+    exact = type(value)  # (JSON's own containers first, the usual case: the same result)
+    if exact is dict:
         return {plain(key): plain(item) for key, item in value.items()}
     if exact is list:
         return [plain(item) for item in value]
+    return _plain_other(value)
+
+
+def _plain_other(value: Any) -> Any:
+    """:func:`plain` of what is not a ``dict`` or ``list``."""
+    if value is None or type(value) in (str, int, float, bool):
+        return value
     for kind, convert in _SCALARS:
         if isinstance(value, kind):
             return convert(value)
