@@ -102,3 +102,18 @@ def test_a_bad_pattern_is_refused_by_name(change, field):
         return
     with pytest.raises(ConfigError, match=field):
         resolve_config("gemma-2-2b-it", **change)
+
+
+@pytest.mark.parametrize("name", ["gemma-2-2b-it", "gemma-3-1b-it"])
+def test_either_spelling_of_the_layer_kinds_overrides_the_other(name):
+    """``layer_types`` and ``layer_pattern`` say one thing two ways: overriding one, on a named
+    model or on a config, supersedes the other (it was 'give either ..., not both')."""
+    kinds = ("full_attention", "sliding_attention", "full_attention")
+    config = resolve_config(name, n_layers=3, layer_types=kinds)[2]
+    assert config.layer_types == kinds and config.layer_pattern is None
+    back = config.replace(layer_pattern=("sliding_attention",), layer_types=None)
+    assert [back.layer_type(i) for i in range(3)] == ["sliding_attention"] * 3
+    again = back.replace(layer_types=kinds)
+    assert again.layer_types == kinds and again.layer_pattern is None
+    with pytest.raises(ConfigError, match="not both"):  # both given at once: still refused
+        resolve_config(name, n_layers=3, layer_types=kinds, layer_pattern=("full_attention",))

@@ -70,6 +70,13 @@ def test_wheel_contents(wheel):
     # every package setuptools found (none listed by hand), data folders included
     assert "zoo/checkpoint/hf_rules.py" in names and "zoo_plugins/qwen2/convert.py" in names
     assert "zoo_plugins/gpt2/data/gpt2.tiktoken" in names
+    shipped = {
+        f"{installed}/{init.relative_to(ROOT / folder).as_posix()}"
+        for folder, installed in (("zoo", "zoo"), ("plugins", "zoo_plugins"))
+        for init in (ROOT / folder).rglob("*.py")
+        if "__pycache__" not in init.parts
+    }
+    assert shipped <= set(names), f"not in the wheel: {sorted(shipped - set(names))}"
 
 
 def test_the_source_registry_is_the_top_level_one():

@@ -32,7 +32,7 @@ _FAMILY = {"n_layers": 2, "d_model": 128, "n_heads": 4, "n_kv_heads": 2, "d_ff":
 #: 0.089 against zoo's 0.088).
 BRANCH_NORMED = {"olmo2", "gemma2", "gemma3"}
 
-_ALTERNATING = {"layer_types": ("sliding_attention", "full_attention"), "sliding_window": 4}
+_ALTERNATING = {"layer_pattern": ("sliding_attention", "full_attention"), "sliding_window": 4}
 
 #: A small model of each architecture that declares a layout (width 128: int4's kernels take it).
 SMALL = {

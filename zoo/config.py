@@ -116,10 +116,26 @@ class ModelConfig:
             raise ConfigError(f"{cls.__name__} is missing required field(s): {', '.join(missing)}")
         return cls(**values)
 
+    #: Pairs of fields that say one thing two ways (at most one of each pair is set): an
+    #: override of one supersedes the other's value, so either can be overridden on its own.
+    ALTERNATIVES: typing.ClassVar[tuple[tuple[str, str], ...]] = ()
+
+    @classmethod
+    def overridden(cls, values: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+        """``values`` with ``overrides`` applied: overriding one field of an
+        :data:`ALTERNATIVES` pair, and not the other, clears the other."""
+        superseded = {
+            other: None
+            for pair in cls.ALTERNATIVES
+            for field, other in (pair, pair[::-1])
+            if field in overrides and other not in overrides
+        }
+        return {**values, **superseded, **overrides}
+
     def replace(self: C, **overrides: Any) -> C:
         """Return a copy with ``overrides`` applied (validated like a new config)."""
         self._check_names(overrides)
-        return dataclasses.replace(self, **overrides)
+        return dataclasses.replace(self, **self.overridden({}, overrides))
 
     def to_dict(self) -> dict[str, Any]:
         """The config as a JSON-compatible dict of its fields."""
@@ -231,6 +247,7 @@ class TransformerConfig(ModelConfig):
     n_experts: int | None = None
     experts_per_token: int = 2
     block: str = "transformer"
+    ALTERNATIVES = (("layer_types", "layer_pattern"),)
     layer_types: tuple[LayerType, ...] | None = None
     layer_pattern: tuple[LayerType, ...] | None = None
     rope_local_theta: float | None = None

@@ -385,7 +385,9 @@ class Registry:
                 f"model {spec.name!r} needs architecture {spec.architecture!r}: {exc}"
             ) from None
         try:
-            config = arch.config_class.from_dict({**spec.config, **overrides})
+            config = arch.config_class.from_dict(
+                arch.config_class.overridden(spec.config, overrides)
+            )
         except ConfigError as exc:
             raise ConfigError(f"{spec.name}: {exc}") from None
         return arch, spec, config
