@@ -159,3 +159,20 @@ def test_a_conversation_ending_with_a_reply_is_not_rendered_whole_twice(tokenize
         not marked and len(spans) == 3 and text.endswith(messages[-1]["content"] + "<|im_end|>\n")
     )
     assert len(renders) == 6, len(renders)
+
+
+def test_an_id_the_ranks_leave_out_is_refused_as_decode_refuses_it():
+    """tiktoken ids between the ranks and the special tokens are no tokens: placing them
+    says so as decode does (a TokenizerError, not the library's KeyError)."""
+    import tiktoken
+
+    from zoo.tokenizers import TokenizerError
+    from zoo.tokenizers.tiktoken_backend import TiktokenTokenizer
+
+    ranks = {bytes([i]): i for i in range(256)}
+    encoding = tiktoken.Encoding("holes", pat_str=r"\S+|\s+", mergeable_ranks=ranks,
+                                 special_tokens={"<|end|>": 300})  # fmt: skip
+    tok = TiktokenTokenizer(encoding, name="holes")
+    with pytest.raises(TokenizerError, match="id 270 is not a token of holes"):
+        reply_mask(tok, [104, 270], "h<|end|>", [(0, 1)])
+    assert reply_mask(tok, [104, 300], "h<|end|>", [(0, 1)]) == [1, 0]

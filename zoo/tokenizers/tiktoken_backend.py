@@ -149,7 +149,10 @@ class TiktokenTokenizer(Tokenizer):
         """The bytes of each of ``ids`` (ids :meth:`decode` takes): tiktoken's ``decode`` of
         the first ``k`` ids is the first ``k`` of these joined, decoded as UTF-8 with errors
         replaced. :mod:`.chat_replies` places tokens with it."""
-        return self.encoding.decode_tokens_bytes(ids)
+        try:
+            return self.encoding.decode_tokens_bytes(ids)
+        except KeyError as exc:  # an id inside the range that the ranks leave out
+            raise TokenizerError(f"id {exc.args[0]} is not a token of {self.name}") from None
 
     def _decode(self, ids: list[int], skip_special_tokens: bool) -> str:
         if skip_special_tokens:
