@@ -1,8 +1,8 @@
 """The reply mask of chat fine-tuning (zoo.tokenizers.chat_replies) placed fast and exactly:
 each token is placed by decoding the ids before it, as it always was, but the ids are checked
 once per conversation (not at every probe of the binary search), and a tokenizer that gives
-each id's bytes (the byte tokenizer, tiktoken) decodes a prefix as a slice of bytes (issue 41
-item 9: those decodes were over half of the time before step 1). The masks equal the old
+each id's bytes (the byte tokenizer, tiktoken) decodes a prefix as a slice of bytes (those
+decodes were once over half of the time before step 1). The masks equal the old
 algorithm's, kept here as the reference, on drawn texts and conversations."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ GPT2_TEMPLATE = (
 
 
 def old_reply_mask(tokenizer: Any, ids: Sequence[int], text: str, spans: Any) -> list[int]:
-    """The mask as zoo computed it before issue 41 item 9: every probe decodes its prefix
+    """The mask as zoo computed it before the ids were checked once: every probe decodes its prefix
     through Tokenizer.decode (the reference the fast path must equal, bit for bit)."""
 
     @functools.cache

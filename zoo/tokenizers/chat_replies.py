@@ -23,8 +23,8 @@ each id's bytes (``_token_bytes``: the byte tokenizer, tiktoken), decoding the f
 ids is decoding the first ``k`` tokens' bytes, so each probe is one C-speed UTF-8 decode of a
 slice; otherwise the backend decodes the prefix (the ids checked once, not at every probe).
 Either way the mask is the one decoding each prefix through :meth:`~zoo.tokenizers.Tokenizer.
-decode` gives (issue 41: those decodes, each checking every id in Python, were half the time
-of ``zoo train --task chat`` before its first step).
+decode` gives (those decodes, each checking every id in Python, were once half the time of
+``zoo train --task chat`` before its first step).
 """
 
 from __future__ import annotations

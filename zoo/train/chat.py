@@ -10,8 +10,8 @@ has a string ``content`` (an assistant's may be ``null`` beside ``tool_calls``) 
 fine-tuning format gives it (:mod:`zoo.train.chat_lines`). Every line is checked before
 training starts, in one streaming pass that holds one line at a time; a bad one is refused
 with its line number. Blank lines are skipped. The conversations are then read again, one at
-a time, each rendered, encoded and packed as it comes (issue 41: the whole file, every parsed
-line and every encoding were held at once, 589 MB for 11 MB of conversations).
+a time, each rendered, encoded and packed as it comes (the whole file, every parsed line and
+every encoding were once held at once: 589 MB for 11 MB of conversations).
 
 Which tokens are the replies is :mod:`zoo.tokenizers.chat_replies`' rule: the template's
 ``{% generation %}`` blocks when it has them (``transformers``' assistant mask), otherwise
