@@ -182,6 +182,11 @@ def test_generation_tags_loop_controls_and_globals_as_transformers(folders):
     refusing = "{{ raise_exception('no ' ~ messages[0].role) }}"
     with pytest.raises(ChatTemplateError, match="refused the conversation: no system"):
         tok.apply_chat_template(messages, chat_template=refusing)
+    # the template's own message is passed on cut (it went whole into an HTTP 400 body)
+    flooding = "{{ raise_exception('x' * 16000000) }}"
+    with pytest.raises(ChatTemplateError, match=r"x\.\.\. \(cut: 16,000,000 characters") as info:
+        tok.apply_chat_template(messages, chat_template=flooding)
+    assert len(str(info.value)) < 1200
 
 
 def test_message_objects_and_none_values_as_transformers(folders):

@@ -205,8 +205,15 @@ class _Sandbox(ImmutableSandboxedEnvironment):
         return functools.update_wrapper(bounded, value)
 
 
+#: The most characters of a template's own error message passed on (to a log, an HTTP body).
+MAX_MESSAGE = 1000
+
+
 def _raise_exception(message: str) -> None:
-    raise jinja2.exceptions.TemplateError(message)
+    text = str(message)
+    if len(text) > MAX_MESSAGE:
+        text = f"{text[:MAX_MESSAGE]}... (cut: {len(text):,} characters in all)"
+    raise jinja2.exceptions.TemplateError(text)
 
 
 def _strftime_now(format: str) -> str:
