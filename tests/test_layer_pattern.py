@@ -89,7 +89,7 @@ def test_an_explicit_list_is_not_resized():
 @pytest.mark.parametrize(
     ("change", "field"),
     [
-        ({"layer_types": (SLIDE, FULL) * 13}, "layer_pattern"),  # both: which one rules?
+        ({"layer_types": (SLIDE, FULL) * 13, "layer_pattern": (SLIDE,)}, "layer_pattern"),  # both
         ({"layer_pattern": ()}, "layer_pattern"),
         ({"layer_pattern": (FULL,), "sliding_window": None}, None),
         ({"layer_pattern": (SLIDE,), "sliding_window": None}, "layer_pattern"),
