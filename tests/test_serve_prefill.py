@@ -14,7 +14,7 @@ from zoo.generation import GenerationConfig, stream_continuation
 from zoo.serve.budget import MIN_CHUNK, PrefillBudget
 from zoo.serve.engine import Engine, Request
 from zoo.serve.local import Turns
-from zoo.serve.runner import plan_chunks
+from zoo.serve.scheduler import plan_chunks
 
 
 @pytest.fixture(scope="module")
@@ -101,8 +101,9 @@ def test_a_chunk_that_costs_a_fixed_part_climbs_to_its_target():
 
 
 def test_the_engine_times_its_steps_for_the_budget(model):
-    """Each decoding step and each prefill pass (its padded tokens) reach the budget, and a
-    step plans with the budget for streams decoding once one does."""
+    """Each decoding step and each prefill pass (its padded tokens) reach the scheduler's
+    budget, and a step plans with the budget for streams decoding once one does (the plan
+    comes first in a step, then the passes it holds are timed)."""
     calls: list[tuple[str, object]] = []
 
     class Recording(PrefillBudget):
@@ -117,10 +118,10 @@ def test_the_engine_times_its_steps_for_the_budget(model):
             calls.append(("prefilled", tokens))
 
     engine = Engine(model, max_batch=2, max_queue=2, prefill_chunk=16, prefix_cache_bytes=0)
-    engine.runner.budget = Recording(16)
+    engine.scheduler.budget = Recording(16)
     run(engine, ["ROMEO:", PROMPTS[1]], 3)
-    # step 1: 6 + 8 tokens, rows of 8; step 2: "ROMEO:" decodes, then the rest plans
-    want = [("tokens", False), ("prefilled", 16), ("decoded", True), ("tokens", True)]
+    # step 1: 6 + 8 tokens, rows of 8; step 2: "ROMEO:" decodes, planned with the rest
+    want = [("tokens", False), ("prefilled", 16), ("tokens", True), ("decoded", True)]
     assert calls[:4] == want
     left = len(model.tokenizer.encode(PROMPTS[1])) - 8  # 42: 16 + 16 + 10
     assert [n for kind, n in calls if kind == "prefilled"] == [16, 16, 16, left - 32]
@@ -204,7 +205,7 @@ def test_a_request_cancelled_part_way_in_frees_its_slot(model):
     engine.submit([request])
     with torch.inference_mode():
         engine.step()  # admitted, its first chunk in
-        assert engine.runner.prefilling == [request]
+        assert engine.scheduler.prefilling == [request]
         request.cancel()
         engine.submit([Request(tok.encode("KING"), greedy(5), tok, after, ())])
         while not after.done.is_set():

@@ -1,25 +1,29 @@
 """The engine of ``zoo serve``: one loop that decodes every request together.
 
-Split as vLLM splits it: the :class:`~zoo.serve.scheduler.Scheduler` (plain Python) decides
-which requests join and leave the batch; the :class:`~zoo.serve.runner.Runner` holds their
-rows of a :class:`zoo.nn.slots.SlotBatch` and runs the model; :meth:`Engine.step` schedules,
-runs and updates, once. Requests hand :class:`~zoo.serve.request.Request` s to
-:meth:`Engine.submit`; between two steps waiting ones are admitted into free slots (with the
-prompt prefix a :class:`~zoo.nn.prefix_cache.PrefixCache` holds copied in), then one step
-picks every decoding request's next token with its own settings and hands the text on
-through its ``emit`` callback, and prefills the next chunk of the prompts still coming in (at
-most ``prefill_chunk`` tokens, sized while streams decode to take about ``max_stall``
-decoding steps; several prompts in one pass), so a long prompt delays the running streams by
-one chunk per step, not by its whole prefill. A request leaves the
-batch when it ends (an end-of-text id, a stop string, ``max_new_tokens``) or is cancelled
-(its client went away), and its slot takes the next waiting request at once: continuous
+Split as vLLM splits it: the :class:`~zoo.serve.scheduler.Scheduler` (plain Python, no
+torch) decides each step: which requests join and leave the batch, and, under its token
+budget, which decode and which prompt chunks of what length are prefilled (a
+:class:`~zoo.serve.scheduler.StepPlan`); the :class:`~zoo.serve.runner.Runner` holds their
+rows of a :class:`zoo.nn.slots.SlotBatch` and executes the plan on the model;
+:meth:`Engine.step` schedules, runs and updates, once. Requests hand
+:class:`~zoo.serve.request.Request` s to :meth:`Engine.submit`; between two steps waiting
+ones are admitted into free slots (with the prompt prefix a
+:class:`~zoo.nn.prefix_cache.PrefixCache` holds copied in), then one step picks every
+decoding request's next token with its own settings and hands the text on through its
+``emit`` callback, and prefills the plan's chunks of the prompts still coming in (at most
+``prefill_chunk`` tokens, padding included, sized while streams decode to take about
+``max_stall`` decoding steps; several prompts in one pass), so a long prompt delays the
+running streams by one chunk per step, not by its whole prefill. A request leaves the batch
+when it ends (an end-of-text id, a stop string, ``max_new_tokens``) or is cancelled (its
+client went away), and its slot takes the next waiting request at once: continuous
 batching.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -27,9 +31,10 @@ import torch
 from ..nn.lora_bank import attach_bank
 from ..nn.prefix_cache import PrefixCacheStats, prefix_cache_for
 from ..nn.threads import DecodeThreads
+from .budget import DEFAULT_MAX_STALL, DEFAULT_PREFILL_CHUNK
 from .request import Event, Finish, Request
-from .runner import DEFAULT_MAX_STALL, DEFAULT_PREFILL_CHUNK, Chunk, Runner
-from .scheduler import EngineStopped, QueueFull, Scheduler
+from .runner import Runner
+from .scheduler import EngineStopped, QueueFull, Scheduler, StepPlan
 
 if TYPE_CHECKING:
     from ..nn.decoder import DecoderLM
@@ -73,6 +78,7 @@ class Engine:
         compile: compile the decoding step with ``torch.compile`` (CPU; a few fixed shapes,
             each compiled at its first step: :mod:`zoo.nn.slot_step`).
         cuda_graphs: on CUDA, replay the decoding step as recorded CUDA graphs.
+        clock: seconds, to time the steps for the prefill budget (a test passes its own).
     """
 
     def __init__(
@@ -89,8 +95,12 @@ class Engine:
         decode_threads: int | None = None,
         compile: bool = False,
         cuda_graphs: bool = True,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
-        self.scheduler: Scheduler[Request] = Scheduler(max_batch, max_queue)
+        self.scheduler: Scheduler[Request] = Scheduler(
+            max_batch, max_queue, prefill_chunk=prefill_chunk, max_stall=max_stall
+        )
+        self._clock = clock
         model.eval()
         self.model = model
         rows = attach_bank(model, adapters) if adapters else None
@@ -102,8 +112,6 @@ class Engine:
             max_batch,
             max_len,
             rows,
-            prefill_chunk=prefill_chunk,
-            max_stall=max_stall,
             compile=compile,
             cuda_graphs=cuda_graphs,
             prefix_cache=prefix_cache_for(model, prefix_cache_bytes),
@@ -178,54 +186,60 @@ class Engine:
             self._fail_all("the server is shutting down")
 
     def step(self) -> None:
-        """Schedule (admit waiting requests, drop cancelled ones), run one decoding step
-        for the requests past their prompts and one prefill chunk for those still coming in,
-        and update each request with its token (its text, its end)."""
+        """Schedule (admit waiting requests, drop cancelled ones), have the scheduler plan
+        the step (:meth:`Scheduler.plan <zoo.serve.scheduler.Scheduler.plan>`), run its
+        decoding step for the requests past their prompts and then its prompt chunks, and
+        update each request with its token (its text, its end)."""
         schedule = self.scheduler.schedule()
         for request in schedule.cancelled:
             self.runner.remove(request)
             request.end("cancelled")
         failed = [r for r in schedule.admitted if not self._admit(r)]
         _flush([*failed, *schedule.cancelled])
-        if self.runner.decoding:
+        plan = self.scheduler.plan()
+        if plan.decodes:
             with self._threads.step():
-                decoded = self._decode()
+                decoded = self._decode(list(plan.decodes))
             _flush(decoded)
-        chunks = self.runner.plan()
-        if chunks:
+        if plan.chunks:
             with self._threads.step():
-                prefilled = self._prefill(chunks)
+                prefilled = self._prefill(plan)
             _flush(prefilled)
 
     def _admit(self, request: Request) -> bool:
-        """Give ``request`` a slot; ``False`` if that failed (it has ended)."""
+        """Give ``request`` a slot, and tell the scheduler what of its prompt is left;
+        ``False`` if that failed (it has ended)."""
         try:
-            self.runner.admit(request)
+            cached = self.runner.admit(request)
         except Exception as exc:  # this prompt only: the others go on
             self._fail([request], exc)
             return False
+        self.scheduler.joined(request, len(request.prompt), cached)
         return True
 
-    def _prefill(self, chunks: list[Chunk]) -> list[Request]:
-        """Run the prompt chunks ``chunks``; those that end a prompt give its first token.
+    def _prefill(self, plan: StepPlan[Request]) -> list[Request]:
+        """Run the plan's prompt chunks; those that end a prompt give its first token.
         Returns the chunks' requests."""
-        requests = [c.request for c in chunks]
+        requests = [c.request for c in plan.chunks]
+        start = self._clock()
         try:
-            tokens = self.runner.prefill(chunks)
+            tokens = self.runner.prefill(plan.chunks)
         except Exception as exc:  # these prompts only: the others go on
             self._fail(requests, exc)
             return requests
-        self._update([c.request for c in chunks if c.last], tokens)
+        self.scheduler.budget.prefilled(plan.padded, self._clock() - start)
+        self._update([c.request for c in plan.chunks if c.last], tokens)
         return requests
 
-    def _decode(self) -> list[Request]:
-        """One token for every request past its prompt; returns them."""
-        requests = self.runner.decoding
+    def _decode(self, requests: list[Request]) -> list[Request]:
+        """One token for each of ``requests`` (past their prompts); returns them."""
+        start = self._clock()
         try:
             tokens = self.runner.step(requests)
         except Exception as exc:  # e.g. out of memory: these requests fail, the server stays
             self._fail(requests, exc)
             return requests
+        self.scheduler.budget.decoded(self._clock() - start)
         self._update(requests, tokens)
         return requests
 

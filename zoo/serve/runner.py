@@ -1,18 +1,17 @@
 """The model side of ``zoo serve``: the running requests' rows of one
-:class:`zoo.nn.slots.SlotBatch`, their prompts prefilled a budget of tokens per step, and one
-decoding step for those past their prompt, each picking its next token with its own settings
-(:func:`zoo.generation.sampling.pick_each`, the picker :func:`zoo.generate` uses).
+:class:`zoo.nn.slots.SlotBatch`, and the execution of each step the scheduler plans
+(:class:`~zoo.serve.scheduler.StepPlan`): one decoding step for the requests past their
+prompt, each picking its next token with its own settings
+(:func:`zoo.generation.sampling.pick_each`, the picker :func:`zoo.generate` uses), and the
+step's prompt chunks in one left-padded forward pass (:meth:`SlotBatch.extend`). What runs,
+and how many prompt tokens, is the scheduler's decision, not the runner's.
 
 A request that joins gets a slot at once; the leading blocks of its prompt that a
-:class:`~zoo.nn.prefix_cache.PrefixCache` holds are copied in, and the rest enters in chunks:
-each step prefills a budget of prompt tokens (:class:`~zoo.serve.budget.PrefillBudget`: at
-most ``prefill_chunk``, and while streams decode, what takes about ``max_stall`` decoding
-steps), the chunks of the prompts waiting together in one left-padded forward pass
-(:meth:`SlotBatch.extend`), so a long prompt never holds the running streams for longer than
-one chunk. Its last chunk gives its first token;
-from the next step on it decodes with the others. Its computed blocks are kept in the prefix
-cache once its prompt is in, and again when it leaves (the reply too, which a chat's next turn
-starts with).
+:class:`~zoo.nn.prefix_cache.PrefixCache` holds are copied in (:meth:`Runner.admit`
+says how many tokens), and the rest enters in the chunks the scheduler plans. Its last chunk
+gives its first token; from the next step on it decodes with the others. Its computed blocks
+are kept in the prefix cache once its prompt is in, and again when it leaves (the reply too,
+which a chat's next turn starts with).
 
 With LoRA adapters (:mod:`zoo.nn.lora_bank`) each row applies its request's own, set before
 every forward from the rows' requests, so a row's adapter follows its request whichever
@@ -22,56 +21,22 @@ slot it is in; the prefix cache keeps each adapter's keys apart (and each client
 
 from __future__ import annotations
 
-import dataclasses
-import time
-from collections.abc import Callable
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
 
 from ..generation.sampling import pick_each, seeded_generator
 from ..nn.slot_step import slot_batch
-from .budget import DEFAULT_MAX_STALL, DEFAULT_PREFILL_CHUNK, PrefillBudget
 
 if TYPE_CHECKING:
     from ..nn.decoder import DecoderLM
     from ..nn.lora_bank import AdapterRows
     from ..nn.prefix_cache import PrefixCache
     from .request import Request
+    from .scheduler import Chunk
 
-__all__ = ["DEFAULT_MAX_STALL", "DEFAULT_PREFILL_CHUNK", "Chunk", "Runner", "plan_chunks"]
-
-
-@dataclasses.dataclass(frozen=True)
-class Chunk:
-    """The next ``size`` prompt tokens of ``request``, from position ``start``."""
-
-    request: Request
-    start: int
-    size: int
-
-    @property
-    def last(self) -> bool:
-        """Whether the chunk ends the prompt (it gives the first token)."""
-        return self.start + self.size == len(self.request.prompt)
-
-
-def plan_chunks(left: list[int], budget: int | None) -> list[int]:
-    """How many tokens each of the first prompts waiting (``left``: the tokens each has left,
-    in arrival order) prefills in the next pass, left-padded together: at most ``budget``
-    tokens counting the padding (``None``: no bound). Takes the number of prompts that
-    prefills the most real tokens (the fewest padded ones on a tie)."""
-    if budget is None:
-        return list(left)
-    best: tuple[int, int] = (0, 0)  # (real tokens, -padded tokens)
-    sizes: list[int] = []
-    for m in range(1, min(len(left), budget) + 1):
-        width = min(budget // m, max(left[:m]))
-        chunk = [min(n, width) for n in left[:m]]
-        score = (sum(chunk), sum(chunk) - m * width)
-        if score > best:
-            best, sizes = score, chunk
-    return sizes
+__all__ = ["Runner"]
 
 
 class Runner:
@@ -83,14 +48,8 @@ class Runner:
         max_len: positions per slot, prompt plus new tokens (default: the context length).
         adapters: the model's per-row adapter index (:func:`zoo.nn.lora_bank.attach_bank`),
             set from each request's :attr:`~zoo.serve.request.Request.adapter`.
-        prefill_chunk: prompt tokens prefilled per step at most, padding included (``None``:
-            whole prompts).
-        max_stall: while streams decode, a step's prompt chunk is sized to take at most about
-            this many decoding steps, as timed while it runs (``None``: only
-            ``prefill_chunk`` bounds it).
         prefix_cache: where prompt prefixes' keys and values are kept between requests
             (``None``: nowhere).
-        clock: seconds, for the timings (a test passes its own).
         compile, cuda_graphs: run the decoding step in fixed shapes, compiled on CPU
             (``compile``) or replaying CUDA graphs on CUDA (``cuda_graphs``), as
             :func:`zoo.nn.slot_step.slot_batch` decides (not with adapters).
@@ -103,14 +62,10 @@ class Runner:
         max_len: int | None = None,
         adapters: AdapterRows | None = None,
         *,
-        prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK,
-        max_stall: float | None = DEFAULT_MAX_STALL,
         prefix_cache: PrefixCache | None = None,
-        clock: Callable[[], float] = time.perf_counter,
         compile: bool = False,
         cuda_graphs: bool = True,
     ) -> None:
-        self.budget = PrefillBudget(prefill_chunk, max_stall)
         self.batch = slot_batch(
             model,
             max_rows,
@@ -121,10 +76,9 @@ class Runner:
         )
         self.adapters = adapters
         self.prefix_cache = prefix_cache
-        # prompt tokens in the slot of each request still prefilling, in arrival order
+        # prompt tokens in the slot of each request still prefilling (what remove keeps)
         self._prefilled: dict[Request, int] = {}
         self._fed: dict[Request, list[int]] = {}  # tokens decoded into each slot after the prompt
-        self._clock = clock
 
     def _select(self, requests: list[Request]) -> None:
         """Each row's adapter for the next forward: its request's."""
@@ -144,9 +98,10 @@ class Runner:
     def __len__(self) -> int:
         return len(self.batch)
 
-    def admit(self, request: Request) -> None:
+    def admit(self, request: Request) -> int:
         """Give ``request`` a slot, with the leading blocks of its prompt that the prefix
-        cache holds copied in; the rest is prefilled by :meth:`prefill`."""
+        cache holds copied in; return how many prompt tokens that is (the rest is prefilled
+        by :meth:`prefill`, in the chunks the scheduler plans)."""
         if len(request.prompt) >= self.max_len:  # the slot batch says the same, later
             raise ValueError(
                 f"the prompt has {len(request.prompt)} tokens, and a slot holds "
@@ -162,57 +117,48 @@ class Runner:
             self.batch.fill(request, cached)
         self._prefilled[request] = cached
         self._fed[request] = []
+        return cached
 
-    @property
-    def prefilling(self) -> list[Request]:
-        """Requests whose prompts are not all in yet, in arrival order."""
-        return list(self._prefilled)
+    def prefill(self, chunks: Sequence[Chunk[Request]]) -> list[int]:
+        """Run ``chunks`` (a :class:`~zoo.serve.scheduler.StepPlan`'s) in one pass; return the
+        first token of each request whose prompt they end, in ``chunks`` order.
 
-    @property
-    def decoding(self) -> list[Request]:
-        """Requests past their prompts, in the batch's order."""
-        return [r for r in self.batch.keys if r not in self._prefilled]
-
-    def plan(self) -> list[Chunk]:
-        """The prompt chunks the next :meth:`prefill` runs (see :func:`plan_chunks`)."""
-        waiting = list(self._prefilled.items())
-        budget = self.budget.tokens(decoding=len(self._prefilled) < len(self.batch))
-        sizes = plan_chunks([len(r.prompt) - n for r, n in waiting], budget)
-        return [Chunk(r, n, size) for (r, n), size in zip(waiting, sizes, strict=False)]
-
-    def prefill(self, chunks: list[Chunk]) -> list[int]:
-        """Run ``chunks`` (from :meth:`plan`) in one pass; return the first token of each
-        request whose prompt they end, in ``chunks`` order."""
-        start = self._clock()
+        Raises:
+            ValueError: a chunk does not continue its request's prompt where it stands.
+        """
+        for c in chunks:
+            if c.start != self._prefilled.get(c.request) or c.start + c.length > len(
+                c.request.prompt
+            ):
+                raise ValueError(
+                    f"a chunk of {c.length} tokens from {c.start} does not continue a prompt "
+                    f"of {len(c.request.prompt)} tokens with "
+                    f"{self._prefilled.get(c.request)} in: plan chunks with the scheduler"
+                )
         logits = self.batch.extend(
-            [(c.request, c.request.prompt[c.start : c.start + c.size]) for c in chunks]
+            [(c.request, c.request.prompt[c.start : c.start + c.length]) for c in chunks]
         )  # (M, vocab)
         ended = [i for i, c in enumerate(chunks) if c.last]
         for c in chunks:
-            self._prefilled[c.request] += c.size
+            self._prefilled[c.request] += c.length
         for i in ended:
             request = chunks[i].request
             del self._prefilled[request]
             self._keep(request, request.prompt)
         requests = [chunks[i].request for i in ended]
-        tokens = pick_each(
+        return pick_each(
             logits[ended], [r.config for r in requests], [r.generator for r in requests]
-        )  # the host waits for the device here: the timing is the pass's
-        self.budget.prefilled(len(chunks) * max(c.size for c in chunks), self._clock() - start)
-        return tokens
+        )  # the host waits for the device here: the caller's timing is the pass's
 
-    def step(self, requests: list[Request]) -> list[int]:
-        """One token for every request in ``requests`` (:attr:`decoding`): the token each
-        picked."""
-        start = self._clock()
+    def step(self, requests: Sequence[Request]) -> list[int]:
+        """One token for every request in ``requests`` (a plan's decodes, past their
+        prompts): the token each picked."""
         tokens = [r.last for r in requests]
         logits = self.batch.step(torch.tensor(tokens), requests)  # (N, vocab)
         for request, token in zip(requests, tokens, strict=True):
             self._fed[request].append(token)  # type: ignore[arg-type]
         configs = [r.config for r in requests]
-        picked = pick_each(logits, configs, [r.generator for r in requests])
-        self.budget.decoded(self._clock() - start)
-        return picked
+        return pick_each(logits, configs, [r.generator for r in requests])
 
     def _keep(self, request: Request, tokens: list[int]) -> None:
         """Keep the blocks of ``tokens`` (in ``request``'s slot from position 0) in the
