@@ -117,6 +117,8 @@ class _HostileHandler(Handler):
                 self.wfile.flush()
         except OSError:
             pass
+        else:
+            self.hub.api_dripped += 1
         self.close_connection = True
 
     def _endless(self, source: Path, start: int, end: int) -> None:
@@ -185,7 +187,7 @@ class LocalHub(_WellBehavedHub):
         #: on with zero bytes after the file's own and never ends (``endless_sent`` counts
         #: those bytes); ``redirect_loop``: requests whose path holds this text are answered
         #: ``302`` to themselves, forever; ``api_body``: the bytes every JSON API answer sends
-        #: in place of its JSON.
+        #: in place of its JSON; ``api_dripped`` counts the dripped answers sent to their end.
         self.download_headers: dict[str, dict[str, str]] = {}
         self.info_override: dict[str, Any] = {}
         self.info_status: int | None = None
@@ -198,6 +200,7 @@ class LocalHub(_WellBehavedHub):
         self.endless_sent = 0
         self.redirect_loop: str | None = None
         self.api_body: bytes | None = None
+        self.api_dripped = 0
         self._faults: dict[tuple[str, str, str], _Fault] = {}
 
     def drop_connection(
@@ -249,6 +252,7 @@ class LocalHub(_WellBehavedHub):
         self.endless_sent = 0
         self.redirect_loop = None
         self.api_body = None
+        self.api_dripped = 0
 
     def _add_fault(self, repo_type: str, repo_id: str, path: str, fault: _Fault) -> None:
         with self._lock:

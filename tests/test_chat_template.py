@@ -379,17 +379,16 @@ HOSTILE = {
 
 _CHILD = textwrap.dedent(
     """
-    import json, sys, time
-    from zoo.tokenizers import ChatTemplate, ChatTemplateError
+    import json, sys
+    from zoo.tokenizers import ChatTemplate, ChatTemplateError, chat_limits
+    chat_limits.MAX_SECONDS = 1e9  # each refusal by a count (steps, size, depth), not the clock
     out = {}
     for name, source in json.loads(sys.argv[1]).items():
-        start = time.perf_counter()
         try:
             text = ChatTemplate({"default": source}).render([{"role": "user", "content": "x"}])
             out[name] = ["rendered", text[:200]]
         except ChatTemplateError as exc:
             out[name] = ["refused", str(exc)[:300]]
-        out[name].append(time.perf_counter() - start)
     print(json.dumps(out))
     """
 )
@@ -397,7 +396,9 @@ _CHILD = textwrap.dedent(
 
 def test_hostile_templates_are_refused_by_the_sandbox():
     """Each runs in a child process with a time limit: a sandbox that let one through could
-    hang or crash the interpreter. Every one must be refused, quickly."""
+    hang or crash the interpreter. Every one must be refused by a bound that counts (steps,
+    sizes, depth), never by the wall-clock MAX_SECONDS, which the child sets out of reach:
+    a machine under load then changes no outcome."""
     run = subprocess.run(
         [sys.executable, "-c", _CHILD, json.dumps(HOSTILE)],
         capture_output=True,
@@ -407,9 +408,8 @@ def test_hostile_templates_are_refused_by_the_sandbox():
     assert run.returncode == 0, run.stderr[-2000:]
     results = json.loads(run.stdout)
     assert set(results) == set(HOSTILE)
-    for name, (outcome, detail, seconds) in results.items():
+    for name, (outcome, detail) in results.items():
         assert outcome == "refused", f"{name} was rendered: {detail!r}"
-        assert seconds < 20, f"{name} took {seconds:.1f} s"
     assert "unsafe" in results["class"][1] and "unsafe" in results["globals"][1]
     assert "1,000,000 (MAX_STEPS steps)" in results["nested-loops"][1]
     assert "1,000,000 (MAX_STEPS steps)" in results["nested-string-loops"][1]

@@ -42,16 +42,19 @@ def _own_zoo_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ZOO_CACHE_DIR", str(tmp_path / "zoo-cache"))
 
 
-def test_an_endless_weights_body_stops_at_the_declared_size(local_hub: LocalHub, tmp_path: Path):
+def test_an_endless_weights_body_stops_at_the_declared_size(
+    local_hub: LocalHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     """The Hub declares the weights' size (file metadata, X-Linked-Size); a body that goes on
-    past it is refused as soon as it does, not at the deadline."""
+    past it is refused as soon as it does, not at the deadline. Counted in bytes, not timed:
+    with a deadline of an hour, the refusal names the declared size and came a chunk or a few
+    past the end, not gigabytes."""
+    monkeypatch.setenv("ZOO_HUB_DEADLINE", "3600")
     zoo.push(small(), "org/m")
     local_hub.endless.add("model.safetensors")
-    began = time.monotonic()
     with pytest.raises(zoo.UnsafeCheckpointError, match=r"model\.safetensors: .*declared"):
         zoo.load("hf:org/m")
-    assert time.monotonic() - began < 10
-    assert local_hub.endless_sent < 64 << 20  # a chunk or a few past the end, not gigabytes
+    assert local_hub.endless_sent < 64 << 20
     assert staging_files(tmp_path) == []
 
 
