@@ -13,7 +13,7 @@ load, which a comparison across processes on a shared host does not give.
 A second table times the decoding step of ``zoo serve``'s slot batch (``--rows`` sequences
 decoding together, each with a 16-token prompt, ``--new-tokens`` steps of every row):
 the plain eager step against the static step compiled per shape
-(:func:`zoo.nn.slot_step.slot_batch` with ``compile=True``), with the shapes compiled and
+(:func:`zoo.runtime.slot_step.slot_batch` with ``compile=True``), with the shapes compiled and
 each one's cold compile. ``--only slots`` (or ``single``) runs one table.
 """
 
@@ -75,8 +75,8 @@ CHILD = LOAD + textwrap.dedent(
 
 SLOT_CHILD = LOAD + textwrap.dedent(
     """
-    from zoo.nn.slot_step import slot_batch
-    from zoo.nn.slots import SlotBatch
+    from zoo.runtime.slot_step import slot_batch
+    from zoo.runtime.slots import SlotBatch
 
     rows, new = spec["rows"], spec["new_tokens"]
     prompts = torch.randint(0, min(model.config.vocab_size, 256), (rows, 16)).tolist()

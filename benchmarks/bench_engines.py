@@ -27,7 +27,7 @@ Threads: CTranslate2 and ``llama.cpp`` get torch's thread count (zoo's); ``llama
 thread policy (``ZOO_DECODE_THREADS``, default ``auto``: the cores other processes leave
 free). ``--busy N`` runs N processes that each keep a core busy during the measurements.
 ``zoo ...+torch-kernels`` runs zoo with ``ZOO_NATIVE_KERNELS=0``: PyTorch's kernels instead
-of zoo's own one-row CPU kernels (``zoo.nn.native``), to show what those bring; ``zoo
+of zoo's own one-row CPU kernels (``zoo.kernels.native``), to show what those bring; ``zoo
 ...+per-module`` keeps those kernels but not the one-call block step (``zoo.nn.native_block``),
 so each block runs module by module as before it.
 ``--decode-only`` measures batch-1 decoding only (the per-process peak and first generation
@@ -238,7 +238,7 @@ def run(engine: str, paths: dict[str, str], args: argparse.Namespace, tiny: bool
     spec = {**paths, "engine": engine, "inner": args.inner, "new_tokens": args.new_tokens,
             "vocab": 50257, "tiny": tiny, "decode_only": args.decode_only}  # fmt: skip
     env = dict(os.environ)
-    if engine.endswith("+torch-kernels"):  # zoo without its own CPU kernels (zoo.nn.native)
+    if engine.endswith("+torch-kernels"):  # zoo without its own CPU kernels (zoo.kernels.native)
         env["ZOO_NATIVE_KERNELS"] = "0"
     result = subprocess.run(
         [sys.executable, "-c", CHILD, json.dumps(spec)], capture_output=True, text=True, env=env

@@ -57,7 +57,7 @@ CHILD = textwrap.dedent(
     """
     import json, resource, statistics, sys, time
     import torch, transformers, peft, zoo
-    from zoo.nn.lora import LoRA, adapter_parameters, attach_lora, plan_lora
+    from zoo.adapters.lora import LoRA, adapter_parameters, attach_lora, plan_lora
 
     def rss_mb():
         for line in open("/proc/self/status"):

@@ -2,10 +2,10 @@
 
 One section per kernel family, picked with ``--sections`` (default: all):
 
-- ``float32``: the one-row float32 kernel (:mod:`zoo.nn.native`) against PyTorch's
+- ``float32``: the one-row float32 kernel (:mod:`zoo.kernels.native`) against PyTorch's
   ``F.linear``, oneDNN's and a plain ``w.sum()`` (the memory-streaming ceiling), one row
   through gpt2-124m's 49 weights as a chain, interleaved (``native_f32.py``).
-- ``int8``: the one-row int8 kernel (:mod:`zoo.nn.native_int8`) against FBGEMM's, which it
+- ``int8``: the one-row int8 kernel (:mod:`zoo.kernels.native_int8`) against FBGEMM's, which it
   matches bit for bit, one row through gpt2-124m's 49 int8 linears as a chain, interleaved;
   then ``zoo.generate`` tok/s and memory of gpt2-124m int8 with PyTorch's kernels, zoo's
   with FBGEMM's int8, and zoo's throughout, in alternating processes (``native_int8.py``).

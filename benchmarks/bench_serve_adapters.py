@@ -35,7 +35,7 @@ from common import machine_facts, publish
 
 import zoo
 from zoo.adapters import BaseRecord, base_fingerprint, per_part, save_adapter
-from zoo.nn.lora import LoRA, adapter_parameters, attach_lora, merge_lora, plan_lora
+from zoo.adapters.lora import LoRA, adapter_parameters, attach_lora, merge_lora, plan_lora
 
 ADAPTERS = 4
 

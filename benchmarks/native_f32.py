@@ -1,5 +1,5 @@
 """The ``float32`` section of ``bench_native.py``: zoo's one-row float32 kernel
-(:func:`zoo.nn.native.linear`, ``zoo_gemv_f32``) against PyTorch's kernels and the memory's
+(:func:`zoo.kernels.native.linear`, ``zoo_gemv_f32``) against PyTorch's kernels and the memory's
 own rate, on gpt2-124m's 49 weights.
 
 One row through each of gpt2-124m's 49 float32 linears (12 layers x q/k/v, attention output
@@ -10,7 +10,7 @@ products. Kernels:
 - ``F.linear``: PyTorch's default (``addmm``; MKL's or OpenBLAS's gemv for one row),
 - ``oneDNN``: ``torch.ops.mkldnn._linear_pointwise``, called as ``zoo/nn/onednn.py`` does
   (zoo's path for batch-1 products before its own kernel),
-- ``zoo``: :func:`zoo.nn.native.linear`,
+- ``zoo``: :func:`zoo.kernels.native.linear`,
 - ``sum``: ``w.sum()`` over the same weights: no product, only the stream of the weights
   through the cores (the memory-streaming ceiling a matrix-vector product can approach).
 
@@ -49,7 +49,7 @@ def f32_kernels() -> dict[str, Callable[[Any, Any, Any], Any]]:
     import torch
     import torch.nn.functional as F
 
-    from zoo.nn import native
+    from zoo.kernels import native
 
     def onednn(x: Any, w: Any, b: Any) -> Any:
         return torch.ops.mkldnn._linear_pointwise(x, w, b, "none", [], "")

@@ -1,5 +1,5 @@
 """The ``int8`` section of ``bench_native.py``: zoo's one-row int8 kernel
-(:func:`zoo.nn.native_int8.int8_linear`, ``zoo_gemv_int8``) against FBGEMM's, which it
+(:func:`zoo.kernels.native_int8.int8_linear`, ``zoo_gemv_int8``) against FBGEMM's, which it
 matches bit for bit, on gpt2-124m as ``quantize="int8"`` makes it.
 
 ``chain``: one row through each of gpt2-124m's 49 int8 linears (torch.ao's dynamic int8
@@ -7,7 +7,7 @@ layers: 124 M int8 weights, 124 MB) in model order, timed as a chain: the time a
 int8 decoding step spends in its matrix-vector products. Kernels:
 
 - ``FBGEMM``: torch.ao's own forward (``quantize="int8"`` before zoo's kernel),
-- ``zoo``: :func:`zoo.nn.native_int8.int8_linear`,
+- ``zoo``: :func:`zoo.kernels.native_int8.int8_linear`,
 - ``sum``: a float32 ``sum()`` over the same int8 bytes: no product, only the stream of the
   weights through the cores (the memory-streaming ceiling).
 
@@ -36,7 +36,7 @@ from native_f32 import thread_tables
 GENERATE = """
 import gc, json, os, resource, sys, time
 import torch, zoo
-from zoo.nn import quant
+from zoo.quant import layers as quant
 spec = json.loads(sys.argv[1])
 if not spec["int8_kernel"]:  # zoo's other kernels, FBGEMM's int8
     quant.int8_linear = lambda layer, x: None
@@ -79,7 +79,7 @@ def int8_layers() -> list[Any]:
     from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 
     import zoo
-    from zoo.nn.quant import quantize_
+    from zoo.quant.layers import quantize_
 
     torch.manual_seed(0)
     model = quantize_(zoo.build("gpt2-124m"), "int8")
@@ -91,7 +91,7 @@ def int8_kernels(layers: list[Any]) -> dict[str, Callable[[Any, Any], Any]]:
     import torch
     from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 
-    from zoo.nn import native_int8
+    from zoo.kernels import native_int8
 
     kernels: dict[str, Callable[[Any, Any], Any]] = {"FBGEMM": DynamicLinear.forward}
     if native_int8._kernel() is not None:

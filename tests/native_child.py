@@ -19,7 +19,7 @@ import pytest
 #: Run before the test's code: a child where the kernels do not run says so and ends.
 PREAMBLE = """
 import sys
-from zoo.nn import native
+from zoo.kernels import native
 if not native.available():
     print("unavailable")
     sys.exit(0)

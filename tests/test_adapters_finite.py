@@ -14,11 +14,11 @@ import torch
 import zoo
 from zoo.adapters import BaseRecord, apply_adapter, base_fingerprint, per_part, save_adapter
 from zoo.adapters.folder import Adapter
+from zoo.adapters.lora import adapter_parameters, adapter_state, attach_lora, merge_lora, plan_lora
+from zoo.adapters.lora_bank import attach_bank
+from zoo.adapters.lora_check import MAX_UPDATE, check_update, update_norm
 from zoo.cli import main
 from zoo.errors import CheckpointError
-from zoo.nn.lora import adapter_parameters, adapter_state, attach_lora, merge_lora, plan_lora
-from zoo.nn.lora_bank import attach_bank
-from zoo.nn.lora_check import MAX_UPDATE, check_update, update_norm
 
 LORA = zoo.LoRA(rank=4, alpha=8.0, targets=("attn.qkv", "attn.proj", "ffn.fc"))
 IDS = torch.tensor([[5, 17, 99, 3]])

@@ -30,8 +30,8 @@ from zoo.adapters import (
     read_adapter,
     save_adapter,
 )
+from zoo.adapters.lora import LoRA, adapter_parameters, adapter_state, attach_lora, plan_lora
 from zoo.errors import CheckpointError
-from zoo.nn.lora import LoRA, adapter_parameters, adapter_state, attach_lora, plan_lora
 
 #: family -> the names peft targets for every projection of attention and the MLP
 PEFT_TARGETS = {
@@ -364,7 +364,7 @@ def test_gpt2_names_carry_the_lm_models_prefix_and_bare_names_are_read(tmp_path:
 def test_a_quantized_base_takes_the_fingerprint_of_its_float_weights(
     saved: tuple[Path, torch.nn.Module],
 ) -> None:
-    from zoo.nn.quant import quantize_
+    from zoo.quant.layers import quantize_
 
     base = zoo.build("llama-tiny", **SMALL).eval()
     base.load_state_dict(saved[1].state_dict())

@@ -2,7 +2,7 @@
 LoRA run's folder or the Hub; ``zoo.merge`` and ``zoo merge``; ``--adapter`` on ``zoo
 generate``; ``zoo info ADAPTER``; ``zoo push`` of an adapter and the pull back, with hostile
 Hub answers refused. A tiny Llama-shaped model (``llama-tiny``, byte tokenizer) and adapters
-made with :mod:`zoo.nn.lora` and :func:`zoo.adapters.save_adapter`."""
+made with :mod:`zoo.adapters.lora` and :func:`zoo.adapters.save_adapter`."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from torch import Tensor
 
 import zoo
 from zoo.adapters import BaseRecord, base_fingerprint, per_part, save_adapter
+from zoo.adapters.lora import adapted_layers, adapter_parameters, attach_lora, plan_lora
 from zoo.cli import main
-from zoo.nn.lora import adapted_layers, adapter_parameters, attach_lora, plan_lora
 
 IDS = torch.tensor([[5, 17, 99, 3, 250, 42, 7]])
 LORA = zoo.LoRA(rank=4, alpha=8.0, targets=("attn.qkv", "attn.proj", "ffn.fc"))

@@ -134,7 +134,7 @@ def test_slots_that_cannot_fit_are_refused_before_they_are_allocated(monkeypatch
     """zoo serve --max-batch 65536 on shakespeare-byte (77 GB of keys and values) was a
     RuntimeError traceback from the allocator; the slot batch now says what fits."""
     import zoo
-    import zoo.nn.slots as slots
+    import zoo.runtime.slots as slots
     from zoo.errors import InsufficientMemoryError
 
     model = zoo.build("shakespeare-byte", n_layers=1, d_model=32, n_heads=2, d_ff=64)

@@ -120,7 +120,7 @@ def test_a_misspelled_command_gets_a_suggestion(capsys):
 
 # -- 6. quantization modes ------------------------------------------------------------------------
 def test_quantize_offers_every_mode_zoo_load_accepts(capsys):
-    from zoo.nn.quant import QUANTIZE_MODES as used_by_load
+    from zoo.quant.layers import QUANTIZE_MODES as used_by_load
 
     assert used_by_load is QUANTIZE_MODES == ("int8", "int8-weight", "int4")
     with pytest.raises(SystemExit):

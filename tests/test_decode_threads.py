@@ -1,4 +1,4 @@
-"""The CPU decoding thread policy (zoo.nn.threads): its decisions from fake ``/proc/stat``
+"""The CPU decoding thread policy (zoo.kernels.threads): its decisions from fake ``/proc/stat``
 readings and fake thread setters (no timing), the ``ZOO_DECODE_THREADS`` setting, and
 ``zoo.generate`` running its steps with the policy's count and the same tokens."""
 
@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from zoo.errors import ConfigError
-from zoo.nn import threads as policy
-from zoo.nn.threads import CpuClock, CpuReading, DecodeThreads, free_cpus, read_busy_seconds
+from zoo.kernels import threads as policy
+from zoo.kernels.threads import CpuClock, CpuReading, DecodeThreads, free_cpus, read_busy_seconds
 from zoo.settings import Settings
 
 TICK = policy._TICKS
@@ -344,7 +344,7 @@ def spy(n):
     real(n)
 torch.set_num_threads = spy
 real(3)
-from zoo.nn import native
+from zoo.kernels import native
 first = native.available()
 again = [native.available() for _ in range(3)]
 main = threading.get_ident()

@@ -30,7 +30,7 @@ import zoo
 from zoo.checkpoint.hf_config import HFConfigError
 from zoo.nn import DecoderLM
 from zoo.nn.blocks import SandwichBlock
-from zoo.nn.slots import SlotBatch
+from zoo.runtime.slots import SlotBatch
 
 VALUES: dict[str, Any] = {
     "vocab_size": 300, "hidden_size": 64, "num_hidden_layers": 3, "num_attention_heads": 4,

@@ -28,7 +28,7 @@ from zoo_plugins.gemma3.convert import GEMMA3_CONFIG, HF_GEMMA3, read_gemma3, wr
 import zoo
 from zoo.nn import DecoderLM
 from zoo.nn.decoding import DecoderSession, StaticDecoderSession
-from zoo.nn.slots import SlotBatch
+from zoo.runtime.slots import SlotBatch
 
 LAYERS = ["sliding_attention", "full_attention", "sliding_attention"]
 VALUES = {"vocab_size": 300, "hidden_size": 64, "num_hidden_layers": 3,

@@ -21,8 +21,8 @@ from zoo.config import DecoderConfig
 from zoo.errors import ConfigError
 from zoo.nn import DecoderLM, MultiHeadAttention
 from zoo.nn.decoding import DecoderSession, StaticDecoderSession
-from zoo.nn.quant import quantize_
-from zoo.nn.slots import SlotBatch
+from zoo.quant.layers import quantize_
+from zoo.runtime.slots import SlotBatch
 
 TINY = {"vocab_size": 97, "context_length": 64, "d_model": 32, "n_heads": 4, "n_kv_heads": 2,
         "n_layers": 3, "d_ff": 48, "positions": "rotary", "norm": "rmsnorm1p", "ffn": "geglu",

@@ -337,6 +337,9 @@ USES = {
 #: What each layer must never load: the layers above it.
 ABOVE = {
     "zoo.nn": (
+        "zoo.quant",
+        "zoo.adapters",
+        "zoo.runtime",
         "zoo.plugin.registry",
         "zoo.plugin.host",
         "zoo.checkpoint",
@@ -362,6 +365,7 @@ ABOVE = {
         "zoo.train",
     ),
     "zoo.generation": (
+        "zoo.runtime",
         "zoo.plugin.registry",
         "zoo.checkpoint",
         "zoo.hub",

@@ -1,4 +1,4 @@
-"""zoo.nn.lora, the adapters themselves: a fresh adapter changes nothing, detaching gives the
+"""zoo.adapters.lora, the adapters themselves: a fresh adapter changes nothing, detaching gives the
 base back bit for bit, merging computes what the adapter did, a fused layer's adapters are
 the stack of per-part ones, targets and configs are checked. Parity with peft's files and
 models is in tests/test_adapters_peft.py."""
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import zoo
-from zoo.nn.lora import (
+from zoo.adapters.lora import (
     LoRA,
     PartPlan,
     adapted_layers,
@@ -155,7 +155,7 @@ def test_lora_config_is_validated(kwargs: dict, message: str) -> None:
 
 def test_adapter_trains_on_an_int8_weight_base_forward() -> None:
     """The hook adds the update on any linear kind: here an int8 weight-only base."""
-    from zoo.nn.quant import quantize_
+    from zoo.quant.layers import quantize_
 
     model = _model()
     quantize_(model, "int8-weight")

@@ -1,8 +1,8 @@
-"""zoo's own batch-1 float32 kernel (:mod:`zoo.nn.native`, ``zoo/nn/_native.c``): its product
-against float64 and ``F.linear`` over shapes that exercise every loop tail, the same bits on
-one thread and two, the inputs it must leave to PyTorch, :func:`zoo.nn.onednn.cpu_linear`
-using it for one row only, ``ZOO_NATIVE_KERNELS=0``, and a model decoding the same greedy
-tokens with it and without it, through it at every step.
+"""zoo's own batch-1 float32 kernel (:mod:`zoo.kernels.native`, ``zoo/kernels/_native.c``): its
+product against float64 and ``F.linear`` over shapes that exercise every loop tail, the same bits
+on one thread and two, the inputs it must leave to PyTorch, :func:`zoo.nn.onednn.cpu_linear` using
+it for one row only, ``ZOO_NATIVE_KERNELS=0``, and a model decoding the same greedy tokens with it
+and without it, through it at every step.
 
 Every call into the kernel runs in a child process (forked from one that imported torch and
 zoo, :mod:`forkserver`): a crash in C is a failed case, not a dead test run. The cases skip
@@ -43,7 +43,8 @@ SETUP = textwrap.dedent(
     import torch
     import torch.nn.functional as F
     import zoo
-    from zoo.nn import native, native_block, onednn
+    from zoo.kernels import native
+    from zoo.nn import native_block, onednn
 
     def tensors(lead, n, k, bias, seed):
         g = torch.Generator().manual_seed(seed)
@@ -118,7 +119,7 @@ def kernel(children: ForkServer) -> ForkServer:
     """The fork server, for cases that need the kernel: they skip where it is not built or the
     CPU cannot run it (see the module's docstring)."""
     if not _kernel_available(children):
-        pytest.skip("needs zoo's native kernels (zoo.nn._native not built, or no AVX2+FMA)")
+        pytest.skip("needs zoo's native kernels (zoo.kernels._native not built, or no AVX2+FMA)")
     return children
 
 
@@ -149,7 +150,7 @@ def test_the_kernel_is_built_where_it_can_be(children):
     if not _can_build():
         pytest.skip("needs zoo's native kernels: no C compiler or no AVX2+FMA here")
     assert _kernel_available(children), (
-        "a C compiler and AVX2+FMA are here but zoo.nn.native.available() is False: "
+        "a C compiler and AVX2+FMA are here but zoo.kernels.native.available() is False: "
         "rebuild with `pip install -e .` and read build_ext's warning"
     )
 

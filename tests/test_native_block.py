@@ -1,4 +1,4 @@
-"""zoo's one-call decoding step (``zoo.nn.native_block``, ``zoo/nn/_native_block.c``: the
+"""zoo's one-call decoding step (``zoo.nn.native_block``, ``zoo/kernels/_native_block.c``: the
 embedding, every block, the final norm and the head of one batch-1 token) against the
 per-module path it replaces and against transformers.
 
@@ -75,7 +75,7 @@ COMMON = textwrap.dedent(
 PROPERTY = COMMON + textwrap.dedent(
     """
     from hypothesis import given, settings, strategies as st
-    from zoo.nn.quant import quantize_
+    from zoo.quant.layers import quantize_
 
     @st.composite
     def blocks(draw):
@@ -275,7 +275,7 @@ DECLINES = COMMON + textwrap.dedent(
     print("ok copy")
 
     # a LoRA-wrapped linear is not one the kernel computes
-    from zoo.nn.lora import LoRA, attach_lora, plan_lora
+    from zoo.adapters.lora import LoRA, attach_lora, plan_lora
     model = tiny()
     attach_lora(model, plan_lora(model, LoRA(rank=4, targets=("attn.qkv",))))
     with torch.no_grad():
@@ -287,7 +287,7 @@ DECLINES = COMMON + textwrap.dedent(
 
     # int8 weights with a NaN reaching a product: the step declines, and the per-module
     # path gives NaN as the float layer would
-    from zoo.nn.quant import quantize_
+    from zoo.quant.layers import quantize_
     model = tiny()
     quantize_(model, "int8")
     with torch.no_grad():

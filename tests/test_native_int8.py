@@ -1,4 +1,4 @@
-"""zoo's one-row int8 kernel (zoo/nn/_native_int8.c, zoo.nn.native_int8) gives FBGEMM's
+"""zoo's one-row int8 kernel (zoo/kernels/_native_int8.c, zoo.kernels.native_int8) gives FBGEMM's
 numbers to the bit: torch.ao's dynamic int8 linear against it on the same rows (random
 shapes with K and N not multiples of 8 or 32, rows of any scale, outliers, all-equal rows,
 zeros, with and without bias, weights at -128), NaN and infinity left to FBGEMM, results
@@ -21,9 +21,10 @@ CHILD = textwrap.dedent(
     from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 
     import zoo
-    from zoo.nn import Linear, quant
-    from zoo.nn.quant import dynamic_int8, quantize_
-    from zoo.nn.native_int8 import int8_linear
+    from zoo.nn import Linear
+    from zoo.quant import layers as quant
+    from zoo.quant.layers import dynamic_int8, quantize_
+    from zoo.kernels.native_int8 import int8_linear
 
     def fbgemm(layer, x):
         return DynamicLinear.forward(layer, x)  # torch.ao's own forward (FBGEMM)

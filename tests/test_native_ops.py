@@ -1,4 +1,4 @@
-"""zoo's one-row norm and attention kernels (zoo/nn/_native.c, zoo.nn.native) against
+"""zoo's one-row norm and attention kernels (zoo/kernels/_native.c, zoo.kernels.native) against
 PyTorch's on the same inputs: ``layer_norm`` against ``F.layer_norm``, ``rms_norm`` against
 zoo's RMSNorm formulas, and ``attend_one`` against ``LayerCache.write`` plus
 ``scaled_dot_product_attention`` (grouped-query heads, head sizes that are not multiples of
@@ -24,7 +24,8 @@ CHILD = textwrap.dedent(
     from hypothesis import given, settings, strategies as st
 
     import zoo
-    from zoo.nn import native, native_block
+    from zoo.kernels import native
+    from zoo.nn import native_block
     from zoo.nn.cache import LayerCache
     from zoo.nn.norms import LayerNorm, RMSNorm, UnitOffsetRMSNorm
 

@@ -1,4 +1,4 @@
-"""What zoo's C kernels are handed (:mod:`zoo.nn.native`, :mod:`zoo.nn.native_int8`, the
+"""What zoo's C kernels are handed (:mod:`zoo.kernels.native`, :mod:`zoo.kernels.native_int8`, the
 one-call step of :mod:`zoo.nn.native_block` and :mod:`zoo.nn.native_plan`): only plain CPU
 tensors whose elements lie inside their storage, in the layout the kernel reads, and only a
 library whose C structures are the ones the ctypes mirrors describe.
@@ -70,7 +70,8 @@ COMMON = textwrap.dedent(
     import itertools
     import torch
     import zoo
-    from zoo.nn import native_block, native_facts
+    from zoo.kernels import native_facts
+    from zoo.nn import native_block
     from zoo.nn.cache import KVCache
 
     fused_decode = native_block.decode
@@ -234,7 +235,7 @@ SUBCLASS = COMMON + textwrap.dedent(
     print("ok every weight")
 
     # the per-module kernels decline subclasses and freed storage alike
-    from zoo.nn import native
+    from zoo.kernels import native
     x, w, b = torch.randn(1, 8), torch.randn(6, 8), torch.randn(6)
     assert native.linear(x, w, b) is not None
     for args in ((two(x), w, b), (x, two(w), b), (x, w, two(b))):
@@ -275,11 +276,11 @@ SUBCLASS = COMMON + textwrap.dedent(
     print("ok cache")
 
     # int8: the input row and the rows the kernel reads
-    from zoo.nn.quant import quantize_
+    from zoo.quant.layers import quantize_
     model = tiny()
     quantize_(model, "int8")
     layer = model.blocks[0].attn.qkv
-    from zoo.nn.native_int8 import int8_linear, _rows_of
+    from zoo.kernels.native_int8 import int8_linear, _rows_of
     assert int8_linear(layer, x.new_ones(1, 32)) is not None
     assert int8_linear(layer, two(x.new_ones(1, 32))) is None
     _rows_of(layer).colsum.untyped_storage().resize_(0)
@@ -300,7 +301,7 @@ ABI = textwrap.dedent(
     """
     import os, warnings
     import torch
-    from zoo.nn import native, native_abi
+    from zoo.kernels import native, native_abi
 
     lib = native._library()
     assert lib is not None and native_abi.layout() == native_abi.built_layout(lib)

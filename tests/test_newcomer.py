@@ -166,8 +166,8 @@ def test_the_load_line_zoo_push_prints_for_an_adapter_loads_it(
 
     import zoo
     from zoo.adapters import BaseRecord, base_fingerprint, per_part, save_adapter
+    from zoo.adapters.lora import adapted_layers, attach_lora, plan_lora
     from zoo.cli import main
-    from zoo.nn.lora import adapted_layers, attach_lora, plan_lora
 
     monkeypatch.setenv("ZOO_WEIGHTS_DIR", str(tmp_path / "weights"))
     torch.manual_seed(0)

@@ -201,10 +201,10 @@ def _extensions() -> list[dict]:
 
 
 def test_the_native_kernels_are_an_optional_extension():
-    """zoo's C kernels (``zoo/nn/_native*.c``) are built by ``pip install`` as an optional
-    extension, under the name :mod:`zoo.nn.native` looks for, from sources that exist: a
+    """zoo's C kernels (``zoo/kernels/_native*.c``) are built by ``pip install`` as an optional
+    extension, under the name :mod:`zoo.kernels.native` looks for, from sources that exist: a
     failed build must leave an install that runs on PyTorch's kernels."""
-    from zoo.nn import native
+    from zoo.kernels import native
 
     (extension,) = _extensions()
     assert extension["name"] == native._SOURCE
@@ -216,7 +216,7 @@ def test_a_failing_compiler_builds_nothing_and_fails_nothing(tmp_path):
     """The extension as pyproject.toml declares it, built by setuptools' ``build_ext`` with a
     compiler that always fails (``CC=/bin/false``, as on a machine without one): the build
     succeeds with a warning and no library (what ``pip install`` of a fresh clone did by hand:
-    installed, ``zoo.nn.native.available()`` False, zoo generating on PyTorch's kernels)."""
+    installed, ``zoo.kernels.native.available()`` False, zoo generating on PyTorch's kernels)."""
     code = (
         "import json, sys; from setuptools import Extension, setup\n"
         "spec = {k.replace('-', '_'): v for k, v in json.loads(sys.argv[1]).items()}\n"
@@ -242,7 +242,7 @@ def test_the_wheel_ships_the_native_kernels_where_they_build(wheel):
     built here ships them too."""
     import importlib.util
 
-    built = importlib.util.find_spec("zoo.nn._native") is not None
+    built = importlib.util.find_spec("zoo.kernels._native") is not None
     names = zipfile.ZipFile(wheel).namelist()
-    shipped = [n for n in names if n.startswith("zoo/nn/_native.") and not n.endswith(".c")]
+    shipped = [n for n in names if n.startswith("zoo/kernels/_native.") and not n.endswith(".c")]
     assert bool(shipped) == built, shipped

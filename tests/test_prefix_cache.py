@@ -18,8 +18,8 @@ import zoo
 from zoo.config import DecoderConfig
 from zoo.generation import GenerationConfig, generate_ids
 from zoo.nn import DecoderLM
-from zoo.nn.prefix_cache import PrefixCache
-from zoo.nn.slots import SlotBatch
+from zoo.runtime.prefix_cache import PrefixCache
+from zoo.runtime.slots import SlotBatch
 from zoo.testing import small_overrides
 
 

@@ -1,4 +1,4 @@
-"""QLoRA: adapters trained on a frozen quantized base (zoo.nn.quant_grad).
+"""QLoRA: adapters trained on a frozen quantized base (zoo.quant.grad).
 
 The quantized kernels run in a child process (a crash there fails a test, not the run): one
 child computes every figure for a device, and the tests check them.
@@ -23,7 +23,7 @@ HERE = Path(__file__).resolve().parent
 def _int4_reference(layer: Any, weight: torch.Tensor) -> torch.Tensor:
     """The int4 weight dequantized from its codes as the kernels document it, ``(q - 8) *
     scale + zero`` in float64, the codes recomputed from ``weight`` as Int4Linear does."""
-    from zoo.nn.quant import INT4_GROUP
+    from zoo.quant.layers import INT4_GROUP
 
     w = weight.detach().float().cpu()
     groups = w.view(w.shape[0], -1, INT4_GROUP)  # (N, K / G, G)
@@ -38,7 +38,7 @@ def _int4_reference(layer: Any, weight: torch.Tensor) -> torch.Tensor:
 def _layers(device: str) -> dict[str, tuple[Any, torch.Tensor]]:
     """Each kind of quantized layer, with its weight dequantized independently (float64)."""
     from zoo.nn import Linear
-    from zoo.nn.quant import Int4Linear, Int8Linear, dynamic_int8, int8_rows
+    from zoo.quant.layers import Int4Linear, Int8Linear, dynamic_int8, int8_rows
 
     torch.manual_seed(0)
     linear = Linear(256, 96).to(device)
@@ -55,7 +55,7 @@ def _layers(device: str) -> dict[str, tuple[Any, torch.Tensor]]:
 def _layer_figures(device: str) -> dict[str, Any]:
     """Per layer kind and input size: forward in grad mode equal to inference, the input
     gradient's error against ``grad @ W`` in float64, chunked against whole."""
-    from zoo.nn import quant_grad
+    from zoo.quant import grad as quant_grad
 
     figures: dict[str, Any] = {}
     for kind, (layer, weight) in _layers(device).items():
@@ -85,7 +85,7 @@ def _layer_figures(device: str) -> dict[str, Any]:
                     "chunked": float((chunked - gx).abs().max() / gx.abs().max()),
                 }
     from zoo.nn import Linear
-    from zoo.nn.quant import Int4Linear
+    from zoo.quant.layers import Int4Linear
 
     for n in (96, 48):  # 48: a partial block of the CPU packing, read through the kernel
         linear = Linear(256, n).to(device)
@@ -110,7 +110,7 @@ def _loss(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
 
 
 def _adapted(model: torch.nn.Module, state: dict[str, torch.Tensor] | None) -> None:
-    from zoo.nn.lora import LoRA, attach_lora, load_adapter_state, plan_lora
+    from zoo.adapters.lora import LoRA, attach_lora, load_adapter_state, plan_lora
 
     attach_lora(model, plan_lora(model, LoRA(rank=4, alpha=8.0)))
     if state is not None:
@@ -120,8 +120,8 @@ def _adapted(model: torch.nn.Module, state: dict[str, torch.Tensor] | None) -> N
 def _model_figures(mode: str, device: str) -> dict[str, Any]:
     """An adapter on a ``mode`` base: its gradients against the same adapter on the float
     model with the dequantized weights; its loss over a few steps of Adam."""
-    from zoo.nn.lora import adapter_parameters, adapter_state
-    from zoo.nn.quant import quantize_
+    from zoo.adapters.lora import adapter_parameters, adapter_state
+    from zoo.quant.layers import quantize_
 
     model = _tiny(device)
     reference = copy.deepcopy(model)
@@ -246,7 +246,7 @@ def test_int4_leaves_a_layer_of_40_outputs_to_int8():
     """The CPU int4 packing takes output rows 16 at a time: a layer of 40 outputs (a multiple
     of 8 only) used to fail in quantize_ with the kernel's RuntimeError."""
     code = (
-        "import torch; from zoo.nn import Linear; from zoo.nn.quant import quantize_\n"
+        "import torch; from zoo.nn import Linear; from zoo.quant.layers import quantize_\n"
         "m = torch.nn.Sequential(Linear(256, 40)); quantize_(m, 'int4')\n"
         "print(type(m[0]).__name__)"
     )

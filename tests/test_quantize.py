@@ -17,7 +17,7 @@ import torch
 
 import zoo
 from zoo.nn import Linear
-from zoo.nn.quant import Int4Linear, Int8Embedding, Int8Linear, dynamic_int8, quantize_
+from zoo.quant.layers import Int4Linear, Int8Embedding, Int8Linear, dynamic_int8, quantize_
 
 
 @pytest.mark.parametrize(
@@ -116,7 +116,7 @@ def test_a_quantized_load_never_holds_the_float_weights(tmp_path, mode, bound):
         """
     )
     # zoo's one-row int8 kernel reads a plain copy of the int8 weights beside FBGEMM's packed
-    # one (zoo.nn.native_int8): off here, so the bound measures the float pages alone
+    # one (zoo.kernels.native_int8): off here, so the bound measures the float pages alone
     env = {**os.environ, "ZOO_NATIVE_KERNELS": "0"}
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert run.returncode == 0, run.stderr[-2000:]

@@ -16,7 +16,7 @@ import torch
 from forkserver import ForkServer
 
 import zoo
-from zoo.nn.quant import QUANTIZE_MODES
+from zoo.quant.layers import QUANTIZE_MODES
 
 #: Architectures whose zoo-layout load is covered here too (the newer decoders' zoo layout is
 #: the same code path as llama's; their own layouts are what differ).
@@ -149,7 +149,7 @@ def test_quantized_load_through_a_layout(arch, layout, tmp_path, children):
 def test_release_pages_leaves_heap_memory_alone():
     """Heap memory (what a layout's torch.cat gives) is never handed to madvise: its values
     survive, and so does the allocator."""
-    from zoo.nn.quant import release_pages
+    from zoo.quant.layers import release_pages
 
     tensor = torch.arange(1 << 20, dtype=torch.float32)
     release_pages(tensor)
@@ -163,7 +163,7 @@ def test_release_pages_gives_back_a_file_mapping(tmp_path: Path):
     from safetensors.torch import save_file
 
     from zoo.checkpoint.files import read_safetensors
-    from zoo.nn.quant import _in_file_mapping, release_pages
+    from zoo.quant.layers import _in_file_mapping, release_pages
 
     want = torch.arange(1 << 20, dtype=torch.float32)
     save_file({"w": want}, tmp_path / "w.safetensors")
@@ -179,7 +179,7 @@ def test_release_pages_gives_back_a_file_mapping(tmp_path: Path):
 EXTREME = textwrap.dedent(
     """
     import sys, warnings, torch, zoo
-    from zoo.nn.quant import QUANTIZE_MODES
+    from zoo.quant.layers import QUANTIZE_MODES
     ids = torch.tensor([[1, 5, 9, 3, 7, 2]])
     folder, names = sys.argv[1], sys.argv[2:]
     with torch.no_grad():
@@ -219,7 +219,7 @@ def test_weights_of_3e38_quantize_run_and_warn_in_every_mode(tmp_path, children)
 
 def test_nan_activations_give_nan_from_the_dynamic_int8_layer():
     from zoo.nn import Linear
-    from zoo.nn.quant import dynamic_int8
+    from zoo.quant.layers import dynamic_int8
 
     layer = dynamic_int8(Linear(64, 32))
     out = layer(torch.full((2, 64), float("nan")))
@@ -234,7 +234,7 @@ def test_ordinary_weights_quantize_without_a_warning(dtype):
     import copy
     import warnings
 
-    from zoo.nn.quant import quantize_
+    from zoo.quant.layers import quantize_
 
     models = [zoo.build("gpt2-124m", n_layers=1, d_model=128, n_heads=4, d_ff=256)]
     if dtype == torch.float32:
@@ -250,7 +250,7 @@ def test_ordinary_weights_quantize_without_a_warning(dtype):
 def test_saturating_weights_are_named_apart_from_nan_ones(mode):
     """On a built model (zoo.quantize_, as ``--quantize --random`` and the loads use it): a
     NaN weight and a ±3e38 one get one warning each, each naming its own tensor."""
-    from zoo.nn.quant import quantize_
+    from zoo.quant.layers import quantize_
 
     model = zoo.build("gpt2-124m", n_layers=1, d_model=128, n_heads=4, d_ff=256).eval()
     with torch.no_grad():
@@ -266,7 +266,7 @@ def test_saturating_weights_are_named_apart_from_nan_ones(mode):
 
 @pytest.mark.parametrize("mode", QUANTIZE_MODES)
 def test_non_finite_weights_are_named_in_every_mode(mode):
-    from zoo.nn.quant import quantize_
+    from zoo.quant.layers import quantize_
 
     model = zoo.build("gpt2-124m", n_layers=1, d_model=128, n_heads=4, d_ff=256).eval()
     with torch.no_grad():

@@ -30,7 +30,7 @@ import zoo
 from zoo.cli import main
 from zoo.generation import GenerationConfig, generate_ids
 from zoo.generation.detokenize import TextStream
-from zoo.nn.slots import SlotBatch
+from zoo.runtime.slots import SlotBatch
 from zoo.serve.engine import Engine, Finish, Request
 from zoo.testing import small_overrides
 

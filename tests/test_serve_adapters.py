@@ -1,4 +1,4 @@
-"""Many LoRA adapters served at once (zoo.nn.lora_bank, zoo serve --adapter): each row of a
+"""Many LoRA adapters served at once (zoo.adapters.lora_bank, zoo serve --adapter): each row of a
 batch applies its own adapter, so a greedy reply is the same alone or among rows of other
 adapters and of the base, and equals zoo.generate on the model merged with that adapter;
 the server lists each adapter as a model and refuses names it does not serve."""
@@ -16,9 +16,7 @@ import torch
 from test_serve import Collect, Server
 
 import zoo
-from zoo.cli import main
-from zoo.generation import GenerationConfig
-from zoo.nn.lora import (
+from zoo.adapters.lora import (
     LoRA,
     PartPlan,
     adapter_parameters,
@@ -29,7 +27,9 @@ from zoo.nn.lora import (
     merge_lora,
     plan_lora,
 )
-from zoo.nn.lora_bank import AdapterRows, attach_bank
+from zoo.adapters.lora_bank import AdapterRows, attach_bank
+from zoo.cli import main
+from zoo.generation import GenerationConfig
 from zoo.serve.engine import Engine, Request
 
 SMALL = {"vocab_size": 257, "context_length": 64, "d_model": 32, "d_ff": 48}

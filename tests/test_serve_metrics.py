@@ -245,7 +245,7 @@ def test_two_applications_keep_their_own_counts(model, local):
     assert value(theirs, "zoo_time_to_first_token_seconds_count") == 0
 
 
-#: The prefix cache's fields (zoo.nn.prefix_cache.PrefixCacheStats) and their metrics.
+#: The prefix cache's fields (zoo.runtime.prefix_cache.PrefixCacheStats) and their metrics.
 PREFIX_CACHE = {
     "queries": "zoo_prefix_cache_queries_total",
     "hits": "zoo_prefix_cache_hits_total",

@@ -1,4 +1,4 @@
-"""The static slot batch step (:mod:`zoo.nn.slot_step`: padded to a few shapes, recorded as
+"""The static slot batch step (:mod:`zoo.runtime.slot_step`: padded to a few shapes, recorded as
 CUDA graphs on CUDA, compiled on CPU with ``compile=True``) against the plain
 :class:`SlotBatch` step: the same greedy tokens over joins, leaves, rows not stepped (a prompt
 prefilled in chunks, a slot filled by copy), free slots and shapes that change; the shapes
@@ -15,10 +15,10 @@ import torch
 from test_static_decoding import needs_cpp_compiler
 
 import zoo
-from zoo.nn.lora import LoRA, adapter_state, attach_lora, plan_lora
-from zoo.nn.lora_bank import attach_bank
-from zoo.nn.slot_step import StaticSlotBatch, row_bucket, slot_batch, span_bucket
-from zoo.nn.slots import SlotBatch
+from zoo.adapters.lora import LoRA, adapter_state, attach_lora, plan_lora
+from zoo.adapters.lora_bank import attach_bank
+from zoo.runtime.slot_step import StaticSlotBatch, row_bucket, slot_batch, span_bucket
+from zoo.runtime.slots import SlotBatch
 from zoo.testing import small_overrides
 
 TINY = {"n_layers": 2, "d_model": 32, "n_heads": 4, "d_ff": 64, "vocab_size": 300}

@@ -20,7 +20,7 @@ from zoo.nn.decoding import (
     check_compilable,
     check_cpp_compiler,
 )
-from zoo.nn.quant import quantize_
+from zoo.quant.layers import quantize_
 from zoo.testing import available_devices, small_overrides
 
 CASES = {

@@ -19,7 +19,7 @@ import torch
 
 import zoo
 from zoo.adapters import base_fingerprint, read_adapter
-from zoo.nn.lora import LoRA, adapter_parameters
+from zoo.adapters.lora import LoRA, adapter_parameters
 from zoo.train import ResumeError, TrainConfig, train
 from zoo.train.memory import estimate_training_memory
 
@@ -129,7 +129,7 @@ def test_peft_loads_the_run_adapter_of_a_hugging_face_family(corpus, tokenizer, 
 
 
 def test_the_memory_estimate_knows_a_frozen_base(corpus, tokenizer, tmp_path):
-    from zoo.nn.lora import attach_lora, plan_lora
+    from zoo.adapters.lora import attach_lora, plan_lora
 
     model = tiny()
     full = estimate_training_memory(model, micro_batch=2, device=torch.device("cpu"))
@@ -148,8 +148,8 @@ def test_the_memory_estimate_knows_a_frozen_base(corpus, tokenizer, tmp_path):
 def test_the_memory_estimate_knows_a_quantized_base(mode):
     """A quantized base counts its int8 weights (buffers, or torch's packed ones at a byte
     each), about a quarter of the float ones."""
-    from zoo.nn.lora import attach_lora, plan_lora
-    from zoo.nn.quant import quantize_
+    from zoo.adapters.lora import attach_lora, plan_lora
+    from zoo.quant.layers import quantize_
 
     cpu = torch.device("cpu")
     runs = []

@@ -16,8 +16,8 @@ import torch
 
 import zoo
 from zoo.adapters import per_part
+from zoo.adapters.lora import LoRA, attach_lora, plan_lora
 from zoo.errors import InsufficientMemoryError
-from zoo.nn.lora import LoRA, attach_lora, plan_lora
 from zoo.train import TrainConfig
 from zoo.train.lora_memory import check_lora_plan, lora_shape
 from zoo.train.memory import estimate_training_memory, out_of_memory_refused

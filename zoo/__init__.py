@@ -131,7 +131,7 @@ _EXPORTS = {
     "zoo.generation": ("GenerationConfig", "generate"),
     "zoo.hub": ("pull", "push"),
     "zoo.loading": ("convert_checkpoint", "load", "merge"),
-    "zoo.nn.lora": ("LoRA",),
+    "zoo.adapters.lora": ("LoRA",),
     "zoo.plugin.hookspecs": ("hookimpl",),
     "zoo.plugin.registry": ("add_plugin", "get_registry", "reset_registry", "use_registry"),
     "zoo.plugin.specs": (

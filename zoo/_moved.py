@@ -30,6 +30,21 @@ MOVED = {
     "zoo.hf_config": "zoo.checkpoint.hf_config",
     "zoo.tokenizers.repo": "zoo.plugin.tokenizer_specs",
     "zoo.tokenizers.hub": "zoo.hub.tokenizer_files",
+    # zoo.nn kept the model code; kernels, quantization, LoRA and serving state moved out
+    "zoo.nn.native": "zoo.kernels.native",
+    "zoo.nn.native_abi": "zoo.kernels.native_abi",
+    "zoo.nn.native_facts": "zoo.kernels.native_facts",
+    "zoo.nn.native_int8": "zoo.kernels.native_int8",
+    "zoo.nn.threads": "zoo.kernels.threads",
+    "zoo.nn.quant": "zoo.quant.layers",
+    "zoo.nn.quant_grad": "zoo.quant.grad",
+    "zoo.nn.lora": "zoo.adapters.lora",
+    "zoo.nn.lora_bank": "zoo.adapters.lora_bank",
+    "zoo.nn.lora_check": "zoo.adapters.lora_check",
+    "zoo.nn.lora_config": "zoo.adapters.lora_config",
+    "zoo.nn.slots": "zoo.runtime.slots",
+    "zoo.nn.slot_step": "zoo.runtime.slot_step",
+    "zoo.nn.prefix_cache": "zoo.runtime.prefix_cache",
 }
 
 

@@ -107,7 +107,7 @@ def load(
         tokenizer: also load the tokenizer into ``model.tokenizer``.
         quantize: one of :data:`zoo.options.QUANTIZE_MODES`: ``"int8"`` (int8 weights and,
             on the CPU, int8 activations quantized per call), ``"int8-weight"`` (weight-only
-            int8) or ``"int4"`` (weight-only int4), through :func:`zoo.nn.quant.quantize_` on
+            int8) or ``"int4"`` (weight-only int4), through :func:`zoo.quant.layers.quantize_` on
             PyTorch's kernels. Each weight is quantized from the memory-mapped file and its
             float pages given back, so the float model is never resident.
         onednn: run the CPU model's linear layers on oneDNN's kernels where this torch has
@@ -250,7 +250,7 @@ def _load_adapted(
     found = read_adapter(folder, model=model)
     fingerprint = _fingerprint(model, found.base, dtype)
     if quantize is not None:
-        from .nn.quant import quantize_
+        from .quant.layers import quantize_
 
         release = dtype is None and all(p.is_cpu for p in model.parameters())
         with torch.no_grad():
@@ -328,7 +328,7 @@ def merge(
     """
     import torch
 
-    from .nn.lora import merge_lora
+    from .adapters.lora import merge_lora
 
     model = load(base, adapter=adapter, device=device, dtype=dtype, onednn=False)
     merge_lora(model)

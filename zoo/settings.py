@@ -112,11 +112,11 @@ class Settings:
             ``zoo generate``, ``zoo chat`` and ``zoo serve`` (``zoo.generate`` leaves torch's
             count alone unless passed ``threads=``): ``auto``
             (default, ``None``: the cores other processes leave free, at most torch's count;
-            :class:`zoo.nn.threads.DecodeThreads`), ``0`` (torch's count, untouched) or a
+            :class:`zoo.kernels.threads.DecodeThreads`), ``0`` (torch's count, untouched) or a
             count.
         native_kernels: ``ZOO_NATIVE_KERNELS``: batch-1 CPU decoding (one row's products,
             norms and attention) on zoo's own kernels where they are built (default on;
-            :mod:`zoo.nn.native`); ``0`` keeps PyTorch's.
+            :mod:`zoo.kernels.native`); ``0`` keeps PyTorch's.
     """
 
     cuda_graphs: bool = True

@@ -25,7 +25,8 @@ from .. import jsonfile
 from ..checkpoint.commit import atomic_directory, pinned_version
 from ..checkpoint.files import read_safetensors, write_safetensors
 from ..errors import CheckpointError
-from ..nn.lora import (
+from .layout import Piece, Unit, module_lookup, pieces, units
+from .lora import (
     LayerAdapter,
     LoRA,
     LowRank,
@@ -35,8 +36,7 @@ from ..nn.lora import (
     detach_lora,
     load_adapter_state,
 )
-from ..nn.lora_check import check_update
-from .layout import Piece, Unit, module_lookup, pieces, units
+from .lora_check import check_update
 from .peft_config import CONFIG_FILE, WEIGHTS_FILE, LoraSettings, check_config, peft_config
 from .record import BaseRecord, base_fingerprint
 

@@ -23,7 +23,7 @@ from ..checkpoint.readers import architecture
 from ..checkpoint.write import hf_layouts
 from ..config import ModelConfig
 from ..errors import CheckpointError
-from ..nn.lora import layer_parts
+from .lora import layer_parts
 
 __all__ = ["Piece", "Unit", "layout_of", "module_lookup", "per_part", "pieces", "units"]
 
@@ -147,7 +147,7 @@ def units(model: nn.Module) -> dict[str, Unit]:
 
 
 def per_part(model: nn.Module) -> Callable[[str], bool]:
-    """For :func:`zoo.nn.lora.plan_lora`: whether a fused layer of ``model`` gets an adapter
+    """For :func:`zoo.adapters.lora.plan_lora`: whether a fused layer of ``model`` gets an adapter
     per part (its checkpoint layout stores the parts apart, or the family has no Hugging Face
     layout) or one over the whole layer (the layout stores it fused: GPT-2's ``c_attn``,
     Phi-3's ``qkv_proj``, GPT-NeoX's ``query_key_value``)."""

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..errors import CheckpointError
-from ..nn.lora_config import MAX_ALPHA
+from .lora_config import MAX_ALPHA
 
 __all__ = ["CONFIG_FILE", "WEIGHTS_FILE", "LoraSettings", "check_config", "peft_config"]
 
@@ -161,7 +161,7 @@ def _positive(value: Any) -> bool:
 
 
 def _alpha(value: Any) -> bool:
-    """A ``lora_alpha``: positive and at most :data:`~zoo.nn.lora_config.MAX_ALPHA` (a
+    """A ``lora_alpha``: positive and at most :data:`~zoo.adapters.lora_config.MAX_ALPHA` (a
     larger one overflows float32 on its way to the weights)."""
     return _positive(value) and value <= MAX_ALPHA
 

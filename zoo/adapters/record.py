@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from ..checkpoint.adapter_record import METADATA_KEY, BaseRecord
-from ..nn.lora import adapted_layers
+from .lora import adapted_layers
 
 __all__ = ["METADATA_KEY", "BaseRecord", "base_fingerprint"]
 

@@ -140,7 +140,7 @@ def load_local(
         shard_sha256: the expected sha256 of each shard (the Hub's, for a download); it
             overrides the ones in ``config.json``.
     """
-    from ..nn.quant import QUANTIZE_MODES
+    from ..quant.layers import QUANTIZE_MODES
 
     check_dtype(dtype)
     if quantize is not None and quantize not in QUANTIZE_MODES:
@@ -220,7 +220,7 @@ def _load_files(
         model.name = model_name
     model.load_report = report
     if quantize is not None:
-        from ..nn.quant import quantize_
+        from ..quant.layers import quantize_
 
         with torch.no_grad():  # CPU weights still mapped from the file: give their pages back
             quantize_(model, quantize, release=target.type == "cpu" and dtype is None)

@@ -104,7 +104,7 @@ def _replier(model: ZooModel, tokenizer: Tokenizer, lengths: _Lengths) -> Replie
     decode in slots, by :func:`stream_continuation` afresh."""
     from ..generation import stream_continuation
     from ..generation.text import with_tokenizer
-    from ..nn.slots import check_batchable
+    from ..runtime.slots import check_batchable
 
     try:
         check_batchable(model)

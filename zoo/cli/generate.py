@@ -58,7 +58,7 @@ def generation_config(
     """The sampling flags of ``zoo generate`` and ``zoo chat`` as a :class:`GenerationConfig`:
     every setting checked before anything is loaded or seeded. The steps' CPU threads are
     the command line's policy, ``ZOO_DECODE_THREADS`` (default: the cores other processes
-    leave free, :class:`zoo.nn.threads.DecodeThreads`). A ``--max-new-tokens`` left unset
+    leave free, :class:`zoo.kernels.threads.DecodeThreads`). A ``--max-new-tokens`` left unset
     (``None``) is ``default_max_new_tokens``."""
     from ..generation import GenerationConfig
     from ..settings import Settings

@@ -33,7 +33,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             "pip install 'torch-zoo[serve]'"
         ) from None
     from ..generation.text import resolve_tokenizer
-    from ..nn.slots import check_batchable
+    from ..runtime.slots import check_batchable
     from ..settings import Settings
 
     settings = Settings.from_env()
@@ -113,10 +113,10 @@ def _load_served(args: argparse.Namespace) -> tuple[ZooModel, dict[str, Adapter]
 
     from .. import loading
     from ..adapters import base_fingerprint, check_adapter_base, read_adapter
+    from ..adapters.lora import adapted_layers
     from ..errors import CheckpointError
-    from ..nn.lora import adapted_layers
     from ..nn.onednn import use_onednn
-    from ..nn.quant import quantize_
+    from ..quant.layers import quantize_
 
     folders = {name: loading.adapter_directory(source) for name, source in args.adapter}
     dtype = getattr(torch, args.dtype) if args.dtype else None

@@ -99,7 +99,7 @@ def load_for_generation(args: argparse.Namespace, adapter: str | None = None) ->
             torch.manual_seed(args.seed)  # the random weights too: --seed makes runs identical
         model = api.build(args.source, device=args.device, dtype=dtype).eval()
         if args.quantize:
-            from ..nn.quant import quantize_
+            from ..quant.layers import quantize_
 
             with torch.no_grad():
                 quantize_(model, args.quantize)

@@ -16,8 +16,8 @@ from .parser import Command, positive
 
 if TYPE_CHECKING:
     from ..adapters import BaseRecord
+    from ..adapters.lora import LoRA
     from ..nn.base import ZooModel
-    from ..nn.lora import LoRA
     from ..tokenizers import Tokenizer
 
 __all__ = ["COMMANDS", "DERIVED"]
@@ -115,7 +115,7 @@ def _lora(args: argparse.Namespace) -> LoRA | None:
     """The LoRA of ``--lora RANK`` and its flags, or ``None``: train the whole model."""
     if not args.lora:
         return None
-    from ..nn.lora import LoRA
+    from ..adapters.lora import LoRA
 
     targets = tuple(args.lora_targets) if args.lora_targets else None
     return LoRA(args.lora, args.lora_alpha, args.lora_dropout, targets)

@@ -75,7 +75,7 @@ class GenerationConfig:
     compile: bool = False
     #: the CPU threads of each decoding step: ``None`` (default) leaves torch's count as the
     #: caller set it; ``"auto"`` runs each step with the cores other processes leave free (at
-    #: most torch's count, put back after each step: :class:`zoo.nn.threads.DecodeThreads`,
+    #: most torch's count, put back after each step: :class:`zoo.kernels.threads.DecodeThreads`,
     #: what ``zoo generate``, ``zoo chat`` and ``zoo serve`` use); ``N`` runs steps with
     #: ``N`` threads. Ignored on other devices.
     threads: int | Literal["auto"] | None = None

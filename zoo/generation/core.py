@@ -24,8 +24,8 @@ import torch
 from torch import Tensor
 
 from ..devices import check_computes
+from ..kernels.threads import DecodeThreads
 from ..nn.base import check_padding_mask, check_token_ids
-from ..nn.threads import DecodeThreads
 from ..settings import Settings
 from .config import GenerationConfig
 from .sampling import pick, seeded_generator

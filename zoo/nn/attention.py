@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import native
+from ..kernels import native
 from .cache import LayerCache
 from .linear import Linear
 from .positions import Rotation
@@ -97,7 +97,7 @@ class MultiHeadAttention(nn.Module):
         self.norm_across_heads = False
 
     def lora_parts(self) -> dict[str, tuple[tuple[str, int], ...]]:
-        """The fused projections' parts for LoRA (:mod:`zoo.nn.lora`): queries, keys and
+        """The fused projections' parts for LoRA (:mod:`zoo.adapters.lora`): queries, keys and
         values of ``qkv`` (keys and values of cross-attention's ``kv``)."""
         if self.cross:
             return {"kv": (("k", self.kv_width), ("v", self.kv_width))}
@@ -170,7 +170,7 @@ class MultiHeadAttention(nn.Module):
         causal: bool,
     ) -> Tensor | None:
         """The attention of one new token of one sequence on zoo's CPU kernel
-        (:func:`zoo.nn.native.attend_one`, which also writes the cache), ``(1, 1, H * hd)``;
+        (:func:`zoo.kernels.native.attend_one`, which also writes the cache), ``(1, 1, H * hd)``;
         ``None`` where it does not apply (a mask, soft-capped scores, gradients, dropout, a
         cache that is not a plain :class:`LayerCache`)."""
         if (

@@ -63,7 +63,7 @@ class GatedFeedForward(nn.Module):
         self.proj = Linear(d_ff, d_model, bias=bias)
 
     def lora_parts(self) -> dict[str, tuple[tuple[str, int], ...]]:
-        """``fc``'s parts for LoRA (:mod:`zoo.nn.lora`): the gate, then the up projection."""
+        """``fc``'s parts for LoRA (:mod:`zoo.adapters.lora`): the gate, then the up projection."""
         d_ff = self.proj.in_features
         return {"fc": (("gate", d_ff), ("up", d_ff))}
 

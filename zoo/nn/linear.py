@@ -1,5 +1,5 @@
 """zoo's linear layer: ``nn.Linear`` exactly (PyTorch's own kernels), marked as zoo's so that
-load-time transforms know which layers they may swap: :mod:`zoo.nn.quant` (``quantize=``) and
+load-time transforms know which layers they may swap: :mod:`zoo.quant.layers` (``quantize=``) and
 :mod:`zoo.nn.onednn` (faster CPU inference kernels, applied by ``zoo.build``/``zoo.load``).
 """
 

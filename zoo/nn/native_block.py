@@ -1,8 +1,8 @@
 """One batch-1 decoding step of a whole :class:`~zoo.nn.decoder.DecoderLM` in one call to
-zoo's CPU kernels (``zoo/nn/_native_block.c``): the token embedding, every block, the final
+zoo's CPU kernels (``zoo/kernels/_native_block.c``): the token embedding, every block, the final
 norm and the head.
 
-Why: with :mod:`zoo.nn.native`'s kernels a batch-1 step's matrix products stream the weights
+Why: with :mod:`zoo.kernels.native`'s kernels a batch-1 step's matrix products stream the weights
 at the memory's rate, and what was left of a gpt2-124m float32 token (5-7 ms of 30-36 on a
 2-core AVX2 machine; 5 of 16 in int8) was the rest of the step: about a hundred small PyTorch
 operations and a few thousand Python calls, each run cold, right after the weights streamed
@@ -38,8 +38,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..kernels.native import _kernels, _plain_blocks, _vector
 from .cache import KVCache, LayerCache
-from .native import _kernels, _plain_blocks, _vector
 from .native_plan import Plan, read_plan
 from .positions import Rotation
 
@@ -112,7 +112,7 @@ def _caches(cache: KVCache, geometry: tuple[tuple[int, int], ...], start: int) -
     """Two arrays of the addresses of every layer's keys and values, and the caches' length,
     where each layer's cache is one contiguous float32 block of its key/value heads with room
     at ``start`` (the same length for all), a plain tensor inside its storage
-    (:func:`zoo.nn.native._plain_blocks`); ``None`` otherwise."""
+    (:func:`zoo.kernels.native._plain_blocks`); ``None`` otherwise."""
     layers = cache.layers
     if len(layers) != len(geometry) or not all(type(layer) is LayerCache for layer in layers):
         return None

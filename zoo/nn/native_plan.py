@@ -1,19 +1,19 @@
-"""What zoo's one-call decoding step (:mod:`zoo.nn.native_block`, ``zoo/nn/_native_block.c``)
+"""What zoo's one-call decoding step (:mod:`zoo.nn.native_block`, ``zoo/kernels/_native_block.c``)
 reads of a :class:`~zoo.nn.decoder.DecoderLM`: its token embedding, blocks, final norm and
 head as C structures (``zoo_decoder``, ``zoo_block``, ``zoo_linear``, ``zoo_norm``,
 ``zoo_embedding``), and the checks that the modules they were read from are unchanged.
 
-The structures are defined in :mod:`zoo.nn.native_abi`, which checks that the built library
+The structures are defined in :mod:`zoo.kernels.native_abi`, which checks that the built library
 lays them out alike.
 
 A plan is read from the modules' own dicts (``_modules``, ``_parameters``, ``_buffers``,
 ``__dict__``) and records each read (:class:`Reader`); before each step :meth:`Checks.current`
 asks every read again, and every tensor the plan points into its exact type, address, shape,
-strides, storage offset, dtype and device (:mod:`zoo.nn.native_facts`), in a few C-level
+strides, storage offset, dtype and device (:mod:`zoo.kernels.native_facts`), in a few C-level
 passes, so a module or weight replaced, or changed in place (another storage, ``t_()``,
 ``as_strided_``, ``p.data = p.data[:half]``, a dtype view), since the last step makes the
 plan be read again, and forward hooks on any module it stands for make the step decline.
-Only plain CPU tensors inside their storage are pointed into (:func:`zoo.nn.native._plain`):
+Only plain CPU tensors inside their storage are pointed into (:func:`zoo.kernels.native._plain`):
 a tensor subclass (DTensor, torchao's, ``TwoTensor``) may keep its data elsewhere and report
 address 0.
 """
@@ -29,18 +29,18 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor, nn
 
+from ..kernels.native import _address, _plain, _vector
+from ..kernels.native_abi import Block as _Block
+from ..kernels.native_abi import Decoder as _Decoder
+from ..kernels.native_abi import Embedding as _Embedding
+from ..kernels.native_abi import Linear as _Linear
+from ..kernels.native_abi import Norm as _Norm
+from ..kernels.native_facts import Facts
+from ..kernels.native_int8 import _ROWS, _rows_of
 from .attention import MultiHeadAttention
 from .blocks import TransformerBlock
 from .feedforward import FeedForward, GatedFeedForward
 from .linear import Linear
-from .native import _address, _plain, _vector
-from .native_abi import Block as _Block
-from .native_abi import Decoder as _Decoder
-from .native_abi import Embedding as _Embedding
-from .native_abi import Linear as _Linear
-from .native_abi import Norm as _Norm
-from .native_facts import Facts
-from .native_int8 import _ROWS, _rows_of
 from .norms import LayerNorm, RMSNorm, UnitOffsetRMSNorm
 from .onednn import OneDNNLinear
 from .positions import LearnedPositions, NoPositions, RotaryPositions
@@ -101,7 +101,7 @@ class Reader:
 class Checks(NamedTuple):
     """What a plan was read from (each read, ``where[i].get(names[i])``, must give
     ``values[i]`` again), the tensors it points into with their facts
-    (:class:`~zoo.nn.native_facts.Facts`, which keeps them alive), and the forward hooks of
+    (:class:`~zoo.kernels.native_facts.Facts`, which keeps them alive), and the forward hooks of
     the modules it stands for (the kernel would skip them). The checks run in C (``map``, and
     PyTorch's C++ check of tensors): a plan is checked in microseconds, in one burst per
     token."""
@@ -238,7 +238,7 @@ def _token_rows_of(
 
 def _rows(t: Any, d: int, dtype: torch.dtype) -> bool:
     """Whether ``t`` is a contiguous ``(n, d)`` table of ``dtype`` on the CPU, a plain tensor
-    inside its storage (:func:`zoo.nn.native._plain`)."""
+    inside its storage (:func:`zoo.kernels.native._plain`)."""
     return _plain(t, dtype) and t.dim() == 2 and t.shape[1] == d and t.is_contiguous()
 
 
@@ -324,7 +324,7 @@ def _layout(block: nn.Module, r: Reader) -> int:
 
 def _linear_of(m: nn.Module, r: Reader) -> _Linear | None:
     """A linear layer as the kernel reads it (float32 rows, or a ``quantize="int8"`` layer's
-    :class:`~zoo.nn.native_int8.Int8Rows`), or ``None`` for a layer it does not take."""
+    :class:`~zoo.kernels.native_int8.Int8Rows`), or ``None`` for a layer it does not take."""
     if type(m) in _FLOAT_LINEARS:
         w, b = r.param(m, "weight"), r.param(m, "bias")
         if not (_plain(w) and w.dim() == 2 and w.is_contiguous()):
@@ -333,7 +333,7 @@ def _linear_of(m: nn.Module, r: Reader) -> _Linear | None:
         if b is not None and not _vector(b, n):
             return None
         return _Linear(0, n, k, w.data_ptr(), None, None, _address(b))
-    if type(m).__name__ != "DynamicInt8Linear":  # zoo.nn.quant's (torch.ao is not imported here)
+    if type(m).__name__ != "DynamicInt8Linear":  # zoo.quant.layers' (no torch.ao import)
         return None
     r.attr(r.module(m, "_packed_params"), "_packed_params")  # set_weight_bias replaces it
     rows = _rows_of(m)

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from . import native
+from ..kernels import native
 
 __all__ = ["LayerNorm", "RMSNorm", "UnitOffsetRMSNorm", "layernorm", "rmsnorm", "rmsnorm1p"]
 
@@ -73,7 +73,7 @@ class UnitOffsetRMSNorm(nn.Module):
 class LayerNorm(nn.LayerNorm):
     """``nn.LayerNorm`` (same parameters and state dict) that normalises one float32 row
     without gradients (batch-1 decoding on the CPU) on zoo's kernel
-    (:func:`zoo.nn.native.layer_norm`).
+    (:func:`zoo.kernels.native.layer_norm`).
 
     Shape:
         ``(*, d) -> (*, d)``.
@@ -94,7 +94,7 @@ def _needs_grad(x: Tensor, weight: Tensor | None) -> bool:
 
 
 def _native_rms(x: Tensor, weight: Tensor, eps: float, offset: float) -> Tensor | None:
-    """:func:`zoo.nn.native.rms_norm` where no gradient is recorded, else ``None``."""
+    """:func:`zoo.kernels.native.rms_norm` where no gradient is recorded, else ``None``."""
     return None if _needs_grad(x, weight) else native.rms_norm(x, weight, eps, offset)
 
 

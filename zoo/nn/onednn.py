@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import native
+from ..kernels import native
 from .linear import Linear
 
 __all__ = [

@@ -83,7 +83,7 @@ class ArchitectureSpec:
             out here is imported to ask it (``KeyMap.model_type``) when any folder is read.
         lora_targets: the layers a LoRA adapts when it names none (:class:`zoo.LoRA`'s
             ``targets``), as zoo module names (``"attn.qkv"``); ``None``: every projection of
-            attention and of the feed-forward (:data:`zoo.nn.lora.DEFAULT_TARGETS`). A family
+            attention and of the feed-forward (:data:`zoo.adapters.lora.DEFAULT_TARGETS`). A family
             whose feed-forward is not made of linear layers (Mixtral's stacked experts) names
             attention's only.
     """

@@ -4,7 +4,7 @@
   join and leave between steps; :meth:`~zoo.serve.engine.Engine.step` schedules, runs and
   updates, once. It stands on :mod:`zoo.serve.scheduler` (the queue, admission,
   cancellation and fairness; plain Python, no torch) and :mod:`zoo.serve.runner` (the
-  requests' rows of a :class:`zoo.nn.slots.SlotBatch` and one step); a
+  requests' rows of a :class:`zoo.runtime.slots.SlotBatch` and one step); a
   :class:`~zoo.serve.request.Request` is one prompt and where its text goes. Token picking,
   stop handling and the text come from :mod:`zoo.generation`, as :func:`zoo.generate`'s.
 - :mod:`zoo.serve.app`: the FastAPI application (``/v1/models``, ``/v1/completions``,

@@ -4,11 +4,11 @@ Split as vLLM splits it: the :class:`~zoo.serve.scheduler.Scheduler` (plain Pyth
 torch) decides each step: which requests join and leave the batch, and, under its token
 budget, which decode and which prompt chunks of what length are prefilled (a
 :class:`~zoo.serve.scheduler.StepPlan`); the :class:`~zoo.serve.runner.Runner` holds their
-rows of a :class:`zoo.nn.slots.SlotBatch` and executes the plan on the model;
+rows of a :class:`zoo.runtime.slots.SlotBatch` and executes the plan on the model;
 :meth:`Engine.step` schedules, runs and updates, once. Requests hand
 :class:`~zoo.serve.request.Request` s to :meth:`Engine.submit`; between two steps waiting
 ones are admitted into free slots (with the prompt prefix a
-:class:`~zoo.nn.prefix_cache.PrefixCache` holds copied in), then one step picks every
+:class:`~zoo.runtime.prefix_cache.PrefixCache` holds copied in), then one step picks every
 decoding request's next token with its own settings and hands the text on through its
 ``emit`` callback, and prefills the plan's chunks of the prompts still coming in (at most
 ``prefill_chunk`` tokens, padding included, sized while streams decode to take about
@@ -28,17 +28,17 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..nn.lora_bank import attach_bank
-from ..nn.prefix_cache import PrefixCacheStats, prefix_cache_for
-from ..nn.threads import DecodeThreads
+from ..adapters.lora_bank import attach_bank
+from ..kernels.threads import DecodeThreads
+from ..runtime.prefix_cache import PrefixCacheStats, prefix_cache_for
 from .budget import DEFAULT_MAX_STALL, DEFAULT_PREFILL_CHUNK
 from .request import Event, Finish, Request
 from .runner import Runner
 from .scheduler import EngineStopped, QueueFull, Scheduler, StepPlan
 
 if TYPE_CHECKING:
+    from ..adapters.lora_bank import LoRAWeights
     from ..nn.decoder import DecoderLM
-    from ..nn.lora_bank import LoRAWeights
 
 __all__ = ["Engine", "EngineStopped", "Event", "Finish", "QueueFull", "Request"]
 
@@ -62,7 +62,7 @@ class Engine:
         max_queue: requests that may wait for a slot; more are refused.
         max_len: positions per slot, prompt plus new tokens (default: the context length).
         adapters: LoRA adapters by name (``zoo.adapters.Adapter`` s, checked against the
-            base by the caller), attached to ``model`` as one bank (:mod:`zoo.nn.lora_bank`):
+            base by the caller), attached to ``model`` as one bank (:mod:`zoo.adapters.lora_bank`):
             a request picks one by :attr:`adapter_ids` (0: the base), and requests of
             different adapters share each step.
         prefill_chunk: prompt tokens a step prefills at most, padding included (``None``:
@@ -72,11 +72,11 @@ class Engine:
             ``prefill_chunk`` bounds it).
         prefix_cache_bytes: memory for the keys and values of prompt prefixes kept between
             requests (0: none kept; ``None``: one whole context's).
-        decode_threads: the CPU threads of each step (:class:`zoo.nn.threads.DecodeThreads`:
+        decode_threads: the CPU threads of each step (:class:`zoo.kernels.threads.DecodeThreads`:
             ``None`` the cores other processes leave free, ``0`` torch's count, ``N`` that
             many; ``Settings.decode_threads``, ``ZOO_DECODE_THREADS``).
         compile: compile the decoding step with ``torch.compile`` (CPU; a few fixed shapes,
-            each compiled at its first step: :mod:`zoo.nn.slot_step`).
+            each compiled at its first step: :mod:`zoo.runtime.slot_step`).
         cuda_graphs: on CUDA, replay the decoding step as recorded CUDA graphs.
         clock: seconds, to time the steps for the prefill budget (a test passes its own).
     """

@@ -18,7 +18,7 @@ from .request import Event, Finish, Request
 if TYPE_CHECKING:
     from ..generation import GenerationConfig
     from ..nn.decoder import DecoderLM
-    from ..nn.prefix_cache import PrefixCacheStats
+    from ..runtime.prefix_cache import PrefixCacheStats
     from ..tokenizers import Tokenizer
 
 __all__ = ["Turns"]
@@ -28,7 +28,7 @@ class Turns:
     """Replies to prompts one at a time, keeping what each computed for the next.
 
     Args:
-        model: the decoder (see :func:`zoo.nn.slots.check_batchable`).
+        model: the decoder (see :func:`zoo.runtime.slots.check_batchable`).
         tokenizer: decodes the replies.
         prefix_cache_bytes: memory for the kept keys and values (default: one whole
             context's, what a conversation needs).

@@ -1,5 +1,5 @@
 """The model side of ``zoo serve``: the running requests' rows of one
-:class:`zoo.nn.slots.SlotBatch`, and the execution of each step the scheduler plans
+:class:`zoo.runtime.slots.SlotBatch`, and the execution of each step the scheduler plans
 (:class:`~zoo.serve.scheduler.StepPlan`): one decoding step for the requests past their
 prompt, each picking its next token with its own settings
 (:func:`zoo.generation.sampling.pick_each`, the picker :func:`zoo.generate` uses), and the
@@ -7,13 +7,13 @@ step's prompt chunks in one left-padded forward pass (:meth:`SlotBatch.extend`).
 and how many prompt tokens, is the scheduler's decision, not the runner's.
 
 A request that joins gets a slot at once; the leading blocks of its prompt that a
-:class:`~zoo.nn.prefix_cache.PrefixCache` holds are copied in (:meth:`Runner.admit`
+:class:`~zoo.runtime.prefix_cache.PrefixCache` holds are copied in (:meth:`Runner.admit`
 says how many tokens), and the rest enters in the chunks the scheduler plans. Its last chunk
 gives its first token; from the next step on it decodes with the others. Its computed blocks
 are kept in the prefix cache once its prompt is in, and again when it leaves (the reply too,
 which a chat's next turn starts with).
 
-With LoRA adapters (:mod:`zoo.nn.lora_bank`) each row applies its request's own, set before
+With LoRA adapters (:mod:`zoo.adapters.lora_bank`) each row applies its request's own, set before
 every forward from the rows' requests, so a row's adapter follows its request whichever
 slot it is in; the prefix cache keeps each adapter's keys apart (and each client's: see
 :attr:`Request.cache_key <zoo.serve.request.Request.cache_key>`).
@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..generation.sampling import pick_each, seeded_generator
-from ..nn.slot_step import slot_batch
+from ..runtime.slot_step import slot_batch
 
 if TYPE_CHECKING:
+    from ..adapters.lora_bank import AdapterRows
     from ..nn.decoder import DecoderLM
-    from ..nn.lora_bank import AdapterRows
-    from ..nn.prefix_cache import PrefixCache
+    from ..runtime.prefix_cache import PrefixCache
     from .request import Request
     from .scheduler import Chunk
 
@@ -46,13 +46,13 @@ class Runner:
         model: the decoder (in eval mode).
         max_rows: requests decoding at once (slots).
         max_len: positions per slot, prompt plus new tokens (default: the context length).
-        adapters: the model's per-row adapter index (:func:`zoo.nn.lora_bank.attach_bank`),
+        adapters: the model's per-row adapter index (:func:`zoo.adapters.lora_bank.attach_bank`),
             set from each request's :attr:`~zoo.serve.request.Request.adapter`.
         prefix_cache: where prompt prefixes' keys and values are kept between requests
             (``None``: nowhere).
         compile, cuda_graphs: run the decoding step in fixed shapes, compiled on CPU
             (``compile``) or replaying CUDA graphs on CUDA (``cuda_graphs``), as
-            :func:`zoo.nn.slot_step.slot_batch` decides (not with adapters).
+            :func:`zoo.runtime.slot_step.slot_batch` decides (not with adapters).
     """
 
     def __init__(

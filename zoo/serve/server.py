@@ -31,8 +31,8 @@ from .limits import ACCEPT_BURST, Limits, bounded_protocol, connection_cap
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from ..adapters.lora_bank import LoRAWeights
     from ..nn.decoder import DecoderLM
-    from ..nn.lora_bank import LoRAWeights
     from ..tokenizers import Tokenizer
 
 __all__ = ["LOOPBACK", "bind", "http_server", "serve"]

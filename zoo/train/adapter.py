@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from ..nn.lora import DEFAULT_TARGETS, LoRA, PartPlan, adapted_layers, attach_lora, plan_lora
+from ..adapters.lora import DEFAULT_TARGETS, LoRA, PartPlan, adapted_layers, attach_lora, plan_lora
 from ..options import QUANTIZE_MODES
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ class AdapterRun:
 
 def default_targets(model: ZooModel) -> tuple[str, ...]:
     """The layers a LoRA adapts on ``model`` when it names none: its architecture's
-    ``lora_targets``, else :data:`~zoo.nn.lora.DEFAULT_TARGETS`."""
+    ``lora_targets``, else :data:`~zoo.adapters.lora.DEFAULT_TARGETS`."""
     from ..errors import ZooError
     from ..plugin.registry import get_registry
 
@@ -110,7 +110,7 @@ def adapt(
     else:
         base = dataclasses.replace(base, sha256=sha)
     if quantize is not None:
-        from ..nn.quant import quantize_
+        from ..quant.layers import quantize_
 
         quantize_(model, quantize)
     attach_lora(model, plans, dropout=lora.dropout)

@@ -47,7 +47,7 @@ from .world import World, any_rank, barrier, join, max_rank
 
 if TYPE_CHECKING:
     from ..adapters import BaseRecord
-    from ..nn.lora import LoRA, PartPlan
+    from ..adapters.lora import LoRA, PartPlan
     from .adapter import AdapterRun
 
 __all__ = ["TrainResult", "train"]
@@ -154,7 +154,7 @@ def train(
         log: where progress lines go (rank 0 only); ``None`` for silence.
         adapter: train a LoRA (:class:`zoo.LoRA`) instead of the whole model: the model (the
             base) is frozen, adapters are attached to the LoRA's targets (default: the
-            family's, see :mod:`zoo.nn.lora`) and only they are trained, checkpointed and
+            family's, see :mod:`zoo.adapters.lora`) and only they are trained, checkpointed and
             written, as ``<out>/adapter/`` (peft's files and the base's name, repo, revision
             and sha256), not ``<out>/model``. The adapters start from ``config.seed``.
             AdamW decays the adapters' two matrices as any weight matrix

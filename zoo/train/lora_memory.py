@@ -2,8 +2,8 @@
 (``zoo train shakespeare-byte --lora 2000000`` once allocated its adapters, 19.8 GB, before the
 memory check ran, and was killed by the kernel).
 
-:func:`lora_shape` reads the plan (:func:`zoo.nn.lora.plan_lora`) against the model's layers,
-grouped as :func:`zoo.nn.lora.attach_lora` groups them, and gives, in elements:
+:func:`lora_shape` reads the plan (:func:`zoo.adapters.lora.plan_lora`) against the model's layers,
+grouped as :func:`zoo.adapters.lora.attach_lora` groups them, and gives, in elements:
 
 - ``trainable``: every adapted part's ``A`` (``rank x in``) and ``B`` (``rows x rank``); the
   training estimate adds their gradients and AdamW's two moments (4 bytes each);
@@ -17,7 +17,7 @@ grouped as :func:`zoo.nn.lora.attach_lora` groups them, and gives, in elements:
 
 and, for a base still to be quantized (QLoRA), ``frozen``: the base's bytes as they will be
 held (each ``zoo.nn.Linear`` weight at a byte, half a byte for ``int4``, and a float32 scale
-per row; every other tensor as it is), a lower bound of what :func:`~zoo.nn.quant.quantize_`
+per row; every other tensor as it is), a lower bound of what :func:`~zoo.quant.layers.quantize_`
 keeps, so that the plan is refused only where the quantized run cannot fit either (the
 check before step 1 counts the quantized model itself).
 """
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from ..nn.lora import PartPlan
+    from ..adapters.lora import PartPlan
     from .config import TrainConfig
 
 __all__ = ["LoRAShape", "check_lora_plan", "lora_shape"]
@@ -69,7 +69,7 @@ def lora_shape(
     """The tensors ``plans`` gives ``model`` (``attached``: already given: the base is frozen
     and the model's own parameters count as they are; otherwise the whole base is frozen to
     come, quantized with ``quantize``)."""
-    from ..nn.lora import layer_parts, part_path
+    from ..adapters.lora import layer_parts, part_path
 
     trainable = fixed = per_token = tensors = 0
     for layer_path, owner, layer, parts in layer_parts(model):

@@ -3,7 +3,7 @@
 - ``"int8"``: int8 weights (one scale per output row) and, on the CPU, int8 activations
   quantized on the fly per call: PyTorch's dynamic quantized linear (FBGEMM/oneDNN through
   ``torch.ao``), the scheme CTranslate2's ``int8`` uses, and for one row (batch-1
-  decoding) zoo's kernel with FBGEMM's numbers to the bit (:mod:`zoo.nn.native_int8`); on
+  decoding) zoo's kernel with FBGEMM's numbers to the bit (:mod:`zoo.kernels.native_int8`); on
   other devices it is ``"int8-weight"``.
 - ``"int8-weight"``: weight-only int8, activations in floating point
   (``torch._weight_int8pack_mm``; more accurate, but that CPU kernel is slower than float32
@@ -28,11 +28,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..kernels.native_int8 import attach_rows, int8_linear
+from ..nn.linear import Linear
+from ..nn.onednn import cpu_linear as float_linear
 from ..options import QUANTIZE_MODES
-from .linear import Linear
-from .native_int8 import attach_rows, int8_linear
-from .onednn import cpu_linear as float_linear
-from .quant_grad import frozen_linear, int4_columns, int8_columns, needs_input_grad
+from .grad import frozen_linear, int4_columns, int8_columns, needs_input_grad
 
 __all__ = [
     "INT4_GROUP",
@@ -217,7 +217,7 @@ class Int8Linear(nn.Module):
         return frozen_linear(self, x) if needs_input_grad(x) else self.infer(x)
 
     def infer(self, x: Tensor) -> Tensor:
-        """The forward without a gradient (inference; :mod:`zoo.nn.quant_grad` adds one)."""
+        """The forward without a gradient (inference; :mod:`zoo.quant.grad` adds one)."""
         rows = x.reshape(-1, self.in_features)  # (B*T, K)
         scale = self.scale.to(x.dtype)
         if x.is_cpu and rows.shape[0] <= _FEW_ROWS:  # decoding: the int8 kernel
@@ -344,14 +344,14 @@ class Int4Linear(nn.Module):
         self.bias = nn.Parameter(bias.detach(), requires_grad=False) if bias is not None else None
 
     #: Training multiplies many rows by the dequantized weight (the CPU int4 kernel is
-    #: several times slower than a float product there): :func:`~zoo.nn.quant_grad.frozen_linear`.
+    #: several times slower than a float product there): :func:`~zoo.quant.grad.frozen_linear`.
     slow_on_many_rows = True
 
     def forward(self, x: Tensor) -> Tensor:
         return frozen_linear(self, x) if needs_input_grad(x) else self.infer(x)
 
     def infer(self, x: Tensor) -> Tensor:
-        """The forward without a gradient (inference; :mod:`zoo.nn.quant_grad` adds one)."""
+        """The forward without a gradient (inference; :mod:`zoo.quant.grad` adds one)."""
         rows = x.reshape(-1, self.in_features)  # (B*T, K)
         zeros = self.scales_and_zeros
         mm = torch._weight_int4pack_mm_for_cpu if x.is_cpu else torch._weight_int4pack_mm
@@ -406,7 +406,7 @@ def quantize_(model: nn.Module, mode: str, *, release: bool = False) -> nn.Modul
     with a weight-only head). Weights are quantized one at a time; with ``release`` (weights
     memory-mapped from a file, as :func:`zoo.load` gives them) their float pages are given
     back as it goes, so the float model is never resident. The quantized layers stay frozen
-    but pass gradients to their inputs (:mod:`zoo.nn.quant_grad`), so adapters attached
+    but pass gradients to their inputs (:mod:`zoo.quant.grad`), so adapters attached
     after quantizing train on top (QLoRA); ``"int8"`` on the CPU keeps torch.ao's dynamic
     int8 layer for training too, its backward through the dequantized int8 weight.
 

@@ -25,9 +25,9 @@ from torch import Tensor
 
 from ..errors import InsufficientMemoryError
 from ..memory import ALLOW_LARGE_ENV, allow_large, available_memory, format_bytes
-from .base import activation_dtype, check_token_ids
-from .cache import KVCache, LayerCache
-from .decoder import DecoderLM
+from ..nn.base import activation_dtype, check_token_ids
+from ..nn.cache import KVCache, LayerCache
+from ..nn.decoder import DecoderLM
 
 __all__ = ["SlotBatch", "SlotKVCache", "SlotLayerCache", "check_batchable"]
 
@@ -124,14 +124,15 @@ class SlotBatch(Generic[K]):
     only.
 
     A slot's first positions may also be filled by copying keys and values in
-    (:meth:`row_cache`, then :meth:`fill`), e.g. from a :class:`~zoo.nn.prefix_cache.PrefixCache`.
+    (:meth:`row_cache`, then :meth:`fill`), e.g. from a
+    :class:`~zoo.runtime.prefix_cache.PrefixCache`.
 
     Args:
         model: a :class:`DecoderLM` (its position scheme must add no attention score bias).
         max_rows: slots, the most sequences decoding at once.
         max_len: positions per slot, prompt plus new tokens (default: the context length).
         before_forward: called before each forward pass with the sequences of its rows, in
-            row order (e.g. to pick each row's LoRA adapter, :mod:`zoo.nn.lora_bank`).
+            row order (e.g. to pick each row's LoRA adapter, :mod:`zoo.adapters.lora_bank`).
 
     Shape:
         - add: ``ids`` ``(T,)`` -> logits ``(vocab,)``.
@@ -344,7 +345,7 @@ class SlotBatch(Generic[K]):
     def _forward_rows(self, inputs: Tensor, lengths: Tensor, span: int) -> Tensor:
         """One token ``inputs`` ``(U,)`` for each of rows ``[0, U)`` at positions ``lengths``
         ``(U,)``, reading each row's first ``span`` positions: logits ``(U, vocab)``. Waits
-        for nothing on the host (:mod:`zoo.nn.slot_step` records and compiles it)."""
+        for nothing on the host (:mod:`zoo.runtime.slot_step` records and compiles it)."""
         used = len(inputs)
         key_positions = self._positions[:span]  # (S,)
         allowed = key_positions <= lengths[:, None]  # (U, S): a row's own keys and the new one

@@ -194,7 +194,7 @@ def part_path(owner: str, name: str) -> str:
 
 def refuse_adapted(model: nn.Module) -> None:
     """Refuse a model that already carries adapters (:func:`attach_lora` and
-    :mod:`zoo.nn.lora_bank` attach to a bare base only)."""
+    :mod:`zoo.adapters.lora_bank` attach to a bare base only)."""
     if adapted_layers(model):
         raise ValueError("this model already has LoRA adapters; detach_lora(model) first")
 
@@ -399,7 +399,7 @@ def load_adapter_state(model: nn.Module, state: Mapping[str, Tensor]) -> None:
 
     Raises:
         ValueError: keys missing or unexpected, a shape that differs, or an update that is
-            not finite or over :data:`~zoo.nn.lora_check.MAX_UPDATE` (each named).
+            not finite or over :data:`~zoo.adapters.lora_check.MAX_UPDATE` (each named).
     """
     params = dict(adapter_parameters(model))
     missing = sorted(set(params) - set(state))

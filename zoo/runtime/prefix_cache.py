@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from .base import activation_dtype
+from ..nn.base import activation_dtype
 
 if TYPE_CHECKING:
-    from .decoder import DecoderLM
+    from ..nn.decoder import DecoderLM
 
 __all__ = [
     "PrefixCache",

@@ -4,17 +4,17 @@
  * at which the matrix-vector products stream weights from memory. On a 2-core AVX2 machine
  * PyTorch's kernels for one row (oneDNN's linear, MKL's gemv) stream at 60-75% of what the
  * cores can read (a plain sum over the same weights); these kernels reach it. See
- * zoo/nn/native.py, which loads this library with ctypes and falls back to PyTorch's kernels
+ * zoo/kernels/native.py, which loads this library with ctypes and falls back to PyTorch's kernels
  * wherever it is missing or the CPU lacks AVX2 and FMA.
  *
  * Each output is one dot product over a contiguous weight row, computed by one thread in a
  * fixed order, so the result does not depend on the thread count. The threads are OpenMP's:
  * the library links libgomp.so.1, which resolves to the copy PyTorch has already loaded, so
- * these kernels run on PyTorch's own thread team (zoo/nn/native.py checks that only one
+ * these kernels run on PyTorch's own thread team (zoo/kernels/native.py checks that only one
  * OpenMP runtime is mapped before it uses them).
  *
  * No Python API: the module object exists only so that setuptools builds and installs this
- * file as zoo.nn._native; zoo/nn/native.py finds it with importlib and opens it with ctypes.
+ * file as zoo.kernels._native; zoo/kernels/native.py finds it with importlib and opens it with ctypes.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -45,7 +45,7 @@ int zoo_native_supported(void) {
 #endif
 }
 
-/* The number of OpenMP threads a parallel region here would start with: zoo/nn/native.py
+/* The number of OpenMP threads a parallel region here would start with: zoo/kernels/native.py
  * checks that it follows torch.set_num_threads (one OpenMP runtime, PyTorch's). */
 int zoo_native_max_threads(void) {
 #ifdef _OPENMP

@@ -12,7 +12,7 @@
  * activation, the rotation, the embedding) run on values that stay in the L1 cache.
  *
  * Numerics: the products, norms and attention are those of the per-module path
- * (zoo/nn/native.py), the residual sums and the embedding are the same float operations in
+ * (zoo/kernels/native.py), the residual sums and the embedding are the same float operations in
  * the same order, the rotation is the same multiplications and additions (never contracted
  * into a fused multiply-add, as PyTorch's is not). The activations are computed here: GELU's
  * tanh form and SiLU as x / (1 + exp(-z)) with an eight-lane exp accurate to about 2 ulp,
@@ -340,9 +340,9 @@ int zoo_decode_step_f32(const zoo_decoder *m, int64_t token, int64_t position, f
     return status;
 }
 
-/* The layout of the structures above, which zoo/nn/native_abi.py mirrors with ctypes: the ABI
+/* The layout of the structures above, which zoo/kernels/native_abi.py mirrors with ctypes: the ABI
  * version, then for zoo_linear, zoo_norm, zoo_block, zoo_embedding and zoo_decoder in turn its
- * size and each field's offset, in bytes. zoo/nn/native.py refuses a library whose answer is
+ * size and each field's offset, in bytes. zoo/kernels/native.py refuses a library whose answer is
  * not its mirrors' (a stale build, or one of other sources). ZOO_ABI_VERSION goes up, here and
  * in native_abi.py, whenever a structure or a kernel's arguments change. Writes up to
  * `capacity` values to `out` (NULL to ask only the count); returns the count. */

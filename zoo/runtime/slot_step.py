@@ -1,5 +1,5 @@
 """A fast decoding step for continuous batching: :class:`StaticSlotBatch` runs
-:meth:`SlotBatch.step <zoo.nn.slots.SlotBatch.step>` in a few fixed shapes, recorded as CUDA
+:meth:`SlotBatch.step <zoo.runtime.slots.SlotBatch.step>` in a few fixed shapes, recorded as CUDA
 graphs on CUDA or compiled with ``torch.compile`` on CPU, as :class:`~zoo.nn.decoding.
 StaticDecoderSession` does for one stream.
 
@@ -28,10 +28,10 @@ from typing import TypeVar
 import torch
 from torch import Tensor
 
-from .base import activation_dtype
-from .decoder import DecoderLM
-from .decoding import check_compilable
-from .lora_bank import LayerBank
+from ..adapters.lora_bank import LayerBank
+from ..nn.base import activation_dtype
+from ..nn.decoder import DecoderLM
+from ..nn.decoding import check_compilable
 from .slots import SlotBatch
 
 __all__ = ["MIN_SPAN", "StaticSlotBatch", "row_bucket", "slot_batch", "span_bucket"]
@@ -76,7 +76,7 @@ def slot_batch(
     """A :class:`SlotBatch`, static where that pays: with ``compile=True`` (CPU) a
     :class:`StaticSlotBatch` whose step is compiled; on CUDA one whose step replays CUDA
     graphs, unless ``cuda_graphs=False`` or the rows apply LoRA adapters (``before_forward``
-    or a :mod:`~zoo.nn.lora_bank` on the model: which adapter a row applies is decided on the
+    or a :mod:`~zoo.adapters.lora_bank` on the model: which adapter a row applies is decided on the
     host, which a recorded step would freeze). Otherwise the plain, eager batch."""
     if compile:
         if before_forward is not None:
@@ -96,7 +96,7 @@ def slot_batch(
 
 
 def _has_banks(model: torch.nn.Module) -> bool:
-    """Whether ``model`` carries LoRA adapter banks (:func:`zoo.nn.lora_bank.attach_bank`)."""
+    """Whether ``model`` carries LoRA adapter banks (:func:`zoo.adapters.lora_bank.attach_bank`)."""
     return any(isinstance(m, LayerBank) for m in model.modules())
 
 
@@ -142,7 +142,7 @@ class StaticSlotBatch(SlotBatch[K]):
         self._run: Callable[[Tensor, Tensor, int], Tensor] = self._forward_rows
         if compile:
             check_compilable(model, self.device)
-            from .onednn import prepare_compile
+            from ..nn.onednn import prepare_compile
 
             prepare_compile()
             _allow_recompiles(len(self.shapes()))

@@ -8,7 +8,7 @@ float32 weights (494 MB), oneDNN's linear took 40.5 ms, MKL's 65-75 ms, OpenBLAS
 42 ms, torch.compile's fused multiply-and-sum 47 ms, while a plain ``sum`` over the same
 weights took 30.9 ms and :func:`linear` 30.8 ms (``benchmarks/bench_native.py``). No kernel
 shipped with PyTorch or its usual companions streams at that rate, so zoo carries a small one
-in C (``zoo/nn/_native.c``), built by ``pip install`` where a C compiler with OpenMP is
+in C (``zoo/kernels/_native.c``), built by ``pip install`` where a C compiler with OpenMP is
 found.
 
 The kernels are optional at every level: a missing build, a CPU without AVX2 and FMA, a
@@ -18,7 +18,7 @@ says which. They run on PyTorch's own OpenMP thread team (the library links
 ``libgomp.so.1``, which resolves to the copy PyTorch loaded; :func:`_one_openmp` checks that
 the thread count set with ``torch.set_num_threads`` reaches it, which a second OpenMP runtime
 would not), so they never compete with PyTorch's threads, and ``torch.set_num_threads``
-(and :class:`zoo.nn.threads.DecodeThreads`) size them.
+(and :class:`zoo.kernels.threads.DecodeThreads`) size them.
 
 The same step's small operations (about a hundred per gpt2-124m token) cost far more inside
 the step than alone: streaming the weights evicts PyTorch's code and data from the caches,
@@ -33,7 +33,7 @@ subclass such as DTensor, torchao's tensors or ``TwoTensor`` may keep its data e
 report float32, the CPU, contiguous and address 0) of the kernel's dtype on the CPU, whose
 elements lie at a nonzero address inside their storage (:func:`_plain`); each kernel
 returns ``None`` for anything else and its caller runs PyTorch's. The library must describe
-its C structures as :mod:`zoo.nn.native_abi` mirrors them (``zoo_abi``), or it is refused
+its C structures as :mod:`zoo.kernels.native_abi` mirrors them (``zoo_abi``), or it is refused
 with a warning that says to rebuild (a stale build would read them wrongly).
 
 Numerics: each output of :func:`linear` is one dot product over a contiguous weight row,
@@ -62,10 +62,10 @@ from . import native_abi
 
 __all__ = ["attend_one", "available", "layer_norm", "linear", "rms_norm"]
 
-_SOURCE = "zoo.nn._native"  # the extension setuptools builds from zoo/nn/_native.c
+_SOURCE = "zoo.kernels._native"  # the extension setuptools builds from zoo/kernels/_native.c
 
 _P, _I, _F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
-#: Each kernel of zoo/nn/_native.c and _native_int8.c: its result type and argument types.
+#: Each kernel of zoo/kernels/_native.c and _native_int8.c: its result type and argument types.
 _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "zoo_native_supported": (ctypes.c_int, []),
     "zoo_native_max_threads": (ctypes.c_int, []),
@@ -122,7 +122,7 @@ def _library() -> ctypes.CDLL | None:
 
 def _same_sources(lib: ctypes.CDLL, path: str) -> bool:
     """Whether ``lib`` has every kernel and lays out its structures as
-    :mod:`zoo.nn.native_abi` mirrors them (then its kernels' types are set); a warning that
+    :mod:`zoo.kernels.native_abi` mirrors them (then its kernels' types are set); a warning that
     says to rebuild where not (a stale build would be handed structures it reads wrongly)."""
     built = native_abi.built_layout(lib)
     missing = [name for name in _SIGNATURES if not hasattr(lib, name)]

@@ -1,5 +1,5 @@
 """A LoRA adapter's shape (:class:`LoRA`, ``zoo.LoRA``) and each adapted part's plan: the
-validated configs of :mod:`zoo.nn.lora`, plain Python (no torch)."""
+validated configs of :mod:`zoo.adapters.lora`, plain Python (no torch)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ __all__ = ["DEFAULT_TARGETS", "MAX_ALPHA", "LoRA", "PartPlan", "Parts"]
 
 #: The largest ``alpha`` (and the largest scaling, ``alpha / rank``) an adapter may have: far
 #: beyond any trained one (peft's are 0.5 to a few hundred), and small enough that ``B`` times
-#: it stays finite in float32 for any ``B`` whose update :mod:`zoo.nn.lora_check` passes.
+#: it stays finite in float32 for any ``B`` whose update :mod:`zoo.adapters.lora_check` passes.
 MAX_ALPHA = 2.0**32
 
 #: The layers a LoRA adapts when it names none: every projection of attention and of the
@@ -29,7 +29,7 @@ _TARGET = re.compile(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*")
 class LoRA:
     """A LoRA adapter's shape: ``rank``, ``alpha`` (the update is scaled by ``alpha / rank``),
     ``dropout`` on the adapter's input (training only) and the ``targets`` it adapts (layer or
-    part names, see :mod:`zoo.nn.lora`; ``None``: the model family's default, else
+    part names, see :mod:`zoo.adapters.lora`; ``None``: the model family's default, else
     :data:`DEFAULT_TARGETS`).
 
     Example::

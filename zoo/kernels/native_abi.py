@@ -1,4 +1,4 @@
-"""The C structures of zoo's one-call decoding step (``zoo/nn/_native_block.c``) as ctypes
+"""The C structures of zoo's one-call decoding step (``zoo/kernels/_native_block.c``) as ctypes
 mirrors, and the check that a built library lays them out as the mirrors do.
 
 Why: ctypes cannot read a C header, so each structure is written twice, once in C and once
@@ -6,7 +6,7 @@ here. A library built from other sources (an older checkout whose ``.so`` was no
 after ``git pull``, a wheel of another version) would be handed structures of the wrong size
 or field offsets and read them silently wrong. The library therefore describes its own
 layout (``zoo_abi``: :data:`VERSION`, then for each structure its ``sizeof`` and each
-field's ``offsetof``), and :mod:`zoo.nn.native` refuses a library whose description is not
+field's ``offsetof``), and :mod:`zoo.kernels.native` refuses a library whose description is not
 :func:`layout`, with a warning that says to rebuild.
 
 :data:`VERSION` is raised, here and as the version macro in ``_native_block.c``, whenever

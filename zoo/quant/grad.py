@@ -123,7 +123,7 @@ def input_grad(layer: QuantizedLinear, grad: Tensor) -> Tensor:
 
 def int8_columns(q: Tensor, scale: Tensor, start: int, end: int, dtype: torch.dtype) -> Tensor:
     """Columns ``start:end`` of int8 rows ``q`` ``(N, K)`` with ``scale`` ``(N,)``, dequantized
-    in ``dtype`` as :class:`~zoo.nn.quant.Int8Linear` does: ``(N, end - start)``."""
+    in ``dtype`` as :class:`~zoo.quant.layers.Int8Linear` does: ``(N, end - start)``."""
     return q[:, start:end].to(dtype) * scale.to(dtype)[:, None]
 
 

@@ -15,8 +15,8 @@ one pass, each row's ``A`` and ``B`` gathered into batched products (kept from o
 the next while the rows' adapters stay the same). When every row has the same index (a
 prompt prefilled alone, a batch of one adapter) the bank runs that adapter's ``A`` and
 ``B`` as plain linear layers, and rows of index 0 alone skip it. The bank plugs in as the layer's
-``lora`` child, through the hook :func:`zoo.nn.lora.attach_lora` uses
-(:func:`~zoo.nn.lora.detach_lora` removes it).
+``lora`` child, through the hook :func:`zoo.adapters.lora.attach_lora` uses
+(:func:`~zoo.adapters.lora.detach_lora` removes it).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ __all__ = ["AdapterRows", "LayerBank", "LoRAWeights", "attach_bank"]
 
 class LoRAWeights(Protocol):
     """One adapter's parts and weights (``zoo.adapters.Adapter`` is one): ``plans`` by part
-    path (:func:`zoo.nn.lora.plan_lora`) and ``state`` with ``"<part path>.A"`` ``(rank,
+    path (:func:`zoo.adapters.lora.plan_lora`) and ``state`` with ``"<part path>.A"`` ``(rank,
     in)`` and ``"<part path>.B"`` ``(out, rank)``."""
 
     @property

@@ -4,7 +4,7 @@ Why: ``quantize="int8"`` on the CPU is torch.ao's dynamic quantized linear (FBGE
 weights with a scale per output row, the input row quantized to uint8 per call). A batch-1
 decoding step reads every weight once, and FBGEMM's kernel, made for many rows, streams
 them for one row more slowly than the cores can read them; ``zoo_gemv_int8``
-(``zoo/nn/_native_int8.c``, built into the same library as :mod:`zoo.nn.native`'s float32
+(``zoo/kernels/_native_int8.c``, built into the same library as :mod:`zoo.kernels.native`'s float32
 kernel) computes the same thing for one row at the memory's rate.
 
 Numerics: the same as FBGEMM's, bit for bit, on AVX2 machines: the input's scale and zero
@@ -53,7 +53,7 @@ class Int8Rows:
 
     def intact(self) -> bool:
         """Whether the kernel may read the rows: each a plain contiguous tensor of its dtype
-        and shape inside its storage (:func:`zoo.nn.native._plain`), as :func:`_rows` made
+        and shape inside its storage (:func:`zoo.kernels.native._plain`), as :func:`_rows` made
         them (not changed in place since)."""
         q = self.q
         if q.dim() != 2 or not q.is_contiguous() or not _plain(q, torch.int8):
@@ -71,8 +71,8 @@ class Int8Rows:
 
 
 def _kernel() -> Any:
-    """``zoo_gemv_int8`` (its argument types set by :mod:`zoo.nn.native`), or ``None`` where
-    zoo's kernels do not run now (:func:`zoo.nn.native.available`, or inside a
+    """``zoo_gemv_int8`` (its argument types set by :mod:`zoo.kernels.native`), or ``None`` where
+    zoo's kernels do not run now (:func:`zoo.kernels.native.available`, or inside a
     ``torch.compile`` trace)."""
     lib = _kernels()
     return None if lib is None else lib.zoo_gemv_int8
