@@ -65,7 +65,8 @@ def test_plan_chunks_fills_the_budget_with_the_most_prompt_tokens():
 
 def test_the_budget_sizes_a_chunk_to_the_decoding_steps_it_may_take():
     budget = PrefillBudget(512, max_stall=2.0)
-    assert budget.tokens(decoding=True) == 512  # nothing timed yet
+    assert budget.tokens(decoding=False) == 512  # nothing timed yet, no stream waits
+    assert budget.tokens(decoding=True) == MIN_CHUNK  # streams wait, no step timed: the least
     budget.prefilled(20, 0.05)  # the streams' own prompts, before any of them decodes
     budget.decoded(0.1)
     assert budget.tokens(decoding=True) == 80  # 20 tokens in 50 ms: 80 in 2 steps of 100 ms
@@ -125,6 +126,25 @@ def test_the_engine_times_its_steps_for_the_budget(model):
     assert calls[:4] == want
     left = len(model.tokenizer.encode(PROMPTS[1])) - 8  # 42: 16 + 16 + 10
     assert [n for kind, n in calls if kind == "prefilled"] == [16, 16, 16, left - 32]
+
+
+def test_the_first_step_that_streams_decode_in_carries_the_least_chunk(model):
+    """The scheduler plans a step before its decoding pass is timed: the first step that
+    streams decode in has no decoding time to size the chunk by, and takes the least chunk
+    (not the whole ``prefill_chunk``, which would hold the streams for a whole pass)."""
+    engine = Engine(model, max_batch=2, max_queue=2, prefill_chunk=64, prefix_cache_bytes=0)
+    sizes: list[int] = []
+    extend = engine.runner.batch.extend
+
+    def logged_extend(chunks: list[tuple[Request, list[int]]]) -> torch.Tensor:
+        sizes.append(len(chunks) * max(len(ids) for _, ids in chunks))
+        return extend(chunks)
+
+    engine.runner.batch.extend = logged_extend  # type: ignore[method-assign]
+    sinks = run(engine, ["ROMEO:", PROMPTS[3][:-1]], 2)  # 6 and 80 tokens
+    assert sizes[:2] == [64, MIN_CHUNK]  # 6 + 32 in rows of 32; then "ROMEO:" decodes
+    long_reply = zoo.generate(model, PROMPTS[3][:-1], max_new_tokens=2, temperature=0)
+    assert sinks[1].text == long_reply
 
 
 @pytest.mark.parametrize("chunk", [None, 5, 16])

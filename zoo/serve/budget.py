@@ -5,7 +5,9 @@ in; the chunk is what the streams wait for. :class:`PrefillBudget` sizes it: at 
 ``max_tokens``, and while streams decode, as many tokens as the last prefill passes say take
 about ``max_stall`` times the last decoding steps, so a step that carries a chunk takes about
 ``1 + max_stall`` times a plain one on any machine, model or load. With nothing decoding, the
-whole ``max_tokens`` go (no stream waits).
+whole ``max_tokens`` go (no stream waits). While streams decode but no decoding step has been
+timed yet (the first step they decode in is planned before its pass runs), the chunk is the
+least one, ``MIN_CHUNK``: nothing says yet what the streams can wait for.
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ class PrefillBudget:
         """The next step's budget (``None``: no bound), given whether streams decode."""
         if self.max_tokens is None or self.max_stall is None or not decoding:
             return self.max_tokens
+        if self._step is None:  # streams wait, and how long a step of theirs takes is unknown
+            return min(MIN_CHUNK, self.max_tokens)
         if self._aim is None:
             return self.max_tokens
         return max(min(MIN_CHUNK, self.max_tokens), min(self.max_tokens, int(self._aim)))
