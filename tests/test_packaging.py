@@ -246,3 +246,16 @@ def test_the_wheel_ships_the_native_kernels_where_they_build(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     shipped = [n for n in names if n.startswith("zoo/kernels/_native.") and not n.endswith(".c")]
     assert bool(shipped) == built, shipped
+
+
+def test_the_wheel_ships_no_module_the_tree_lacks(wheel):
+    """Every source file of zoo the wheel ships is one of this checkout's, and every library
+    sits next to the C sources it is built from: a ``build/`` folder left from before a module
+    moved (setuptools copies into it and never deletes) would ship the old module and the old
+    library too, shadowing the new path. Remove ``build/`` if this fails."""
+    names = zipfile.ZipFile(wheel).namelist()
+    stale = [n for n in names if n.startswith("zoo/") and n.endswith((".py", ".c"))]
+    stale = [n for n in stale if not (ROOT / n).is_file()]
+    libraries = [n for n in names if n.startswith("zoo/") and n.endswith((".so", ".pyd"))]
+    stale += [n for n in libraries if not (ROOT / n).parent.joinpath("_native.c").is_file()]
+    assert stale == [], f"the wheel ships files this checkout does not have: {stale}"
