@@ -53,6 +53,34 @@ def test_the_moved_module_paths_still_import():
     assert "zoo.specs moved to zoo.plugin.specs" in run.stderr
 
 
+def test_every_moved_module_path_is_the_new_module_with_a_warning():
+    # one child for the whole table: each old path (zoo.nn.native, zoo.nn.quant, ...) is the
+    # very module of its new one, and the warning names it; the modules zoo.nn gave up are in it
+    code = (
+        "import importlib, json, warnings\n"
+        "from zoo._moved import MOVED\n"
+        "wrong = []\n"
+        "for old, new in MOVED.items():\n"
+        "    with warnings.catch_warnings(record=True) as seen:\n"
+        "        warnings.simplefilter('always')\n"
+        "        module = importlib.import_module(old)\n"
+        "    said = ' '.join(str(w.message) for w in seen if w.category is DeprecationWarning)\n"
+        "    if module is not importlib.import_module(new) or f'moved to {new}' not in said:\n"
+        "        wrong.append(old)\n"
+        "print(json.dumps(wrong))\n"
+    )
+    from zoo._moved import MOVED
+
+    # zoo.nn keeps the model code: the kernels, quantization, LoRA and serving state moved out
+    out_of_nn = ["native", "native_abi", "native_facts", "native_int8", "threads", "quant"]
+    out_of_nn += ["quant_grad", "lora", "lora_bank", "lora_check", "lora_config", "slots"]
+    out_of_nn += ["slot_step", "prefix_cache"]
+    assert [m for m in out_of_nn if f"zoo.nn.{m}" not in MOVED] == []
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert json.loads(run.stdout.strip().splitlines()[-1]) == []
+
+
 def test_the_docstring_example_runs():
     test = doctest.DocTestParser().get_doctest(zoo.__doc__ or "", {}, "zoo", None, 0)
     runner = doctest.DocTestRunner()
