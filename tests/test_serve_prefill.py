@@ -14,7 +14,7 @@ from zoo.generation import GenerationConfig, stream_continuation
 from zoo.serve.budget import MIN_CHUNK, PrefillBudget
 from zoo.serve.engine import Engine, Request
 from zoo.serve.local import Turns
-from zoo.serve.scheduler import plan_chunks
+from zoo.serve.scheduler import Chunk, plan_chunks
 
 
 @pytest.fixture(scope="module")
@@ -250,3 +250,12 @@ def test_zoo_chats_turns_reuse_the_conversation_so_far(model):
     assert stats.hit_tokens > len(first)  # the reply's own keys were kept too
     with pytest.raises(ValueError, match="exceeds the context length"):
         turns.stream([1] * 250, config)
+
+
+def test_the_runner_refuses_a_chunk_that_does_not_continue_its_prompt(model):
+    engine = Engine(model, max_batch=1, max_queue=1, prefix_cache_bytes=0)
+    tok = model.tokenizer
+    request = Request(tok.encode("ROMEO:"), greedy(2), tok, Collect(), ())
+    assert engine.runner.admit(request) == 0
+    with pytest.raises(ValueError, match="from 3 does not continue a prompt of 6 tokens with 0"):
+        engine.runner.prefill([Chunk(request, 3, 2, False)])
