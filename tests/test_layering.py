@@ -217,6 +217,15 @@ TINY = textwrap.dedent(
 )
 
 USES = {
+    # the kernels: loaded, and one row through the float32 product and the norm
+    "zoo.kernels": """
+        import torch
+        from zoo.kernels import native, native_int8, threads
+        native.available()
+        x, w = torch.randn(1, 16), torch.randn(8, 16)
+        native.linear(x, w)
+        native.rms_norm(x, torch.ones(16), 1e-5)
+    """,
     # the model code: builds and runs a model from a config and the built-in parts
     "zoo.nn": """
         import torch
@@ -336,6 +345,7 @@ USES = {
 
 #: What each layer must never load: the layers above it.
 ABOVE = {
+    "zoo.kernels": ("zoo.nn", "zoo.quant", "zoo.adapters", "zoo.runtime", "zoo.plugin"),
     "zoo.nn": (
         "zoo.quant",
         "zoo.adapters",
