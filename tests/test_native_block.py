@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
 from native_child import run_native
 
 COMMON = textwrap.dedent(
@@ -175,6 +176,7 @@ REFERENCE = COMMON + textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # ~11 s: transformers' reference model decodes beside zoo's
 def test_batch_one_decoding_equals_transformers_on_the_block_step():
     assert run_native(REFERENCE) == ["ok gpt2", "ok llama"]
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
 from native_child import run_native
 
 CHILD = textwrap.dedent(
@@ -136,6 +137,7 @@ CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # ~14 s of fbgemm reference products over every shape
 def test_native_int8_kernel_gives_fbgemm_numbers():
     assert run_native(CHILD) == [
         "ok zoo layers",

@@ -142,7 +142,13 @@ needs_cpp_compiler = pytest.mark.skipif(
 @needs_cpp_compiler
 @pytest.mark.parametrize(
     ("case", "quantize"),
-    [("rotary, grouped-query", None), ("sliding window", None), ("learned positions", "int8")],
+    [
+        # the inner loop (-m "not slow") keeps one compiled case, the fastest (~9 s);
+        # the other two (~30 s each, a cold compile) run in the default run
+        pytest.param("rotary, grouped-query", None, marks=pytest.mark.slow),
+        ("sliding window", None),
+        pytest.param("learned positions", "int8", marks=pytest.mark.slow),
+    ],
 )
 def test_the_compiled_step_gives_the_logits_of_the_dynamic_cache(case, quantize, fresh_dynamo):
     """Float32 steps compile to one graph: nothing breaks dynamo's trace (zoo's ctypes
@@ -219,6 +225,7 @@ def test_what_compile_cannot_serve_is_a_clear_error():
 
 
 @needs_cpp_compiler
+@pytest.mark.slow  # compiles shakespeare-byte's step (~18 s): in the default run
 def test_zoo_generate_compile_prints_the_eager_text(capsys, fresh_dynamo):
     argv = ["generate", "shakespeare-byte", "ROMEO:", "--temperature", "0", "--max-new-tokens"]
     outputs = []

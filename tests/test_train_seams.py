@@ -254,7 +254,10 @@ def test_resuming_another_model_says_so(halfway, corpus, tmp_path):
 
 
 # -- C. signals, one run per folder, negative settings ------------------------------------------
-@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize(
+    ("sig", "code"),  # a child trains until signalled (~10 s each): SIGINT's in the default run
+    [pytest.param(signal.SIGINT, 130, marks=pytest.mark.slow), (signal.SIGTERM, 143)],
+)
 def test_a_signal_saves_then_exits_128_plus_its_number(corpus, tmp_path, sig, code):
     out = tmp_path / "run"
     argv = zoo_train(corpus, out, "--steps", "100000", "--eval-every", "0")
