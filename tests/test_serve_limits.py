@@ -25,13 +25,13 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import pytest
+from serve_events import serve_in_thread
 from test_serve import Server
 
 from zoo.cli import main
 from zoo.serve import limits as limits_module
 from zoo.serve.guard import Guard
 from zoo.serve.limits import RESERVED_FILES, Limits, connection_cap, open_files
-from zoo.serve.server import bind, http_server
 
 HEAD = b"GET /ok HTTP/1.1\r\nHost: 127.0.0.1\r\n"  # a request's head, less its last line
 
@@ -42,16 +42,8 @@ class Local:
 
     def __init__(self, limits: Limits) -> None:
         self.released = threading.Event()
-        self.server = http_server(Guard(self.app, api_key=None, max_body_bytes=1024), limits,
-                                  log_level="warning")  # fmt: skip
-        sock = bind("127.0.0.1", 0)
-        self.port = sock.getsockname()[1]
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]})
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            assert time.monotonic() < deadline and self.thread.is_alive(), "did not start"
-            time.sleep(0.01)
+        guarded = Guard(self.app, api_key=None, max_body_bytes=1024)
+        self.server, self.port, self.thread = serve_in_thread(guarded, limits, wait=10)
 
     async def app(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         while scope["path"] == "/hold" and not self.released.is_set():

@@ -18,13 +18,13 @@ import pytest
 import torch
 from docblocks import DOCS, blocks
 from prometheus_client.parser import text_string_to_metric_families
+from serve_events import serve_in_thread
 
 import zoo
 from zoo.serve.app import create_app
 from zoo.serve.engine import Engine
 from zoo.serve.limits import Limits
 from zoo.serve.metrics import REASONS
-from zoo.serve.server import bind, http_server
 
 MODEL = "shakespeare-byte"
 KEY = "sk-metrics-0123"
@@ -46,15 +46,7 @@ class Local:
         self.engine = Engine(model, max_batch=2, max_queue=4, **engine)
         self.key = api_key
         app = create_app(self.engine, model.tokenizer, model_id=MODEL, api_key=api_key)
-        self.server = http_server(app, Limits(), log_level="warning")
-        sock = bind("127.0.0.1", 0)
-        self.port = sock.getsockname()[1]
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]})
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            assert time.monotonic() < deadline and self.thread.is_alive(), "did not start"
-            time.sleep(0.01)
+        self.server, self.port, self.thread = serve_in_thread(app, Limits())
         if start:
             self.engine.start()
 

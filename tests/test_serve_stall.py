@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import torch
 from chat_folders import write_folder
+from serve_events import serve_in_thread
 
 import zoo
 import zoo.tokenizers
@@ -30,7 +31,6 @@ from zoo.serve.app import create_app
 from zoo.serve.engine import Engine
 from zoo.serve.limits import Limits
 from zoo.serve.prepare import PREPARE_THREADS
-from zoo.serve.server import bind, http_server
 
 MODEL = "tiny-chat"
 CONTEXT = 1024
@@ -44,15 +44,7 @@ class Local:
         self.engine = Engine(model, max_batch=2, max_queue=8, prefix_cache_bytes=2**20)
         self.model_id = model_id
         application = create_app(self.engine, tokenizer, model_id=model_id, **app)
-        self.server = http_server(application, Limits(), log_level="warning")
-        sock = bind("127.0.0.1", 0)
-        self.port = sock.getsockname()[1]
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]})
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            assert time.monotonic() < deadline and self.thread.is_alive(), "did not start"
-            time.sleep(0.01)
+        self.server, self.port, self.thread = serve_in_thread(application, Limits())
         self.engine.start()
 
     def request(
