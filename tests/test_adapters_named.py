@@ -19,7 +19,7 @@ from test_adapters_use import IDS, _adapter
 import zoo
 from zoo.checkpoint.files import sha256_file
 from zoo.cli import main
-from zoo.plugin.registry import load_registry, read_registry_file
+from zoo.plugin.current import load_registry, read_registry_file
 from zoo.plugin.specs import AdapterSpec
 
 FILES = ("adapter_config.json", "adapter_model.safetensors")

@@ -400,7 +400,7 @@ def test_a_layout_that_transforms_whole_state_dicts_is_refused(
     import dataclasses
 
     from zoo.adapters import layout
-    from zoo.plugin.registry import get_registry
+    from zoo.plugin.current import get_registry
 
     arch = get_registry().architecture("llama")
     keymap = arch.checkpoint_layout("hf-llama")

@@ -14,7 +14,7 @@ from zoo.api import resolve_config
 from zoo.nn import DecoderLM
 from zoo.nn.classifier import ClassifierConfig
 from zoo.nn.materialize import replays_init
-from zoo.plugin.registry import get_registry
+from zoo.plugin.current import get_registry
 from zoo.testing import small_overrides
 
 

@@ -25,9 +25,7 @@ def test_console_script_lists_without_torch():
     out = subprocess.run([exe, "list"], capture_output=True, text=True, check=True, env=env)
     assert "gpt2-124m" in out.stdout and "wiki-gpt-wordpiece" in out.stdout
     imported = {line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines()}
-    assert "zoo.plugin.registry" in imported, (
-        "import profile not captured: the check proves nothing"
-    )
+    assert "zoo.plugin.current" in imported, "import profile not captured: the check proves nothing"
     assert "torch" not in imported
 
 
@@ -148,9 +146,9 @@ class _Shadow:
 
 
 def test_list_and_plugins_show_a_conflict(capsys, monkeypatch, use_registry):
-    import zoo.plugin.registry
+    import zoo.plugin.current
 
-    use_registry(zoo.plugin.registry.load_registry(plugins={"dup": _Shadow()}))
+    use_registry(zoo.plugin.current.load_registry(plugins={"dup": _Shadow()}))
     code, out, err = run(capsys, "list")
     assert code == 0
     row = next(line for line in out.splitlines() if line.startswith("gpt2-124m"))
@@ -236,9 +234,9 @@ def test_push_of_a_missing_directory_says_it_does_not_exist(capsys, tmp_path):
 
 
 def test_plugins_names_the_preferred_source_and_what_it_beat(capsys, monkeypatch, use_registry):
-    import zoo.plugin.registry
+    import zoo.plugin.current
 
-    registry = zoo.plugin.registry.load_registry(plugins={"dup": _Shadow()}, prefer=["dup"])
+    registry = zoo.plugin.current.load_registry(plugins={"dup": _Shadow()}, prefer=["dup"])
     use_registry(registry)
     code, out, _ = run(capsys, "plugins")
     assert code == 0

@@ -63,7 +63,7 @@ for argv in json.loads(sys.argv[1]):
         except SystemExit as exc:
             code = exc.code
     results.append([code, err.getvalue(), "torch" in sys.modules])
-results.append([0, "", "zoo.plugin.registry" in sys.modules])  # the commands ran here
+results.append([0, "", "zoo.plugin.current" in sys.modules])  # the commands ran here
 print(json.dumps(results))
 """
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 import zoo
-import zoo.plugin.registry
+import zoo.plugin.current
 from zoo.errors import ConfigError, PluginContractError, PluginError, RegistryConflictError
 from zoo.nn import GatedFeedForward, RMSNorm, RotaryPositions, self_attention_mask
 from zoo.plugin.specs import ComponentSpec
@@ -44,7 +44,7 @@ def _identity(config) -> nn.Module:
 
 
 def _use(use_registry, **kwargs):
-    return use_registry(zoo.plugin.registry.load_registry(**kwargs))
+    return use_registry(zoo.plugin.current.load_registry(**kwargs))
 
 
 # -- the registry -------------------------------------------------------------------------------
@@ -78,7 +78,7 @@ def test_a_broken_component_plugin_does_not_take_the_registry_down(use_registry)
     assert info.status == "failed" and "zoo_components: RuntimeError: boom" in info.error
     assert zoo.build("llama-tiny")
     with pytest.raises(PluginError, match="boom"):
-        zoo.plugin.registry.load_registry(plugins={"broken": broken}, strict=True)
+        zoo.plugin.current.load_registry(plugins={"broken": broken}, strict=True)
 
 
 def test_an_unknown_component_is_a_config_error_listing_the_known_ones():

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import zoo
-import zoo.plugin.registry
+import zoo.plugin.current
 from zoo.nn import DecoderLM, LayerCache
 from zoo.nn.decoding import DecoderSession
 from zoo.nn.masks import positions_from_mask
@@ -158,7 +158,7 @@ class _PositionOffByOne(DecoderLM):
     ],
 )
 def test_the_kit_catches_broken_models(monkeypatch, cls, check, use_registry):
-    registry = zoo.plugin.registry.load_registry(
+    registry = zoo.plugin.current.load_registry(
         plugins={"broken": _plugin_with(f"{__name__}:{cls}", "broken-gpt")}
     )
     use_registry(registry)
@@ -192,7 +192,7 @@ class _PlainModule(torch.nn.Module):
 
 
 def test_a_model_that_is_not_a_zoo_model_is_refused_at_first_build(monkeypatch, use_registry):
-    registry = zoo.plugin.registry.load_registry(
+    registry = zoo.plugin.current.load_registry(
         plugins={"plain": _plugin_with(f"{__name__}:_PlainModule", "plain-gpt")}
     )
     use_registry(registry)

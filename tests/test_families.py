@@ -328,7 +328,7 @@ class _Variants:
 def test_the_kit_passes_a_model_its_layout_cannot_hold(name: str, use_registry: Any, tmp_path):
     """The kit's layout check honours ``represents``, as export does: a Llama with q/k/v
     biases (or a Qwen2 with q/k norms) is a valid zoo model that the HF layout cannot hold."""
-    from zoo.plugin.registry import load_registry
+    from zoo.plugin.current import load_registry
     from zoo.testing import CHECKS, CheckSkipped, run_check
 
     use_registry(load_registry(plugins={"variants": _Variants()}))

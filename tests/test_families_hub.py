@@ -21,7 +21,7 @@ from parity import padded_batch
 from test_families import reference
 
 import zoo
-from zoo.plugin.registry import load_registry
+from zoo.plugin.current import load_registry
 
 #: named model -> (family in test_families, chat folder of tests/chat_folders, template?,
 #: the plugin module declaring its tokenizer)

@@ -19,8 +19,8 @@ else:  # pragma: no cover
 import pytest
 from conftest import install_distribution
 
+from zoo.plugin.current import load_registry
 from zoo.plugin.host import PluginHost
-from zoo.plugin.registry import load_registry
 
 ROOT = Path(__file__).parents[1]
 PLUGINS = ROOT / "plugins"

@@ -216,7 +216,7 @@ _PLANTED = Planted("gemma-2-2b-it", {"gemma2-swapped": ("hf-gemma2", _SWAPPED),
 def test_the_kit_catches_the_planted_bugs_the_round_trip_passes(use_registry: Any) -> None:
     """The reference check fails each planted bug (tests/test_conformance.py runs it on
     gemma-2-2b-it itself, against Gemma2ForCausalLM: it passes, logits 0 apart)."""
-    from zoo.plugin.registry import load_registry
+    from zoo.plugin.current import load_registry
     from zoo.testing import run_check
 
     use_registry(load_registry(plugins={"planted": _PLANTED}))

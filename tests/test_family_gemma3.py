@@ -284,7 +284,7 @@ def test_the_kit_catches_the_planted_bugs_the_round_trip_passes(use_registry: An
     """``zoo check``'s reference check fails both planted bugs, which its round trip passes
     (tests/test_conformance.py runs it on gemma-3-1b-it itself, shrunk, every parameter
     random, against Gemma3ForCausalLM: it passes, logits 4.3e-06 apart, greedy tokens equal)."""
-    from zoo.plugin.registry import load_registry
+    from zoo.plugin.current import load_registry
     from zoo.testing import run_check
 
     use_registry(load_registry(plugins={"planted": _PLANTED}))

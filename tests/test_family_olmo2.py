@@ -158,7 +158,7 @@ _PLANTED = Planted("olmo-2-1b-instruct", {"olmo2-swapped": ("hf-olmo2", _SWAPPED
 
 
 def test_the_kit_proves_olmo2_against_transformers_and_catches_swapped_norms(use_registry):
-    from zoo.plugin.registry import load_registry
+    from zoo.plugin.current import load_registry
     from zoo.testing import run_check
 
     note = run_check("olmo-2-1b-instruct", "reference")

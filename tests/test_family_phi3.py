@@ -153,7 +153,7 @@ _PLANTED = Planted("phi-3-mini-4k-instruct", {"phi3-swapped": ("hf-phi3", _SWAPP
 
 
 def test_the_kit_proves_phi3_against_transformers_and_catches_swapped_norms(use_registry):
-    from zoo.plugin.registry import load_registry
+    from zoo.plugin.current import load_registry
     from zoo.testing import run_check
 
     note = run_check("phi-3-mini-4k-instruct", "reference")

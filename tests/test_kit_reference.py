@@ -23,7 +23,7 @@ import zoo
 from zoo.checkpoint.hf_layout import KeyRule, hf_layout
 from zoo.checkpoint.hf_rules import DOWN, GATE_UP, llama_qkv, llama_rules
 from zoo.nn import DecoderLM
-from zoo.plugin.registry import load_registry
+from zoo.plugin.current import load_registry
 from zoo.testing import CheckSkipped, run_check, run_conformance
 
 transformers = pytest.importorskip("transformers")

@@ -169,7 +169,7 @@ class _BlockPlugin:
 
 
 def test_a_plugin_declares_its_block_and_it_is_told_its_layer(use_registry) -> None:  # type: ignore[no-untyped-def]
-    from zoo.plugin.registry import load_registry
+    from zoo.plugin.current import load_registry
     from zoo.testing import run_check
 
     use_registry(load_registry(plugins={"tagged": _BlockPlugin()}))

@@ -306,7 +306,7 @@ USES = {
     # resumes from its checkpoint (the saved model loaded back)
     "zoo.train": """
         import tempfile, os
-        from zoo.plugin.registry import get_registry
+        from zoo.plugin.current import get_registry
         from zoo.train import TrainConfig, train
         arch, spec, config = get_registry().resolve("gpt2-124m", n_layers=1, d_model=32,
                                                     n_heads=2, d_ff=64, context_length=16)
@@ -326,7 +326,7 @@ USES = {
     "zoo.checkpoint": """
         import tempfile, torch
         from zoo.checkpoint import load_local, save
-        from zoo.plugin.registry import get_registry
+        from zoo.plugin.current import get_registry
         arch, _, config = get_registry().resolve("gpt2-124m", n_layers=1, d_model=32,
                                                  n_heads=2, d_ff=64, vocab_size=300)
         model = get_registry().model_factory(arch)(config)
@@ -335,8 +335,8 @@ USES = {
             load_local(folder, tokenizer=False)
     """,
     # the registry: lists and resolves without building anything
-    "zoo.plugin.registry": """
-        from zoo.plugin.registry import get_registry
+    "zoo.plugin.current": """
+        from zoo.plugin.current import get_registry
         registry = get_registry()
         registry.resolve("gpt2-124m")
         registry.models()
@@ -350,7 +350,7 @@ ABOVE = {
         "zoo.quant",
         "zoo.adapters",
         "zoo.runtime",
-        "zoo.plugin.registry",
+        "zoo.plugin.current",
         "zoo.plugin.host",
         "zoo.checkpoint",
         "zoo.hub",
@@ -376,7 +376,7 @@ ABOVE = {
     ),
     "zoo.generation": (
         "zoo.runtime",
-        "zoo.plugin.registry",
+        "zoo.plugin.current",
         "zoo.checkpoint",
         "zoo.hub",
         "zoo.api",
@@ -388,7 +388,7 @@ ABOVE = {
     "zoo.serve": ("zoo.hub", "zoo.api", "zoo.loading", "zoo.cli", "zoo.train"),
     "zoo.train": ("zoo.hub", "zoo.api", "zoo.loading", "zoo.cli", "zoo.serve"),
     "zoo.checkpoint": ("zoo.hub", "zoo.api", "zoo.loading", "zoo.cli", "zoo.train"),
-    "zoo.plugin.registry": (
+    "zoo.plugin.current": (
         "torch",
         "zoo.nn",
         "zoo.checkpoint",

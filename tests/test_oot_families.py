@@ -1,7 +1,7 @@
 """Third-party families need no model code: GPT-J, Cohere and StarCoder2, written
 as out-of-tree plugins from the docs alone (``tests/oot_plugins``: a config of other defaults,
 the hooks and a Hugging Face layout; no subclass of ``zoo.nn.DecoderLM``), registered with
-``zoo.plugin.registry.load_registry(plugins=...)`` and held against transformers' own classes
+``zoo.plugin.current.load_registry(plugins=...)`` and held against transformers' own classes
 on tiny random configs written with ``save_pretrained``: float32 logits within 1e-5 on a batch with
 left and right padding, greedy tokens equal to transformers' ``generate``, the export loaded
 back by ``from_pretrained``, ``quantize="int8"`` tracking float (scale included).
@@ -30,7 +30,7 @@ import transformers
 from parity import max_logit_diff, padded_batch
 
 import zoo
-from zoo.plugin.registry import load_registry
+from zoo.plugin.current import load_registry
 
 PLUGINS = {"gptj": oot_plugins.gptj, "cohere": oot_plugins.cohere,
            "starcoder2": oot_plugins.starcoder2}  # fmt: skip
@@ -70,7 +70,7 @@ def reference(family: str, folder: Path, seed: int = 0) -> torch.nn.Module:
 
 
 @pytest.fixture(scope="module")
-def registry() -> Iterator[zoo.plugin.registry.Registry]:
+def registry() -> Iterator[zoo.plugin.current.Registry]:
     """The installed plugins plus the three out-of-tree ones, for every test of this module."""
     with zoo.use_registry(load_registry(plugins=PLUGINS)) as reg:
         yield reg

@@ -18,14 +18,14 @@ import pytest
 from conftest import install_distribution
 
 import zoo
-import zoo.plugin.registry
+import zoo.plugin.current
 from zoo.errors import (
     PluginError,
     RegistryConflictError,
     UnknownArchitectureError,
     ZooError,
 )
-from zoo.plugin.registry import load_registry
+from zoo.plugin.current import load_registry
 
 BUILTINS = {"gpt1", "gpt2-124m", "wiki-gpt-wordpiece", "transformer-encdec"}
 

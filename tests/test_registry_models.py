@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from zoo.errors import PluginContractError
-from zoo.plugin.registry import BUILTIN_REGISTRY, load_registry
+from zoo.plugin.current import BUILTIN_REGISTRY, load_registry
 from zoo.plugin.tokenizer_specs import RepoTokenizer
 
 RECORDED = json.loads((Path(__file__).parent / "data" / "named_models.json").read_text())

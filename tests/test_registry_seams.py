@@ -10,10 +10,10 @@ import sys
 import pytest
 
 import zoo
-import zoo.plugin.registry
+import zoo.plugin.current
 from zoo.cli import main
 from zoo.errors import PluginError, ZooError
-from zoo.plugin.registry import load_registry
+from zoo.plugin.current import load_registry
 
 GOOD = "[models.mine]\narchitecture = 'gpt2'\nconfig = { n_layers = 1 }\n"
 

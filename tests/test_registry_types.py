@@ -16,7 +16,7 @@ from zoo_plugins.gpt_neox.config import GPTNeoXConfig
 import zoo
 from zoo.cli import main
 from zoo.errors import CheckpointError, RegistryConflictError, UnknownModelError
-from zoo.plugin.registry import load_registry
+from zoo.plugin.current import load_registry
 
 NEOX_FILE = {
     "model_type": "gpt_neox", "architectures": ["GPTNeoXForCausalLM"], "vocab_size": 300,

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 import zoo
-import zoo.plugin.registry
-from zoo.plugin.registry import load_registry
+import zoo.plugin.current
+from zoo.plugin.current import load_registry
 
 SMALL = {"n_layers": 1, "d_model": 32, "n_heads": 2, "d_ff": 64}
 calls: list[dict] = []
@@ -172,7 +172,7 @@ def test_tokenizer_false_is_recorded(tmp_path):
 
 
 def test_the_built_in_directory_readers_declare_it():
-    registry = zoo.plugin.registry.load_registry()
+    registry = zoo.plugin.current.load_registry()
     assert registry.tokenizer("gpt1-bpe").reads_checkpoint
     assert registry.tokenizer("subword-bpe").reads_checkpoint
     # gpt2-bpe reads a Hugging Face folder's vocab.json + merges.txt or tokenizer.json only

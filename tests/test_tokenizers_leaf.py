@@ -77,12 +77,12 @@ def test_the_checker_sees_imports_in_functions_but_not_type_checking():
         if TYPE_CHECKING:
             from ..hub import transfer
         def f():
-            from ..plugin.registry import get_registry
+            from ..plugin.current import get_registry
         """
     )
     found = _zoo_imports(source, "zoo.tokenizers")
-    assert found == {"zoo.tokenizers.errors.TokenizerError", "zoo.plugin.registry.get_registry"}
-    assert _outside(found, "zoo.tokenizers") == {"zoo.plugin.registry.get_registry"}
+    assert found == {"zoo.tokenizers.errors.TokenizerError", "zoo.plugin.current.get_registry"}
+    assert _outside(found, "zoo.tokenizers") == {"zoo.plugin.current.get_registry"}
 
 
 BARE = textwrap.dedent(

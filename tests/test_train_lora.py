@@ -274,7 +274,7 @@ def test_fsdp_with_a_lora_is_refused_on_several_processes_only():
 
 
 def test_a_family_declares_its_default_targets():
-    from zoo.plugin.registry import get_registry
+    from zoo.plugin.current import get_registry
     from zoo.plugin.specs import ArchitectureSpec
     from zoo.train.adapter import default_targets
 

@@ -25,7 +25,7 @@ from zoo.checkpoint.state import tied_groups
 from zoo.config import ModelConfig
 from zoo.errors import CheckpointError, ChecksumMismatchError, ConfigError
 from zoo.nn import ZooModel
-from zoo.plugin.registry import load_registry
+from zoo.plugin.current import load_registry
 
 MODELS = zoo.list_models()
 
@@ -333,7 +333,7 @@ def test_non_persistent_buffers_are_recreated(tmp_path: Path, buffered_registry)
 def test_unknown_architecture_names_the_plugin(
     tmp_path: Path, buffered_registry, monkeypatch, use_registry
 ):
-    import zoo.plugin.registry
+    import zoo.plugin.current
 
     zoo.save(zoo.build(BufferedConfig()), tmp_path)
     manifest = json.loads((tmp_path / "config.json").read_text())

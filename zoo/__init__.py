@@ -48,8 +48,8 @@ if TYPE_CHECKING:  # type checkers see the real names (and generate's overloads)
     from .generation import GenerationConfig, generate
     from .hub import pull, push
     from .loading import convert_checkpoint, load, merge
+    from .plugin.current import add_plugin, get_registry, reset_registry, use_registry
     from .plugin.hookspecs import hookimpl
-    from .plugin.registry import add_plugin, get_registry, reset_registry, use_registry
     from .plugin.specs import (
         ArchitectureSpec,
         ComponentSpec,
@@ -133,7 +133,7 @@ _EXPORTS = {
     "zoo.loading": ("convert_checkpoint", "load", "merge"),
     "zoo.adapters.lora": ("LoRA",),
     "zoo.plugin.hookspecs": ("hookimpl",),
-    "zoo.plugin.registry": ("add_plugin", "get_registry", "reset_registry", "use_registry"),
+    "zoo.plugin.current": ("add_plugin", "get_registry", "reset_registry", "use_registry"),
     "zoo.plugin.specs": (
         "AdapterSpec",
         "ArchitectureSpec",

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 from .config import ModelConfig, TransformerConfig
 from .devices import check_device, check_dtype
 from .errors import UnknownModelError, ZooError
+from .plugin.current import get_registry
 from .plugin.host import PluginInfo
-from .plugin.registry import get_registry
 from .plugin.specs import COMPONENT_KINDS, ArchitectureSpec, ModelSpec, WeightsSource
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ from .hub.adapter import adapter_folder
 from .hub.download import ADAPTER_CONFIG
 from .hub.load import load_hf, load_named
 from .hub.source import PREFIX, parse_hf_source
-from .plugin.registry import get_registry
+from .plugin.current import get_registry
 
 if TYPE_CHECKING:
     import torch

@@ -2,7 +2,7 @@
 docs/plugins.md and docs/families.md: declarations (a config deriving from
 ``zoo.config.DecoderConfig`` with other defaults, the hooks) and a Hugging Face layout, with
 no model code and no subclass of ``zoo.nn.DecoderLM``. ``tests/test_oot_families.py``
-registers them (``zoo.plugin.registry.load_registry(plugins=...)`` + ``zoo.use_registry``) and holds
+registers them (``zoo.plugin.current.load_registry(plugins=...)`` + ``zoo.use_registry``) and holds
 each against transformers' own class.
 
 - :mod:`oot_plugins.gptj`: GPT-J (one norm shared by parallel attention and MLP, partial

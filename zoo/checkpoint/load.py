@@ -18,7 +18,7 @@ from ..errors import (
     CorruptCheckpointError,
     UnsafeCheckpointError,
 )
-from ..plugin.registry import get_registry
+from ..plugin.current import get_registry
 from ..settings import VARIABLES, Settings
 from .commit import clean_stale, pinned_version
 from .files import (

@@ -28,7 +28,7 @@ from ..errors import (
     RegistryConflictError,
     UnknownArchitectureError,
 )
-from ..plugin.registry import get_registry
+from ..plugin.current import get_registry
 from ..plugin.specs import ArchitectureSpec
 from .files import check_weights_file
 from .manifest import CONFIG_FILE, Manifest, config_format, plugin_distribution

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CheckpointError, UnknownModelError, ZooError
-from ..plugin.registry import get_registry
+from ..plugin.current import get_registry
 from ..plugin.specs import ArchitectureSpec
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import ModelConfig
 from ..errors import CheckpointError, UnknownArchitectureError
-from ..plugin.registry import get_registry
+from ..plugin.current import get_registry
 from ..plugin.specs import ArchitectureSpec
 from .commit import atomic_directory
 from .manifest import CONFIG_FILE, FORMAT_VERSION, Manifest, weights_record

@@ -11,9 +11,9 @@ from typing import Any
 
 from .. import api
 from ..errors import ZooError
+from ..plugin.current import add_plugin
 from ..plugin.hookspecs import hookimpl
 from ..plugin.model_specs import ModelSpec
-from ..plugin.registry import add_plugin
 
 __all__ = ["check_sources", "checked_name"]
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from .. import api
 from ..errors import ZooError
-from ..plugin.registry import get_registry
+from ..plugin.current import get_registry
 from .checked import check_sources, checked_name
 from .output import printable, table
 from .parser import Command
@@ -17,8 +17,8 @@ from .parser import Command
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from ..plugin.current import Registry
     from ..plugin.host import PluginInfo
-    from ..plugin.registry import Registry
 
 __all__ = ["COMMANDS", "TOUR_MAX_MIB", "conflict_notes"]
 

@@ -186,7 +186,7 @@ def _check_lora(args: argparse.Namespace) -> None:
         raise ValueError("--task classify trains a new head; it cannot go with --lora")
     source = _base_source(args)
     loading.check_source(source)
-    from ..plugin.registry import get_registry
+    from ..plugin.current import get_registry
 
     registry = get_registry()
     named = source in registry and not source.startswith("hf:")  # a name: the named model

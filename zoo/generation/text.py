@@ -42,7 +42,7 @@ def resolve_tokenizer(model: ZooModel, tokenizer: Tokenizer | None, why: str) ->
             f"{model.tokenizer_error}. Pass tokenizer=..., or give ids instead of text"
         )
     if tokenizer is None and model.name:
-        from ..plugin.registry import get_registry  # only here: a model that brings none
+        from ..plugin.current import get_registry  # only here: a model that brings none
 
         tokenizer = get_registry().model_tokenizer(model.name).load()
     if tokenizer is None:

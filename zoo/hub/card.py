@@ -11,7 +11,7 @@ from typing import Any
 
 from ..checkpoint.manifest import Manifest, plugin_distribution
 from ..errors import ZooError
-from ..plugin.registry import get_registry
+from ..plugin.current import get_registry
 
 __all__ = ["DEFAULT_LICENSE", "adapter_card", "model_card"]
 

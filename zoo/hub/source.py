@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..errors import HubError
-from ..plugin.registry import get_registry
+from ..plugin.current import get_registry
 from ..plugin.specs import WeightsSource
 
 __all__ = ["PREFIX", "HubSource", "parse_hf_source", "resolve_source"]

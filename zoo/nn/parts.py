@@ -7,7 +7,7 @@ built from its config *and* a :class:`Parts` that says what each name stands for
     model = DecoderLM(config, parts)
 
 ``zoo.build`` and ``zoo.load`` pass the parts the registry resolved once from the config
-(plugins' components included, :meth:`zoo.plugin.registry.Registry.parts`). Built directly without
+(plugins' components included, :meth:`zoo.plugin.current.Registry.parts`). Built directly without
 parts, a model gets :meth:`Parts.builtin`: the components that come with ``zoo.nn``.
 """
 

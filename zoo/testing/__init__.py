@@ -30,7 +30,7 @@ from collections.abc import Iterable
 
 import torch
 
-from ..plugin.registry import get_registry
+from ..plugin.current import get_registry
 from .checks import CHECKS, DEVICE_FREE, assert_logits_close
 from .reference import CheckSkipped
 from .small import small_overrides

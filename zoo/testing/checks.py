@@ -19,7 +19,7 @@ from ..api import build, resolve_config
 from ..checkpoint.state import tied_groups
 from ..generation import generate
 from ..nn.base import ZooModel
-from ..plugin.registry import get_registry
+from ..plugin.current import get_registry
 from .reference import CheckSkipped, IdsTokenizer, compare_with_architecture_reference
 from .small import small_model, small_overrides
 

@@ -74,7 +74,7 @@ def classifier(model: ZooModel, labels: list[str]) -> SequenceClassifier:
     from ..errors import ZooError
     from ..nn.classifier import SequenceClassifier
     from ..nn.parts import Parts
-    from ..plugin.registry import get_registry
+    from ..plugin.current import get_registry
 
     registry = get_registry()
     body = registry.architecture(type(model.config).architecture)

@@ -56,7 +56,7 @@ def default_targets(model: ZooModel) -> tuple[str, ...]:
     """The layers a LoRA adapts on ``model`` when it names none: its architecture's
     ``lora_targets``, else :data:`~zoo.adapters.lora.DEFAULT_TARGETS`."""
     from ..errors import ZooError
-    from ..plugin.registry import get_registry
+    from ..plugin.current import get_registry
 
     architecture = getattr(type(getattr(model, "config", None)), "architecture", None)
     if not isinstance(architecture, str):

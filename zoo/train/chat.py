@@ -253,7 +253,7 @@ def for_chat(model: ZooModel, tokenizer: Any = None, template: str | None = None
     Raises:
         DataError: no tokenizer, or a tokenizer without a chat template and none given.
     """
-    from ..plugin.registry import get_registry
+    from ..plugin.current import get_registry
     from ..tokenizers import with_chat_template
 
     tokenizer = tokenizer or model.tokenizer  # (zoo.train.start's choice, made before it)

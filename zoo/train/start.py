@@ -130,7 +130,7 @@ def _last_val_loss(history: list[dict[str, Any]]) -> float | None:
 def _tokenizer(model: ZooModel, tokenizer: Any) -> Any:
     """The tokenizer given, else the model's own, else its named model's (which the
     registry resolves)."""
-    from ..plugin.registry import get_registry
+    from ..plugin.current import get_registry
 
     tok = tokenizer or model.tokenizer
     if not tok and model.name:

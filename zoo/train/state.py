@@ -28,7 +28,7 @@ from ..checkpoint.commit import atomic_directory
 from ..checkpoint.state import all_finite
 from ..errors import ZooError
 from ..nn.base import ZooModel
-from ..plugin.registry import get_registry
+from ..plugin.current import get_registry
 from .config import TrainConfig
 from .errors import ResumeError
 
