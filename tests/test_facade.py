@@ -58,7 +58,7 @@ def test_every_moved_module_path_is_the_new_module_with_a_warning():
     # very module of its new one, and the warning names it; the modules zoo.nn gave up are in it
     code = (
         "import importlib, json, warnings\n"
-        "from zoo._moved import MOVED\n"
+        "from zoo._moved import MOVED, REMOVAL\n"
         "wrong = []\n"
         "for old, new in MOVED.items():\n"
         "    with warnings.catch_warnings(record=True) as seen:\n"
@@ -66,6 +66,8 @@ def test_every_moved_module_path_is_the_new_module_with_a_warning():
         "        module = importlib.import_module(old)\n"
         "    said = ' '.join(str(w.message) for w in seen if w.category is DeprecationWarning)\n"
         "    if module is not importlib.import_module(new) or f'moved to {new}' not in said:\n"
+        "        wrong.append(old)\n"
+        "    elif f'{REMOVAL} removes the old path' not in said:  # the date to plan for\n"
         "        wrong.append(old)\n"
         "print(json.dumps(wrong))\n"
     )

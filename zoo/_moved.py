@@ -17,7 +17,11 @@ import warnings
 from collections.abc import Sequence
 from types import ModuleType
 
-__all__ = ["MOVED", "install"]
+__all__ = ["MOVED", "REMOVAL", "install"]
+
+#: The first release from which the old paths below no longer import (announced in each
+#: warning, so that a plugin's author has one date to plan for).
+REMOVAL = "zoo 0.3"
 
 #: Old module name -> where it lives now.
 MOVED = {
@@ -60,7 +64,7 @@ class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
         new = MOVED[spec.name]
         warnings.warn(
-            f"{spec.name} moved to {new}; import it from there",
+            f"{spec.name} moved to {new}; import it from there ({REMOVAL} removes the old path)",
             DeprecationWarning,
             stacklevel=2,
         )
