@@ -14,7 +14,7 @@ import zoo
 from zoo.checkpoint.files import read_safetensors, sha256_file
 from zoo.checkpoint.shards import INDEX_FILE
 from zoo.errors import CheckpointError, ChecksumMismatchError, CorruptCheckpointError
-from zoo.hub import load as hub_load
+from zoo.hub import snapshot as hub_load
 from zoo.hub.download import Snapshot
 from zoo.hub.source import parse_hf_source
 

@@ -11,9 +11,9 @@ from serve_events import Collect
 
 import zoo
 from zoo.generation import GenerationConfig, stream_continuation
-from zoo.serve.budget import MIN_CHUNK, PrefillBudget
 from zoo.serve.engine import Engine, Request
 from zoo.serve.local import Turns
+from zoo.serve.prefill_budget import MIN_CHUNK, PrefillBudget
 from zoo.serve.scheduler import Chunk, plan_chunks
 
 

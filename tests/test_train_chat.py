@@ -21,7 +21,7 @@ from zoo.tokenizers import ChatTemplateError, with_chat_template
 from zoo.tokenizers.byte import ByteTokenizer
 from zoo.tokenizers.chat_replies import reply_tokens
 from zoo.train import DataError, TrainConfig, train
-from zoo.train.chat import ChatData, for_chat, read_conversations
+from zoo.train.chat_data import ChatData, for_chat, read_conversations
 from zoo.train.data import IGNORE
 
 DATA = Path(__file__).parents[1] / "plugins" / "shakespeare" / "data"

@@ -15,7 +15,12 @@ import torch
 from zoo.tokenizers import with_chat_template
 from zoo.tokenizers.byte import ByteTokenizer
 from zoo.train import DataError
-from zoo.train.chat import ChatData, count_conversations, iter_conversations, read_conversations
+from zoo.train.chat_data import (
+    ChatData,
+    count_conversations,
+    iter_conversations,
+    read_conversations,
+)
 from zoo.train.data import IGNORE
 
 DATA = Path(__file__).parents[1] / "plugins" / "shakespeare" / "data"
@@ -124,7 +129,7 @@ def test_the_check_streams_one_line_at_a_time(tmp_path):
 
 def test_a_bad_last_line_is_found_before_anything_is_rendered(tmp_path, monkeypatch):
     import zoo.tokenizers.chat_replies as replies
-    from zoo.train.chat import read_chat
+    from zoo.train.chat_data import read_chat
     from zoo.train.task import DataRequest
 
     rendered = []

@@ -20,7 +20,7 @@ import zoo
 from zoo.cli import main
 from zoo.errors import ConfigError
 from zoo.train import TrainConfig, train
-from zoo.train.budget import Budget, stop_reason
+from zoo.train.time_budget import Budget, stop_reason
 from zoo.train.world import World
 
 CPU = torch.device("cpu")

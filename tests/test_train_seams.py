@@ -407,7 +407,7 @@ def work_clock(monkeypatch: pytest.MonkeyPatch) -> WorkClock:
     from types import SimpleNamespace
 
     from zoo.train import loop, start, steps
-    from zoo.train.budget import Budget
+    from zoo.train.time_budget import Budget
 
     clock = WorkClock()
     fake_time = SimpleNamespace(monotonic=clock.monotonic)

@@ -50,6 +50,13 @@ MOVED = {
     "zoo.nn.slots": "zoo.runtime.slots",
     "zoo.nn.slot_step": "zoo.runtime.slot_step",
     "zoo.nn.prefix_cache": "zoo.runtime.prefix_cache",
+    "zoo.serve.budget": "zoo.serve.prefill_budget",
+    "zoo.serve.chat": "zoo.serve.chat_prompt",
+    "zoo.train.budget": "zoo.train.time_budget",
+    "zoo.train.chat": "zoo.train.chat_data",
+    "zoo.train.files": "zoo.train.data_files",
+    "zoo.tokenizers.files": "zoo.tokenizers.vocab_files",
+    "zoo.hub.load": "zoo.hub.snapshot",
 }
 
 

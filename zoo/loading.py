@@ -19,7 +19,7 @@ from .checkpoint.write import export, save
 from .errors import CheckpointError, UnknownModelError
 from .hub.adapter import adapter_folder
 from .hub.download import ADAPTER_CONFIG
-from .hub.load import load_hf, load_named
+from .hub.snapshot import load_hf, load_named
 from .hub.source import PREFIX, parse_hf_source
 from .plugin.current import get_registry
 

@@ -21,8 +21,8 @@ from tokenizers.models import BPE
 from zoo import jsonfile
 from zoo.hub.tokenizer_files import hub_files
 from zoo.tokenizers.errors import VocabularyFileError
-from zoo.tokenizers.files import read_verified
 from zoo.tokenizers.hf_backend import HFTokenizer
+from zoo.tokenizers.vocab_files import read_verified
 
 __all__ = ["DESCRIPTION", "HUB_REPO", "N_MERGES", "VOCAB_SIZE", "from_files", "load"]
 

@@ -18,8 +18,8 @@ from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers
 from tokenizers.models import WordPiece
 
 from zoo.tokenizers.errors import VocabularyFileError
-from zoo.tokenizers.files import read_verified
 from zoo.tokenizers.hf_backend import HFTokenizer
+from zoo.tokenizers.vocab_files import read_verified
 
 __all__ = ["DESCRIPTION", "VOCAB_SHA256", "VOCAB_SIZE", "from_vocab_file", "load"]
 

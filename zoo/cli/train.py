@@ -42,7 +42,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     model = _model(args, overrides)
     if args.task == "classify":  # a linear head over the labels the data uses
         model = classifier(model, labels_in(args.data))
-    if args.task == "chat":  # conversations through a chat template (zoo.train.chat)
+    if args.task == "chat":  # conversations through a chat template (zoo.train.chat_data)
         tokenizer = _chat_tokenizer(args, model, tokenizer)
     result = train(
         model,
@@ -85,7 +85,7 @@ def _chat_tokenizer(args: argparse.Namespace, model: ZooModel, tokenizer: Any) -
     """The tokenizer that renders ``--task chat``'s conversations (``--chat-template``'s in
     place of its own template when given); ``model`` set to train on them."""
     from ..tokenizers.chat_files import read_template_file
-    from ..train.chat import for_chat
+    from ..train.chat_data import for_chat
 
     template = None if args.chat_template is None else read_template_file(args.chat_template)
     return for_chat(model, tokenizer, template)
@@ -211,8 +211,8 @@ def _check_chat(args: argparse.Namespace) -> None:
 
 
 def _check_train(args: argparse.Namespace) -> None:
-    from ..tokenizers.files import read_manifest
-    from ..train.files import text_files
+    from ..tokenizers.vocab_files import read_manifest
+    from ..train.data_files import text_files
 
     check_counts(args, train_bounds())
     _check_lora(args)

@@ -15,7 +15,7 @@ and the one ``config.json`` records (for each shard of a sharded repo). No code 
 is ever run and no pickle is read.
 
 Modules: :mod:`.source` (``hf:`` strings and named models), :mod:`.download` (pull),
-:mod:`.load` (``zoo.load`` on top of pull), :mod:`.upload` (push), :mod:`.card` (the model
+:mod:`.snapshot` (``zoo.load`` on top of pull), :mod:`.upload` (push), :mod:`.card` (the model
 card), :mod:`.failures` (Hub errors as zoo errors), :mod:`.tokenizer_files` (a named model's
 tokenizer files, for :mod:`zoo.tokenizers`, which never fetches), :mod:`.transfer` (one
 file's checked download into the cache), :mod:`.adapter` (a LoRA adapter's pull and its facts:

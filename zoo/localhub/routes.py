@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .commits import WriteRoutes
-from .files import ReadRoutes
 from .protocol import API_TYPES
+from .read_api import ReadRoutes
 
 __all__ = ["Handler"]
 

@@ -31,7 +31,7 @@ import torch
 from ..adapters.lora_bank import attach_bank
 from ..kernels.threads import DecodeThreads
 from ..runtime.prefix_cache import PrefixCacheStats, prefix_cache_for
-from .budget import DEFAULT_MAX_STALL, DEFAULT_PREFILL_CHUNK
+from .prefill_budget import DEFAULT_MAX_STALL, DEFAULT_PREFILL_CHUNK
 from .request import Event, Finish, Request
 from .runner import Runner
 from .scheduler import EngineStopped, QueueFull, Scheduler, StepPlan

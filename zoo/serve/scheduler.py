@@ -6,7 +6,7 @@ Requests wait in one queue and are admitted in arrival order into the free rows 
 running batch between two steps (first come, first served). Then, as vLLM's scheduler does,
 :meth:`Scheduler.plan` decides the step: every running request past its prompt decodes one
 token (none waits on another's length, and a decode is never cut), and the prompts still
-coming in get chunks under the step's prefill budget (:class:`~zoo.serve.budget.
+coming in get chunks under the step's prefill budget (:class:`~zoo.serve.prefill_budget.
 PrefillBudget`; the chunks are prefilled left-padded in one pass, so the budget counts the
 padding): as many of them as prefill the most real tokens, oldest first, each from where it
 stands (:func:`plan_chunks`). The oldest prompt waiting gets a chunk every step, so none
@@ -25,7 +25,7 @@ import threading
 from collections.abc import Sequence
 from typing import Generic, Protocol, TypeVar
 
-from .budget import DEFAULT_MAX_STALL, DEFAULT_PREFILL_CHUNK, PrefillBudget
+from .prefill_budget import DEFAULT_MAX_STALL, DEFAULT_PREFILL_CHUNK, PrefillBudget
 
 __all__ = [
     "Chunk",

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..generation import GenerationConfig
 from ..tokenizers import Tokenizer
-from .chat import ChatTemplates
+from .chat_prompt import ChatTemplates
 from .engine import Engine
 from .metrics import Metrics
 from .prepare import PromptTooLong, completion_prompt, conversation, encode_within, parse_body

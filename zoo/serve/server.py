@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 import uvicorn
 
 from .app import create_app
-from .budget import DEFAULT_MAX_STALL, DEFAULT_PREFILL_CHUNK
 from .engine import DEFAULT_PREFIX_CACHE_BYTES, Engine
 from .guard import DEFAULT_MAX_BODY_BYTES
 from .limits import ACCEPT_BURST, Limits, bounded_protocol, connection_cap
+from .prefill_budget import DEFAULT_MAX_STALL, DEFAULT_PREFILL_CHUNK
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

@@ -17,7 +17,7 @@ from .base import Tokenizer
 from .chat_files import chat_from_manifest, chat_manifest
 from .chunking import CUT_ANYWHERE, pieces
 from .errors import TokenizerError, TokenizerInputError, VocabularyFileError
-from .files import MANIFEST, sha256_bytes, write_manifest
+from .vocab_files import MANIFEST, sha256_bytes, write_manifest
 
 if TYPE_CHECKING:
     from .chat import ChatTemplate

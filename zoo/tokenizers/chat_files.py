@@ -36,7 +36,7 @@ def chat_from_manifest(directory: Path, manifest: Mapping[str, Any]) -> ChatTemp
     if manifest.get("chat_template") is None:
         return None
     from .chat import ChatTemplate
-    from .files import MANIFEST
+    from .vocab_files import MANIFEST
 
     try:
         return ChatTemplate(manifest["chat_template"], manifest.get("template_tokens", {}))

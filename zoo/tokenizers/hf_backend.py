@@ -15,7 +15,7 @@ from .base import Tokenizer
 from .chat_files import chat_from_manifest, chat_manifest
 from .chunking import CUT_WORDS, pieces
 from .errors import TokenizerError, VocabularyFileError
-from .files import MANIFEST, sha256_bytes, write_manifest
+from .vocab_files import MANIFEST, sha256_bytes, write_manifest
 
 T = TypeVar("T")
 

@@ -282,8 +282,8 @@ def load_folder(directory: str | Path) -> Tokenizer:
     Raises:
         VocabularyFileError: the folder holds neither.
     """
-    from .files import MANIFEST
     from .serialization import load_directory
+    from .vocab_files import MANIFEST
 
     directory = Path(directory)
     if (directory / MANIFEST).is_file():

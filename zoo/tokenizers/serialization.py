@@ -12,7 +12,7 @@ from typing import Any
 
 from .base import Tokenizer
 from .errors import TokenizerError, VocabularyFileError
-from .files import read_manifest
+from .vocab_files import read_manifest
 
 __all__ = ["load_directory", "load_tokenizer", "save_tokenizer"]
 

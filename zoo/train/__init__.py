@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 
 from .._lazy import lazy_attributes
 from .config import TrainConfig
+from .data_files import DataError
 from .errors import DivergedError, ResumeError, RunLockedError
-from .files import DataError
 
 if TYPE_CHECKING:  # type checkers see the real names
     from ..nn.base import ZooModel

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import jsonfile
-from .files import DataError
+from .data_files import DataError
 
 __all__ = [
     "MAX_FILE_BYTES",

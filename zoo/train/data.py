@@ -18,7 +18,7 @@ from torch import Tensor
 
 from .. import jsonfile
 from ..options import MAX_DISTINCT_BYTES
-from .files import DataError, text_files
+from .data_files import DataError, text_files
 
 __all__ = [
     "Batch",

@@ -34,7 +34,6 @@ import torch
 from ..checkpoint import save
 from ..devices import check_computes, check_device
 from ..nn.base import ZooModel
-from .budget import stop_reason
 from .config import TrainConfig
 from .errors import RunLockedError
 from .memory import out_of_memory_refused
@@ -43,6 +42,7 @@ from .run import Run, diverged, finite, write_record
 from .start import start
 from .state import plain_model, save_state
 from .steps import evaluate_now, optimizer_step
+from .time_budget import stop_reason
 from .world import World, any_rank, barrier, join, max_rank
 
 if TYPE_CHECKING:

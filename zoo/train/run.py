@@ -14,12 +14,12 @@ import torch
 from torch import nn
 
 from ..nn.base import ZooModel
-from .budget import Budget
 from .config import TrainConfig
+from .data_files import text_files
 from .errors import DivergedError
-from .files import text_files
 from .report import MetricsLog, Progress, read_run_record, utc_now, write_run_record
 from .task import DataSource, TaskSpec
+from .time_budget import Budget
 from .world import World, any_rank
 
 if TYPE_CHECKING:

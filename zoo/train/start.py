@@ -18,7 +18,6 @@ from torch import nn
 from ..errors import ConfigError
 from ..nn.base import ZooModel
 from ..tokenizers.base import check_fits
-from .budget import Budget
 from .config import TrainConfig
 from .data import DataError
 from .memory import check_training_memory
@@ -27,6 +26,7 @@ from .run import Run, open_record, seed
 from .state import has_state, load_state
 from .steps import evaluate
 from .task import DataRequest, DataSource, TaskSpec, task_of
+from .time_budget import Budget
 from .world import World, any_rank
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ Four specs are built in (:data:`TASKS`):
   (:class:`~zoo.train.data.PairData`); its blocks are ``model.encoder`` and ``model.decoder``.
 - ``"chat"``: a decoder on conversations (a ``.jsonl`` file in OpenAI's messages format)
   rendered through the tokenizer's chat template and packed in rows of ``context_length + 1``
-  tokens, the loss on the assistant's replies only (:mod:`zoo.train.chat`); its blocks are
+  tokens, the loss on the assistant's replies only (:mod:`zoo.train.chat_data`); its blocks are
   ``model.blocks``. No model declares it: ``zoo train --task chat`` (or
   ``model.train_task = "chat"``) picks it for a decoder.
 
@@ -150,7 +150,7 @@ def _read_pairs(model: ZooModel, request: DataRequest) -> DataSource:
 
 
 def _read_chat(model: ZooModel, request: DataRequest) -> DataSource:
-    from .chat import read_chat  # (imports the chat template renderer on first use)
+    from .chat_data import read_chat  # (imports the chat template renderer on first use)
 
     return read_chat(model, request)
 

@@ -45,7 +45,7 @@ from .chat_lines import (
     iter_conversations,
 )
 from .data import IGNORE, Batch
-from .files import DataError
+from .data_files import DataError
 
 if TYPE_CHECKING:
     from ..nn.base import ZooModel
