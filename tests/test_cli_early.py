@@ -4,11 +4,9 @@ command that takes one, with the message the command gave before."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
+
+from cli_probe import refused_before_torch
 
 #: (argv, what the error says). DATA is a text file that exists; everything else named is
 #: missing or misspelled.
@@ -49,41 +47,9 @@ CASES = [
     (["pull", "gtp2-124m"], "unknown model 'gtp2-124m'"),
 ]
 
-#: Runs each case through ``zoo.cli.main`` in one process and records, after each, its exit
-#: code, its stderr and whether torch had been imported by then.
-PROBE = r"""
-import contextlib, io, json, sys
-from zoo.cli import main
-results = []
-for argv in json.loads(sys.argv[1]):
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err):
-        try:
-            code = main(argv)
-        except SystemExit as exc:
-            code = exc.code
-    results.append([code, err.getvalue(), "torch" in sys.modules])
-results.append([0, "", "zoo.plugin.current" in sys.modules])  # the commands ran here
-print(json.dumps(results))
-"""
-
 
 def test_argument_errors_come_before_torch_is_imported(tmp_path: Path) -> None:
-    (tmp_path / "data.txt").write_text("some text to train on\n" * 10)
     (tmp_path / "tok").mkdir()  # a folder with no saved tokenizer in it
-    argvs = [[("data.txt" if a == "DATA" else a) for a in argv] for argv, _ in CASES]
-    run = subprocess.run(
-        [sys.executable, "-c", PROBE, json.dumps(argvs)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")},
+    assert refused_before_torch(tmp_path, CASES), (
+        "the registry was not imported: the commands did not run in the probe"
     )
-    assert run.returncode == 0, run.stderr
-    *results, control = json.loads(run.stdout)
-    assert control[2], "the registry was not imported: the commands did not run in the probe"
-    for (argv, expected), (code, err, torch_imported) in zip(CASES, results, strict=True):
-        assert code == 2 and expected in err, f"zoo {' '.join(argv)}: exit {code}: {err}"
-        assert err.count("\n") == 1, f"zoo {' '.join(argv)}: not one line: {err}"
-        assert not torch_imported, f"zoo {' '.join(argv)} imported torch before its error"
