@@ -28,7 +28,7 @@ thread policy (``ZOO_DECODE_THREADS``, default ``auto``: the cores other process
 free). ``--busy N`` runs N processes that each keep a core busy during the measurements.
 ``zoo ...+torch-kernels`` runs zoo with ``ZOO_NATIVE_KERNELS=0``: PyTorch's kernels instead
 of zoo's own one-row CPU kernels (``zoo.kernels.native``), to show what those bring; ``zoo
-...+per-module`` keeps those kernels but not the one-call block step (``zoo.nn.native_block``),
+...+per-module`` keeps those kernels but not the one-call block step (``zoo.runtime.native_block``),
 so each block runs module by module as before it.
 ``--decode-only`` measures batch-1 decoding only (the per-process peak and first generation
 too), by default of the engines the issue's goals name (``DECODE_ENGINES``):
@@ -128,8 +128,8 @@ CHILD = PEAK_MIB + textwrap.dedent(
         quantize = precision if precision.startswith("int") else None
         model = zoo.load(spec["zoo"], dtype=dtype, quantize=quantize, tokenizer=False)
         if per_module:  # every block module by module: no one-call block step
-            import zoo.nn.native_block
-            zoo.nn.native_block.decode = lambda *args: None
+            import zoo.runtime.native_block
+            zoo.runtime.native_block.decode = lambda *args: None
         def decode(ids):
             return zoo.generate(model, ids, max_new_tokens=new, temperature=0, compile=compiled)
         def forward(ids):

@@ -16,6 +16,7 @@ from zoo.config import DecoderConfig
 from zoo.errors import CheckpointError, ConfigError
 from zoo.nn import BUILTIN_COMPONENTS, DecoderLM, MultiHeadAttention, Parts, RMSNorm
 from zoo.nn.blocks import TransformerBlock
+from zoo.runtime import start_decoding
 
 CONFIG = DecoderConfig(
     vocab_size=97, context_length=32, d_model=32, n_heads=4, d_ff=64, n_layers=2,
@@ -83,6 +84,6 @@ def test_a_component_given_as_parts_reaches_every_block_and_decodes_with_the_cac
     ids = torch.randint(0, 97, (2, 7))
     with torch.no_grad():
         full = model(ids)
-        session = model.start_decoding(ids[:, :4], None, 3)
+        session = start_decoding(model, ids[:, :4], None, 3)
         steps = [session.prefill()] + [session.step(ids[:, i]) for i in range(4, 7)]
     assert torch.allclose(torch.stack(steps[:3], 1), full[:, 3:6], atol=1e-5)

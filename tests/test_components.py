@@ -16,6 +16,7 @@ import zoo.plugin.current
 from zoo.errors import ConfigError, PluginContractError, PluginError, RegistryConflictError
 from zoo.nn import GatedFeedForward, RMSNorm, RotaryPositions, self_attention_mask
 from zoo.plugin.specs import ComponentSpec
+from zoo.runtime import start_decoding
 
 BUILTIN = {
     "positions": ["learned", "none", "rotary", "sinusoidal"],
@@ -179,7 +180,7 @@ def test_silu_mlp():
 def test_grouped_query_attention_caches_only_its_kv_heads():
     model = zoo.build("llama-tiny", n_heads=4, n_kv_heads=1).eval()
     assert model.blocks[0].attn.qkv.weight.shape == (64 + 2 * 16, 64)
-    session = model.start_decoding(torch.randint(0, 320, (2, 5)), None, 3)
+    session = start_decoding(model, torch.randint(0, 320, (2, 5)), None, 3)
     session.prefill()
     assert session.cache.layers[0].k.shape == (2, 1, 8, 16)
 

@@ -9,9 +9,10 @@ import torch
 
 import zoo
 import zoo.plugin.current
-from zoo.nn import DecoderLM, LayerCache
-from zoo.nn.decoding import DecoderSession
+from zoo.nn import DecoderLM
 from zoo.nn.masks import positions_from_mask
+from zoo.runtime.cache import LayerCache
+from zoo.runtime.decoding import DecoderSession, start_session
 from zoo.testing import CHECKS, CheckSkipped, conformance_cases, run_check, run_conformance
 
 
@@ -116,7 +117,7 @@ class _BrokenCacheWrite(DecoderLM):
     """Its KV cache writes every step at index 0 (``cache.write(0, ...)``)."""
 
     def start_decoding(self, input_ids, keep, max_new_tokens, *, start_id=None):
-        session = super().start_decoding(input_ids, keep, max_new_tokens)
+        session = start_session(self, input_ids, keep, max_new_tokens)
         session.cache.layers = [_WriteAtZero(c.k, c.v) for c in session.cache.layers]
         return session
 

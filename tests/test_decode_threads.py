@@ -202,7 +202,7 @@ def _tiny_model():
 def _record_steps(monkeypatch) -> list[int]:
     """The thread count each decoding step (prefill included) runs with, as the model sees
     it: a forward pre-hook's reading would do as well."""
-    from zoo.nn.decoding import DecoderSession
+    from zoo.runtime.decoding import DecoderSession
 
     seen: list[int] = []
     for name in ("prefill", "step"):

@@ -27,7 +27,7 @@ from zoo_plugins.gemma3.convert import GEMMA3_CONFIG, HF_GEMMA3, read_gemma3, wr
 
 import zoo
 from zoo.nn import DecoderLM
-from zoo.nn.decoding import DecoderSession, StaticDecoderSession
+from zoo.runtime.decoding import DecoderSession, StaticDecoderSession
 from zoo.runtime.slots import SlotBatch
 
 LAYERS = ["sliding_attention", "full_attention", "sliding_attention"]

@@ -349,9 +349,13 @@ def test_the_continuation_keeps_the_space_after_the_prompt():
 
 
 def test_every_zoo_model_generates_by_recomputation_without_a_session():
-    """The README's plugin model defines no start_decoding: ZooModel's default recomputes."""
+    """The README's plugin model defines no start_decoding: zoo.runtime.start_decoding
+    decodes it by recomputation."""
+    from zoo.runtime import RecomputeSession, start_decoding
+
     model = small("toy-gpt-tiny")
-    assert type(model).start_decoding is zoo.nn.ZooModel.start_decoding
+    assert not hasattr(model, "start_decoding")
+    assert type(start_decoding(model, torch.tensor([[3, 17]]), None, 2)) is RecomputeSession
     prompt = [3, 17, 42, 7]
     assert zoo.generate(model, prompt, max_new_tokens=8, temperature=0) == (
         greedy_by_recomputation(model, prompt, 8)

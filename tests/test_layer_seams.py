@@ -20,8 +20,8 @@ import zoo
 from zoo.config import DecoderConfig
 from zoo.errors import ConfigError
 from zoo.nn import DecoderLM, MultiHeadAttention
-from zoo.nn.decoding import DecoderSession, StaticDecoderSession
 from zoo.quant.layers import quantize_
+from zoo.runtime.decoding import DecoderSession, StaticDecoderSession
 from zoo.runtime.slots import SlotBatch
 
 TINY = {"vocab_size": 97, "context_length": 64, "d_model": 32, "n_heads": 4, "n_kv_heads": 2,

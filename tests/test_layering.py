@@ -236,6 +236,21 @@ USES = {
                                ffn="swiglu")
         DecoderLM(config)(torch.tensor([[1, 2, 3]]))
     """,
+    # the decoding runtime: a session over a KV cache, a slot batch, the prefix cache
+    "zoo.runtime": TINY
+    + textwrap.dedent(
+        """
+        from zoo.runtime import start_decoding
+        from zoo.runtime.prefix_cache import prefix_cache_for
+        from zoo.runtime.slot_step import slot_batch
+        with torch.no_grad():
+            session = start_decoding(model, torch.tensor([[1, 2, 3]]), None, 2)
+            session.step(session.prefill().argmax(-1))
+            start_decoding(model, torch.tensor([[1]]), None, 2).prefill()  # the one-call step
+            slot_batch(model, 2, 16)
+            prefix_cache_for(model, 1 << 20)
+    """
+    ),
     # tokenizers: every public name, the byte tokenizer, a trained one saved and loaded
     "zoo.tokenizers": """
         import tempfile
@@ -374,8 +389,21 @@ ABOVE = {
         "zoo.serve",
         "zoo.train",
     ),
+    "zoo.runtime": (
+        "zoo.quant",
+        "zoo.adapters",
+        "zoo.plugin.current",
+        "zoo.plugin.host",
+        "zoo.checkpoint",
+        "zoo.hub",
+        "zoo.generation",
+        "zoo.api",
+        "zoo.loading",
+        "zoo.cli",
+        "zoo.train",
+        "zoo.serve",
+    ),
     "zoo.generation": (
-        "zoo.runtime",
         "zoo.plugin.current",
         "zoo.checkpoint",
         "zoo.hub",

@@ -1,8 +1,8 @@
 """zoo's own batch-1 float32 kernel (:mod:`zoo.kernels.native`, ``zoo/kernels/_native.c``): its
 product against float64 and ``F.linear`` over shapes that exercise every loop tail, the same bits
-on one thread and two, the inputs it must leave to PyTorch, :func:`zoo.nn.onednn.cpu_linear` using
-it for one row only, ``ZOO_NATIVE_KERNELS=0``, and a model decoding the same greedy tokens with it
-and without it, through it at every step.
+on one thread and two, the inputs it must leave to PyTorch, :func:`zoo.kernels.onednn.cpu_linear`
+using it for one row only, ``ZOO_NATIVE_KERNELS=0``, and a model decoding the same greedy tokens
+with it and without it, through it at every step.
 
 Every call into the kernel runs in a child process (forked from one that imported torch and
 zoo, :mod:`forkserver`): a crash in C is a failed case, not a dead test run. The cases skip
@@ -44,7 +44,8 @@ SETUP = textwrap.dedent(
     import torch.nn.functional as F
     import zoo
     from zoo.kernels import native
-    from zoo.nn import native_block, onednn
+    from zoo.kernels import onednn
+    from zoo.runtime import native_block
 
     def tensors(lead, n, k, bias, seed):
         g = torch.Generator().manual_seed(seed)
@@ -163,7 +164,8 @@ def test_a_library_without_the_kernels_functions_leaves_pytorchs_kernels(childre
         children,
         """
         os.environ["ZOO_NATIVE_KERNELS"] = "1"
-        native._SOURCE = "_ctypes"
+        from zoo.kernels import native_load
+        native_load._SOURCE = "_ctypes"
         native._library.cache_clear()
         assert native.available() is False
         x, w, b = tensors((1,), 4, 8, True, 0)
@@ -383,6 +385,6 @@ def test_batch_1_decoding_runs_on_the_kernel(decoded_with_kernel):
     assert result["declined"] == []
     # each step after the prompt's runs each of its 5 weights (q/k/v, attention output, the
     # two of the MLP, the output layer) once on one row, all in the one call of
-    # zoo.nn.native_block.decode (a silent fallback to the per-module path fails here)
+    # zoo.runtime.native_block.decode (a silent fallback to the per-module path fails here)
     assert result["linears"] == 5
     assert result["one_call"] >= TOKENS - 1, result

@@ -1,4 +1,4 @@
-"""zoo's one-call decoding step (``zoo.nn.native_block``, ``zoo/kernels/_native_block.c``: the
+"""zoo's one-call decoding step (``zoo.runtime.native_block``, ``zoo/kernels/_native_block.c``: the
 embedding, every block, the final norm and the head of one batch-1 token) against the
 per-module path it replaces and against transformers.
 
@@ -31,10 +31,18 @@ COMMON = textwrap.dedent(
     """
     import torch
     import zoo
-    from zoo.nn import native_block
-    from zoo.nn.cache import KVCache
+    from zoo.runtime import native_block
+    from zoo.runtime.cache import KVCache
 
-    from zoo.nn import onednn
+    def session_logits(model, ids, keep, positions, cache):
+        # what a decoding session computes for new ids: the one-call step where it applies
+        # (zoo.runtime.native_block.one_call), else the model's forward pass
+        fused = native_block.one_call(model, ids, keep, positions, cache)
+        if fused is not None:
+            return fused
+        return model.logits(ids, keep, positions, cache=cache)
+
+    from zoo.kernels import onednn
 
     onednn.MIN_WEIGHTS = 0  # the per-module path's products on zoo's kernel too, at any size
     fused_decode = native_block.decode
@@ -57,12 +65,12 @@ COMMON = textwrap.dedent(
         native_block.decode = fused_decode if fused else (lambda *args: None)
         out = []
         with torch.inference_mode():
-            model.logits(ids, None, torch.arange(ids.shape[1])[None], cache=cache)
+            session_logits(model, ids, None, torch.arange(ids.shape[1])[None], cache=cache)
             if fused:
                 native_block.decode = counted  # count the steps, not the prompt
             for i in range(steps.shape[1]):
                 pos = torch.tensor([[cache.length]])
-                out.append(model.logits(steps[:, i : i + 1], None, pos, cache=cache))
+                out.append(session_logits(model, steps[:, i : i + 1], None, pos, cache=cache))
         native_block.decode = counted
         return torch.cat(out, 1), cache
 
@@ -223,8 +231,8 @@ DECLINES = COMMON + textwrap.dedent(
     native_block.decode = counted
     calls.clear()
     cache = KVCache(2, 1, 4, 16, 8, dtype=torch.float32, device=torch.device("cpu"))
-    model.logits(ids, None, torch.arange(5)[None], cache=cache)
-    out = model.logits(steps[:, :1], None, torch.tensor([[5]]), cache=cache)
+    session_logits(model, ids, None, torch.arange(5)[None], cache=cache)
+    out = session_logits(model, steps[:, :1], None, torch.tensor([[5]]), cache=cache)
     assert out.requires_grad and not any(calls), calls
     print("ok gradients")
 
@@ -235,8 +243,8 @@ DECLINES = COMMON + textwrap.dedent(
     torch.manual_seed(1)
     with torch.inference_mode():
         cache = KVCache(2, 1, 4, 16, 8, dtype=torch.float32, device=torch.device("cpu"))
-        model.logits(ids, None, torch.arange(5)[None], cache=cache)
-        model.logits(steps[:, :1], None, torch.tensor([[5]]), cache=cache)
+        session_logits(model, ids, None, torch.arange(5)[None], cache=cache)
+        session_logits(model, steps[:, :1], None, torch.tensor([[5]]), cache=cache)
     assert not any(calls), calls
     model.eval()
     check(model, fused_expected=True)

@@ -25,8 +25,8 @@ CHILD = textwrap.dedent(
 
     import zoo
     from zoo.kernels import native
-    from zoo.nn import native_block
-    from zoo.nn.cache import LayerCache
+    from zoo.runtime import native_block
+    from zoo.runtime.cache import LayerCache
     from zoo.nn.norms import LayerNorm, RMSNorm, UnitOffsetRMSNorm
 
     def rows(seed, d, scale, shift):

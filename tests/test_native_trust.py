@@ -1,5 +1,5 @@
 """What zoo's C kernels are handed (:mod:`zoo.kernels.native`, :mod:`zoo.kernels.native_int8`, the
-one-call step of :mod:`zoo.nn.native_block` and :mod:`zoo.nn.native_plan`): only plain CPU
+one-call step of :mod:`zoo.runtime.native_block` and :mod:`zoo.runtime.native_plan`): only plain CPU
 tensors whose elements lie inside their storage, in the layout the kernel reads, and only a
 library whose C structures are the ones the ctypes mirrors describe.
 
@@ -71,8 +71,16 @@ COMMON = textwrap.dedent(
     import torch
     import zoo
     from zoo.kernels import native_facts
-    from zoo.nn import native_block
-    from zoo.nn.cache import KVCache
+    from zoo.runtime import native_block
+    from zoo.runtime.cache import KVCache
+
+    def session_logits(model, ids, keep, positions, cache):
+        # what a decoding session computes for new ids: the one-call step where it applies
+        # (zoo.runtime.native_block.one_call), else the model's forward pass
+        fused = native_block.one_call(model, ids, keep, positions, cache)
+        if fused is not None:
+            return fused
+        return model.logits(ids, keep, positions, cache=cache)
 
     fused_decode = native_block.decode
     calls = []
@@ -101,13 +109,13 @@ COMMON = textwrap.dedent(
         out = []
         try:
             with torch.inference_mode():
-                model.logits(torch.tensor([[3, 1, 4, 1, 5]]), None, torch.arange(5)[None],
+                session_logits(model, torch.tensor([[3, 1, 4, 1, 5]]), None, torch.arange(5)[None],
                              cache=cache)
                 for i, token in enumerate([9, 2, 6, 5]):
                     if i == 1:
                         change(model)
                     pos = torch.tensor([[cache.length]])
-                    logits = model.logits(torch.tensor([[token]]), None, pos, cache=cache)
+                    logits = session_logits(model, torch.tensor([[token]]), None, pos, cache=cache)
                     if i >= 1:
                         out.append(logits)
         except RuntimeError as error:
@@ -269,7 +277,7 @@ SUBCLASS = COMMON + textwrap.dedent(
                     device=torch.device("cpu"))
     step = (torch.tensor([[9]]), torch.tensor([[3]]), cache, lambda positions: None)
     with torch.inference_mode():
-        model.logits(torch.tensor([[3, 1, 4]]), None, torch.arange(3)[None], cache=cache)
+        session_logits(model, torch.tensor([[3, 1, 4]]), None, torch.arange(3)[None], cache=cache)
         assert fused_decode(model, *step) is not None
         cache.layers[1].v.untyped_storage().resize_(64)
         assert fused_decode(model, *step) is None
@@ -301,7 +309,7 @@ ABI = textwrap.dedent(
     """
     import os, warnings
     import torch
-    from zoo.kernels import native, native_abi
+    from zoo.kernels import native, native_abi, native_load
 
     lib = native._library()
     assert lib is not None and native_abi.layout() == native_abi.built_layout(lib)
@@ -329,7 +337,7 @@ ABI = textwrap.dedent(
     refused("size")
     native_abi.Norm = original
 
-    native._SOURCE = "_ctypes"  # a loadable library without zoo's functions: a stale build
+    native_load._SOURCE = "_ctypes"  # a loadable library without zoo's functions: a stale build
     refused("stale")
     """
 )

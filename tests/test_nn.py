@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 
 import zoo
-from zoo.nn import Linear, sdpa_mask
+from zoo.kernels.onednn import cpu_linear as linear
+from zoo.nn import Linear, sdpa_mask, use_onednn
 from zoo.nn.masks import causal_self_mask
-from zoo.nn.onednn import cpu_linear as linear
 
 
 @pytest.mark.parametrize("shape", [(1, 768), (3, 1, 64), (2, 17, 64), (5, 64)])
@@ -45,7 +45,7 @@ def test_fast_linear_other_dtypes_use_the_default_kernel(dtype):
 @pytest.mark.parametrize("native", [True, False])
 def test_bfloat16_products_of_many_rows_widen_where_the_cpu_lacks_bfloat16(monkeypatch, native):
     """Without native bfloat16 matrix units, 16+ rows multiply in float32 and round back."""
-    monkeypatch.setattr(sys.modules["zoo.nn.onednn"], "native_bf16", lambda: native)
+    monkeypatch.setattr(sys.modules["zoo.kernels.onednn"], "native_bf16", lambda: native)
     g = torch.Generator().manual_seed(0)
     x = torch.randn(2, 8, 768, generator=g).bfloat16()
     w, b = torch.randn(1024, 768, generator=g).bfloat16(), torch.randn(1024, generator=g).bfloat16()
@@ -102,7 +102,8 @@ def _small_gpt2(**kwargs):
 
 
 def test_build_applies_the_onednn_transform_on_cpu_and_onednn_false_keeps_pytorch():
-    from zoo.nn.onednn import OneDNNLinear, available
+    from zoo.kernels.onednn import available
+    from zoo.nn.linear import OneDNNLinear
 
     fast, plain = _small_gpt2().eval(), _small_gpt2(onednn=False).eval()
     kinds = {type(m) for m in fast.modules() if isinstance(m, torch.nn.Linear)}
@@ -116,22 +117,24 @@ def test_build_applies_the_onednn_transform_on_cpu_and_onednn_false_keeps_pytorc
 
 def test_without_the_private_ops_the_plain_path_is_taken(monkeypatch):
     """A torch without oneDNN's linear kernel: nothing is swapped, the model is PyTorch's."""
-    import zoo.nn.onednn as onednn
+    import zoo.kernels.onednn as onednn
+    from zoo.nn.linear import OneDNNLinear, use_onednn
 
     monkeypatch.setattr(onednn, "_kernel", lambda: None)
     model = _small_gpt2()
     assert {type(m) for m in model.modules() if isinstance(m, torch.nn.Linear)} == {Linear}
-    assert onednn.use_onednn(model) == 0
+    assert use_onednn(model) == 0
     # and a layer swapped before still computes F.linear
     layer = Linear(512, 512)
-    layer.__class__ = onednn.OneDNNLinear
+    layer.__class__ = OneDNNLinear
     x = torch.randn(3, 512)
     with torch.no_grad():
         assert torch.equal(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias))
 
 
 def test_a_loaded_cpu_model_runs_on_onednn(tmp_path):
-    from zoo.nn.onednn import OneDNNLinear, available
+    from zoo.kernels.onednn import available
+    from zoo.nn.linear import OneDNNLinear
 
     zoo.save(_small_gpt2(onednn=False), tmp_path)
     kinds = {type(m) for m in zoo.load(tmp_path).modules() if isinstance(m, torch.nn.Linear)}
@@ -144,10 +147,10 @@ def test_a_compiled_onednn_linear_is_one_graph_with_no_break():
     """torch.compile traces cpu_linear without a graph break (it broke at every layer on
     oneDNN's availability check, and recompiled for each weight shape), and computes what the
     eager layer does."""
-    from zoo.nn import onednn
+    from zoo.kernels import onednn
 
     layers = torch.nn.Sequential(Linear(512, 768), Linear(768, 512))
-    if onednn.use_onednn(layers) == 0:  # a torch without oneDNN: F.linear, nothing to trace
+    if use_onednn(layers) == 0:  # a torch without oneDNN: F.linear, nothing to trace
         assert not onednn.available()
         return
     x = torch.randn(2, 3, 512)

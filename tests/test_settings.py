@@ -97,12 +97,13 @@ def test_a_value_zoo_cannot_read_is_an_error_naming_the_variable(variable, text)
 
 
 def test_zoo_cuda_graphs_0_reaches_the_decoder_through_generate(monkeypatch):
-    from zoo.generation import _session_options
+    from zoo.generation.core import _session_options
+    from zoo.runtime import start_decoding
 
     model = zoo.build("gpt2-124m", n_layers=1, d_model=32, n_heads=2, d_ff=64)
-    assert "cuda_graphs" not in _session_options(model, False)
+    assert _session_options(False) == {"cuda_graphs": True}
     monkeypatch.setenv("ZOO_CUDA_GRAPHS", "0")
-    assert _session_options(model, False) == {"cuda_graphs": False}
+    assert _session_options(False) == {"cuda_graphs": False}
     ids = torch.tensor([[1, 2, 3]])
-    session = model.start_decoding(ids, None, 2, cuda_graphs=False)
+    session = start_decoding(model, ids, None, 2, cuda_graphs=False)
     assert type(session).__name__ == "DecoderSession"

@@ -14,13 +14,14 @@ import torch
 
 import zoo
 from zoo.cli import main
-from zoo.nn.decoding import (
+from zoo.quant.layers import quantize_
+from zoo.runtime.decoding import (
     DecoderSession,
     StaticDecoderSession,
     check_compilable,
     check_cpp_compiler,
+    start_decoding,
 )
-from zoo.quant.layers import quantize_
 from zoo.testing import available_devices, small_overrides
 
 CASES = {
@@ -79,7 +80,7 @@ def test_generate_on_cuda_replays_a_graph_and_matches_eager_decoding(monkeypatch
     rows = [row[k].tolist() for row, k in zip(ids, keep, strict=True)]
     assert StaticDecoderSession.records(model, torch.device("cuda"))
     graphed = zoo.generate(model, rows, max_new_tokens=20, temperature=0)
-    assert type(model.start_decoding(ids, keep, 4, cuda_graphs=False)) is DecoderSession
+    assert type(start_decoding(model, ids, keep, 4, cuda_graphs=False)) is DecoderSession
     monkeypatch.setenv("ZOO_CUDA_GRAPHS", "0")  # read by zoo.generate, passed down
     assert zoo.generate(model, rows, max_new_tokens=20, temperature=0) == graphed
 
@@ -206,7 +207,7 @@ def test_compile_without_a_cpp_compiler_is_a_clear_error(capsys):
         with pytest.raises(zoo.CompileUnavailableError, match=message):
             zoo.generate(model, [[1, 2, 3]], max_new_tokens=2, temperature=0, compile=True)
         with pytest.raises(zoo.CompileUnavailableError, match=message):
-            model.start_decoding(torch.tensor([[1, 2, 3]]), None, 2, compile=True)
+            start_decoding(model, torch.tensor([[1, 2, 3]]), None, 2, compile=True)
         code = main(["generate", "shakespeare-byte", "ROMEO:", "--compile"])
     out, err = capsys.readouterr()
     assert code == 2 and out == "" and err.startswith("zoo: error: compile=True builds")

@@ -17,7 +17,7 @@ import warnings
 from collections.abc import Sequence
 from types import ModuleType
 
-__all__ = ["MOVED", "REMOVAL", "install"]
+__all__ = ["MOVED", "MOVED_NAMES", "REMOVAL", "install", "moved_name"]
 
 #: The first release from which the old paths below no longer import (announced in each
 #: warning, so that a plugin's author has one date to plan for).
@@ -57,6 +57,25 @@ MOVED = {
     "zoo.train.files": "zoo.train.data_files",
     "zoo.tokenizers.files": "zoo.tokenizers.vocab_files",
     "zoo.hub.load": "zoo.hub.snapshot",
+    # decoding state went to zoo.runtime; oneDNN's kernel to zoo.kernels (its layer: zoo.nn.linear)
+    "zoo.nn.cache": "zoo.runtime.cache",
+    "zoo.nn.session": "zoo.runtime.session",
+    "zoo.nn.decoding": "zoo.runtime.decoding",
+    "zoo.nn.native_block": "zoo.runtime.native_block",
+    "zoo.nn.native_plan": "zoo.runtime.native_plan",
+    "zoo.nn.onednn": "zoo.kernels.onednn",
+}
+
+#: Names a package exported that now come from elsewhere: ``package.name`` -> ``module:name``
+#: (read by the package's module ``__getattr__`` through :func:`moved_name`).
+MOVED_NAMES = {
+    f"zoo.nn.{name}": f"zoo.runtime.{module}:{name}"
+    for module, names in {
+        "cache": ("KVCache", "LayerCache"),
+        "decoding": ("DecoderSession", "StaticDecoderSession", "start_session"),
+        "session": ("DecodingSession", "RecomputeSession"),
+    }.items()
+    for name in names
 }
 
 
@@ -79,6 +98,23 @@ class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module: ModuleType) -> None:
         """The module is the new one, already run."""
+
+
+def moved_name(package: str, name: str) -> object:
+    """``package.name`` from where :data:`MOVED_NAMES` says it lives now, with a
+    :class:`DeprecationWarning` that names the new place; an ``AttributeError`` for a name the
+    package never had (a package's module ``__getattr__`` returns this)."""
+    ref = MOVED_NAMES.get(f"{package}.{name}")
+    if ref is None:
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+    module, _, attribute = ref.partition(":")
+    warnings.warn(
+        f"{package}.{name} moved to {module}.{attribute}; import it from there "
+        f"({REMOVAL} removes the old name)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return getattr(importlib.import_module(module), attribute)
 
 
 def install() -> None:

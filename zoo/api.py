@@ -113,7 +113,7 @@ def build(
             created there directly, never on another device first.
         dtype: floating dtype of the parameters (default float32).
         onednn: run a CPU model's linear layers on oneDNN's kernels where this torch has them
-            (:mod:`zoo.nn.onednn`, a build-time transform of the built model; inference only:
+            (:mod:`zoo.kernels.onednn`, a build-time transform of the built model; inference only:
             training computes as PyTorch does). The swapped layers are listed in
             ``model.onednn_linears`` and shown in ``repr(model)``; ``onednn=False`` keeps
             PyTorch's ``F.linear`` everywhere.
@@ -146,7 +146,7 @@ def build(
     if spec is not None and hasattr(model, "name"):
         model.name = spec.name
     if onednn and target.type == "cpu":
-        from .nn.onednn import use_onednn
+        from .nn.linear import use_onednn
 
         use_onednn(model)
     return model

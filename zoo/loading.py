@@ -111,7 +111,7 @@ def load(
             PyTorch's kernels. Each weight is quantized from the memory-mapped file and its
             float pages given back, so the float model is never resident.
         onednn: run the CPU model's linear layers on oneDNN's kernels where this torch has
-            them (:mod:`zoo.nn.onednn`: faster decoding; the weights are unchanged);
+            them (:mod:`zoo.kernels.onednn`: faster decoding; the weights are unchanged);
             ``False`` keeps PyTorch's default kernels.
         adapter: a LoRA adapter to apply (:mod:`zoo.adapters`): a folder holding
             ``adapter_config.json`` and ``adapter_model.safetensors`` (peft's or zoo's), a LoRA
@@ -145,7 +145,7 @@ def load(
     else:
         model = _load_base(source, options)
     if onednn:
-        from .nn.onednn import use_onednn
+        from .nn.linear import use_onednn
 
         use_onednn(model)  # in place (same modules, class changed): adapters' hooks stay
     return model

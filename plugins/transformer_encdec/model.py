@@ -8,7 +8,6 @@ import torch
 from torch import Tensor, nn
 
 from zoo.nn import (
-    KVCache,
     Linear,
     MultiHeadAttention,
     Parts,
@@ -27,6 +26,7 @@ from zoo.nn import (
     right_padding,
     sdpa_mask,
 )
+from zoo.runtime import KVCache
 
 from .config import EncoderDecoderConfig
 

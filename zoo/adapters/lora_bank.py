@@ -22,7 +22,7 @@ prompt prefilled alone, a batch of one adapter) the bank runs that adapter's ``A
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Protocol, cast
+from typing import ClassVar, Protocol, cast
 
 import torch
 from torch import Tensor, nn
@@ -103,6 +103,10 @@ class LayerBank(nn.Module):
     Shape:
         - x: ``(N, *, in)``, out: ``(N, *, out)`` -> ``(N, *, out)``.
     """
+
+    #: Each row's adapter is picked on the host before every step, which a recorded or
+    #: compiled step would freeze (:func:`zoo.nn.base.chosen_on_host`).
+    host_chosen: ClassVar[bool] = True
 
     def __init__(self, rows: AdapterRows, A: Tensor, B: Tensor) -> None:
         super().__init__()

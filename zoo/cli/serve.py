@@ -115,7 +115,7 @@ def _load_served(args: argparse.Namespace) -> tuple[ZooModel, dict[str, Adapter]
     from ..adapters import base_fingerprint, check_adapter_base, read_adapter
     from ..adapters.lora import adapted_layers
     from ..errors import CheckpointError
-    from ..nn.onednn import use_onednn
+    from ..nn.linear import use_onednn
     from ..quant.layers import quantize_
 
     folders = {name: loading.adapter_directory(source) for name, source in args.adapter}

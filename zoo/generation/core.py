@@ -6,17 +6,16 @@ decoder, the start token of an encoder-decoder's target) followed by the ``N`` n
 :func:`stream_ids` yields the new tokens ``(B,)`` one step at a time. Everything else
 (text, lists of ids, streaming text) is a wrapper over these two.
 
-Every :class:`zoo.nn.ZooModel` has ``start_decoding(ids, keep, max_new_tokens, *, start_id)``
-returning a :class:`zoo.nn.DecodingSession` with ``prefix``, ``prefill()`` and
-``step(tokens)`` (both return next-token logits ``(B, vocab)``). By default it recomputes the
-whole sequence for each token; the built-in models return sessions with a preallocated KV
-cache. ``GenerationConfig(compile=True)`` passes ``compile=True`` on to a ``start_decoding``
-that takes it (the built-in decoders: a compiled CPU step) and refuses a model whose does not.
+Every model decodes through a :class:`zoo.runtime.DecodingSession` with ``prefix``,
+``prefill()`` and ``step(tokens)`` (both return next-token logits ``(B, vocab)``), which
+:func:`zoo.runtime.start_decoding` opens: the model's own where it brings one, a preallocated
+KV cache for a :class:`zoo.nn.DecoderLM`, else recomputation of the whole sequence per token.
+``GenerationConfig(compile=True)`` asks for a compiled CPU step, which a session that cannot
+compile refuses.
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -26,13 +25,14 @@ from torch import Tensor
 from ..devices import check_computes
 from ..kernels.threads import DecodeThreads
 from ..nn.base import check_padding_mask, check_token_ids
+from ..runtime.decoding import check_cpp_compiler, start_decoding
 from ..settings import Settings
 from .config import GenerationConfig
 from .sampling import pick, seeded_generator
 
 if TYPE_CHECKING:
     from ..nn.base import ZooModel
-    from ..nn.session import DecodingSession
+    from ..runtime.session import DecodingSession
 
 __all__ = ["generate_ids", "left_pad", "stream_ids"]
 
@@ -59,26 +59,16 @@ def _check_runs(model: ZooModel) -> torch.device:
     return device
 
 
-def _session_options(model: ZooModel, compile: bool) -> dict[str, Any]:
-    """What is passed to ``model.start_decoding`` beyond the prompt: ``compile`` only when
-    asked for, and only to a model whose sessions take it; ``cuda_graphs=False`` when
-    ``ZOO_CUDA_GRAPHS=0`` (read here, where the call begins) to a model whose sessions take
-    it."""
-    takes = inspect.signature(model.start_decoding).parameters
-    options: dict[str, Any] = {}
-    if "cuda_graphs" in takes and not Settings.from_env().cuda_graphs:
-        options["cuda_graphs"] = False
-    if not compile:
-        return options
-    if "compile" not in takes:
-        raise ValueError(
-            f"{type(model).__name__} cannot compile its decoding step (its start_decoding "
-            "takes no `compile`; the built-in decoders can); generate without compile=True"
-        )
-    from ..nn.decoding import check_cpp_compiler
-
-    check_cpp_compiler()  # now, before any text is streamed (the session checks the rest)
-    return {**options, "compile": True}
+def _session_options(compile: bool) -> dict[str, Any]:
+    """What is passed to :func:`zoo.runtime.start_decoding` beyond the prompt:
+    ``cuda_graphs=False`` when ``ZOO_CUDA_GRAPHS=0`` (read here, where the call begins), and
+    ``compile`` when asked for (a C++ compiler is checked for now, before any text is
+    streamed; the session checks the rest)."""
+    options: dict[str, Any] = {"cuda_graphs": Settings.from_env().cuda_graphs}
+    if compile:
+        check_cpp_compiler()
+        options["compile"] = True
+    return options
 
 
 def _checked_inputs(
@@ -122,13 +112,13 @@ def _start(
     """Open the model's decoding session and run its prefill: the session and the first
     next-token logits ``(B, vocab)``. Runs when generation is asked for (before a stream
     yields anything), so a model that cannot decode this prompt fails before any text."""
-    options = _session_options(model, config.compile)
+    options = _session_options(config.compile)
     was_training = model.training
     model.eval()
     try:
         with torch.inference_mode():
-            session = model.start_decoding(
-                ids, keep, config.max_new_tokens, start_id=config.start_id, **options
+            session = start_decoding(
+                model, ids, keep, config.max_new_tokens, start_id=config.start_id, **options
             )
             with threads.step():
                 logits = session.prefill()

@@ -1,4 +1,4 @@
-"""Whether the tensors a one-call decoding plan (:mod:`zoo.nn.native_plan`) points into are
+"""Whether the tensors a one-call decoding plan (:mod:`zoo.runtime.native_plan`) points into are
 as they were when it was read: the facts each step asks again.
 
 Why: the plan hands C the addresses, shapes and dtypes it read once. A weight changed in place

@@ -4,6 +4,7 @@ Plugins compose these (most simply by naming components in a :class:`zoo.config.
 and using :class:`DecoderLM`) or bring their own modules.
 """
 
+from .._moved import moved_name
 from .attention import MultiHeadAttention
 from .base import (
     ZooModel,
@@ -17,11 +18,10 @@ from .base import (
     right_padding,
 )
 from .blocks import TransformerBlock
-from .cache import KVCache, LayerCache
+from .cache_types import KVCacheLike, LayerCacheLike
 from .decoder import DecoderLM
-from .decoding import DecoderSession, StaticDecoderSession, start_session
 from .feedforward import FeedForward, GatedFeedForward, activation
-from .linear import Linear
+from .linear import Linear, OneDNNLinear, use_onednn
 from .masks import causal_self_mask, positions_from_mask, sdpa_mask, self_attention_mask
 from .norms import RMSNorm, UnitOffsetRMSNorm
 from .parts import BUILTIN_COMPONENTS, ComponentFactory, Parts, make_positions, parts_for
@@ -33,30 +33,26 @@ from .positions import (
     Rotation,
     SinusoidalPositions,
 )
-from .session import DecodingSession, RecomputeSession
 
 __all__ = [
     "BUILTIN_COMPONENTS",
     "ComponentFactory",
     "DecoderLM",
-    "DecoderSession",
-    "DecodingSession",
     "FeedForward",
     "GatedFeedForward",
-    "KVCache",
-    "LayerCache",
+    "KVCacheLike",
+    "LayerCacheLike",
     "LearnedPositions",
     "Linear",
     "MultiHeadAttention",
     "NoPositions",
+    "OneDNNLinear",
     "Parts",
     "PositionScheme",
     "RMSNorm",
-    "RecomputeSession",
     "RotaryPositions",
     "Rotation",
     "SinusoidalPositions",
-    "StaticDecoderSession",
     "TransformerBlock",
     "UnitOffsetRMSNorm",
     "ZooModel",
@@ -75,5 +71,11 @@ __all__ = [
     "right_padding",
     "sdpa_mask",
     "self_attention_mask",
-    "start_session",
+    "use_onednn",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """Names zoo.nn exported before the decoding state moved to :mod:`zoo.runtime`, with a
+    warning (:data:`zoo._moved.MOVED_NAMES`)."""
+    return moved_name(__name__, name)

@@ -9,8 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..kernels import native
-from .cache import LayerCache
+from .cache_types import LayerCacheLike
 from .linear import Linear
 from .positions import Rotation
 
@@ -120,7 +119,7 @@ class MultiHeadAttention(nn.Module):
         *,
         mask: Tensor | None = None,
         causal: bool = False,
-        cache: LayerCache | None = None,
+        cache: LayerCacheLike | None = None,
         start: int = 0,
         memory_kv: tuple[Tensor, Tensor] | None = None,
         rotation: Rotation | None = None,
@@ -164,18 +163,18 @@ class MultiHeadAttention(nn.Module):
         q: Tensor,
         k: Tensor,
         v: Tensor,
-        cache: LayerCache,
+        cache: LayerCacheLike,
         start: int,
         mask: Tensor | None,
         causal: bool,
     ) -> Tensor | None:
-        """The attention of one new token of one sequence on zoo's CPU kernel
-        (:func:`zoo.kernels.native.attend_one`, which also writes the cache), ``(1, 1, H * hd)``;
-        ``None`` where it does not apply (a mask, soft-capped scores, gradients, dropout, a
-        cache that is not a plain :class:`LayerCache`)."""
+        """The attention of one new token of one sequence in one kernel that also writes the
+        cache (the cache's :meth:`~zoo.nn.cache_types.LayerCacheLike.attend_one`: zoo's CPU
+        kernel for a plain :class:`zoo.runtime.cache.LayerCache`), ``(1, 1, H * hd)``; ``None``
+        where it does not apply (a mask, soft-capped scores, gradients, dropout, a cache
+        without such a kernel)."""
         if (
-            type(cache) is not LayerCache
-            or mask is not None
+            mask is not None
             or (causal and start > 0)
             or self.softcap is not None
             or (self.training and self.dropout > 0)
@@ -183,7 +182,7 @@ class MultiHeadAttention(nn.Module):
         ):
             return None
         scale = self.scale if self.scale is not None else self.head_dim**-0.5
-        return native.attend_one(q, k, v, cache.k, cache.v, start, scale)
+        return cache.attend_one(q, k, v, start, scale)
 
     def _project(
         self, x: Tensor, memory: Tensor | None, memory_kv: tuple[Tensor, Tensor] | None

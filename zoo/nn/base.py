@@ -11,7 +11,6 @@ from torch import Tensor, nn
 from ..config import ModelConfig
 from .norms import RMSNorm, UnitOffsetRMSNorm
 from .positions import PositionScheme
-from .session import DecodingSession, RecomputeSession
 
 if TYPE_CHECKING:
     from ..checkpoint.report import LoadReport
@@ -23,6 +22,7 @@ __all__ = [
     "check_padding_mask",
     "check_position_ids",
     "check_token_ids",
+    "chosen_on_host",
     "embed_tokens",
     "init_weights",
     "random_ids",
@@ -44,8 +44,11 @@ class ZooModel(nn.Module):
       ``is_encoder_decoder = True``), raising ``ValueError`` on bad input;
     - :meth:`example_inputs`, valid keyword inputs for ``forward``.
 
-    Optional: :meth:`start_decoding` returning a cached :class:`~zoo.nn.session.DecodingSession`
-    (the default recomputes the whole sequence per token, which works for any decoder).
+    Optional: a method ``start_decoding(input_ids, keep, max_new_tokens, *, start_id=None)``
+    returning a cached :class:`~zoo.runtime.session.DecodingSession` (an encoder-decoder must
+    have one); :func:`zoo.runtime.start_decoding` calls it, and without one decodes a
+    :class:`~zoo.nn.DecoderLM` over a KV cache and any other decoder by recomputing the whole
+    sequence per token.
     """
 
     config: ModelConfig
@@ -70,7 +73,7 @@ class ZooModel(nn.Module):
         #: What :func:`zoo.load` found in the checkpoint (``None`` after :func:`zoo.build`).
         self.load_report: LoadReport | None = None
         #: The linear layers :func:`zoo.build` / :func:`zoo.load` turned into
-        #: :class:`~zoo.nn.onednn.OneDNNLinear` (oneDNN's CPU kernels, same weights): a
+        #: :class:`~zoo.nn.linear.OneDNNLinear` (oneDNN's CPU kernels, same weights): a
         #: load-time transform, empty with ``onednn=False`` or off the CPU.
         self.onednn_linears: tuple[str, ...] = ()
 
@@ -80,25 +83,6 @@ class ZooModel(nn.Module):
         """Valid keyword inputs for ``forward`` on this model's device (random ids, with some
         padding), used by the conformance kit. Every model must provide it."""
         raise NotImplementedError(f"{type(self).__name__} must implement example_inputs()")
-
-    def start_decoding(
-        self,
-        input_ids: Tensor,
-        keep: Tensor | None,
-        max_new_tokens: int,
-        *,
-        start_id: int | None = None,
-    ) -> DecodingSession:
-        """A decoding session over validated, left-padded prompt ids ``(B, T)`` with padding
-        mask ``keep``. The default recomputes ``forward`` over the whole sequence for every
-        token; override it with a cached session for speed. Encoder-decoders must override it
-        (``start_id`` is their first target token)."""
-        if self.is_encoder_decoder:
-            raise NotImplementedError(
-                f"{type(self).__name__} is an encoder-decoder: it must implement "
-                "start_decoding() to generate (docs/plugins.md, 'What a model must provide')"
-            )
-        return RecomputeSession(self, input_ids, keep, max_new_tokens)
 
     def num_parameters(self) -> int:
         """Number of distinct parameters (a tied weight counts once)."""
@@ -112,6 +96,13 @@ class ZooModel(nn.Module):
                 "build or load with onednn=False for PyTorch's)"
             )
         return ", ".join(parts)
+
+
+def chosen_on_host(model: nn.Module) -> bool:
+    """Whether a module of ``model`` computes what the host decides before each step (a class
+    attribute ``host_chosen = True``: a LoRA bank, whose rows' adapters are picked per step),
+    which a step recorded as a CUDA graph or compiled once would freeze."""
+    return any(getattr(m, "host_chosen", False) for m in model.modules())
 
 
 def activation_dtype(module: nn.Module) -> tuple[torch.dtype, torch.device]:

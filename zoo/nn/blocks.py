@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from ..config import TransformerConfig
 from ..errors import ConfigError
-from .cache import LayerCache
+from .cache_types import LayerCacheLike
 from .moe import mixture
 from .parts import Parts, builtin_factories, parts_for
 from .positions import Rotation
@@ -132,7 +132,7 @@ class TransformerBlock(nn.Module):
         causal: bool = False,
         memory: Tensor | None = None,
         memory_mask: Tensor | None = None,
-        cache: LayerCache | None = None,
+        cache: LayerCacheLike | None = None,
         start: int = 0,
         memory_kv: tuple[Tensor, Tensor] | None = None,
         rotation: Rotation | None = None,
@@ -188,7 +188,7 @@ class SandwichBlock(nn.Module):
         *,
         mask: Tensor | None = None,
         causal: bool = False,
-        cache: LayerCache | None = None,
+        cache: LayerCacheLike | None = None,
         start: int = 0,
         rotation: Rotation | None = None,
     ) -> Tensor:
@@ -220,7 +220,7 @@ class ParallelSharedBlock(nn.Module):
         *,
         mask: Tensor | None = None,
         causal: bool = False,
-        cache: LayerCache | None = None,
+        cache: LayerCacheLike | None = None,
         start: int = 0,
         rotation: Rotation | None = None,
     ) -> Tensor:

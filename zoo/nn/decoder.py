@@ -16,7 +16,6 @@ import torch
 from torch import Tensor, nn
 
 from ..config import DecoderConfig
-from . import native_block
 from .base import (
     ZooModel,
     activation_dtype,
@@ -29,8 +28,7 @@ from .base import (
     right_padding,
 )
 from .blocks import BUILTIN_BLOCKS, TransformerBlock
-from .cache import KVCache
-from .decoding import DecoderSession, start_session
+from .cache_types import KVCacheLike
 from .linear import Linear
 from .masks import positions_from_mask, self_attention_mask
 from .moe import MixtureOfExperts
@@ -136,7 +134,7 @@ class DecoderLM(ZooModel):
         keep: Tensor | None,
         position_ids: Tensor,
         *,
-        cache: KVCache | None = None,
+        cache: KVCacheLike | None = None,
         last_only: bool = False,
         mask: Tensor | Mapping[int | None, Tensor] | None = None,
     ) -> Tensor:
@@ -149,14 +147,12 @@ class DecoderLM(ZooModel):
             cache: keys/values of earlier positions; the new ones are appended to it.
             last_only: compute logits for the last position only, ``(B, 1, vocab)``.
             mask: a ready boolean self-attention mask ``(B, 1, T, S)`` over every key the
-                cache returns, used instead of one built from ``keep`` (for a cache read
-                whole, :meth:`KVCache.read_whole`; the position scheme must add no score bias);
+                cache returns, used instead of one built from ``keep`` (for a cache read whole,
+                :meth:`zoo.runtime.cache.KVCache.read_whole`; the position scheme must add no
+                score bias);
                 for a model whose layers see different windows, one per window of
                 :attr:`layer_windows` (:meth:`window_masks` makes them).
         """
-        fused = self._one_call(ids, keep, position_ids, cache, mask)
-        if fused is not None:  # one token of one sequence, on zoo's CPU kernels
-            return self.finish_logits(fused)
         x = self.states(ids, keep, position_ids, cache=cache, last_only=last_only, mask=mask)
         return self.finish_logits(self.head(x))
 
@@ -184,7 +180,7 @@ class DecoderLM(ZooModel):
         keep: Tensor | None,
         position_ids: Tensor,
         *,
-        cache: KVCache | None = None,
+        cache: KVCacheLike | None = None,
         last_only: bool = False,
         mask: Tensor | Mapping[int | None, Tensor] | None = None,
     ) -> Tensor:
@@ -233,32 +229,6 @@ class DecoderLM(ZooModel):
             x = self.final_norm(x)
         return x  # (B, T, d_model)
 
-    def _one_call(
-        self,
-        ids: Tensor,
-        keep: Tensor | None,
-        position_ids: Tensor,
-        cache: KVCache | None,
-        mask: Tensor | Mapping[int | None, Tensor] | None,
-    ) -> Tensor | None:
-        """The logits of one new token of one sequence in one call to zoo's CPU kernels
-        (:func:`zoo.nn.native_block.decode`), where every layer sees every key and turns by
-        the same angles; ``None`` where it does not apply (nothing computed)."""
-        if (
-            cache is None
-            or keep is not None
-            or mask is not None
-            or ids.shape != (1, 1)
-            or self._other_positions
-            or self.pos_emb.adds_score_bias
-            or any(window is not None for window in self.layer_windows)
-        ):
-            return None
-        logits = native_block.decode(self, ids, position_ids, cache, self.pos_emb.rotation)
-        if logits is not None:
-            cache.advance(1)
-        return logits
-
     def window_masks(
         self, allowed: Tensor, query: Tensor, keys: Tensor
     ) -> dict[int | None, Tensor]:
@@ -270,20 +240,3 @@ class DecoderLM(ZooModel):
             window: allowed if window is None else allowed & (keys > query - window)
             for window in set(self.layer_windows)
         }
-
-    def start_decoding(
-        self,
-        input_ids: Tensor,
-        keep: Tensor | None,
-        max_new_tokens: int,
-        *,
-        start_id: int | None = None,
-        compile: bool = False,
-        cuda_graphs: bool = True,
-    ) -> DecoderSession:
-        """A decoding session over validated prompt ids ``(B, T)`` with padding mask ``keep``
-        (``start_id`` is for encoder-decoders and ignored here): see
-        :func:`zoo.nn.decoding.start_session` for ``compile`` and ``cuda_graphs``."""
-        return start_session(
-            self, input_ids, keep, max_new_tokens, compile=compile, cuda_graphs=cuda_graphs
-        )

@@ -29,8 +29,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..kernels.native_int8 import attach_rows, int8_linear
+from ..kernels.onednn import cpu_linear as float_linear
 from ..nn.linear import Linear
-from ..nn.onednn import cpu_linear as float_linear
 from ..options import QUANTIZE_MODES
 from .grad import frozen_linear, int4_columns, int8_columns, needs_input_grad
 

@@ -1,6 +1,6 @@
 """A fast decoding step for continuous batching: :class:`StaticSlotBatch` runs
 :meth:`SlotBatch.step <zoo.runtime.slots.SlotBatch.step>` in a few fixed shapes, recorded as CUDA
-graphs on CUDA or compiled with ``torch.compile`` on CPU, as :class:`~zoo.nn.decoding.
+graphs on CUDA or compiled with ``torch.compile`` on CPU, as :class:`~zoo.runtime.decoding.
 StaticDecoderSession` does for one stream.
 
 A step's pass runs on the rows ``[0, used)`` and reads the first ``max length + 1``
@@ -17,7 +17,7 @@ On CUDA each shape's first step runs eagerly (it warms the kernels up), its seco
 as a CUDA graph and every later one replays it. With ``compile=True`` (CPU) the pass goes
 through ``torch.compile(dynamic=False)``, one compiled graph per shape, compiled at its first
 step. :func:`slot_batch` picks the plain or the static batch, as
-:func:`~zoo.nn.decoding.start_session` picks a session.
+:func:`~zoo.runtime.decoding.start_session` picks a session.
 """
 
 from __future__ import annotations
@@ -28,10 +28,9 @@ from typing import TypeVar
 import torch
 from torch import Tensor
 
-from ..adapters.lora_bank import LayerBank
-from ..nn.base import activation_dtype
+from ..nn.base import activation_dtype, chosen_on_host
 from ..nn.decoder import DecoderLM
-from ..nn.decoding import check_compilable
+from .decoding import check_compilable
 from .slots import SlotBatch
 
 __all__ = ["MIN_SPAN", "StaticSlotBatch", "row_bucket", "slot_batch", "span_bucket"]
@@ -89,15 +88,10 @@ def slot_batch(
         cuda_graphs
         and StaticSlotBatch.records(model)
         and before_forward is None
-        and not _has_banks(model)
+        and not chosen_on_host(model)
     ):
         return StaticSlotBatch(model, max_rows, max_len)
     return SlotBatch(model, max_rows, max_len, before_forward=before_forward)
-
-
-def _has_banks(model: torch.nn.Module) -> bool:
-    """Whether ``model`` carries LoRA adapter banks (:func:`zoo.adapters.lora_bank.attach_bank`)."""
-    return any(isinstance(m, LayerBank) for m in model.modules())
 
 
 def _allow_recompiles(shapes: int) -> None:
@@ -131,7 +125,7 @@ class StaticSlotBatch(SlotBatch[K]):
         compile: bool = False,
     ) -> None:
         super().__init__(model, max_rows, max_len)
-        if _has_banks(model):
+        if chosen_on_host(model):
             raise ValueError(
                 "a static slot batch cannot follow per-row LoRA adapters (each row's adapter "
                 "is picked on the host); use SlotBatch"
@@ -142,7 +136,7 @@ class StaticSlotBatch(SlotBatch[K]):
         self._run: Callable[[Tensor, Tensor, int], Tensor] = self._forward_rows
         if compile:
             check_compilable(model, self.device)
-            from ..nn.onednn import prepare_compile
+            from ..kernels.onednn import prepare_compile
 
             prepare_compile()
             _allow_recompiles(len(self.shapes()))

@@ -11,7 +11,7 @@ position; the slot's first positions may also be copied in (a prefix cache's blo
 under a mask built from the rows' lengths. The rows in use are always the first ``n`` slots
 of the cache: a row that leaves is replaced by the last one, so a step reads the buffers
 through views, never a copy. The model is not changed: the slot cache is a
-:class:`~zoo.nn.cache.KVCache` whose layers write each row where that row ends, and the
+:class:`~zoo.runtime.cache.KVCache` whose layers write each row where that row ends, and the
 pass's mask is passed to :meth:`DecoderLM.logits` ready made.
 """
 
@@ -26,8 +26,8 @@ from torch import Tensor
 from ..errors import InsufficientMemoryError
 from ..memory import ALLOW_LARGE_ENV, allow_large, available_memory, format_bytes
 from ..nn.base import activation_dtype, check_token_ids
-from ..nn.cache import KVCache, LayerCache
 from ..nn.decoder import DecoderLM
+from .cache import KVCache, LayerCache
 
 __all__ = ["SlotBatch", "SlotKVCache", "SlotLayerCache", "check_batchable"]
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..nn.session import context_overflow
+from ..runtime.session import context_overflow
 from .engine import Engine
 from .request import Event, Finish, Request
 

@@ -20,6 +20,7 @@ from ..checkpoint.state import tied_groups
 from ..generation import generate
 from ..nn.base import ZooModel
 from ..plugin.current import get_registry
+from ..runtime.decoding import start_decoding
 from .reference import CheckSkipped, IdsTokenizer, compare_with_architecture_reference
 from .small import small_model, small_overrides
 
@@ -325,8 +326,8 @@ def _session_logits(
         ids[i, length - len(prompt) :] = torch.tensor(prompt, device=device)
         keep[i, length - len(prompt) :] = True
     steps = torch.tensor(forced, device=device)  # (B, N)
-    session = model.start_decoding(
-        ids, None if bool(keep.all()) else keep, steps.shape[1], start_id=start_id
+    session = start_decoding(
+        model, ids, None if bool(keep.all()) else keep, steps.shape[1], start_id=start_id
     )
     out = [session.prefill()]
     for k in range(steps.shape[1] - 1):

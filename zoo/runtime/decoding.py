@@ -11,28 +11,82 @@ one token per step over a preallocated KV cache.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from ..errors import CompileUnavailableError
-from .base import activation_dtype
+from ..nn.base import activation_dtype
+from ..nn.decoder import DecoderLM
+from ..nn.masks import positions_from_mask
 from .cache import KVCache, StaticKVCache
-from .masks import positions_from_mask
-from .session import context_overflow
-
-if TYPE_CHECKING:
-    from .decoder import DecoderLM
+from .native_block import one_call
+from .session import DecodingSession, RecomputeSession, context_overflow
 
 __all__ = [
     "DecoderSession",
     "StaticDecoderSession",
     "check_compilable",
     "check_cpp_compiler",
+    "start_decoding",
     "start_session",
 ]
+
+
+def start_decoding(
+    model: Any,
+    input_ids: Tensor,
+    keep: Tensor | None,
+    max_new_tokens: int,
+    *,
+    start_id: int | None = None,
+    compile: bool = False,
+    cuda_graphs: bool = True,
+) -> DecodingSession:
+    """A decoding session of ``model`` over validated, left-padded prompt ids ``(B, T)`` with
+    padding mask ``keep`` (``True`` = token): what :func:`zoo.generate`, ``zoo serve`` and the
+    conformance kit decode through.
+
+    A model that brings its own session (a method ``start_decoding(input_ids, keep,
+    max_new_tokens, *, start_id)``, which an encoder-decoder must have: ``start_id`` is its
+    first target token) gets it called, with ``compile`` and ``cuda_graphs`` where the method
+    takes them; a :class:`~zoo.nn.DecoderLM` decodes over a KV cache (:func:`start_session`);
+    any other decoder by recomputation (:class:`~zoo.runtime.session.RecomputeSession`).
+    ``compile=True`` is refused (a ``ValueError``) for a session that cannot compile its step.
+    """
+    own = getattr(model, "start_decoding", None)
+    if callable(own):
+        takes = inspect.signature(own).parameters
+        options: dict[str, Any] = {"start_id": start_id}
+        if "cuda_graphs" in takes:
+            options["cuda_graphs"] = cuda_graphs
+        if compile:
+            _check_takes_compile(model, "compile" in takes)
+            options["compile"] = True
+        session: DecodingSession = own(input_ids, keep, max_new_tokens, **options)
+        return session
+    if getattr(model, "is_encoder_decoder", False):
+        raise NotImplementedError(
+            f"{type(model).__name__} is an encoder-decoder: it must implement "
+            "start_decoding() to generate (docs/plugins.md, 'What a model must provide')"
+        )
+    if isinstance(model, DecoderLM):
+        return start_session(
+            model, input_ids, keep, max_new_tokens, compile=compile, cuda_graphs=cuda_graphs
+        )
+    _check_takes_compile(model, not compile)
+    return RecomputeSession(model, input_ids, keep, max_new_tokens)
+
+
+def _check_takes_compile(model: Any, takes: bool) -> None:
+    if not takes:
+        raise ValueError(
+            f"{type(model).__name__} cannot compile its decoding step (its start_decoding "
+            "takes no `compile`; zoo's DecoderLM can); generate without compile=True"
+        )
 
 
 def start_session(
@@ -90,23 +144,26 @@ class DecoderSession:
     def _keep(self, length: int) -> Tensor | None:
         return self.keep[:, :length] if self.keep is not None else None
 
+    def _cached_logits(self, ids: Tensor, keep: Tensor | None, positions: Tensor) -> Tensor:
+        """The last position's logits of the new ``ids`` ``(B, T)``, their keys and values
+        cached: in one call to zoo's CPU kernels where a step of one token of one sequence
+        allows it (:func:`zoo.runtime.native_block.one_call`), else the model's forward pass;
+        ``(B, 1, vocab)``."""
+        fused = one_call(self.model, ids, keep, positions, self.cache)
+        if fused is not None:
+            return fused
+        return self.model.logits(ids, keep, positions, cache=self.cache, last_only=True)
+
     def prefill(self) -> Tensor:
         """Run the prompt; return the logits of its last position, ``(B, vocab)``."""
         ids, t = self.prefix, self.prefix.shape[1]
-        positions = positions_from_mask(ids, self._keep(t))
-        logits = self.model.logits(ids, self._keep(t), positions, cache=self.cache, last_only=True)
-        return logits[:, -1]
+        keep = self._keep(t)
+        return self._cached_logits(ids, keep, positions_from_mask(ids, keep))[:, -1]
 
     def step(self, tokens: Tensor) -> Tensor:
         """Append ``tokens`` ``(B,)``; return the next logits ``(B, vocab)``."""
         length = self.cache.length + 1
-        logits = self.model.logits(
-            tokens[:, None],
-            self._keep(length),
-            self.next_position,
-            cache=self.cache,
-            last_only=True,
-        )
+        logits = self._cached_logits(tokens[:, None], self._keep(length), self.next_position)
         self.next_position = self.next_position + 1
         return logits[:, -1]
 
@@ -163,7 +220,7 @@ class StaticDecoderSession(DecoderSession):
         self._record = record and device.type == "cuda" and not compile
         self._logits: Callable[..., Tensor] = model.logits
         if compile:  # the code around the kernels in C++ too; dynamo's guards check shapes
-            from .onednn import prepare_compile
+            from ..kernels.onednn import prepare_compile
 
             prepare_compile()
             self._logits = torch.compile(

@@ -1,4 +1,4 @@
-"""Faster CPU inference kernels for zoo's linear layers, as a transform of a built model.
+"""oneDNN's CPU linear kernel for zoo's linear layers (:class:`zoo.nn.linear.OneDNNLinear`).
 
 Two things PyTorch's default ``linear`` leaves on the table on CPU, both decided by oneDNN:
 
@@ -14,8 +14,9 @@ Two things PyTorch's default ``linear`` leaves on the table on CPU, both decided
 
 Both rest on private PyTorch ops (``torch.ops.mkldnn._linear_pointwise`` and
 ``_is_mkldnn_bf16_supported``); this module is the only one that touches them, and only when
-asked: :func:`use_onednn` turns a model's :class:`zoo.nn.Linear` layers on the CPU into
-:class:`OneDNNLinear` in place, the way ``quantize=`` swaps layers. ``zoo.build`` and
+asked: :func:`zoo.nn.linear.use_onednn` turns a model's :class:`zoo.nn.Linear` layers on the
+CPU into :class:`~zoo.nn.linear.OneDNNLinear` in place (whose forward is :func:`cpu_linear`), the
+way ``quantize=`` swaps layers. ``zoo.build`` and
 ``zoo.load`` apply it to CPU models (``onednn=False`` keeps PyTorch's path); a torch without
 oneDNN gets PyTorch's path and nothing else changes. Parameters and state dicts stay those of
 ``nn.Linear``; anything else (gradients enabled, float16, another device) computes
@@ -32,19 +33,17 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
-from ..kernels import native
-from .linear import Linear
+from . import native
 
 __all__ = [
     "MIN_WEIGHTS",
     "UPCAST_ROWS",
-    "OneDNNLinear",
     "available",
     "cpu_linear",
+    "native_bf16",
     "prepare_compile",
-    "use_onednn",
 ]
 
 #: Smaller weights (under 1 MiB of float32) keep ``F.linear``: oneDNN's call costs ~40 us
@@ -153,38 +152,3 @@ def _compilable() -> Callable[[Tensor, Tensor, Tensor | None], Tensor]:
         return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
     return onednn_linear
-
-
-class OneDNNLinear(Linear):
-    """A :class:`zoo.nn.Linear` computed by :func:`cpu_linear` (made by :func:`use_onednn`,
-    never built directly)."""
-
-    def forward(self, x: Tensor) -> Tensor:
-        return cpu_linear(x, self.weight, self.bias)
-
-    def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, onednn"
-
-
-def use_onednn(model: nn.Module) -> int:
-    """Turn ``model``'s :class:`zoo.nn.Linear` layers with float32 or bfloat16 weights on the
-    CPU into :class:`OneDNNLinear`, in place; returns how many. Their names are recorded in
-    ``model.onednn_linears`` (see :class:`~zoo.nn.ZooModel`). Nothing changes where this torch
-    has no oneDNN."""
-    if not available():
-        return 0
-    swapped: list[str] = []
-    for name, module in model.named_modules():
-        weight = getattr(module, "weight", None)
-        if (
-            type(module) is Linear
-            and isinstance(weight, Tensor)
-            and weight.is_cpu
-            and weight.dtype in (torch.float32, torch.bfloat16)
-        ):
-            module.__class__ = OneDNNLinear
-            swapped.append(name)
-    if swapped:
-        names: Any = (*getattr(model, "onednn_linears", ()), *swapped)
-        model.onednn_linears = names  # see ZooModel.onednn_linears
-    return len(swapped)

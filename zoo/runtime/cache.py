@@ -1,9 +1,12 @@
-"""Preallocated key/value caches for incremental decoding."""
+"""Preallocated key/value caches for incremental decoding (what the model code writes through
+:class:`zoo.nn.cache_types.LayerCacheLike` and :class:`~zoo.nn.cache_types.KVCacheLike`)."""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+from ..kernels import native
 
 __all__ = ["KVCache", "LayerCache", "StaticKVCache", "StaticLayerCache"]
 
@@ -31,6 +34,17 @@ class LayerCache:
         self.k.narrow(2, start, t).copy_(k)
         self.v.narrow(2, start, t).copy_(v)
         return self.k.narrow(2, 0, end), self.v.narrow(2, 0, end)
+
+    def attend_one(
+        self, q: Tensor, k: Tensor, v: Tensor, start: int, scale: float
+    ) -> Tensor | None:
+        """One new token's attention of one sequence on zoo's CPU kernel
+        (:func:`zoo.kernels.native.attend_one`, which stores ``k``, ``v`` at ``start`` too),
+        ``(1, 1, H * hd)``; ``None`` for a subclass (which writes elsewhere) or where the
+        kernel does not apply."""
+        if type(self) is not LayerCache:
+            return None
+        return native.attend_one(q, k, v, self.k, self.v, start, scale)
 
 
 class StaticLayerCache(LayerCache):

@@ -17,12 +17,13 @@ post-norm or parallel residual, no cross-attention) of
 :class:`~zoo.nn.feedforward.FeedForward` or :class:`~zoo.nn.feedforward.GatedFeedForward`
 (GELU, GELU-tanh, ReLU or SiLU) and zoo's norms; float32 or ``quantize="int8"`` linears; a
 float32 or int8 token embedding with learned, rotary or no positions; one token of one
-sequence on the CPU, a plain :class:`~zoo.nn.cache.KVCache`, every layer seeing every key
+sequence on the CPU, a plain :class:`~zoo.runtime.cache.KVCache`, every layer seeing every key
 (no padding, no sliding window, no score bias) and turned by one rotation; no gradients and
 no forward hooks on any of these modules; every tensor it points into a plain CPU tensor
 (no subclass) inside its storage, re-checked at every step. Anything else (LoRA adapters,
 which are hooks; a plugin's own block) takes the per-module path, unchanged.
-:mod:`zoo.nn.native_plan` reads the modules.
+:mod:`zoo.runtime.native_plan` reads the modules; :class:`~zoo.runtime.decoding.DecoderSession`
+tries :func:`one_call` before the model's own forward pass at every prefill and step.
 
 Numerics: the per-module path's, except the activation (computed in C, within a few ulp of
 PyTorch's; ReLU is exact), so greedy tokens stay the same (``tests/test_native_block.py``).
@@ -33,21 +34,50 @@ from __future__ import annotations
 import ctypes
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
 from ..kernels.native import _kernels, _plain_blocks, _vector
+from ..nn.positions import Rotation
 from .cache import KVCache, LayerCache
 from .native_plan import Plan, read_plan
-from .positions import Rotation
 
-__all__ = ["decode"]
+if TYPE_CHECKING:
+    from ..nn.decoder import DecoderLM
+
+__all__ = ["decode", "one_call"]
 
 #: Each model's plan, held beside it (a ctypes structure in a module's own attributes would
 #: make the model impossible to copy or pickle) and dropped with it.
 _PLANS: weakref.WeakKeyDictionary[nn.Module, Plan] = weakref.WeakKeyDictionary()
+
+
+def one_call(
+    model: DecoderLM, ids: Tensor, keep: Tensor | None, positions: Tensor, cache: KVCache
+) -> Tensor | None:
+    """``model.logits(ids, keep, positions, cache=cache, last_only=True)`` for one new token
+    of one sequence, in one call to zoo's CPU kernels (:func:`decode`), where every layer sees
+    every key and turns by the same angles; ``None`` where it does not apply (nothing
+    computed, nothing written). On success the cache has advanced by one position.
+
+    Shape:
+        ``ids (1, 1) -> (1, 1, vocab_size)``.
+    """
+    if (
+        keep is not None
+        or ids.shape != (1, 1)
+        or model._other_positions
+        or model.pos_emb.adds_score_bias
+        or any(window is not None for window in model.layer_windows)
+    ):
+        return None
+    logits = decode(model, ids, positions, cache, model.pos_emb.rotation)
+    if logits is None:
+        return None
+    cache.advance(1)
+    return model.finish_logits(logits)
 
 
 def decode(

@@ -1,7 +1,8 @@
-"""What zoo's one-call decoding step (:mod:`zoo.nn.native_block`, ``zoo/kernels/_native_block.c``)
-reads of a :class:`~zoo.nn.decoder.DecoderLM`: its token embedding, blocks, final norm and
-head as C structures (``zoo_decoder``, ``zoo_block``, ``zoo_linear``, ``zoo_norm``,
-``zoo_embedding``), and the checks that the modules they were read from are unchanged.
+"""What zoo's one-call decoding step (:mod:`zoo.runtime.native_block`,
+``zoo/kernels/_native_block.c``) reads of a :class:`~zoo.nn.decoder.DecoderLM`: its token
+embedding, blocks, final norm and head as C structures (``zoo_decoder``, ``zoo_block``,
+``zoo_linear``, ``zoo_norm``, ``zoo_embedding``), and the checks that the modules they were
+read from are unchanged.
 
 The structures are defined in :mod:`zoo.kernels.native_abi`, which checks that the built library
 lays them out alike.
@@ -37,13 +38,12 @@ from ..kernels.native_abi import Linear as _Linear
 from ..kernels.native_abi import Norm as _Norm
 from ..kernels.native_facts import Facts
 from ..kernels.native_int8 import _ROWS, _rows_of
-from .attention import MultiHeadAttention
-from .blocks import TransformerBlock
-from .feedforward import FeedForward, GatedFeedForward
-from .linear import Linear
-from .norms import LayerNorm, RMSNorm, UnitOffsetRMSNorm
-from .onednn import OneDNNLinear
-from .positions import LearnedPositions, NoPositions, RotaryPositions
+from ..nn.attention import MultiHeadAttention
+from ..nn.blocks import TransformerBlock
+from ..nn.feedforward import FeedForward, GatedFeedForward
+from ..nn.linear import Linear, OneDNNLinear
+from ..nn.norms import LayerNorm, RMSNorm, UnitOffsetRMSNorm
+from ..nn.positions import LearnedPositions, NoPositions, RotaryPositions
 
 __all__ = ["Checks", "Plan", "read_plan"]
 
