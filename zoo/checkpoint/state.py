@@ -68,10 +68,10 @@ def all_finite(tensor: Tensor) -> bool:
     """Whether ``tensor`` holds no NaN or infinity, checked a slice at a time.
 
     ``torch.isfinite`` on a whole tensor allocates temporaries as large as the tensor (a
-    float copy for the absolute value, then masks): on a 150 MB embedding that is ~250 MB on
-    top of the weights. Slices along the first dimension are views, so memory stays bounded
-    for contiguous and strided (e.g. transposed) tensors alike. Non-floating tensors are
-    finite.
+    float copy for the absolute value, then masks): more than the tensor's own size on top of
+    the weights (docs/benchmarks.md, "Figures behind design choices"). Slices along the first
+    dimension are views, so memory stays bounded for contiguous and strided (e.g. transposed)
+    tensors alike. Non-floating tensors are finite.
     """
     if not tensor.is_floating_point():
         return True
@@ -97,7 +97,8 @@ class _SkipFillOnMeta(TorchFunctionMode):
     """Skips value-filling ops (weight initialisation) on ``meta`` tensors.
 
     They have no effect there, but their meta kernels are slow to reach: the first
-    ``normal_`` on a meta tensor imports ``torch._dynamo`` (about 2 s in a fresh process).
+    ``normal_`` on a meta tensor imports ``torch._dynamo``, which is slow in a fresh process
+    (docs/benchmarks.md, "Figures behind design choices").
     """
 
     def __torch_function__(self, func, types, args=(), kwargs=None):

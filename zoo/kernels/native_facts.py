@@ -9,12 +9,13 @@ tensor again for its exact type, address, shape, strides, storage offset, dtype 
 (and whether autograd records it), and any change makes the plan be read again.
 
 Cost: a pass a fact over gpt2-124m's 148 tensors in Python (``map`` of the tensor's method)
-took ~100 us a step in all on a 2-core machine; PyTorch has the check in C++
+costs a step many times what PyTorch's check in C++ costs for the same tensors
 (``torch._C._dynamo.guards.TensorGuards``, what ``torch.compile``'s guards check tensors
-with: exact Python type, dispatch keys, dtype, device, ``requires_grad``, shape and strides),
-~9 us for the same tensors, so it is used where this PyTorch has it in the expected form,
-beside one pass for the address (which, being the storage's plus the storage offset times the
-item size, covers the offset); the passes in Python are the fallback.
+with: exact Python type, dispatch keys, dtype, device, ``requires_grad``, shape and strides;
+docs/benchmarks.md, "Figures behind design choices", has the figures), so that check is used
+where this PyTorch has it in the expected form, beside one pass for the address (which,
+being the storage's plus the storage offset times the item size, covers the offset); the
+passes in Python are the fallback.
 """
 
 from __future__ import annotations

@@ -4,11 +4,12 @@ Two things PyTorch's default ``linear`` leaves on the table on CPU, both decided
 
 - float32: for a single row (batch-1 decoding) PyTorch runs a BLAS gemv that keeps one core
   busy; oneDNN's linear kernel (the one ``torch.compile`` uses on CPU) spreads the product
-  over every core: about 1.5x faster decoding on a 2-core machine, and faster prefill too.
+  over every core: faster decoding on a machine of several cores, and faster prefill too.
   Used for weights of at least 1 MiB, without gradients.
 - bfloat16 on a CPU without native bfloat16 matrix units (no AVX512-BF16 or AMX, e.g. an AVX2
-  machine): PyTorch's bfloat16 matrix product there is a generic fallback, 4x slower at 128
-  rows than widening the weights to float32 per call. From ``UPCAST_ROWS`` rows on, the
+  machine): PyTorch's bfloat16 matrix product there is a generic fallback, several times
+  slower at a prefill's rows than widening the weights to float32 per call (the figures:
+  docs/benchmarks.md, "Figures behind design choices"). From ``UPCAST_ROWS`` rows on, the
   product runs in float32 and the result is rounded back to bfloat16 (the weights stay
   bfloat16 in memory; the accumulation is float32 either way).
 
@@ -46,9 +47,9 @@ __all__ = [
     "prepare_compile",
 ]
 
-#: Smaller weights (under 1 MiB of float32) keep ``F.linear``: oneDNN's call costs ~40 us
-#: more, which a small matrix does not earn back (a 12-layer decoder of width 64 decodes a
-#: token in 3.0 ms this way, 5.4 ms through oneDNN).
+#: Smaller weights (under 1 MiB of float32) keep ``F.linear``: oneDNN's call costs a fixed
+#: amount more, which a small matrix does not earn back (a small decoder decodes slower
+#: through oneDNN: docs/benchmarks.md, "Figures behind design choices").
 MIN_WEIGHTS = 1 << 18
 
 
@@ -78,7 +79,7 @@ def prepare_compile() -> None:
     """Let ``torch.compile`` trace :func:`cpu_linear` in one graph: it runs the checks below
     once, as constants, instead of tracing into them (``torch.backends.mkldnn.is_available``
     broke the graph at every layer). Called where zoo compiles, not at import: marking them
-    imports ~90 MB of torch's compiler, which an eager load must not pay."""
+    imports torch's compiler, whose memory an eager load must not pay."""
     for check in (available, native_bf16, _registered):
         torch.compiler.assume_constant_result(check)  # marks the function itself
 
@@ -91,9 +92,9 @@ def native_bf16() -> bool:
     )
 
 
-#: From this many rows on, widening bfloat16 to float32 beats the bfloat16 fallback (a
-#: gpt2-124m forward on a 2-core AVX2 machine, bfloat16 vs widened: 8 rows 123 vs 177 ms,
-#: 16 rows 252 vs 205 ms, 32 rows 486 vs 211 ms, 128 rows 1787 vs 428 ms).
+#: From this many rows on, widening bfloat16 to float32 beats the bfloat16 fallback (at 8
+#: rows the fallback was faster, from 16 on widening, by more the more rows: a gpt2-124m
+#: forward on an AVX2 machine, docs/benchmarks.md, "Figures behind design choices").
 UPCAST_ROWS = 16
 
 

@@ -4,11 +4,12 @@ Why: PyTorch's CPU wheels run each parallel region (a matrix product, a norm, th
 one layer: about a hundred per token of gpt2-124m) on a GNU OpenMP team whose threads spin at
 the region's end until the whole team is done. When another process holds one of the cores,
 one thread of the team waits behind it for a scheduler time slice while the others spin, at
-every region. Measured on 2 shared cores (gpt2-124m, float32, batch 1): a step took 784 ms
-with 2 threads and 181 ms with 1 (load ~9); on a quiet machine 2 threads are ~1.5x faster
-than 1. oneDNN is not the cause (PyTorch's own kernels lose as much), the wait is: with
-``OMP_WAIT_POLICY=PASSIVE`` 2 threads came within 10% of 1, but libgomp reads it once when
-it starts, so zoo cannot set it in a user's process; the team's size it can set per step.
+every region. On 2 shared cores a gpt2-124m step with 2 threads took several times as long
+as with 1, where on a quiet machine 2 threads are faster than 1 (docs/benchmarks.md,
+"Figures behind design choices" and "Why zoo lost more than CTranslate2 on shared cores",
+has the figures). oneDNN is not the cause (PyTorch's own kernels lose as much), the wait
+is: with ``OMP_WAIT_POLICY=PASSIVE`` 2 threads came close to 1, but libgomp reads it once
+when it starts, so zoo cannot set it in a user's process; the team's size it can set per step.
 (CTranslate2 and llama.cpp ship GNU OpenMP too; llama.cpp with 2 threads lost as much.)
 
 :class:`DecodeThreads` is the policy: before a decoding step it reads how busy this
@@ -43,7 +44,8 @@ __all__ = ["Clock", "CpuClock", "CpuReading", "DecodeThreads", "free_cpus", "rea
 
 #: A CPU counts as free when other processes used at most this much of it.
 FREE_SHARE = 0.5
-#: Seconds between two readings of ``/proc/stat`` (jiffies are 10 ms: 25 per CPU).
+#: Seconds between two readings of ``/proc/stat`` (it counts in ticks of a hundredth of a
+#: second: 25 per CPU).
 INTERVAL = 0.25
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -178,7 +180,7 @@ class DecodeThreads:
         clock, last = self._clock, self._last
         if clock is None:
             return torch_threads
-        if last is None or clock.wall() - last.wall >= INTERVAL:  # /proc/stat costs ~0.1 ms
+        if last is None or clock.wall() - last.wall >= INTERVAL:  # reading /proc/stat is not free
             now = clock.read()
             if now is None:
                 return torch_threads

@@ -3,13 +3,12 @@ zoo's CPU kernels (``zoo/kernels/_native_block.c``): the token embedding, every 
 norm and the head.
 
 Why: with :mod:`zoo.kernels.native`'s kernels a batch-1 step's matrix products stream the weights
-at the memory's rate, and what was left of a gpt2-124m float32 token (5-7 ms of 30-36 on a
-2-core AVX2 machine; 5 of 16 in int8) was the rest of the step: about a hundred small PyTorch
-operations and a few thousand Python calls, each run cold, right after the weights streamed
-through the caches (measured after a 64 MB sum evicted them: ~240 us of Python checks around
-one block's kernel call, 386 us for the embedding, 212 us for the final norm). :func:`decode`
-does all of it in one C call, with the same kernels the per-module path calls one by one;
-the Python before it runs once a token.
+at the memory's rate, and what was left of a gpt2-124m token (a sizeable share of a float32
+one, more of an int8 one) was the rest of the step: about a hundred small PyTorch operations
+and a few thousand Python calls, each run cold, right after the weights streamed through the
+caches, where each costs many times what it costs warm (docs/benchmarks.md, "Figures behind
+design choices", has the figures). :func:`decode` does all of it in one C call, with the same
+kernels the per-module path calls one by one; the Python before it runs once a token.
 
 Where it applies: every block a plain :class:`~zoo.nn.blocks.TransformerBlock` (pre-norm,
 post-norm or parallel residual, no cross-attention) of

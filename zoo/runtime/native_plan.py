@@ -60,7 +60,8 @@ _MISSING = object()
 class Reader:
     """Reads a block's modules, parameters and settings straight from their dicts and records
     each read, so that a plan checks in microseconds that nothing it was built from changed
-    (walking the modules through ``nn.Module.__getattr__`` took ~70 us a block)."""
+    (walking the modules through ``nn.Module.__getattr__`` at every step cost far more:
+    docs/benchmarks.md, "Figures behind design choices")."""
 
     def __init__(self) -> None:
         self.reads: list[tuple[dict[str, Any], str, Any]] = []

@@ -53,8 +53,8 @@ class Engine:
     ``zoo serve`` runs it on the process's main thread (the HTTP server has a thread of its
     own): the main thread owns the OpenMP worker pool that PyTorch's CPU kernels use. Started
     from any other thread once the main one has used it, each parallel kernel wakes a second
-    pool on a machine already full of threads, and a decoding step of 8 rows takes about 1.8x
-    as long (shakespeare-byte on 2 cores: 4.8 against 2.7 ms).
+    pool on a machine already full of threads, and a decoding step takes markedly longer
+    (docs/benchmarks.md, "Figures behind design choices", has the figures).
 
     Args:
         model: the decoder to serve (in eval mode from here on).

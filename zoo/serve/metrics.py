@@ -22,20 +22,20 @@ if TYPE_CHECKING:
 
 __all__ = ["ITL_BUCKETS", "LATENCY_BUCKETS", "TTFT_BUCKETS", "Metrics", "ModelMetrics"]
 
-#: Time to first token, seconds: 1 ms (a small model on a GPU) to 60 s (a long prompt queued
-#: behind a full batch on a CPU).
+#: Time to first token, seconds: from 0.001 (a small model on a GPU) to 60 (a long prompt
+#: queued behind a full batch on a CPU).
 TTFT_BUCKETS = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
     1.0, 1.5, 2.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 60.0,
 )  # fmt: skip
 
-#: Between two tokens of one sequence, seconds: 1 ms to 10 s (a stall).
+#: Between two tokens of one sequence, seconds: from 0.001 to 10 (a stall).
 ITL_BUCKETS = (
     0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1,
     0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0,
 )  # fmt: skip
 
-#: A request from its arrival to its end, seconds: 10 ms to 20 minutes.
+#: A request from its arrival to its end, seconds: from 0.01 to 1200 (20 minutes).
 LATENCY_BUCKETS = (
     0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0,
     120.0, 300.0, 600.0, 1200.0,

@@ -228,7 +228,9 @@ class HFTokenizer(Tokenizer):
         """Long texts are cut into pieces of about :data:`CHUNK_CHARS` at boundaries no token
         crosses (:mod:`~zoo.tokenizers.chunking`) and encoded a few pieces at a time: the
         library builds a full ``Encoding`` (offsets, strings) per token, about 600 bytes
-        each, so one 50 MB text took 6.5 GB. Yields the ids of each few pieces."""
+        each, so a long text encoded whole takes many times its size in memory
+        (docs/benchmarks.md, "Figures behind design choices"). Yields the ids of each few
+        pieces."""
         rule, protected = self._cut
         batch: list[str] = []
         for piece in _pieces(text, CHUNK_CHARS, rule, protected):

@@ -39,22 +39,24 @@ SPECIAL_TOKENS: tuple[str, ...] = (PAD, UNK, BOS, EOS)
 _ROLES = {"pad": PAD, "unk": UNK, "bos": BOS, "eos": EOS}
 _MIN_VOCAB = 256 + len(SPECIAL_TOKENS)
 #: The most ids :meth:`SubwordBPE.train` accepts (2**24 = 16,777,216). The ``tokenizers``
-#: trainer reserves memory for every id asked for before it reads any text (2**28 ids take
-#: 0.5 GB, 2**31 abort the process in its allocator), and an embedding of 2**24 rows is
-#: already 50 GB at width 768; the largest vocabularies in use are about 2**18.
+#: trainer reserves memory for every id asked for before it reads any text (a large share of
+#: a gigabyte for 2**28 ids; 2**31 abort the process in its allocator), and an embedding of
+#: 2**24 rows is already 50 GB at width 768; the largest vocabularies in use are about 2**18.
 MAX_VOCAB = 1 << 24
 
 #: Training text reaches the trainer in pieces of about this many characters, cut where the
 #: pre-tokenizer always ends a word (:mod:`~zoo.tokenizers.chunking`, as encoding cuts), so
 #: the trainer counts the words of the whole text (a run with no such place is cut at twice
-#: this length). One 20 MB piece took the trainer 2.9 GB to split into words.
+#: this length). Splitting one large piece into words takes the trainer many times the
+#: piece's size in memory (docs/benchmarks.md, "Figures behind design choices").
 TRAIN_PIECE_CHARS = 1 << 16
 #: The longest piece: text with no place to cut for this long is cut anyway.
 _MOST_PIECE_CHARS = 1 << 17
 #: The longest word the trainer sees, in characters: a longer run of letters, digits,
 #: punctuation or whitespace is learnt as words of this length. Each merge rewrites a word
 #: once per occurrence of its pair, so one long word cost time in the square of its length
-#: (2 MB of letters without a break ran for over 2 minutes). Encoding is not affected.
+#: (a few MB of letters without a break stalled training for minutes:
+#: docs/benchmarks.md, "Figures behind design choices"). Encoding is not affected.
 MAX_WORD_CHARS = 256
 #: Memory of a distinct word in the trainer beyond its bytes, counted against the budget.
 _WORD_OVERHEAD = 8

@@ -11,7 +11,8 @@ fine-tuning format gives it (:mod:`zoo.train.chat_lines`). Every line is checked
 training starts, in one streaming pass that holds one line at a time; a bad one is refused
 with its line number. Blank lines are skipped. The conversations are then read again, one at
 a time, each rendered, encoded and packed as it comes (the whole file, every parsed line and
-every encoding were once held at once: 589 MB for 11 MB of conversations).
+every encoding were once held at once, many times the file's size: docs/benchmarks.md,
+"Figures behind design choices").
 
 Which tokens are the replies is :mod:`zoo.tokenizers.chat_replies`' rule: the template's
 ``{% generation %}`` blocks when it has them (``transformers``' assistant mask), otherwise

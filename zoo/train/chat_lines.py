@@ -2,7 +2,7 @@
 chat`` checks the file before anything loads), each line against OpenAI's fine-tuning format
 (``"tool_calls": "rm -rf"``, a string, was once accepted; a lone surrogate was found
 later, without its line; the whole file, every parsed line and every encoding were held at
-once, 589 MB for 11 MB).
+once, many times the file's size: docs/benchmarks.md, "Figures behind design choices").
 
 A line is ``{"messages": [...], "tools": [...]}`` (``tools`` optional). A message has:
 

@@ -1,6 +1,6 @@
 """What a LoRA run's adapters will hold, counted from its plan before one is allocated
-(``zoo train shakespeare-byte --lora 2000000`` once allocated its adapters, 19.8 GB, before the
-memory check ran, and was killed by the kernel).
+(``zoo train shakespeare-byte --lora 2000000`` once allocated its adapters, more than the
+machine held, before the memory check ran, and was killed by the kernel).
 
 :func:`lora_shape` reads the plan (:func:`zoo.adapters.lora.plan_lora`) against the model's layers,
 grouped as :func:`zoo.adapters.lora.attach_lora` groups them, and gives, in elements:

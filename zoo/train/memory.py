@@ -1,5 +1,6 @@
 """A training run's peak memory, estimated before the first step, and the refusal when the
-machine cannot hold it (the README's quickstart once grew to 19 GB and was OOM-killed).
+machine cannot hold it (the README's quickstart once outgrew its machine and was
+OOM-killed).
 
 The estimate, per process, in bytes (``B`` sequences per micro-step on this process, ``T`` the
 context, ``L`` the layers, ``d`` ``d_model``, ``f`` ``d_ff``, ``H`` heads, ``V`` the vocabulary):
@@ -21,15 +22,13 @@ context, ``L`` the layers, ``d`` ``d_model``, ``f`` ``d_ff``, ``H`` heads, ``V``
   (``lora`` with a ``frozen`` figure) is counted from its plan: nothing of it is allocated
   before the check.
 
-Calibration (CPU, torch 2.13, ``ru_maxrss`` of a child process running two steps of
-``loss_of`` + backward + clipping + AdamW, minus its RSS after ``import torch``; gpt2-124m with
-overrides): n_layers=4, batch 1/2/4 at context 1024: measured 2.41/3.66/5.83 GB, estimated
-2.68/4.12/7.00 GB; n_layers=8 batch 2: 5.93 vs 6.64 GB; n_layers=4 dropout=0 batch 2: 2.00 vs
-2.51 GB (no score matrices: the CPU flash kernel); d_model=256 n_heads=4 d_ff=1024
-context_length=256 n_layers=4 batch 8: 1.50 vs 1.52 GB, n_layers=1 vocab_size=1024: 0.24 vs
-0.26 GB. The estimate is 1.0-1.26 times the measured peak: on the safe side. The quickstart
-(``--set n_layers=4``, batch 16, context 1024) is estimated at 24.3 GB; the measured slope
-(1.1-1.25 GB a sequence) puts it at 19-21 GB.
+Calibration: the estimate was checked against the measured peak (CPU, ``ru_maxrss`` of a child
+process running two steps of ``loss_of`` + backward + clipping + AdamW, minus its RSS after
+``import torch``) of gpt2-124m under several overrides (layers, batch, context, width, dropout
+off: no score matrices, the CPU flash kernel) and was at or above every one of them, by at
+most about a quarter: on the safe side; the README's quickstart is estimated above what the
+measured slope a sequence puts it at, too (docs/benchmarks.md, "Figures behind design
+choices", has the figures).
 
 A run is refused when the estimate exceeds 90% of the memory available (a tenth is left for
 what the estimate does not see: the data's page cache, the tokenizer, other processes).

@@ -16,7 +16,8 @@ __all__ = ["Budget", "stop_reason"]
 
 
 #: Bytes a second a checkpoint is taken to be written at before one is measured: a slow disk
-#: (a laptop SSD writes 5-20 times faster), so that the first estimate errs on the budget's side.
+#: (a laptop SSD writes many times faster), so that the first estimate errs on the budget's
+#: side.
 WRITE_RATE = 100 * 10**6
 
 
