@@ -10,6 +10,7 @@ import re
 import stat
 import subprocess
 import sys
+import sysconfig
 import tarfile
 import zipfile
 
@@ -27,8 +28,10 @@ ROOT = Path(__file__).parents[1]
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
+    """The wheel ``pip wheel`` builds from this checkout; what the build printed (``-v``: the
+    backend's output too) is ``build.log`` beside it."""
     out = tmp_path_factory.mktemp("wheel")
-    subprocess.run(
+    done = subprocess.run(
         [
             sys.executable,
             "-m",
@@ -36,14 +39,16 @@ def wheel(tmp_path_factory) -> Path:
             "wheel",
             "--no-deps",
             "--no-build-isolation",
-            "--quiet",
+            "-v",
             "-w",
             str(out),
             str(ROOT),
         ],
         check=True,
         capture_output=True,
+        text=True,
     )
+    (out / "build.log").write_text(done.stdout + done.stderr)
     (path,) = out.glob("torch_zoo-*.whl")
     return path
 
@@ -239,13 +244,37 @@ def test_a_failing_compiler_builds_nothing_and_fails_nothing(tmp_path):
 
 def test_the_wheel_ships_the_native_kernels_where_they_build(wheel):
     """Where this checkout's install built the kernels (a C compiler with OpenMP), the wheel
-    built here ships them too."""
+    built here ships them too, built for the stable ABI (``_native.abi3.so``, one library for
+    every Python the wheel installs on); where its build could not (setup.py's one line says
+    why), the wheel ships none."""
     import importlib.util
 
     built = importlib.util.find_spec("zoo.kernels._native") is not None
+    skipped = "zoo: building without its C kernels (" in (wheel.parent / "build.log").read_text()
     names = zipfile.ZipFile(wheel).namelist()
     shipped = [n for n in names if n.startswith("zoo/kernels/_native.") and not n.endswith(".c")]
     assert bool(shipped) == built, shipped
+    assert bool(shipped) != skipped, shipped
+    if shipped and not sysconfig.get_config_var("Py_GIL_DISABLED"):
+        library = "pyd" if sys.platform == "win32" else "so"
+        assert shipped == [f"zoo/kernels/_native.abi3.{library}"], shipped
+
+
+def test_the_wheel_is_one_for_every_python_from_the_minimum(wheel):
+    """abi3: the wheel is tagged ``cp3X-abi3-<platform>``, X being ``requires-python``'s
+    minimum, so one wheel installs on that CPython and every later one (a free-threaded
+    Python has no stable ABI yet: its wheel is for that interpreter alone)."""
+    with open(ROOT / "pyproject.toml", "rb") as file:
+        minimum = tomllib.load(file)["project"]["requires-python"]
+    found = re.fullmatch(r">=3\.(\d+)", minimum)
+    assert found, f"requires-python {minimum!r} is not '>=3.N'"
+    name, version, python, abi, platform = wheel.stem.split("-")
+    assert (name, version) == ("torch_zoo", metadata.version("torch-zoo").replace("-", "_"))
+    assert platform != "any"  # the kernels are for one platform
+    if sysconfig.get_config_var("Py_GIL_DISABLED"):
+        assert abi != "abi3", wheel.name
+    else:
+        assert (python, abi) == (f"cp3{found.group(1)}", "abi3"), wheel.name
 
 
 def test_the_wheel_ships_no_module_the_tree_lacks(wheel):

@@ -13,8 +13,18 @@
  * these kernels run on PyTorch's own thread team (zoo/kernels/native.py checks that only one
  * OpenMP runtime is mapped before it uses them).
  *
+ * Floating point: these files are compiled with -ffp-contract=off (pyproject.toml), so no
+ * compiler fuses a multiplication and an addition on its own: every fused multiply-add is
+ * written out (_mm256_fmadd_ps, fmaf, fma) and every other product and sum is rounded on
+ * its own. gcc (whose default fuses wherever its vectoriser leaves the two side by side) and
+ * clang (which fuses within one expression) then give the same bits, and gcc left to fuse
+ * on its own changes none (tests/test_native_build.py). fmaf and fma are one instruction in
+ * the avx2,fma functions below; anywhere else they would be calls into the C library.
+ *
  * No Python API: the module object exists only so that setuptools builds and installs this
  * file as zoo.kernels._native; zoo/kernels/native.py finds it with importlib and opens it with ctypes.
+ * It uses only CPython's stable ABI (setup.py defines Py_LIMITED_API), so one library,
+ * _native.abi3.so, serves every CPython from requires-python's minimum on.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -81,10 +91,10 @@ __attribute__((target("avx2,fma"))) static void f32_rows(
         }
         float s0 = hsum(a0), s1 = hsum(a1), s2 = hsum(a2), s3 = hsum(a3);
         for (; k < K; k++) {
-            s0 += w0[k] * x[k];
-            s1 += w1[k] * x[k];
-            s2 += w2[k] * x[k];
-            s3 += w3[k] * x[k];
+            s0 = fmaf(w0[k], x[k], s0);
+            s1 = fmaf(w1[k], x[k], s1);
+            s2 = fmaf(w2[k], x[k], s2);
+            s3 = fmaf(w3[k], x[k], s3);
         }
         if (b) {
             s0 += b[n];
@@ -103,7 +113,7 @@ __attribute__((target("avx2,fma"))) static void f32_rows(
         int64_t k = 0;
         for (; k + 8 <= K; k += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + k), _mm256_loadu_ps(x + k), a0);
         float s0 = hsum(a0);
-        for (; k < K; k++) s0 += w0[k] * x[k];
+        for (; k < K; k++) s0 = fmaf(w0[k], x[k], s0);
         y[n] = b ? s0 + b[n] : s0;
     }
 }
@@ -133,23 +143,29 @@ __attribute__((target("avx2,fma"))) static float dot8(const float *a, const floa
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
     float s = hsum(acc);
-    for (; i < n; i++) s += a[i] * b[i];
+    for (; i < n; i++) s = fmaf(a[i], b[i], s);
     return s;
 }
 
 /* Layer norm with the mean, the variance and each centred value in double (the rounding
- * left is float32's, once per output), then the float32 scale and shift. */
+ * left is float32's, once per output), then the float32 scale and shift: one fused
+ * multiply-add where both are given. */
 __attribute__((target("avx2,fma"))) static void layer_norm(
     const float *x, const float *w, const float *b, float *y, int64_t d, float eps) {
     double sum = 0.0, squares = 0.0;
     for (int64_t i = 0; i < d; i++) sum += x[i];
     double mean = sum / (double)d;
-    for (int64_t i = 0; i < d; i++) squares += ((double)x[i] - mean) * ((double)x[i] - mean);
+    for (int64_t i = 0; i < d; i++) {
+        double c = (double)x[i] - mean;
+        squares = fma(c, c, squares);
+    }
     double rstd = 1.0 / sqrt(squares / (double)d + (double)eps);
     for (int64_t i = 0; i < d; i++) {
         float h = (float)(((double)x[i] - mean) * rstd);
-        h = w ? h * w[i] : h;
-        y[i] = b ? h + b[i] : h;
+        if (w && b)
+            y[i] = fmaf(h, w[i], b[i]);
+        else
+            y[i] = w ? h * w[i] : b ? h + b[i] : h;
     }
 }
 
@@ -176,7 +192,7 @@ __attribute__((target("avx2,fma"))) static void attend_head(
         float p = expf(s - top);
         total += p;
         const float *v = V + j * hd;
-        for (int64_t d = 0; d < hd; d++) y[d] += p * v[d];
+        for (int64_t d = 0; d < hd; d++) y[d] = fmaf(p, v[d], y[d]);
     }
     float inv = 1.0f / total;
     for (int64_t d = 0; d < hd; d++) y[d] *= inv;

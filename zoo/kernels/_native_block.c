@@ -14,9 +14,10 @@
  * Numerics: the products, norms and attention are those of the per-module path
  * (zoo/kernels/native.py), the residual sums and the embedding are the same float operations in
  * the same order, the rotation is the same multiplications and additions (never contracted
- * into a fused multiply-add, as PyTorch's is not). The activations are computed here: GELU's
- * tanh form and SiLU as x / (1 + exp(-z)) with an eight-lane exp accurate to about 2 ulp,
- * GELU's erf form with the C library's erff, so they differ from PyTorch's in the last bits.
+ * into a fused multiply-add, as PyTorch's is not: -ffp-contract=off, see _native.c). The
+ * activations are computed here: GELU's tanh form and SiLU as x / (1 + exp(-z)) with an
+ * eight-lane exp accurate to about 2 ulp, GELU's erf form with the C library's erff, so they
+ * differ from PyTorch's in the last bits.
  * zoo/nn/native_plan.py builds the descriptions (zoo_decoder, zoo_block...) from a model's
  * modules, and zoo/nn/native_block.py checks every shape before it calls.
  */
@@ -100,8 +101,8 @@ static void add(const float *a, const float *b, float *y, int64_t d) {
 /* The rotate-half rotation of the first `rot` features of each of `heads` heads (rows of hd):
  * x[i] cos[i] - x[i + rot/2] sin[i] for the first half, x[i] cos[i] + x[i - rot/2] sin[i]
  * for the second, as PyTorch computes `turned * cos + cat(-second, first) * sin`: two
- * products and one sum each (compiled for the baseline x86-64, which has no fused
- * multiply-add to contract them into). */
+ * products and one sum each, each rounded (never fused into a multiply-add: these files are
+ * compiled with -ffp-contract=off, see _native.c). */
 static void rotate(
     float *x, int64_t heads, int64_t hd, int64_t rot, const float *cos, const float *sin) {
     int64_t half = rot / 2;

@@ -124,9 +124,10 @@ static inline int32_t dot_tail(const uint8_t *xq, const int8_t *w, int64_t k, in
     return s;
 }
 
-/* Step 4 for one output. */
-static inline float epilogue(int32_t acc, int32_t zero, int32_t colsum, float x_scale,
-                             float w_scale, const float *bias, int64_t n) {
+/* Step 4 for one output (in an avx2,fma function, where fmaf is one instruction). */
+__attribute__((target("avx2,fma"))) static inline float epilogue(
+    int32_t acc, int32_t zero, int32_t colsum, float x_scale, float w_scale, const float *bias,
+    int64_t n) {
     int32_t raw = (int32_t)((uint32_t)acc - (uint32_t)zero * (uint32_t)colsum);
     float scale = x_scale * w_scale;
     return bias ? fmaf((float)raw, scale, bias[n]) : (float)raw * scale;
@@ -153,6 +154,16 @@ __attribute__((target("avx2,fma"))) static void int8_rows(
         }
         acc[n - n0] = hsum_epi32(_mm256_add_epi32(a0, a1)) + dot_tail(xq, w, k, K);
     }
+}
+
+/* y[n] for n in [n0, n1), at most INT8_ROWS_PER_TASK rows: steps 3 and 4. */
+__attribute__((target("avx2,fma"))) static void int8_task(
+    const int8_t *W, const uint8_t *xq, float *y, int64_t n0, int64_t n1, int64_t K,
+    int32_t zero, const int32_t *colsum, float x_scale, const float *w_scale, const float *bias) {
+    int32_t acc[INT8_ROWS_PER_TASK];
+    int8_rows(W, xq, acc, n0, n1, K);
+    for (int64_t n = n0; n < n1; n++)
+        y[n] = epilogue(acc[n - n0], zero, colsum[n], x_scale, w_scale[n], bias, n);
 }
 #endif
 
@@ -182,10 +193,7 @@ int zoo_gemv_int8(const float *x, const int8_t *W, const float *w_scale, const i
     for (int64_t t = 0; t < tasks; t++) {
         int64_t n0 = t * INT8_ROWS_PER_TASK;
         int64_t n1 = n0 + INT8_ROWS_PER_TASK < N ? n0 + INT8_ROWS_PER_TASK : N;
-        int32_t acc[INT8_ROWS_PER_TASK];
-        int8_rows(W, xq, acc, n0, n1, K);
-        for (int64_t n = n0; n < n1; n++)
-            y[n] = epilogue(acc[n - n0], zero, colsum[n], x_scale, w_scale[n], bias, n);
+        int8_task(W, xq, y, n0, n1, K, zero, colsum, x_scale, w_scale, bias);
     }
     free(xq);
     return 0;

@@ -1,0 +1,264 @@
+"""Every kernel of one built zoo kernel library, run on fixed random inputs of awkward sizes:
+``python tests/native_bits.py LIBRARY`` prints one line per case, ``<case> <sha256 of its
+outputs' bytes>``, so that two builds (gcc's and clang's, or two sets of flags) can be
+compared bit for bit by comparing lines.
+
+The library is opened with ctypes directly (not through :mod:`zoo.kernels.native`, which
+refuses a library whose OpenMP runtime is not PyTorch's, as clang's libomp is not): this
+script imports neither torch nor zoo's kernels module, only numpy and the ctypes mirrors of
+the one-call step's structures (:mod:`zoo.kernels.native_abi`). Run it in a child process: a
+crash in C then fails one run, not the test session. Sizes are chosen to reach every loop
+tail (K not a multiple of 8, 32 or 64; rows not a multiple of 4 or of a thread's task).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from zoo.kernels import native_abi
+
+_P, _I, _F, _C = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int
+
+#: The exported kernels' result and argument types (the C signatures, unchanged).
+SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
+    "zoo_native_supported": (_C, []),
+    "zoo_gemv_f32": (None, [_P, _P, _P, _P, _I, _I, _C]),
+    "zoo_layer_norm_f32": (None, [_P, _P, _P, _P, _I, _F]),
+    "zoo_rms_norm_f32": (None, [_P, _P, _P, _I, _F, _F]),
+    "zoo_attend_one_f32": (None, [_P, _I] * 3 + [_P, _P] + [_I] * 5 + [_F, _P, _C]),
+    "zoo_gemv_int8": (_C, [_P] * 6 + [_I, _I, _C]),
+    "zoo_decode_step_f32": (_C, [_P, _I, _I] + [_P] * 3 + [_I] * 3 + [_P, _P, _C]),
+}
+
+
+def open_library(path: str) -> ctypes.CDLL:
+    """The library at ``path`` with every kernel's types set."""
+    lib = ctypes.CDLL(os.path.abspath(path))
+    for name, (restype, argtypes) in SIGNATURES.items():
+        function = getattr(lib, name)
+        function.restype, function.argtypes = restype, argtypes
+    return lib
+
+
+def _f32(rng: np.random.RandomState, *shape: int, scale: float = 1.0) -> np.ndarray:
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def _at(a: np.ndarray | None) -> int | None:
+    return None if a is None else a.ctypes.data
+
+
+def _digest(*arrays: np.ndarray) -> str:
+    h = hashlib.sha256()
+    for a in arrays:
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+
+def gemv_f32(lib: ctypes.CDLL) -> Iterator[tuple[str, str]]:
+    for n, k in [(1, 1), (3, 7), (5, 9), (13, 31), (17, 100), (37, 257), (70, 771)]:
+        for bias in (False, True):
+            rng = np.random.RandomState(n * 1000 + k)
+            w, x = _f32(rng, n, k), _f32(rng, k)
+            b = _f32(rng, n) if bias else None
+            y = np.zeros(n, np.float32)
+            lib.zoo_gemv_f32(_at(w), _at(x), _at(b), _at(y), n, k, 1 + (n % 2))
+            yield f"gemv_f32 n={n} k={k} bias={bias}", _digest(y)
+
+
+def norms(lib: ctypes.CDLL) -> Iterator[tuple[str, str]]:
+    for d in (1, 7, 9, 31, 100, 771, 1023):
+        rng = np.random.RandomState(d)
+        x, w, b = _f32(rng, d, scale=3.0), _f32(rng, d), _f32(rng, d)
+        x += np.float32(0.7)  # a mean away from zero
+        for has_w in (False, True):
+            for has_b in (False, True):
+                y = np.zeros(d, np.float32)
+                lib.zoo_layer_norm_f32(
+                    _at(x), _at(w) if has_w else None, _at(b) if has_b else None, _at(y), d, 1e-5
+                )
+                yield f"layer_norm d={d} w={has_w} b={has_b}", _digest(y)
+        for offset in (0.0, 1.0):
+            y = np.zeros(d, np.float32)
+            lib.zoo_rms_norm_f32(_at(x), _at(w), _at(y), d, 1e-6, offset)
+            yield f"rms_norm d={d} offset={offset}", _digest(y)
+
+
+def attend_one(lib: ctypes.CDLL) -> Iterator[tuple[str, str]]:
+    # heads, kv heads, head size, position, cache length, extra stride of q, k and v
+    for heads, kv, hd, pos, max_len, pad in [
+        (1, 1, 1, 0, 1, 0),
+        (4, 2, 7, 5, 9, 3),
+        (6, 3, 12, 13, 20, 0),
+        (8, 8, 64, 30, 32, 1),
+        (12, 4, 33, 17, 40, 5),
+    ]:
+        rng = np.random.RandomState(heads * 100 + hd)
+        stride = hd + pad
+        q, k, v = _f32(rng, heads, stride), _f32(rng, kv, stride), _f32(rng, kv, stride)
+        ck, cv = _f32(rng, kv, max_len, hd), _f32(rng, kv, max_len, hd)
+        y = np.zeros((heads, hd), np.float32)
+        lib.zoo_attend_one_f32(
+            _at(q), stride, _at(k), stride, _at(v), stride, _at(ck), _at(cv), max_len, pos,
+            heads, kv, hd, float(np.float32(hd**-0.5)), _at(y), 2,
+        )  # fmt: skip
+        yield f"attend_one heads={heads}/{kv} hd={hd} pos={pos}", _digest(y, ck, cv)
+
+
+def _int8_weights(rng: np.random.RandomState, n: int, k: int) -> tuple[np.ndarray, ...]:
+    """int8 rows, their scales and their sums (what zoo_gemv_int8 takes)."""
+    q = rng.randint(-127, 128, size=(n, k)).astype(np.int8)
+    scale = (rng.random_sample(n) * 0.02 + 1e-3).astype(np.float32)
+    return q, scale, q.astype(np.int32).sum(1).astype(np.int32)
+
+
+def gemv_int8(lib: ctypes.CDLL) -> Iterator[tuple[str, str]]:
+    for n, k in [(1, 1), (3, 33), (7, 65), (19, 100), (33, 255), (40, 129), (70, 771)]:
+        for bias in (False, True):
+            for spread in (1.0, 40.0):
+                rng = np.random.RandomState(n * 7 + k)
+                q, scale, colsum = _int8_weights(rng, n, k)
+                x = _f32(rng, k, scale=spread)
+                b = _f32(rng, n) if bias else None
+                y = np.zeros(n, np.float32)
+                status = lib.zoo_gemv_int8(
+                    _at(x), _at(q), _at(scale), _at(colsum), _at(b), _at(y), n, k, 2
+                )
+                yield f"gemv_int8 n={n} k={k} bias={bias} spread={spread}", f"{status} {_digest(y)}"
+
+
+class _Model:
+    """A small decoder's weights and the C structures that describe it (kept alive here)."""
+
+    def __init__(
+        self, seed: int, layouts: tuple[int, ...], act: int, gated: bool, int8: bool, rot: int
+    ) -> None:
+        self.rng = np.random.RandomState(seed)
+        self.keep: list[object] = []
+        self.d, self.heads, self.kv, self.hd, self.ffn, self.vocab = 20, 4, 2, 6, 37, 11
+        blocks = (native_abi.Block * len(layouts))()
+        for i, layout in enumerate(layouts):
+            blocks[i] = self.block(layout, act, gated, int8 and i % 2 == 0)
+        self.blocks = blocks
+        self.embedding = self.embed(int8, learned=rot == 0)
+        self.decoder = native_abi.Decoder(
+            embedding=self.embedding,
+            blocks=ctypes.addressof(blocks),
+            n_blocks=len(layouts),
+            has_final=1,
+            final_norm=self.norm(rms=act == 3),
+            head=self.linear(self.vocab, self.d, bias=False, int8=False),
+        )
+
+    def array(self, a: np.ndarray) -> int:
+        self.keep.append(a)
+        return a.ctypes.data
+
+    def linear(self, n: int, k: int, bias: bool, int8: bool) -> native_abi.Linear:
+        if int8:
+            q, scale, colsum = _int8_weights(self.rng, n, k)
+            b = self.array(_f32(self.rng, n)) if bias else None
+            return native_abi.Linear(
+                kind=1, n=n, k=k, w=self.array(q), scale=self.array(scale),
+                colsum=self.array(colsum), bias=b,
+            )  # fmt: skip
+        w = _f32(self.rng, n, k, scale=k**-0.5)
+        b = self.array(_f32(self.rng, n, scale=0.1)) if bias else None
+        return native_abi.Linear(kind=0, n=n, k=k, w=self.array(w), bias=b)
+
+    def norm(self, rms: bool) -> native_abi.Norm:
+        w = self.array(_f32(self.rng, self.d, scale=0.2) + np.float32(1.0))
+        if rms:
+            return native_abi.Norm(kind=1, w=w, eps=1e-6, offset=0.0)
+        return native_abi.Norm(kind=0, w=w, b=self.array(_f32(self.rng, self.d)), eps=1e-5)
+
+    def block(self, layout: int, act: int, gated: bool, int8: bool) -> native_abi.Block:
+        width = (self.heads + 2 * self.kv) * self.hd
+        return native_abi.Block(
+            layout=layout, d_model=self.d, heads=self.heads, kv_heads=self.kv,
+            head_dim=self.hd, act=act, gated=int(gated), scale=self.hd**-0.5,
+            norm1=self.norm(rms=act == 3), norm2=self.norm(rms=act == 3),
+            qkv=self.linear(width, self.d, bias=True, int8=int8),
+            out=self.linear(self.d, self.heads * self.hd, bias=True, int8=int8),
+            fc=self.linear(self.ffn * (2 if gated else 1), self.d, bias=act != 3, int8=int8),
+            proj=self.linear(self.d, self.ffn, bias=act != 3, int8=int8),
+        )  # fmt: skip
+
+    def embed(self, int8: bool, learned: bool) -> native_abi.Embedding:
+        positions = self.array(_f32(self.rng, 16, self.d)) if learned else None
+        if int8:
+            rows = self.rng.randint(-127, 128, size=(self.vocab, self.d)).astype(np.int8)
+            row_scale = self.array((self.rng.random_sample(self.vocab) * 0.05).astype(np.float32))
+            return native_abi.Embedding(
+                kind=1, vocab=self.vocab, max_positions=16, rows=self.array(rows),
+                row_scale=row_scale, positions=positions, scale=float(np.float32(self.d**0.5)),
+            )  # fmt: skip
+        rows = _f32(self.rng, self.vocab, self.d)
+        return native_abi.Embedding(
+            kind=0, vocab=self.vocab, max_positions=16, rows=self.array(rows),
+            positions=positions, scale=1.0,
+        )  # fmt: skip
+
+
+def decode_step(lib: ctypes.CDLL) -> Iterator[tuple[str, str]]:
+    """Six steps of small decoders of every block layout, activation, gating, rotary width
+    and weight kind, their logits and key/value caches after each."""
+    steps, max_len = 6, 8
+    configs = [
+        ((0, 0), 0, False, False, 0),  # pre-norm, GELU (erf), learned positions (no rotary)
+        ((0, 0), 1, False, True, 0),  # GELU tanh, int8 products
+        ((1, 1), 2, False, False, 4),  # post-norm, ReLU, rotary over 4 of 6 features
+        ((2, 2), 1, False, False, 6),  # parallel residual, full rotary
+        ((0, 0, 0), 3, True, False, 6),  # SiLU, gated (Llama-like)
+        ((0, 0), 3, True, True, 2),  # the same in int8, a narrow rotary
+    ]
+    for number, (layouts, act, gated, int8, rot) in enumerate(configs):
+        model = _Model(number, layouts, act, gated, int8, rot)
+        caches = [
+            np.zeros((model.kv, max_len, model.hd), np.float32) for _ in range(2 * len(layouts))
+        ]
+        ck = (ctypes.c_void_p * len(layouts))(*[c.ctypes.data for c in caches[: len(layouts)]])
+        cv = (ctypes.c_void_p * len(layouts))(*[c.ctypes.data for c in caches[len(layouts) :]])
+        outs = []
+        for pos in range(steps):
+            angles = np.arange(max(rot, 1), dtype=np.float64) * (pos + 1) / 3.0
+            cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+            logits = np.zeros(model.vocab, np.float32)
+            status = lib.zoo_decode_step_f32(
+                ctypes.addressof(model.decoder), (pos * 5 + number) % model.vocab, pos,
+                _at(logits), ck, cv, max_len, pos, rot, _at(cos), _at(sin), 2,
+            )  # fmt: skip
+            assert status == 0, f"decode step {number} at {pos} returned {status}"
+            outs.append(logits)
+        name = f"decode_step layouts={layouts} act={act} gated={gated} int8={int8} rot={rot}"
+        yield name, _digest(*outs, *caches)
+
+
+CASES: list[Callable[[ctypes.CDLL], Iterator[tuple[str, str]]]] = [
+    gemv_f32,
+    norms,
+    attend_one,
+    gemv_int8,
+    decode_step,
+]
+
+
+def main(path: str) -> None:
+    lib = open_library(path)
+    if not lib.zoo_native_supported():
+        print("unsupported")  # a CPU without AVX2 and FMA: the kernels must not be called
+        return
+    for cases in CASES:
+        for name, digest in cases(lib):
+            print(f"{name}: {digest}", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
