@@ -28,7 +28,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .native import _kernels, _plain
+from .native import _compile_ready, _kernels, _library, _plain
+from .ops import gemv_int8_kernel
 
 __all__ = ["Int8Rows", "attach_rows", "int8_linear"]
 
@@ -63,6 +64,21 @@ class Int8Rows:
         if self.bias is not None:
             parts.append((self.bias, torch.float32))
         return all(t.shape == (n,) and t.is_contiguous() and _plain(t, dtype) for t, dtype in parts)
+
+    def laid_out(self) -> bool:
+        """Whether the rows have the dtypes, device, shapes and contiguity the kernel reads,
+        from what a traced (fake) tensor has; :meth:`intact` also checks their storage."""
+        q = self.q
+        if q.dim() != 2 or q.dtype is not torch.int8 or not q.is_cpu or not q.is_contiguous():
+            return False
+        n = q.shape[0]
+        parts = [(self.scale, torch.float32), (self.colsum, torch.int32)]
+        if self.bias is not None:
+            parts.append((self.bias, torch.float32))
+        return all(
+            t.dtype is dtype and t.is_cpu and t.shape == (n,) and t.is_contiguous()
+            for t, dtype in parts
+        )
 
     def pointers(self) -> tuple[int, int, int, int | None]:
         """The addresses the kernel takes after the input's: weights, scales, sums, bias."""
@@ -131,20 +147,39 @@ def int8_linear(layer: Any, x: Tensor) -> Tensor | None:
     device, several rows, a row holding NaN or infinity) and the caller runs the layer's
     own kernel. No autograd.
 
+    Under ``torch.compile`` it decides on what traced tensors have (and on the rows
+    :func:`attach_rows` gave the layer: none are read while tracing) and returns the
+    operator ``torch.ops.zoo.gemv_int8``'s result (:mod:`zoo.kernels.ops`), which computes
+    FBGEMM's numbers for whatever it is handed, a row holding NaN or infinity included.
+
     Shape:
         ``(*, K) -> (*, N)``.
     """
-    kernel = _kernel()
-    if kernel is None or not _plain(x) or x.dim() < 2:
+    if torch.compiler.is_compiling():
+        return _traced(layer, x)
+    lib = _library()
+    if lib is None:
         return None
     rows = _rows_of(layer)
-    if rows is None or not rows.intact():
+    if rows is None:
         return None
-    n, k = rows.q.shape
-    if x.numel() != k or x.shape[-1] != k:
+    return gemv_int8_kernel(lib, x, rows.q, rows.scale, rows.colsum, rows.bias)
+
+
+def _traced(layer: Any, x: Tensor) -> Tensor | None:
+    """:func:`int8_linear` while compiling: the operator where the layer has rows read from
+    its current weight and the tensors' dtypes, devices and shapes are the kernel's."""
+    rows = layer.__dict__.get(_ROWS)
+    if rows is None or rows.packed() is not _packed(layer) or not _compile_ready():
         return None
-    x = x.contiguous()
-    y = torch.empty((*x.shape[:-1], n))
-    threads = torch.get_num_threads()
-    status = kernel(x.data_ptr(), *rows.pointers(), y.data_ptr(), n, k, threads)
-    return y if status == 0 else None
+    k = rows.q.shape[-1]
+    if not (
+        rows.laid_out()
+        and x.dtype is torch.float32
+        and x.is_cpu
+        and x.dim() >= 2
+        and x.numel() == k
+        and x.shape[-1] == k
+    ):
+        return None
+    return torch.ops.zoo.gemv_int8(x, rows.q, rows.scale, rows.colsum, rows.bias)
