@@ -15,10 +15,11 @@ The kernels are optional at every level: a missing build, a CPU without AVX2 and
 PyTorch whose threads are not OpenMP's, or ``ZOO_NATIVE_KERNELS=0``
 (:class:`zoo.settings.Settings`) leave PyTorch's kernels in place, and :func:`available`
 says which. They run on PyTorch's own OpenMP thread team (the library links
-``libgomp.so.1``, which resolves to the copy PyTorch loaded; :func:`_one_openmp` checks that
-the thread count set with ``torch.set_num_threads`` reaches it, which a second OpenMP runtime
-would not), so they never compete with PyTorch's threads, and ``torch.set_num_threads``
-(and :class:`zoo.kernels.threads.DecodeThreads`) size them.
+``libgomp.so.1``, which resolves to the copy PyTorch loaded;
+:func:`zoo.kernels.native_load._one_openmp` checks that the thread count set with
+``torch.set_num_threads`` reaches it, which a second OpenMP runtime would not), so they never
+compete with PyTorch's threads, and ``torch.set_num_threads`` (and
+:class:`zoo.kernels.threads.DecodeThreads`) size them.
 
 The same step's small operations (about a hundred per gpt2-124m token) cost far more inside
 the step than alone: streaming the weights evicts PyTorch's code and data from the caches,

@@ -54,8 +54,8 @@ class Int8Rows:
 
     def intact(self) -> bool:
         """Whether the kernel may read the rows: each a plain contiguous tensor of its dtype
-        and shape inside its storage (:func:`zoo.kernels.native._plain`), as :func:`_rows` made
-        them (not changed in place since)."""
+        and shape inside its storage (:func:`zoo.kernels.native_load._plain`), as
+        :func:`_rows` made them (not changed in place since)."""
         q = self.q
         if q.dim() != 2 or not q.is_contiguous() or not _plain(q, torch.int8):
             return False
@@ -87,9 +87,9 @@ class Int8Rows:
 
 
 def _kernel() -> Any:
-    """``zoo_gemv_int8`` (its argument types set by :mod:`zoo.kernels.native`), or ``None`` where
-    zoo's kernels do not run now (:func:`zoo.kernels.native.available`, or inside a
-    ``torch.compile`` trace)."""
+    """``zoo_gemv_int8`` (its argument types set by :mod:`zoo.kernels.native_load`), or
+    ``None`` where zoo's kernels do not run now (:func:`zoo.kernels.native.available`, or
+    inside a ``torch.compile`` trace)."""
     lib = _kernels()
     return None if lib is None else lib.zoo_gemv_int8
 
