@@ -1,9 +1,9 @@
 /* zoo's own CPU kernels: one input row times a weight matrix (batch-1 decoding).
  *
  * Why they exist: a batch-1 decoding step reads every weight once, so its speed is the rate
- * at which the matrix-vector products stream weights from memory. On a 2-core AVX2 machine
- * PyTorch's kernels for one row (oneDNN's linear, MKL's gemv) stream at 60-75% of what the
- * cores can read (a plain sum over the same weights); these kernels reach it. See
+ * at which the matrix-vector products stream weights from memory. PyTorch's kernels for one
+ * row (oneDNN's linear, MKL's gemv) stream well below what the cores can read (a plain sum
+ * over the same weights); these kernels reach it (docs/benchmarks.md has the figures). See
  * zoo/kernels/native.py, which loads this library with ctypes and falls back to PyTorch's kernels
  * wherever it is missing or the CPU lacks AVX2 and FMA.
  *

@@ -6,8 +6,8 @@
  * Why: a batch-1 decoding step streams every weight once, and zoo's matrix-vector kernels
  * (_native.c, _native_int8.c) stream at the memory's rate; what remained was about a hundred
  * small PyTorch operations and a few thousand Python calls per gpt2-124m token, each run cold
- * after the weights streamed through the caches (5-7 ms of a 30-36 ms token on a 2-core AVX2
- * machine). Here the step is one call: its products are the same kernels, its norms and its
+ * after the weights streamed through the caches (a sizeable share of each token's time:
+ * docs/benchmarks.md has the figures). Here the step is one call: its products are the same kernels, its norms and its
  * attention the same functions, and the small steps between them (residual sums, the
  * activation, the rotation, the embedding) run on values that stay in the L1 cache.
  *

@@ -134,8 +134,7 @@ __attribute__((target("avx2,fma"))) static inline float epilogue(
 }
 
 /* acc[n - n0] for n in [n0, n1), one row after another: the weights are read as one
- * sequential stream (four rows read side by side streamed 1.6x slower on the 2-core AVX2
- * host), prefetched PREFETCH bytes ahead; xq stays in L1. */
+ * sequential stream (four rows read side by side streamed slower: docs/benchmarks.md), prefetched PREFETCH bytes ahead; xq stays in L1. */
 __attribute__((target("avx2,fma"))) static void int8_rows(
     const int8_t *W, const uint8_t *xq, int32_t *acc, int64_t n0, int64_t n1, int64_t K) {
     for (int64_t n = n0; n < n1; n++) {

@@ -2,11 +2,11 @@
 layer norm, RMSNorm and attention of one new token.
 
 Why: a batch-1 decoding step reads every weight once, so its speed is the rate at which its
-matrix-vector products stream the weights from memory. On a 2-core AVX2 machine PyTorch's
-kernels for a single row stream at 60-75% of what the cores can read: over gpt2-124m's 49
-float32 weights (494 MB), oneDNN's linear took 40.5 ms, MKL's 65-75 ms, OpenBLAS's (numpy)
-42 ms, torch.compile's fused multiply-and-sum 47 ms, while a plain ``sum`` over the same
-weights took 30.9 ms and :func:`linear` 30.8 ms (``benchmarks/bench_native.py``). No kernel
+matrix-vector products stream the weights from memory. PyTorch's kernels for a single row
+(oneDNN's, MKL's, OpenBLAS's, torch.compile's fused multiply-and-sum) stream well below what
+the cores can read, while a plain ``sum`` over the same weights, and :func:`linear`, reach it
+(``benchmarks/bench_native.py``; docs/benchmarks.md, 'Figures behind design choices', has the
+figures). No kernel
 shipped with PyTorch or its usual companions streams at that rate, so zoo carries a small one
 in C (``zoo/kernels/_native.c``), built by ``pip install`` where a C compiler with OpenMP is
 found.
@@ -23,8 +23,8 @@ compete with PyTorch's threads, and ``torch.set_num_threads`` (and
 
 The same step's small operations (about a hundred per gpt2-124m token) cost far more inside
 the step than alone: streaming the weights evicts PyTorch's code and data from the caches,
-and a layer norm of 768 values then took 136 us instead of 11, one layer's attention 102 us
-instead of 22. :func:`layer_norm`, :func:`rms_norm` and :func:`attend_one` (which also writes
+so a layer norm or one layer's attention runs several times slower there than when timed
+alone. :func:`layer_norm`, :func:`rms_norm` and :func:`attend_one` (which also writes
 the key/value cache, one call where PyTorch took nine) do that work in a fraction of the
 calls; :mod:`zoo.nn.norms` and :mod:`zoo.nn.attention` use them for one float32 row without
 gradients, masks or soft caps.
