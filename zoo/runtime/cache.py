@@ -104,6 +104,28 @@ class KVCache:
         """Count ``t`` more filled positions (after a forward pass wrote them)."""
         self.length += t
 
+    def reorder(self, index: Tensor, length: int | None = None) -> None:
+        """Make row ``i`` of every layer what row ``index[i]`` was (beam search's reordering
+        of its hypotheses), in place: the buffers stay the same tensors, so views of them
+        (:class:`StaticKVCache`, a recorded CUDA graph) see the new rows. Only the first
+        ``length`` positions move (default: :attr:`length`, the filled ones).
+
+        Args:
+            index: ``(B,)`` ``torch.long`` row indices into the cache's ``B`` rows.
+            length: how many positions of each row hold keys and values.
+        """
+        rows = self.layers[0].k.shape[0] if self.layers else 0
+        if index.ndim != 1 or index.shape[0] != rows:
+            raise ValueError(
+                f"reorder takes one row index per cache row, shape ({rows},); got "
+                f"{tuple(index.shape)}"
+            )
+        filled = self.length if length is None else length
+        for layer in self.layers:
+            for buffer in (layer.k, layer.v):
+                part = buffer.narrow(2, 0, filled)
+                part.copy_(part.index_select(0, index))
+
     def read_whole(self, index: Tensor) -> StaticKVCache:
         """The same buffers as :class:`StaticLayerCache` s that write at ``index`` ``(T,)`` and
         read every position. Unwritten positions are zeroed first: masked out, they still meet

@@ -167,6 +167,19 @@ class DecoderSession:
         self.next_position = self.next_position + 1
         return logits[:, -1]
 
+    def reorder(self, index: Tensor) -> None:
+        """Make row ``i`` what row ``index[i]`` was (``(B,)`` row indices on the model's
+        device): beam search's reordering of its hypotheses. The cache's filled positions
+        move in place; the padding mask, the next positions and the prefix move with them."""
+        self.cache.reorder(index)
+        self._reorder_rows(index)
+
+    def _reorder_rows(self, index: Tensor) -> None:
+        if self.keep is not None:
+            self.keep = self.keep.index_select(0, index)
+        self.next_position = self.next_position.index_select(0, index)
+        self.prefix = self.prefix.index_select(0, index)
+
 
 class StaticDecoderSession(DecoderSession):
     """A :class:`DecoderSession` whose steps are one fixed sequence of kernels on fixed
@@ -229,6 +242,15 @@ class StaticDecoderSession(DecoderSession):
         self._graph: torch.cuda.CUDAGraph | None = None
         self._out: Tensor | None = None
         self._static: StaticKVCache | None = None
+
+    def reorder(self, index: Tensor) -> None:
+        """:meth:`DecoderSession.reorder`, in place on the step's fixed buffers (a recorded
+        graph reads them): the cache up to the positions written so far, each row's next
+        position and which cache positions it attends to."""
+        self.cache.reorder(index, self._length)
+        self._reorder_rows(index)
+        self._positions.copy_(self._positions.index_select(0, index))
+        self._allowed.copy_(self._allowed.index_select(0, index))
 
     @staticmethod
     def records(model: DecoderLM, device: torch.device) -> bool:

@@ -83,3 +83,11 @@ class RecomputeSession:
             new = torch.ones_like(self._keep[:, :1])  # (B, 1): generated tokens are real
             self._keep = torch.cat([self._keep, new], dim=1)
         return self._last_logits()
+
+    def reorder(self, index: Tensor) -> None:
+        """Make row ``i`` what row ``index[i]`` was (``(B,)`` row indices): beam search's
+        reordering of its hypotheses. With no cache, the ids and their padding move."""
+        self._ids = self._ids.index_select(0, index)
+        if self._keep is not None:
+            self._keep = self._keep.index_select(0, index)
+        self.prefix = self.prefix.index_select(0, index)
