@@ -112,11 +112,11 @@ def cpu_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         and weight.numel() >= MIN_WEIGHTS
         and not (torch.is_grad_enabled() and (weight.requires_grad or x.requires_grad))
     ):
+        row = native.linear(x, weight, bias)  # one row (batch-1 decoding): zoo's kernel
+        if row is not None:  # (under torch.compile: its custom operator, zoo::gemv_f32)
+            return row
         if torch.compiler.is_compiling() and _registered():
             return torch.ops.zoo.onednn_linear(x, weight, bias)
-        row = native.linear(x, weight, bias)  # one row (batch-1 decoding): zoo's kernel
-        if row is not None:
-            return row
         kernel = _kernel()
         assert kernel is not None  # available() found it
         return kernel(x, weight, bias, "none", [], "")
