@@ -1,12 +1,15 @@
-"""The encoder-decoder Transformer, composed from ``zoo.nn`` blocks."""
+"""The encoder-decoder Transformer, composed from ``zoo.nn`` blocks: Vaswani et al.'s, and
+with the options of its config the encoder-decoders of Hugging Face (Marian, BART, T5)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import ClassVar, cast
 
 import torch
 from torch import Tensor, nn
 
+from zoo.errors import ConfigError
 from zoo.nn import (
     Linear,
     MultiHeadAttention,
@@ -25,7 +28,9 @@ from zoo.nn import (
     random_ids,
     right_padding,
     sdpa_mask,
+    self_attention_mask,
 )
+from zoo.nn.positions import PositionScheme
 from zoo.runtime import KVCache
 
 from .config import EncoderDecoderConfig
@@ -37,7 +42,11 @@ class EncoderDecoder(ZooModel):
     """Encoder over the source, decoder over the target with cross-attention to the encoder.
 
     Source and target share one token embedding (one subword vocabulary) and one position
-    scheme; the LM head is tied to that embedding when ``tie_embeddings``.
+    scheme, unless ``separate_source_embedding`` / ``separate_source_positions`` give the
+    source its own (``src_emb``, ``src_pos_emb``); the LM head is tied to the target's
+    embedding when ``tie_embeddings``. A position scheme that adds score biases (T5's relative
+    bias) biases the decoder's self-attention through ``score_bias`` and the encoder's through
+    ``bidirectional_score_bias`` (keys on both sides of each query).
 
     Shape:
         - src_ids: ``(B, S)``; tgt_ids: ``(B, T)``; ``S`` and ``T`` are independent,
@@ -47,6 +56,7 @@ class EncoderDecoder(ZooModel):
     """
 
     config: EncoderDecoderConfig
+    final_logits_bias: Tensor | None
     is_encoder_decoder = True
     replayable_init = True  # zoo.build makes its meta build real (zoo.nn.materialize)
     train_task: ClassVar[str] = "seq2seq"  # zoo.train's task spec (zoo.train.task)
@@ -56,21 +66,58 @@ class EncoderDecoder(ZooModel):
         c = config
         parts = parts_for(c, parts)
         self.tok_emb = nn.Embedding(c.vocab_size, c.d_model)
-        self.pos_emb = make_positions(c, parts)
+        if c.separate_source_embedding:
+            self.src_emb = nn.Embedding(c.source_vocab, c.d_model)
+        self.pos_emb = self._positions(c, parts)
+        if c.separate_source_positions:
+            self.src_pos_emb = self._positions(c, parts)
         self.drop = nn.Dropout(c.dropout)
+        if c.embedding_norm:
+            self.src_embed_norm = parts.build("norm", c)
+            self.tgt_embed_norm = parts.build("norm", c)
 
         self.encoder = TransformerBlock.stack(c, c.n_encoder_layers, parts)
         self.decoder = TransformerBlock.stack(c, c.n_decoder_layers, parts, cross_attention=True)
         self.encoder_norm = parts.build("norm", c) if c.final_norm else None
         self.decoder_norm = parts.build("norm", c) if c.final_norm else None
         self.head = Linear(c.d_model, c.vocab_size, bias=c.head_bias)
+        if c.logits_bias:  # Marian's and BART's: loaded with the weights, never trained
+            self.register_buffer("final_logits_bias", torch.zeros(c.vocab_size))
+        else:
+            self.final_logits_bias = None
         self.reset_parameters()
         if c.tie_embeddings:
             self.head.weight = self.tok_emb.weight
 
+    @staticmethod
+    def _positions(c: EncoderDecoderConfig, parts: Parts) -> PositionScheme:
+        """The position scheme, for ``context_length + position_offset`` positions; one that
+        adds score biases must also bias the encoder's attention, which sees both sides."""
+        if c.position_offset:
+            c = dataclasses.replace(c, context_length=c.context_length + c.position_offset)
+        scheme = make_positions(c, parts)
+        if scheme.adds_score_bias and not callable(
+            getattr(scheme, "bidirectional_score_bias", None)
+        ):
+            raise ConfigError(
+                f"{type(c).__name__}.positions = {c.positions!r}: its scheme "
+                f"({type(scheme).__name__}) adds causal score biases only; an encoder's "
+                "attention sees keys on both sides of each query, so the scheme must define "
+                "bidirectional_score_bias(q_len, k_len, device) to serve an encoder-decoder"
+            )
+        return scheme
+
     def reset_parameters(self) -> None:
         """GPT-style initialisation (:func:`zoo.nn.init_weights`) of every module."""
         self.apply(init_weights)
+
+    def reset_buffers(self) -> None:
+        """The logits bias (``logits_bias``) starts at zero, as transformers' does."""
+        bias = self.final_logits_bias
+        if bias is not None and bias.is_meta:  # (a load that lacked it: on the target device)
+            self.final_logits_bias = torch.zeros(bias.shape, dtype=bias.dtype)
+        elif bias is not None:
+            bias.zero_()
 
     def example_inputs(
         self, batch_size: int = 2, seq_len: int = 8, *, generator: torch.Generator | None = None
@@ -81,28 +128,36 @@ class EncoderDecoder(ZooModel):
         tgt_len = min(seq_len, self.config.context_length)
         v = self.config.vocab_size
         return {
-            "src_ids": random_ids((batch_size, src_len), v, device, generator),
+            "src_ids": random_ids(
+                (batch_size, src_len), self.config.source_vocab, device, generator
+            ),
             "tgt_ids": random_ids((batch_size, tgt_len), v, device, generator),
             "src_mask": right_padding(batch_size, src_len, device),
         }
 
-    def embed(self, ids: Tensor, positions: Tensor) -> Tensor:
-        """Token plus position vectors (source and target share them), ``(B, L) ->
-        (B, L, d_model)``."""
-        return embed_tokens(
-            self.tok_emb,
-            self.pos_emb,
-            self.drop,
+    def embed(self, ids: Tensor, positions: Tensor, *, source: bool = False) -> Tensor:
+        """Token plus position vectors (of the source's own tables where it has them, with
+        ``source``), normed when ``embedding_norm``, ``(B, L) -> (B, L, d_model)``."""
+        c = self.config
+        table = self.src_emb if source and c.separate_source_embedding else self.tok_emb
+        scheme = self.src_pos_emb if source and c.separate_source_positions else self.pos_emb
+        norm = None
+        if c.embedding_norm:
+            norm = self.src_embed_norm if source else self.tgt_embed_norm
+        x = embed_tokens(
+            table,
+            scheme,
+            self.drop if norm is None else nn.Identity(),
             ids,
-            positions,
-            scale_by_width=self.config.scale_embeddings,
+            positions + c.position_offset if c.position_offset else positions,
+            scale_by_width=c.scale_embeddings,
         )
+        return x if norm is None else self.drop(norm(x))
 
     def _check(self, ids: Tensor, mask: Tensor | None, name: str) -> tuple[Tensor, Tensor | None]:
         c = self.config
-        ids = check_token_ids(
-            ids, vocab_size=c.vocab_size, context_length=c.context_length, name=name
-        )
+        vocab = c.source_vocab if name == "src_ids" else c.vocab_size
+        ids = check_token_ids(ids, vocab_size=vocab, context_length=c.context_length, name=name)
         return ids, check_padding_mask(mask, ids.shape, name=name.replace("_ids", "_mask"))
 
     def encode(self, src_ids: Tensor, src_mask: Tensor | None = None) -> Tensor:
@@ -111,11 +166,38 @@ class EncoderDecoder(ZooModel):
         return self._encode(src_ids, src_keep)
 
     def _encode(self, src_ids: Tensor, src_keep: Tensor | None) -> Tensor:
-        mask = sdpa_mask(src_keep, causal=False, q_len=src_ids.shape[1])
-        x = self.embed(src_ids, positions_from_mask(src_ids, src_keep))
+        x = self.embed(src_ids, positions_from_mask(src_ids, src_keep), source=True)
+        mask = self._encoder_mask(src_keep, src_ids.shape[1], x.dtype, x.device)
         for layer in self.encoder:
             x = layer(x, mask=mask)
         return self.encoder_norm(x) if self.encoder_norm is not None else x
+
+    def _encoder_mask(
+        self, keep: Tensor | None, length: int, dtype: torch.dtype, device: torch.device
+    ) -> Tensor | None:
+        """The encoder's self-attention mask: the source's padding, plus the position
+        scheme's bidirectional score bias (float ``(B | 1, H, S, S)``, ``-inf`` at padding)."""
+        mask = sdpa_mask(keep, causal=False, q_len=length)  # (B, 1, S, S) or None
+        scheme = self.src_pos_emb if self.config.separate_source_positions else self.pos_emb
+        if not scheme.adds_score_bias:
+            return mask
+        both_sides = getattr(scheme, "bidirectional_score_bias")  # noqa: B009 (checked at build)
+        bias = both_sides(length, length, device).to(dtype)  # (H, S, S)
+        if mask is None:
+            return bias[None]
+        return torch.where(mask, bias, torch.tensor(float("-inf"), dtype=dtype, device=device))
+
+    def _self_mask(
+        self, keep: Tensor | None, q_len: int, start: int, dtype: torch.dtype, device: torch.device
+    ) -> tuple[Tensor | None, bool]:
+        """The decoder's self-attention ``(mask, causal)``: causal over the target's padding,
+        plus the position scheme's score bias where it adds one."""
+        if not self.pos_emb.adds_score_bias:
+            return causal_self_mask(keep, q_len=q_len, start=start)
+        bias = self.pos_emb.score_bias(q_len, start + q_len, device)  # (H, T, S)
+        return self_attention_mask(
+            keep, q_len=q_len, start=start, bias=bias, device=device, dtype=dtype
+        )
 
     def decode(
         self,
@@ -147,13 +229,13 @@ class EncoderDecoder(ZooModel):
         ``memory``); with a ``cache`` the new target positions are appended to it."""
         t = tgt_ids.shape[1]
         start = cache.length if cache is not None else 0
-        self_mask, causal = causal_self_mask(tgt_keep, q_len=t, start=start)
         cross_mask = sdpa_mask(src_keep, causal=False, q_len=t)
         if cache is None:
             positions = positions_from_mask(tgt_ids, tgt_keep)
         else:  # every row of a generated target starts at position 0: no padding
             positions = torch.arange(start, start + t, device=tgt_ids.device).expand_as(tgt_ids)
         x = self.embed(tgt_ids, positions)
+        self_mask, causal = self._self_mask(tgt_keep, t, start, x.dtype, x.device)
         for i, layer in enumerate(self.decoder):
             x = layer(
                 x,
@@ -171,7 +253,12 @@ class EncoderDecoder(ZooModel):
             x = x[:, -1:]  # (B, 1, d_model)
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
-        return self.head(x)  # (B, T, vocab_size)
+        if self.config.scale_decoder_output:
+            x = x * self.config.d_model**-0.5
+        logits = self.head(x)  # (B, T, vocab_size)
+        if self.final_logits_bias is not None:
+            logits = logits + self.final_logits_bias.to(logits.dtype)
+        return logits
 
     def forward(
         self,

@@ -260,7 +260,11 @@ def mha(config: Any) -> MultiHeadAttention:
 
 def cross_mha(config: Any) -> MultiHeadAttention:
     """``cross_attention = "mha"``: cross-attention over the encoder's output with
-    ``n_kv_heads`` key/value heads and biases (as ``torch.nn.Transformer``'s)."""
+    ``n_kv_heads`` key/value heads of ``head_size`` features, biases as :func:`mha` has them
+    (``qkv_bias``, ``attn_out_bias``, default ``bias``: all of them by default, as
+    ``torch.nn.Transformer``'s) and scores scaled by ``attn_scale`` (T5: 1)."""
+    qkv_bias = config.bias if config.qkv_bias is None else config.qkv_bias
+    out_bias = getattr(config, "attn_out_bias", None)
     return MultiHeadAttention(
         config.d_model,
         config.n_heads,
@@ -268,4 +272,7 @@ def cross_mha(config: Any) -> MultiHeadAttention:
         n_kv_heads=config.n_kv_heads,
         dropout=config.dropout,
         cross=True,
+        bias=qkv_bias,
+        out_bias=config.bias if out_bias is None else out_bias,
+        scale=getattr(config, "attn_scale", None),
     )
