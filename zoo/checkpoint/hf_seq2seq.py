@@ -91,12 +91,17 @@ def bart_layer_rules(prefix: str = "model.") -> tuple[tuple[KeyRule, ...], tuple
 
 
 def fold_tied(
-    state: Mapping[str, Tensor], canonical: str, aliases: tuple[str, ...], *, family: str
+    state: Mapping[str, Tensor],
+    canonical: str,
+    aliases: tuple[str, ...],
+    *,
+    family: str,
+    fix: str = "fix config.json to say they are separate, or remove the stale copy",
 ) -> dict[str, Tensor]:
     """``state`` with the ``aliases`` of a tied tensor folded into ``canonical`` (older
     transformers saved a tied embedding under every name; newer ones once): the first present
     becomes ``canonical`` when it is absent; one whose values differ is refused, naming both
-    (the model ties them, so it could not hold both)."""
+    (the model ties them, so it could not hold both) and saying how to ``fix`` it."""
     out = dict(state)
     for alias in aliases:
         tensor = out.pop(alias, None)
@@ -108,8 +113,7 @@ def fold_tied(
         elif kept.shape != tensor.shape or not torch.equal(kept, tensor):
             raise CheckpointError(
                 f"{family} checkpoint: {alias} differs from {canonical}, but its config.json "
-                "ties them (one tensor in the model); fix config.json to say they are "
-                "separate, or remove the stale copy"
+                f"ties them (one tensor in the model); {fix}"
             )
     return out
 
