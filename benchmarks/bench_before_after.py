@@ -214,9 +214,10 @@ def _site(tree: Path, into: Path) -> Path:
 def _run(code: str, side: Side, *args: str) -> dict[str, float]:
     """Run ``code`` in a fresh process importing zoo from ``side``'s tree; its measures."""
     env = {**os.environ, "PYTHONPATH": str(side.site), "HF_HUB_OFFLINE": "1"}
-    out = subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, check=False
-    )
+    out = subprocess.run(  # run from the site folder: `python -c` puts the cwd first on sys.path
+        [sys.executable, "-c", code, *args],
+        capture_output=True, text=True, env=env, cwd=side.site, check=False,
+    )  # fmt: skip
     if out.returncode != 0:
         raise SystemExit(f"a measurement failed ({side.name}: {side.tree}):\n{out.stderr[-3000:]}")
     report = json.loads(out.stdout.strip().splitlines()[-1])
@@ -229,11 +230,12 @@ def _run(code: str, side: Side, *args: str) -> dict[str, float]:
 def _extension(tree: Path) -> tuple[Path, list[Path]] | None:
     """The path zoo's C extension is built at in ``tree`` for this interpreter, and its C
     sources; None where the tree has none."""
-    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    suffixes = (sysconfig.get_config_var("EXT_SUFFIX") or ".so", ".abi3.so")
     for package in KERNEL_PACKAGES:
         sources = sorted((tree / package).glob("_native*.[ch]"))
         if sources:
-            return tree / package / f"_native{suffix}", sources
+            built = [tree / package / f"_native{suffix}" for suffix in suffixes]
+            return next((p for p in built if p.exists()), built[0]), sources
     return None
 
 
@@ -254,8 +256,12 @@ def _stale(tree: Path) -> str | None:
 def _build(side: Side, temp: Path) -> None:
     """Build zoo's C extension in place in ``side``'s tree with this interpreter (setuptools
     skips it where the built file is newer than its sources)."""
-    command = [sys.executable, "-c", "from setuptools import setup; setup()",
-               "build_ext", "--inplace", "--build-temp", str(temp)]  # fmt: skip
+    setup = (
+        ["setup.py"]
+        if (side.tree / "setup.py").exists()
+        else ["-c", "from setuptools import setup; setup()"]
+    )
+    command = [sys.executable, *setup, "build_ext", "--inplace", "--build-temp", str(temp)]
     print(f"building zoo's kernels in the {side.name} tree ({side.tree})", flush=True)
     out = subprocess.run(command, cwd=side.tree, capture_output=True, text=True, check=False)
     side.build_log = (out.stdout + out.stderr)[-2000:]
@@ -295,8 +301,9 @@ def _serve(side: Side, checkpoint: Path, log: Path) -> dict[str, float]:
                "--served-model-name", "gpt2", "--max-batch", "8",
                "--log-level", "warning"]  # fmt: skip
     texts = prompts(16)
-    old = os.environ.get("PYTHONPATH")
+    old, here = os.environ.get("PYTHONPATH"), os.getcwd()
     os.environ["PYTHONPATH"] = str(side.site)  # read by the server process `running` starts
+    os.chdir(side.site)  # its cwd, first on its sys.path, must not hold another zoo
     try:
         with running(command, port, log):
             load(port, "gpt2", texts[:2], 32, 2)  # warm-up
@@ -307,6 +314,7 @@ def _serve(side: Side, checkpoint: Path, log: Path) -> dict[str, float]:
                 for clients in (1, 8)
             }
     finally:
+        os.chdir(here)
         if old is None:
             del os.environ["PYTHONPATH"]
         else:
