@@ -61,6 +61,7 @@ SMALL = {
         for arch, module, cls in (
             ("marian", "marian", "MarianConfig"),
             ("bart", "bart", "BartConfig"),
+            ("mbart", "mbart", "MBartConfig"),
             ("t5", "t5", "T5Config"),
         )
     },

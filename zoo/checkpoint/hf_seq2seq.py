@@ -21,13 +21,14 @@ import torch
 from torch import Tensor
 
 from ..errors import CheckpointError
-from .hf_layout import FusedRule, KeyRule, fused_linear, linear_rules
+from .hf_layout import FusedRule, KeyMap, KeyRule, fused_linear, linear_rules, represented
 from .hf_reader import HFConfigReader
 
 __all__ = [
     "ACTIVATIONS",
     "BART_INERT",
     "bart_layer_rules",
+    "bart_layout",
     "fold_tied",
     "logits_bias_in",
     "logits_bias_out",
@@ -194,3 +195,95 @@ def write_bart_sizes(config: Any) -> dict[str, Any]:
         "tie_word_embeddings": config.tie_embeddings,
         "is_encoder_decoder": True,
     }
+
+
+#: The fields a BART-family config.json carries (any value in an export).
+_BART_MAPPED = (
+    "vocab_size", "context_length", "d_model", "n_heads", "n_encoder_layers",
+    "n_decoder_layers", "d_ff", "activation", "scale_embeddings", "tie_embeddings",
+)  # fmt: skip
+
+_SHARED = "model.shared.weight"
+_COPIES = ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight")
+
+
+def bart_layout(
+    config: type,
+    *,
+    family: str,
+    model_type: str,
+    architecture: str,
+    checked: Mapping[str, Any],
+    final_norms: bool = False,
+) -> KeyMap:
+    """The layout of a BART-family ``...ForConditionalGeneration`` (BART, mBART): BART's
+    layer keys, one ``model.shared`` embedding tied to the head (copies under the encoder's and
+    decoder's names folded into it), each stack's learned positions and
+    ``layernorm_embedding``, ``final_logits_bias`` (zeros where a checkpoint lacks it, as
+    transformers loads it) and, with ``final_norms``, each stack's ``layer_norm`` (mBART).
+    ``config.json`` is read by :func:`read_bart_sizes` plus ``vocab_size``; the ``checked``
+    keys of older transformers must hold what this family computes (or be absent).
+
+    Args:
+        config: the family's zoo config class.
+        family: its name in messages (``"BART"``).
+        model_type, architecture: its ``config.json``'s ``model_type`` and class.
+        checked: ``{key: value}`` that must hold, read and not written.
+        final_norms: each stack ends with a norm (``model.encoder.layer_norm``).
+    """
+
+    def read(hf: Mapping[str, Any]) -> dict[str, Any]:
+        r = HFConfigReader(hf, family=family, inert=BART_INERT)
+        for key, value in checked.items():
+            r.expect(key, value)
+        values = read_bart_sizes(r)
+        values["vocab_size"] = r.integer("vocab_size", 50265, field="vocab_size")
+        return r.finish(values, config)
+
+    def write(zoo_config: Any) -> dict[str, Any]:
+        return {
+            "model_type": model_type,
+            "architectures": [architecture],
+            **write_bart_sizes(zoo_config),
+            "vocab_size": zoo_config.vocab_size,
+        }
+
+    def merge(state: dict[str, Tensor], zoo_config: Any) -> dict[str, Tensor]:
+        state = fold_tied(state, _SHARED, _COPIES, family=family)
+        return logits_bias_in(state, zoo_config.vocab_size)
+
+    def split(state: dict[str, Tensor], zoo_config: Any) -> dict[str, Tensor]:
+        # a head of its own: the embedding under the encoder's and decoder's names too
+        # (transformers 5 ties them to model.shared only with the head)
+        state = logits_bias_out(state)
+        if not zoo_config.tie_embeddings and _SHARED in state:
+            for copy in _COPIES:
+                state[copy] = state[_SHARED].clone()
+        return state
+
+    rules, fused = bart_layer_rules()
+    norms = (
+        (*linear_rules("model.encoder.layer_norm", "encoder_norm"),
+         *linear_rules("model.decoder.layer_norm", "decoder_norm"))
+        if final_norms else ()
+    )  # fmt: skip
+    return KeyMap(
+        rules=(
+            *rules,
+            *norms,
+            KeyRule(_SHARED, "tok_emb.weight"),
+            KeyRule("model.encoder.embed_positions.weight", "src_pos_emb.weight"),
+            KeyRule("model.decoder.embed_positions.weight", "pos_emb.weight"),
+            *linear_rules("model.encoder.layernorm_embedding", "src_embed_norm"),
+            *linear_rules("model.decoder.layernorm_embedding", "tgt_embed_norm"),
+            KeyRule("final_logits_bias", "final_logits_bias"),
+            KeyRule("lm_head.weight", "head.weight", optional=True),  # absent when tied
+        ),
+        fused=fused,
+        config_from_foreign=read,
+        config_to_foreign=write,
+        model_type=model_type,
+        merge_foreign=merge,
+        split_foreign=split,
+        represents=represented(config, mapped=_BART_MAPPED),
+    )
