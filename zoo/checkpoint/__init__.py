@@ -24,7 +24,8 @@ Modules: :mod:`.files` (safetensors, hashing, atomic writes), :mod:`.manifest`
 :mod:`.reshard` (a saved folder split another way), :mod:`.state` (meta build and
 assignment), :mod:`.load` (:func:`load_local`: recognising, reading and verifying the
 files), :mod:`.write` (:func:`save` and :func:`export`), :mod:`.tokenizer` (the tokenizer a
-checkpoint comes with), :mod:`.pickled` (the opt-in pickle converter); Hugging Face
+checkpoint comes with), :mod:`.generation_file` (``generation_config.json``: the generation
+defaults it comes with), :mod:`.pickled` (the opt-in pickle converter); Hugging Face
 checkpoints: :mod:`.readers` (what a folder holds), :mod:`.hf_layout` (key maps),
 :mod:`.hf_config` (``config.json``: :mod:`.hf_keys`, :mod:`.hf_reader`, :mod:`.hf_format`),
 :mod:`.hf_tokenizer` (tokenizer files on export).

@@ -32,6 +32,7 @@ from .files import (
     sha256_file,
     was_verified,
 )
+from .generation_file import read_generation_file
 from .manifest import CONFIG_FILE, read_config_json
 from .readers import Recognised, Request, existing_checkpoint, recognise
 from .shards import check_recorded_shards, index_file, is_index, read_index, read_shards
@@ -189,6 +190,11 @@ def _load_files(
     from .state import assemble
 
     found, directory = _recognise(path, shown, layout, model_name, filename)
+    # checked before the weights are read; beside them, or in the folder given (zoo keeps a
+    # saved model's own files in a version folder inside it)
+    generation = read_generation_file(directory)
+    if generation is None and shown != directory and shown.is_dir():
+        generation = read_generation_file(shown)
     weights, arch, config = found.weights, found.architecture, found.config
     model_name = model_name or found.model_name
     tensors, hasher = _read_weights(found, shown, sha256, shard_sha256, verify)
@@ -229,6 +235,7 @@ def _load_files(
         if tokenizer
         else (None, "loaded with tokenizer=False")
     )
+    model.generation_config = generation
     return model
 
 
