@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import api
+from ..config import MAX_TOKENS
 from ..options import GENERATION_DEFAULTS
-from .bounds import check_counts, generation_bounds
+from .bounds import MAX_SLOTS, Bound, check_counts, generation_bounds
 from .parser import Command, check_utf8
 from .source import add_model_loading, check_model, given_tokenizer, load_for_generation
 
@@ -92,13 +93,82 @@ def print_pieces(pieces: Iterable[str]) -> str:
     return "".join(printed)
 
 
+#: ``zoo generate``'s beam-search flags: (argument's dest, its flag, the bound, why).
+_SEARCH_BOUNDS: list[Bound] = [
+    ("num_beams", "--num-beams", MAX_SLOTS, "beams decode together, each with its own cache"),
+    ("no_repeat_ngram_size", "--no-repeat-ngram-size", MAX_TOKENS, "the longest context"),
+    ("min_new_tokens", "--min-new-tokens", MAX_TOKENS, "the longest context a model has"),
+]
+
+#: The beam-search and constraint flags' dests, each a GenerationConfig field.
+_SEARCH_FIELDS = ("num_beams", "length_penalty", "early_stopping", "no_repeat_ngram_size",
+                  "min_new_tokens")  # fmt: skip
+
+
+def add_search(p: argparse.ArgumentParser) -> None:
+    """``zoo generate``'s beam-search flags (``zoo.generate``'s ``num_beams`` ...); each
+    unset one is the checkpoint's ``generation_config.json``'s, else zoo's default."""
+    p.add_argument(
+        "--num-beams",
+        type=int,
+        default=None,
+        help="beam search with N beams, transformers' to the token (default: 1, or the "
+        "checkpoint's generation_config.json); the text is printed once it is found",
+    )
+    p.add_argument(
+        "--length-penalty",
+        type=float,
+        default=None,
+        help="beam search: a hypothesis scores its log-probability / length**this (default: 1)",
+    )
+    p.add_argument(
+        "--early-stopping",
+        choices=("true", "false", "never"),
+        default=None,
+        help="when a beam search ends (default: false: transformers' heuristic)",
+    )
+    p.add_argument(
+        "--no-repeat-ngram-size",
+        type=int,
+        default=None,
+        help="no n-gram of this many tokens occurs twice (default: 0, no check)",
+    )
+    p.add_argument(
+        "--min-new-tokens",
+        type=int,
+        default=None,
+        help="the end-of-text is not picked before this many new tokens (default: 0)",
+    )
+
+
+def _search_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The beam-search flags given, as GenerationConfig values."""
+    values: dict[str, Any] = {
+        name: getattr(args, name) for name in _SEARCH_FIELDS if getattr(args, name) is not None
+    }
+    stopping = values.get("early_stopping")
+    if stopping is not None:
+        values["early_stopping"] = {"true": True, "false": False}.get(str(stopping), stopping)
+    return values
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
-    """Generate text from a prompt, streaming it to the terminal."""
-    from ..generation import stream_text
+    """Generate text from a prompt, streaming it to the terminal (a beam search's text is
+    printed once found)."""
+    from ..generation import generate_text, stream_text
+    from ..generation.checkpoint_defaults import with_checkpoint_defaults
 
     config = _generate_config(args)
     model = load_for_generation(args, args.adapter)
     tokenizer = given_tokenizer(args)
+    given = [*_search_settings(args)]
+    if args.max_new_tokens is not None:
+        given.append("max_new_tokens")
+    config = with_checkpoint_defaults(config, model, given)
+    if config.num_beams > 1:
+        text = generate_text(model, args.prompt, config, tokenizer=tokenizer)
+        print(args.prompt + text, flush=True)
+        return 0
     # the tokenizer and the prompt are checked here, before anything is printed
     pieces = stream_text(model, args.prompt, config, tokenizer=tokenizer)
     print(args.prompt, end="", flush=True)
@@ -107,11 +177,16 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def _generate_config(args: argparse.Namespace) -> GenerationConfig:
-    """``zoo generate``'s prompt, stop strings and sampling flags, checked (no torch)."""
+    """``zoo generate``'s prompt, stop strings, sampling and beam-search flags, checked (no
+    torch)."""
+    import dataclasses
+
     check_utf8(args.prompt, "the prompt")
     for stop in args.stop or ():
         check_utf8(stop, "a --stop string")
-    return generation_config(args, stop=tuple(args.stop or ()))
+    check_counts(args, _SEARCH_BOUNDS)
+    config = generation_config(args, stop=tuple(args.stop or ()))
+    return dataclasses.replace(config, **_search_settings(args))
 
 
 def _check_generate(args: argparse.Namespace) -> None:
@@ -126,7 +201,13 @@ def _generate_arguments(p: argparse.ArgumentParser) -> None:
         help="named model (official weights), hf:org/name[@rev], or a directory",
     )
     p.add_argument("prompt", help="the text to continue")
-    add_sampling(p, GENERATION_DEFAULTS.max_new_tokens)
+    add_sampling(
+        p,
+        None,
+        f"default: {GENERATION_DEFAULTS.max_new_tokens}, or the checkpoint's "
+        "generation_config.json's",
+    )
+    add_search(p)
     p.add_argument("--stop", action="append", help="stop string (repeatable)")
     p.add_argument(
         "--tokenizer",

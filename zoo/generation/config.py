@@ -79,6 +79,35 @@ class GenerationConfig:
     #: what ``zoo generate``, ``zoo chat`` and ``zoo serve`` use); ``N`` runs steps with
     #: ``N`` threads. Ignored on other devices.
     threads: int | Literal["auto"] | None = None
+    #: the beams of a beam search (:mod:`zoo.generation.beam`: transformers' beam search, to
+    #: the token); 1 (default) picks each token greedily or by sampling. A beam search is
+    #: deterministic: it takes no ``top_k``, ``top_p``, ``seed`` or ``stop``, and its
+    #: ``temperature`` must be left at 1 (or 0).
+    num_beams: int = 1
+    #: the best hypotheses a beam search returns per prompt, best first (1 to ``num_beams``).
+    num_return_sequences: int = 1
+    #: a finished hypothesis ranks by its summed log-probabilities divided by its number of
+    #: new tokens to this power: above 0 favours longer ones, below 0 shorter ones.
+    length_penalty: float = 1.0
+    #: when a beam search ends: ``True`` once ``num_beams`` hypotheses have finished;
+    #: ``False`` (default) also once no running beam can beat the worst finished one at its
+    #: present length; ``"never"`` only once none could at any length (transformers' three).
+    early_stopping: bool | Literal["never"] = False
+    #: no n-gram of this many tokens occurs twice in a row's ids (a decoder's prompt counts);
+    #: 0: no check.
+    no_repeat_ngram_size: int = 0
+    #: the end ids are not picked before this many new tokens.
+    min_new_tokens: int = 0
+    #: the end ids are not picked while the sequence, prefix included, is shorter than this.
+    min_length: int = 0
+    #: sequences of ids never generated (a list of lists is taken as tuples): the last id of
+    #: each is not picked where the ids before it end the row; a one-id sequence that is an
+    #: end id is ignored (transformers' ``bad_words_ids``: Marian's pad id).
+    bad_words_ids: tuple[tuple[int, ...], ...] = ()
+    #: the first new token when the prefix is one token (an encoder-decoder's target).
+    forced_bos_id: int | None = None
+    #: the token (or tokens, each given the same score) forced as the last new token.
+    forced_eos_id: int | tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         stop: object = self.stop
@@ -89,8 +118,15 @@ class GenerationConfig:
         object.__setattr__(self, "stop", stop)
         if isinstance(self.stop_ids, list):
             object.__setattr__(self, "stop_ids", tuple(self.stop_ids))
+        if isinstance(self.bad_words_ids, (list, tuple)):
+            words = [tuple(w) if isinstance(w, list) else w for w in self.bad_words_ids]
+            object.__setattr__(self, "bad_words_ids", tuple(words))
+        if isinstance(self.forced_eos_id, list):
+            object.__setattr__(self, "forced_eos_id", tuple(self.forced_eos_id))
         check_fields(self)
         self._check_ranges()
+        self._check_constraints()
+        self._check_beams()
         for i, text in enumerate(self.stop):
             if not isinstance(text, str) or not text:
                 raise ConfigError(
@@ -125,6 +161,51 @@ class GenerationConfig:
             raise ConfigError(
                 f"threads must be None (torch's count, untouched), 'auto' (the cores other "
                 f"processes leave free) or a count >= 1, got {self.threads}"
+            )
+
+    def _check_constraints(self) -> None:
+        for name in ("no_repeat_ngram_size", "min_new_tokens", "min_length"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be an integer >= 0, got {getattr(self, name)}")
+        for words in self.bad_words_ids:
+            if not words or min(words) < 0:
+                raise ConfigError(
+                    "bad_words_ids must be a list of non-empty lists of token ids (integers "
+                    f">= 0), e.g. [[pad_id]]; got {list(map(list, self.bad_words_ids))}"
+                )
+        forced = self.forced_eos_id
+        eos = (forced,) if isinstance(forced, int) else forced or ()
+        bos = () if self.forced_bos_id is None else (self.forced_bos_id,)
+        if (isinstance(forced, tuple) and not forced) or min((*eos, *bos), default=0) < 0:
+            raise ConfigError(
+                "forced_bos_id and forced_eos_id must be token ids (integers >= 0), got "
+                f"{self.forced_bos_id!r} and {forced!r}"
+            )
+
+    def _check_beams(self) -> None:
+        if self.num_beams < 1:
+            raise ConfigError(f"num_beams must be a positive integer, got {self.num_beams}")
+        if not 1 <= self.num_return_sequences <= self.num_beams:
+            raise ConfigError(
+                f"num_return_sequences must be from 1 to num_beams ({self.num_beams}), got "
+                f"{self.num_return_sequences}; a beam search returns at most its beams"
+            )
+        if self.num_beams == 1:
+            return
+        sampling = {
+            "temperature": self.temperature if self.temperature not in (0, 1) else None,
+            "top_k": self.top_k,
+            "top_p": self.top_p,
+            "seed": self.seed,
+            "stop": self.stop or None,
+        }
+        given = [f"{name}={value!r}" for name, value in sampling.items() if value is not None]
+        if given:
+            raise ConfigError(
+                f"beam search (num_beams={self.num_beams}) is deterministic and picks whole "
+                f"hypotheses, so it takes no {', '.join(given)}: leave them out (temperature "
+                "at 1 or 0), or sample with num_beams=1; end rows with end ids, not stop "
+                "strings"
             )
 
     @property

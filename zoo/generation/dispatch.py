@@ -16,22 +16,42 @@ prompt                      returns                  through
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, overload
 
 import torch
 from torch import Tensor
 
 from ..tokenizers.base import check_fits
+from .checkpoint_defaults import checkpoint_defaults
 from .config import DEFAULTS, GenerationConfig
-from .core import generate_ids, left_pad, stream_ids
+from .core import generate_ids, left_pad, new_tokens
 from .reply import until_eos
 from .text import generate_text, generate_texts, stream_text, with_tokenizer
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from ..nn.base import ZooModel
     from ..tokenizers import Tokenizer
 
-__all__ = ["generate"]
+__all__ = ["SearchOptions", "generate"]
+
+
+class SearchOptions(TypedDict, total=False):
+    """The beam-search and constraint settings of :func:`generate` (each a
+    :class:`GenerationConfig` field; ``None`` or left out: the checkpoint's
+    ``generation_config.json``, else zoo's default)."""
+
+    num_beams: int | None
+    num_return_sequences: int | None
+    length_penalty: float | None
+    early_stopping: bool | Literal["never"] | None
+    no_repeat_ngram_size: int | None
+    min_new_tokens: int | None
+    min_length: int | None
+    bad_words_ids: Sequence[Sequence[int]] | None
+    forced_bos_id: int | None
+    forced_eos_id: int | Sequence[int] | None
 
 
 def _own_tokenizer(model: ZooModel, tokenizer: Tokenizer | None) -> Tokenizer | None:
@@ -43,12 +63,29 @@ def _own_tokenizer(model: ZooModel, tokenizer: Tokenizer | None) -> Tokenizer | 
     return tok
 
 
+def _left_aligned(ids: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """A batch padded on the right (or on both sides) with its tokens moved to the right end
+    of each row, so that it is padded on the left only: ``(B, T)`` ids and mask."""
+    keep = mask.bool()
+    order = torch.sort(keep.long(), dim=1, stable=True).indices  # padding first, tokens in order
+    return ids.gather(1, order), keep.gather(1, order)
+
+
 def _generate_tensor(
-    model: ZooModel, prompt: Tensor, config: GenerationConfig, tokenizer: Tokenizer | None
+    model: ZooModel,
+    prompt: Tensor,
+    attention_mask: Tensor | None,
+    config: GenerationConfig,
+    tokenizer: Tokenizer | None,
 ) -> Tensor:
     ids = prompt[None] if prompt.ndim == 1 else prompt  # (T,) -> (1, T)
+    mask = None
+    if attention_mask is not None:
+        mask = attention_mask[None] if attention_mask.ndim == 1 else attention_mask
+        if not model.is_encoder_decoder and tuple(mask.shape) == tuple(ids.shape):
+            ids, mask = _left_aligned(ids, mask)  # a decoder appends to the end of each row
     config = with_tokenizer(config, _own_tokenizer(model, tokenizer), model)
-    return generate_ids(model, ids, None, config)
+    return generate_ids(model, ids, mask, config)
 
 
 def _is_id(value: object) -> bool:
@@ -77,14 +114,27 @@ def _generate_rows(
             f"or an integer tensor of ids; got {type(prompt).__name__} {str(prompt)[:60]!r}"
         )
     rows, single = found
+    _check_one_result(config, single, "a list of ids", "[ids]")
     config = with_tokenizer(config, _own_tokenizer(model, tokenizer), model)
     ids, keep = left_pad(rows, torch.device("cpu"))
-    new = torch.stack(list(stream_ids(model, ids, keep, config)), dim=1).tolist()  # (B, N)
+    new = new_tokens(model, ids, keep, config).tolist()  # (B * returned, N)
     if model.is_encoder_decoder:
-        assert config.start_id is not None  # stream_ids refuses an encoder-decoder without
+        assert config.start_id is not None  # generation refuses an encoder-decoder without
         rows = [[config.start_id] for _ in rows]  # the target starts with the start token
+    rows = [row for row in rows for _ in range(config.num_return_sequences)]
     out = [row + until_eos(tokens, config.end_ids) for row, tokens in zip(rows, new, strict=True)]
     return out[0] if single else out
+
+
+def _check_one_result(config: GenerationConfig, single: bool, form: str, wrapped: str) -> None:
+    """A single prompt's form returns one result: ``num_return_sequences > 1`` needs the
+    batch form (a list of one prompt), which returns them all."""
+    if single and config.num_return_sequences > 1:
+        raise ValueError(
+            f"num_return_sequences={config.num_return_sequences} returns several results, and "
+            f"{form} gives one: pass the prompt as a batch of one ({wrapped}) to get a list "
+            "of them, each prompt's best first"
+        )
 
 
 def _stops(stop: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -99,7 +149,7 @@ def generate(
     prompt_or_ids: str,
     *,
     tokenizer: Tokenizer | None = ...,
-    max_new_tokens: int = ...,
+    max_new_tokens: int | None = ...,
     temperature: float = ...,
     top_k: int | None = ...,
     top_p: float | None = ...,
@@ -109,6 +159,7 @@ def generate(
     start_id: int | None = ...,
     compile: bool = ...,
     threads: int | Literal["auto"] | None = ...,
+    **options: Unpack[SearchOptions],
 ) -> str: ...
 @overload
 def generate(
@@ -116,7 +167,7 @@ def generate(
     prompt_or_ids: str,
     *,
     tokenizer: Tokenizer | None = ...,
-    max_new_tokens: int = ...,
+    max_new_tokens: int | None = ...,
     temperature: float = ...,
     top_k: int | None = ...,
     top_p: float | None = ...,
@@ -126,6 +177,7 @@ def generate(
     start_id: int | None = ...,
     compile: bool = ...,
     threads: int | Literal["auto"] | None = ...,
+    **options: Unpack[SearchOptions],
 ) -> Iterator[str]: ...
 @overload
 def generate(
@@ -133,7 +185,7 @@ def generate(
     prompt_or_ids: list[str] | tuple[str, ...],
     *,
     tokenizer: Tokenizer | None = ...,
-    max_new_tokens: int = ...,
+    max_new_tokens: int | None = ...,
     temperature: float = ...,
     top_k: int | None = ...,
     top_p: float | None = ...,
@@ -143,14 +195,16 @@ def generate(
     start_id: int | None = ...,
     compile: bool = ...,
     threads: int | Literal["auto"] | None = ...,
+    **options: Unpack[SearchOptions],
 ) -> list[str]: ...
 @overload
 def generate(
     model: ZooModel,
     prompt_or_ids: Tensor,
     *,
+    attention_mask: Tensor | None = ...,
     tokenizer: Tokenizer | None = ...,
-    max_new_tokens: int = ...,
+    max_new_tokens: int | None = ...,
     temperature: float = ...,
     top_k: int | None = ...,
     top_p: float | None = ...,
@@ -160,6 +214,7 @@ def generate(
     start_id: int | None = ...,
     compile: bool = ...,
     threads: int | Literal["auto"] | None = ...,
+    **options: Unpack[SearchOptions],
 ) -> Tensor: ...
 @overload
 def generate(
@@ -167,7 +222,7 @@ def generate(
     prompt_or_ids: list[int],
     *,
     tokenizer: Tokenizer | None = ...,
-    max_new_tokens: int = ...,
+    max_new_tokens: int | None = ...,
     temperature: float = ...,
     top_k: int | None = ...,
     top_p: float | None = ...,
@@ -177,6 +232,7 @@ def generate(
     start_id: int | None = ...,
     compile: bool = ...,
     threads: int | Literal["auto"] | None = ...,
+    **options: Unpack[SearchOptions],
 ) -> list[int]: ...
 @overload
 def generate(
@@ -184,7 +240,7 @@ def generate(
     prompt_or_ids: list[list[int]],
     *,
     tokenizer: Tokenizer | None = ...,
-    max_new_tokens: int = ...,
+    max_new_tokens: int | None = ...,
     temperature: float = ...,
     top_k: int | None = ...,
     top_p: float | None = ...,
@@ -194,13 +250,15 @@ def generate(
     start_id: int | None = ...,
     compile: bool = ...,
     threads: int | Literal["auto"] | None = ...,
+    **options: Unpack[SearchOptions],
 ) -> list[list[int]]: ...
 def generate(
     model: ZooModel,
     prompt_or_ids: Any,
     *,
+    attention_mask: Tensor | None = None,
     tokenizer: Tokenizer | None = None,
-    max_new_tokens: int = DEFAULTS.max_new_tokens,
+    max_new_tokens: int | None = None,
     temperature: float = DEFAULTS.temperature,
     top_k: int | None = DEFAULTS.top_k,
     top_p: float | None = DEFAULTS.top_p,
@@ -210,6 +268,16 @@ def generate(
     start_id: int | None = None,
     compile: bool = False,
     threads: int | Literal["auto"] | None = None,
+    num_beams: int | None = None,
+    num_return_sequences: int | None = None,
+    length_penalty: float | None = None,
+    early_stopping: bool | Literal["never"] | None = None,
+    no_repeat_ngram_size: int | None = None,
+    min_new_tokens: int | None = None,
+    min_length: int | None = None,
+    bad_words_ids: Sequence[Sequence[int]] | None = None,
+    forced_bos_id: int | None = None,
+    forced_eos_id: int | Sequence[int] | None = None,
 ) -> str | Iterator[str] | list[str] | Tensor | list[int] | list[list[int]]:
     """Generate from a prompt, through the model's decoding session (a KV cache for the
     built-in models). The settings become one :class:`GenerationConfig`; the prompt's form
@@ -225,6 +293,11 @@ def generate(
             Prompts of different lengths are left-padded; each gives what it would alone.
             For an encoder-decoder the prompt is the source and the returned ids are the
             target (``start_id`` followed by the new tokens).
+        attention_mask: with a tensor of ids, its padding mask ``(B, T)`` (1 for tokens,
+            0 for padding), on the left or on the right: a decoder's rows padded on the
+            right are moved to the left padding first (a decoder appends to the end of each
+            row; the returned prompts are the moved ones), an encoder-decoder's source is
+            read as it is.
         tokenizer: defaults to ``model.tokenizer`` or (for text) the named model's
             tokenizer; supplies the end-of-text id, the vocabulary (ids of a larger, padded
             model vocabulary are never picked) and an encoder-decoder's start token.
@@ -241,6 +314,18 @@ def generate(
             ``zoo generate``, ``zoo chat`` and ``zoo serve`` do, by ``ZOO_DECODE_THREADS``);
             ``N`` runs steps with ``N`` threads.
         stream: with a string prompt, return an iterator of text pieces instead.
+        num_beams, num_return_sequences, length_penalty, early_stopping: beam search
+            (:mod:`zoo.generation.beam`, transformers' to the token) when ``num_beams > 1``;
+            ``num_return_sequences`` best hypotheses per prompt, best first (a batch form
+            then returns ``B * num_return_sequences`` results, each prompt's in turn).
+        no_repeat_ngram_size, min_new_tokens, min_length, bad_words_ids, forced_bos_id,
+            forced_eos_id: constraints on every pick (:mod:`zoo.generation.constraints`),
+            in greedy, sampled and beam decoding alike.
+
+    What is left ``None`` (``max_new_tokens``, ``start_id`` and the beam and constraint
+    settings) comes from the model's ``generation_config.json`` where :func:`zoo.load` found
+    one (:mod:`zoo.generation.checkpoint_defaults`), else from zoo's defaults (50 new tokens,
+    one beam, no constraint).
 
     A decoder's continuation is decoded together with its prompt and returned as the text
     that follows the prompt's, so word boundaries (the space WordPiece puts between words)
@@ -250,27 +335,66 @@ def generate(
         ValueError: a bad argument, an empty prompt, text that is not Unicode (a lone
             surrogate), or a prompt too long for the context.
     """
-    config = GenerationConfig(
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        seed=seed,
-        stop=_stops(stop),
-        start_id=start_id,
-        compile=compile,
-        threads=threads,
+    config = _config(
+        model,
+        {"temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed},
+        {"stop": _stops(stop), "compile": compile, "threads": threads},
+        {
+            "max_new_tokens": max_new_tokens,
+            "start_id": start_id,
+            "num_beams": num_beams,
+            "num_return_sequences": num_return_sequences,
+            "length_penalty": length_penalty,
+            "early_stopping": early_stopping,
+            "no_repeat_ngram_size": no_repeat_ngram_size,
+            "min_new_tokens": min_new_tokens,
+            "min_length": min_length,
+            "bad_words_ids": bad_words_ids,
+            "forced_bos_id": forced_bos_id,
+            "forced_eos_id": forced_eos_id,
+        },
     )
-    prompt = prompt_or_ids
+    return _route(model, prompt_or_ids, attention_mask, config, tokenizer, stream)
+
+
+def _config(
+    model: ZooModel, sampling: dict[str, Any], running: dict[str, Any], open_: dict[str, Any]
+) -> GenerationConfig:
+    """One :class:`GenerationConfig`: the ``sampling`` and ``running`` settings as given, the
+    ``open_`` ones as given where not ``None``, else the checkpoint's, else zoo's defaults."""
+    given = {name: value for name, value in open_.items() if value is not None}
+    chosen = {
+        "max_new_tokens": DEFAULTS.max_new_tokens,
+        **checkpoint_defaults(model, given),
+        **given,
+    }
+    return GenerationConfig(**sampling, **running, **chosen)
+
+
+def _route(
+    model: ZooModel,
+    prompt: Any,
+    attention_mask: Tensor | None,
+    config: GenerationConfig,
+    tokenizer: Tokenizer | None,
+    stream: bool,
+) -> str | Iterator[str] | list[str] | Tensor | list[int] | list[list[int]]:
+    """:func:`generate` of ``prompt`` with ``config``: the wrapper its form asks for."""
     if stream and not isinstance(prompt, str):
         raise ValueError(
             "stream=True takes a single prompt, a string; for ids step by step use "
             "zoo.generation.stream_ids"
         )
-    if isinstance(prompt, str):
-        return (stream_text if stream else generate_text)(
-            model, prompt, config, tokenizer=tokenizer
+    if attention_mask is not None and not isinstance(prompt, Tensor):
+        raise ValueError(
+            "attention_mask goes with a tensor of ids; lists of ids and texts are padded by "
+            "zoo (pass the ids as a tensor with its mask, or the rows as a list of lists)"
         )
+    if isinstance(prompt, str):
+        if stream:
+            return stream_text(model, prompt, config, tokenizer=tokenizer)
+        _check_one_result(config, True, "a string", "[text]")
+        return generate_text(model, prompt, config, tokenizer=tokenizer)
     if isinstance(prompt, Sequence) and prompt and all(isinstance(p, str) for p in prompt):
         return generate_texts(model, prompt, config, tokenizer=tokenizer)
     if config.stop:
@@ -279,5 +403,5 @@ def generate(
             "end-of-text id (the tokenizer's eos_id, GenerationConfig.eos_id)"
         )
     if isinstance(prompt, Tensor):
-        return _generate_tensor(model, prompt, config, tokenizer)
+        return _generate_tensor(model, prompt, attention_mask, config, tokenizer)
     return _generate_rows(model, prompt, config, tokenizer)

@@ -14,7 +14,7 @@ import torch
 
 from ..tokenizers.base import check_fits
 from .config import GenerationConfig, check_text
-from .core import left_pad, stream_ids
+from .core import left_pad, new_tokens, stream_ids
 from .reply import Reply
 
 if TYPE_CHECKING:
@@ -98,7 +98,9 @@ def generate_texts(
     tokenizer: Tokenizer | None = None,
 ) -> list[str]:
     """The continuation of each prompt, as text (prompts of different lengths are
-    left-padded into one batch; each gives what it would alone).
+    left-padded into one batch; each gives what it would alone). With
+    ``config.num_return_sequences`` above 1 (a beam search), each prompt's best
+    continuations in turn, best first.
 
     The new tokens are decoded together with their prompt and returned as the text that
     follows the prompt's, so word boundaries are kept; the text ends before the end-of-text
@@ -113,10 +115,12 @@ def generate_texts(
     config = config if config is not None else GenerationConfig()
     tok, config, rows = _encode(model, prompts, config, tokenizer)
     ids, keep = left_pad(rows, torch.device("cpu"))
-    new = torch.stack(list(stream_ids(model, ids, keep, config)), dim=1).tolist()  # (B, N)
+    new = new_tokens(model, ids, keep, config).tolist()  # (B * returned, N)
+    each = config.num_return_sequences  # a beam search's hypotheses, each prompt's in turn
+    contexts = [context for context in _contexts(model, rows) for _ in range(each)]
     return [
         "".join(_pieces(tokens, Reply(tok, context, config)))
-        for context, tokens in zip(_contexts(model, rows), new, strict=True)
+        for context, tokens in zip(contexts, new, strict=True)
     ]
 
 
@@ -127,8 +131,15 @@ def generate_text(
     *,
     tokenizer: Tokenizer | None = None,
 ) -> str:
-    """The continuation of ``prompt``, as text: :func:`generate_texts` of one prompt."""
+    """The continuation of ``prompt``, as text: :func:`generate_texts` of one prompt (whose
+    ``num_return_sequences`` must be 1: :func:`generate_texts` of ``[prompt]`` returns
+    several)."""
     check_text(prompt)
+    if config is not None and config.num_return_sequences > 1:
+        raise ValueError(
+            f"num_return_sequences={config.num_return_sequences} returns several texts, and "
+            "generate_text returns one: call generate_texts([prompt], ...) for the list"
+        )
     return generate_texts(model, [prompt], config, tokenizer=tokenizer)[0]
 
 
