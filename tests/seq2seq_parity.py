@@ -138,3 +138,18 @@ def step_logits_diff(
     live = torch.ones_like(tokens, dtype=torch.bool)
     live[:, 1:] = (tokens[:, :-1] != eos).cummin(dim=1).values
     return float((torch.stack(got, dim=1) - want)[live].abs().max())
+
+
+def check_folder(folder: Path, capsys: Any) -> str:
+    """``zoo check FOLDER`` (the conformance kit on small random models of the folder's
+    architecture and config): every check passes but ``reference``, which compares
+    decoder-only models; returns its output."""
+    from zoo.cli import main
+
+    code = main(["check", str(folder), "--device", "cpu"])
+    out, err = capsys.readouterr()
+    assert code == 0, (out, err)
+    rows = [line.split() for line in out.splitlines() if line.startswith(str(folder))]
+    assert {row[1] for row in rows if row[3] != "ok"} == {"reference"}, out
+    assert {"decoding", "checkpoint_layouts", "meta", "tied_weights"} <= {r[1] for r in rows}
+    return out

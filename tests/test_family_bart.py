@@ -20,6 +20,7 @@ import torch
 import transformers
 from safetensors.torch import load_file, save_file
 from seq2seq_parity import (
+    check_folder,
     greedy_pair,
     max_logit_diff,
     padded_pair,
@@ -135,7 +136,7 @@ def test_greedy_tokens_and_step_logits_equal_transformers_on_a_padded_batch(pair
 
 
 def test_export_loads_in_transformers_to_the_same_logits(pair, tmp_path: Path) -> None:
-    name, theirs, ours, _ = pair
+    name, _, ours, _ = pair
     vocab = GEOMETRIES[name]["vocab_size"]
     batch = padded_pair(vocab, vocab)
     zoo.export(ours, tmp_path / "out")
@@ -218,3 +219,8 @@ def test_a_checkpoint_without_the_logits_bias_or_with_tied_copies_loads(
     for key, tensor in ours.state_dict().items():
         if key != "final_logits_bias":
             assert torch.equal(again.state_dict()[key], tensor), key
+
+
+def test_the_conformance_kit_passes_on_a_folder(tied, capsys) -> None:
+    """``zoo check`` on the folder (see tests/test_family_marian.py)."""
+    check_folder(tied[3], capsys)

@@ -20,6 +20,7 @@ import torch
 import transformers
 from safetensors.torch import load_file, save_file
 from seq2seq_parity import (
+    check_folder,
     greedy_pair,
     max_logit_diff,
     padded_pair,
@@ -263,3 +264,9 @@ def test_a_checkpoint_without_the_logits_bias_loads_it_as_zeros(shared, tmp_path
     save_file(state, bare / "model.safetensors", metadata={"format": "pt"})
     model = zoo.load(bare)
     assert model.final_logits_bias is not None and not model.final_logits_bias.any()
+
+
+def test_the_conformance_kit_passes_on_a_folder(shared, capsys) -> None:
+    """``zoo check`` on the folder: build, forward, backward, meta, ties, save and load,
+    dtypes, bad input, the layout's round trip and cached decoding against recomputation."""
+    check_folder(shared[3], capsys)

@@ -17,6 +17,7 @@ import pytest
 import torch
 import transformers
 from seq2seq_parity import (
+    check_folder,
     greedy_pair,
     max_logit_diff,
     padded_pair,
@@ -121,3 +122,9 @@ def test_a_transformers4_config_json_loads_and_a_post_ln_one_is_refused(
     (old / "config.json").write_text(json.dumps({**CONFIG_4X, "normalize_before": False}))
     with pytest.raises(CheckpointError, match=re.escape("normalize_before = False")):
         zoo.load(old)
+
+
+def test_the_conformance_kit_passes_on_a_folder(pair, capsys) -> None:
+    """``zoo check`` on the folder (see tests/test_family_marian.py)."""
+    if pair[0] == "scaled-gelu":
+        check_folder(pair[3], capsys)

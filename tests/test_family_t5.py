@@ -22,6 +22,7 @@ import torch
 import transformers
 from safetensors.torch import load_file, save_file
 from seq2seq_parity import (
+    check_folder,
     greedy_pair,
     max_logit_diff,
     padded_pair,
@@ -243,3 +244,12 @@ def test_a_head_of_its_own_under_a_config_that_ties_it_is_refused_saying_why(
     save_file(state, bad / "model.safetensors", metadata={"format": "pt"})
     with pytest.raises(CheckpointError, match="tie_word_embeddings: false"):
         zoo.load(bad)
+
+
+@pytest.mark.parametrize("name", ["v1.0-relu", "v1.1-gated-gelu-own-head"])
+def test_the_conformance_kit_passes_on_a_folder(
+    name: str, tmp_path_factory: pytest.TempPathFactory, capsys
+) -> None:
+    """``zoo check`` on the folder, a tied and scaled head and one of its own (see
+    tests/test_family_marian.py)."""
+    check_folder(_pair(name, tmp_path_factory)[3], capsys)

@@ -131,12 +131,17 @@ _GATED = ("geglu", "swiglu")
 
 
 def _merge(state: dict[str, Tensor], config: Any) -> dict[str, Tensor]:
-    """On import: tied copies folded into ``shared``, a gated feed-forward's ``wi_0`` (the
+    """On import: tied copies folded into ``shared`` (a head that differs from it under a
+    config that ties them refused, saying what to fix), a gated feed-forward's ``wi_0`` (the
     gate) and ``wi_1`` (up) into one ``wi``, as zoo fuses them."""
     copies = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight")
-    tied = (*copies, "lm_head.weight") if config.tie_embeddings else copies
-    fix = "a head of its own (T5 v1.1, Flan-T5) needs tie_word_embeddings: false in config.json"
-    state = fold_tied(state, "shared.weight", tied, family="T5", fix=fix)
+    state = fold_tied(state, "shared.weight", copies, family="T5")
+    head = state.get("lm_head.weight")
+    if config.tie_embeddings and head is not None and "shared.weight" in state:
+        # checked here to say what to fix (the tied head stays: loading folds it)
+        fix = "a head of its own (T5 v1.1, Flan-T5) needs tie_word_embeddings: false"
+        both = {"shared.weight": state["shared.weight"], "lm_head.weight": head}
+        fold_tied(both, "shared.weight", ("lm_head.weight",), family="T5", fix=fix)
     for key in [k for k in state if _GATES.fullmatch(k)]:
         stem = key.removesuffix("wi_0.weight")
         if f"{stem}wi_1.weight" in state:
