@@ -593,3 +593,21 @@ def test_cli_in_a_subprocess_honours_the_hf_environment(
     assert path.is_relative_to(home / "hub") and path.name == local_hub.resolve("org/sub")
     digest = hashlib.sha256((path / "model.safetensors").read_bytes()).hexdigest()
     assert digest == sha256_file(tmp_path / "ckpt" / "model.safetensors")
+
+
+def test_a_hugging_face_repo_brings_its_generation_defaults(
+    local_hub: LocalHub, hf_checkpoints: dict, tmp_path: Path
+) -> None:
+    """``generation_config.json`` beside the weights is fetched with them, so a model from
+    ``hf:`` decodes with its repo's defaults (Marian's beams, its bad words), as a folder does."""
+    directory, _ = hf_checkpoints["gpt2-124m"]
+    files = {p.name: p for p in directory.iterdir() if p.name != "generation_config.json"}
+    (tmp_path / "generation_config.json").write_text('{"num_beams": 3, "length_penalty": 0.5}')
+    local_hub.add_files(
+        "org/with-defaults",
+        {**files, "generation_config.json": tmp_path / "generation_config.json"},
+        message="seed",
+    )
+    model = zoo.load("hf:org/with-defaults")
+    assert model.generation_config is not None
+    assert (model.generation_config.num_beams, model.generation_config.length_penalty) == (3, 0.5)

@@ -56,6 +56,8 @@ __all__ = ["HF_VOCAB_FILES", "Pinned", "Snapshot", "evict", "fetch", "pin", "pul
 ADAPTER_CONFIG = "adapter_config.json"
 
 HF_VOCAB_FILES = ("vocab.json", "merges.txt", "tokenizer.json")  # tokenizer files beside HF weights
+#: Other small files beside HF weights that loading reads (the generation defaults).
+HF_OTHER_FILES = ("generation_config.json",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,7 +221,7 @@ def _plan(
     def present(name: str) -> bool:  # offline: whatever an earlier pull of this commit fetched
         return name in entries if entries is not None else (directory / name).exists()
 
-    vocab = [f for f in HF_VOCAB_FILES if present(f)]
+    vocab = [f for f in (*HF_VOCAB_FILES, *HF_OTHER_FILES) if present(f)]
     weights = check_filename(source.filename, what)
     index = index_file(Path(weights)).name
     if not present(weights) and present(index):
