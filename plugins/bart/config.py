@@ -18,6 +18,7 @@ class BartConfig(EncoderDecoderConfig):
     architecture: ClassVar[str] = "bart"
 
     vocab_size: int = 50265
+    decoder_start_id: int | None = 2  # BART's target starts with its end-of-text token
     context_length: int = 1024
     d_model: int = 1024
     n_heads: int = 16

@@ -106,7 +106,7 @@ _RULES, _FUSED = bart_layer_rules()
 _MAPPED = (
     "vocab_size", "context_length", "d_model", "n_heads", "n_encoder_layers",
     "n_decoder_layers", "d_ff", "activation", "scale_embeddings", "tie_embeddings",
-    "separate_source_embedding", "source_vocab_size",
+    "separate_source_embedding", "source_vocab_size", "decoder_start_id",
 )  # fmt: skip
 
 HF_MARIAN = KeyMap(

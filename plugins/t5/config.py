@@ -45,6 +45,7 @@ class T5Config(EncoderDecoderConfig):
     scale_decoder_output: bool = True
     relative_attention_num_buckets: int = 32
     relative_attention_max_distance: int = 128
+    decoder_start_id: int | None = 0  # T5's target starts with its pad token
 
     def validate(self) -> None:
         super().validate()

@@ -15,7 +15,7 @@ from torch import Tensor
 
 from zoo.checkpoint.hf_layout import FusedRule, KeyMap, KeyRule, represented
 from zoo.checkpoint.hf_reader import HFConfigReader
-from zoo.checkpoint.hf_seq2seq import fold_tied
+from zoo.checkpoint.hf_seq2seq import decoder_start_id, fold_tied
 
 from .config import T5Config
 
@@ -92,6 +92,7 @@ def config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         "relative_attention_max_distance": r.integer(
             "relative_attention_max_distance", 128, field="relative_attention_max_distance"
         ),
+        "decoder_start_id": decoder_start_id(r, default=0),
     }
     return r.finish(values, T5Config)
 
@@ -122,6 +123,7 @@ def config_to_hf(config: Any) -> dict[str, Any]:
         "scale_decoder_outputs": config.scale_decoder_output,
         "relative_attention_num_buckets": config.relative_attention_num_buckets,
         "relative_attention_max_distance": config.relative_attention_max_distance,
+        "decoder_start_token_id": config.decoder_start_id,
         "is_encoder_decoder": True,
     }
 
@@ -209,7 +211,7 @@ _MAPPED = (
     "vocab_size", "context_length", "d_model", "n_heads", "head_dim", "d_ff",
     "n_encoder_layers", "n_decoder_layers", "ffn", "activation", "layer_norm_eps",
     "tie_embeddings", "scale_decoder_output", "relative_attention_num_buckets",
-    "relative_attention_max_distance",
+    "relative_attention_max_distance", "decoder_start_id",
 )  # fmt: skip
 
 _BIAS = "block.0.layer.0.SelfAttention.relative_attention_bias"

@@ -39,6 +39,10 @@ class EncoderDecoderConfig(TransformerConfig):
             BART: a buffer, loaded with the weights, not trained).
         scale_decoder_output: the decoder's output is multiplied by ``d_model ** -0.5``
             before the LM head (T5 with its head tied to the embedding).
+        decoder_start_id: the token a target starts with (transformers'
+            ``decoder_start_token_id``: Marian's and T5's pad, BART's end of text);
+            :func:`zoo.generate` starts with it where neither the caller nor the checkpoint's
+            ``generation_config.json`` names one (``None``: the tokenizer's start token).
     """
 
     architecture: ClassVar[str] = "transformer-encdec"
@@ -65,6 +69,7 @@ class EncoderDecoderConfig(TransformerConfig):
     embedding_norm: bool = False
     logits_bias: bool = False
     scale_decoder_output: bool = False
+    decoder_start_id: int | None = None
 
     @property
     def source_vocab(self) -> int:
@@ -86,6 +91,11 @@ class EncoderDecoderConfig(TransformerConfig):
                 "source_vocab_size",
                 f"must be a positive integer at most {MAX_TOKENS:,} (or None)",
             )
+        self._require(
+            self.decoder_start_id is None or 0 <= self.decoder_start_id < self.vocab_size,
+            "decoder_start_id",
+            "must be a target token id in [0, vocab_size) (or None)",
+        )
         self._require(
             0 <= self.position_offset <= MAX_TOKENS - self.context_length,
             "position_offset",

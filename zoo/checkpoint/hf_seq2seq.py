@@ -29,6 +29,7 @@ __all__ = [
     "BART_INERT",
     "bart_layer_rules",
     "bart_layout",
+    "decoder_start_id",
     "fold_tied",
     "logits_bias_in",
     "logits_bias_out",
@@ -175,7 +176,18 @@ def read_bart_sizes(r: HFConfigReader) -> dict[str, Any]:
         "activation": ACTIVATIONS[act],
         "scale_embeddings": r.flag("scale_embedding", False, field="scale_embeddings"),
         "tie_embeddings": r.flag("tie_word_embeddings", True, field="tie_embeddings"),
+        "decoder_start_id": decoder_start_id(r),
     }
+
+
+def decoder_start_id(r: HFConfigReader, default: int | None = None) -> int | None:
+    """``decoder_start_token_id`` of a ``config.json`` as zoo's ``decoder_start_id``;
+    ``default`` (the family's transformers default, which transformers 5 leaves out of the
+    file) where absent or null."""
+    value = r.get("decoder_start_token_id", None, field="decoder_start_id")
+    if value is None:
+        return default
+    return r.integer("decoder_start_token_id", field="decoder_start_id")
 
 
 def write_bart_sizes(config: Any) -> dict[str, Any]:
@@ -193,6 +205,7 @@ def write_bart_sizes(config: Any) -> dict[str, Any]:
         "activation_function": _WRITTEN[config.activation],
         "scale_embedding": config.scale_embeddings,
         "tie_word_embeddings": config.tie_embeddings,
+        "decoder_start_token_id": config.decoder_start_id,
         "is_encoder_decoder": True,
     }
 
@@ -201,6 +214,7 @@ def write_bart_sizes(config: Any) -> dict[str, Any]:
 _BART_MAPPED = (
     "vocab_size", "context_length", "d_model", "n_heads", "n_encoder_layers",
     "n_decoder_layers", "d_ff", "activation", "scale_embeddings", "tie_embeddings",
+    "decoder_start_id",
 )  # fmt: skip
 
 _SHARED = "model.shared.weight"
@@ -238,6 +252,8 @@ def bart_layout(
             r.expect(key, value)
         values = read_bart_sizes(r)
         values["vocab_size"] = r.integer("vocab_size", 50265, field="vocab_size")
+        start = config.__dataclass_fields__["decoder_start_id"].default  # the family's own
+        values["decoder_start_id"] = decoder_start_id(r, default=start)
         return r.finish(values, config)
 
     def write(zoo_config: Any) -> dict[str, Any]:

@@ -9,7 +9,8 @@ package stands below the checkpoint code). The keys honoured, with the
 ``num_return_sequences``, ``length_penalty``, ``early_stopping``, ``no_repeat_ngram_size``,
 ``min_new_tokens``, ``min_length``, ``max_new_tokens``, ``bad_words_ids``,
 ``forced_bos_token_id`` (``forced_bos_id``), ``forced_eos_token_id`` (``forced_eos_id``) and
-``decoder_start_token_id`` (``start_id``). An encoder-decoder's ``max_length`` (its target:
+``decoder_start_token_id`` (``start_id``; where the file has none, the model config's
+``decoder_start_id``, read from ``config.json``). An encoder-decoder's ``max_length`` (its target:
 the start token and the new tokens) sets ``max_new_tokens`` to one less when the file has no
 ``max_new_tokens``; a decoder's is not read (it counts the prompt too, and a decoder-only
 checkpoint's ``max_length`` is usually its context: zoo's 50 new tokens stay the default).
@@ -49,10 +50,11 @@ def checkpoint_defaults(model: Any, given: Collection[str] = ()) -> dict[str, An
     """The :class:`~zoo.generation.GenerationConfig` values ``model``'s
     ``generation_config.json`` sets for the fields not in ``given`` (those the caller set);
     empty for a model loaded without one (or built)."""
+    values = _config_defaults(model, given)
     found = getattr(model, "generation_config", None)
     if found is None:
-        return {}
-    values = {
+        return values
+    values |= {
         field: getattr(found, key, None)
         for field, key in FILE_KEYS.items()
         if field not in given and getattr(found, key, None) is not None
@@ -67,6 +69,16 @@ def checkpoint_defaults(model: Any, given: Collection[str] = ()) -> dict[str, An
     ):
         values["max_new_tokens"] = max_length - 1  # the target's start token counts
     return values
+
+
+def _config_defaults(model: Any, given: Collection[str]) -> dict[str, Any]:
+    """What the model's config says where its ``generation_config.json`` may say more: an
+    encoder-decoder's ``decoder_start_id`` (from ``config.json``'s
+    ``decoder_start_token_id``) as ``start_id``."""
+    start = getattr(getattr(model, "config", None), "decoder_start_id", None)
+    if "start_id" in given or start is None or not getattr(model, "is_encoder_decoder", False):
+        return {}
+    return {"start_id": start}
 
 
 def with_checkpoint_defaults(

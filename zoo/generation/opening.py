@@ -56,7 +56,8 @@ def checked_inputs(
     device = check_runs(model)
     ids = check_token_ids(
         input_ids,
-        vocab_size=config.vocab_size,
+        # an encoder-decoder's prompt is its source, whose vocabulary may be its own
+        vocab_size=getattr(config, "source_vocab", config.vocab_size),
         context_length=config.context_length,
         name="prompt ids",
     )
