@@ -404,10 +404,16 @@ def test_a_layout_that_transforms_whole_state_dicts_is_refused(
 
     arch = get_registry().architecture("llama")
     keymap = arch.checkpoint_layout("hf-llama")
-    permuted = dataclasses.replace(
-        keymap, merge_foreign=lambda s, c: s, split_foreign=lambda s, c: s
+    # a transform that changes a linear layer's values (not only where its rows go), and
+    # one that reads foreign states without saying how it writes them
+    scaled = dataclasses.replace(
+        keymap,
+        merge_foreign=lambda s, c: s,
+        split_foreign=lambda s, c: {k: v * 2 for k, v in s.items()},
     )
-    fake = dataclasses.replace(arch, checkpoint_layouts={"hf-llama": permuted})
-    monkeypatch.setattr(layout, "architecture", lambda *a, **k: fake)
-    with pytest.raises(CheckpointError, match="merge_foreign"):
-        read_adapter(saved[0], model=saved[1])
+    one_way = dataclasses.replace(keymap, merge_foreign=lambda s, c: s)
+    for permuted, why in ((scaled, "changes the values of"), (one_way, "without split_foreign")):
+        fake = dataclasses.replace(arch, checkpoint_layouts={"hf-llama": permuted})
+        monkeypatch.setattr(layout, "architecture", lambda *a, fake=fake, **k: fake)
+        with pytest.raises(CheckpointError, match=why):
+            read_adapter(saved[0], model=saved[1])

@@ -155,6 +155,7 @@ def save_adapter(
         alpha_pattern={m: p.scaling * p.rank for m, p in odd.items()},
         base=base.repo or base.name,
         revision=base.revision,
+        task_type="SEQ_2_SEQ_LM" if getattr(model, "is_encoder_decoder", False) else "CAUSAL_LM",
     )
     with atomic_directory(directory) as staging:
         write_safetensors(tensors, staging / WEIGHTS_FILE, {"format": "pt", **base.to_metadata()})

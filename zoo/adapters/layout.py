@@ -9,12 +9,21 @@ Each foreign module is a :class:`Piece`: the rows of the zoo layer it holds, in 
 order. peft's adapter on that module has the same ``A`` as zoo's and ``B``'s rows picked by
 the piece, so the mapping is exact both ways. A family without a Hugging Face layout names
 its pieces by zoo's own part paths.
+
+A layout that also rewrites whole state dicts (``merge_foreign`` on import, ``split_foreign``
+on export: T5's gated feed-forward stored as ``wi_0`` and ``wi_1``, the encoder-decoders'
+tied embeddings and logits bias) carries adapters when its ``split_foreign`` only moves rows
+of each linear layer's weight: each layer's foreign weights are passed through it with every
+row holding its own index, and the rows that come out are the pieces. A layout whose
+``split_foreign`` changes a layer's values (or that has ``merge_foreign`` without it) is
+refused: zoo could not carry an adapter through it exactly.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -70,13 +79,18 @@ def layout_of(model: nn.Module) -> tuple[str | None, object | None]:
     if not names:
         return None, None
     keymap = arch.checkpoint_layout(names[0])
-    if keymap.merge_foreign is not None or keymap.split_foreign is not None:
-        raise CheckpointError(
-            f"the {names[0]!r} layout transforms whole state dicts (merge_foreign/"
-            "split_foreign), which zoo cannot carry adapters through exactly; adapters of "
-            f"{arch.name!r} cannot be read or written in peft's format"
-        )
+    if keymap.merge_foreign is not None and keymap.split_foreign is None:
+        raise _whole_states(names[0], arch.name, "merge_foreign without split_foreign")
     return names[0], keymap
+
+
+def _whole_states(layout: str, family: str, why: str) -> CheckpointError:
+    """The refusal of a layout whose whole-state transform adapters cannot go through."""
+    return CheckpointError(
+        f"the {layout!r} layout transforms whole state dicts ({why}), which zoo cannot carry "
+        f"adapters through exactly; adapters of {family!r} cannot be read or written in "
+        "peft's format"
+    )
 
 
 def _prefix(keymap: object, layer: str) -> str:
@@ -86,37 +100,92 @@ def _prefix(keymap: object, layer: str) -> str:
     return prefixes[0] if prefixes and layer != "head" else ""
 
 
-def _layer_pieces(keymap: object, config: ModelConfig, layer: str, out: int) -> list[Piece]:
-    """The foreign modules of zoo layer ``layer`` (``out`` rows) in ``keymap``, named as
-    in the foreign model with its LM head (peft's names)."""
-    key = f"{layer}.weight"
-    prefix = _prefix(keymap, layer)
-    index = torch.arange(out).reshape(out, 1)  # (out, 1): each row holds its own index
+def _rule_pieces(keymap: object, config: ModelConfig, key: str, index: Tensor) -> list[Piece]:
+    """The foreign weights the layout's rules make of zoo weight ``key`` (``index``: each
+    row holds its own number), named as in the checkpoint, each with its rows (before any
+    ``split_foreign``)."""
+    layer = key.removesuffix(".weight")
     for rule in keymap.fused:  # type: ignore[attr-defined]
         try:
             split = rule.split({key: index}, config)
         except (RuntimeError, ValueError, AttributeError):
             continue  # the sizes do not fit this layer
         if split:
-            return [
-                Piece(prefix + name.removesuffix(".weight"), layer, rows[:, 0])
-                for name, rows in split.items()
-            ]
+            return [Piece(name, layer, rows[:, 0]) for name, rows in split.items()]
     for rule in keymap.rules:  # type: ignore[attr-defined]
         foreign = rule.match(key, side="zoo")
         if foreign is not None:
             plain = dataclasses.replace(rule, transpose=False)  # A and B are never transposed
             rows = plain.convert(index, config, side="zoo")[:, 0]
-            module = prefix + foreign.removesuffix(".weight")
-            return [Piece(module, layer, rows, rule.transpose)]
+            return [Piece(foreign, layer, rows, rule.transpose)]
     return []
+
+
+def _moved(rows: Tensor, shifted: Tensor | None, known: set[int]) -> bool:
+    """Whether ``rows`` (what a transform made of row numbers) and ``shifted`` (what it made
+    of them plus one half) hold rows of the numbers ``known``, unchanged."""
+    return (
+        shifted is not None
+        and rows.ndim == 2
+        and rows.shape[1] == 1
+        and torch.equal(shifted, rows + 0.5)
+        and torch.equal(rows, rows.round())
+        and {int(r) for r in rows[:, 0]} <= known
+    )
+
+
+def _split_rows(
+    layout: str, keymap: object, config: ModelConfig, found: list[Piece]
+) -> list[Piece]:
+    """``found`` (foreign weights and their rows) through the layout's ``split_foreign``:
+    the weights it writes instead and the rows each holds. It runs twice, on the rows'
+    numbers and on them plus one half, so that any change of values (not a move of rows)
+    shows."""
+    split = keymap.split_foreign  # type: ignore[attr-defined]
+    if split is None or not found:
+        return found
+    transposed = {piece.module: piece.fan_in_fan_out for piece in found}
+    try:
+        outs = [
+            split({p.module: p.rows[:, None].double() + shift for p in found}, config)
+            for shift in (0.0, 0.5)
+        ]
+    except Exception as exc:  # a transform that needs the whole state
+        raise _whole_states(layout, type(config).architecture, f"split_foreign: {exc}") from None
+    rows_of: list[Piece] = []
+    known = {int(r) for p in found for r in p.rows}
+    for name, rows in outs[0].items():
+        if not _moved(rows, outs[1].get(name), known):
+            raise _whole_states(
+                layout,
+                type(config).architecture,
+                f"split_foreign changes the values of {name}, not only where its rows go",
+            )
+        rows_of.append(Piece(name, found[0].layer, rows[:, 0].long(), transposed.get(name, False)))
+    return rows_of
+
+
+def _layer_pieces(
+    layout: str, keymap: object, config: ModelConfig, layer: str, out: int
+) -> list[Piece]:
+    """The foreign modules of zoo layer ``layer`` (``out`` rows) in ``keymap``, named as
+    in the foreign model with its LM head (peft's names)."""
+    key = f"{layer}.weight"
+    index = torch.arange(out).reshape(out, 1)  # (out, 1): each row holds its own index
+    found = _split_rows(layout, keymap, config, _rule_pieces(keymap, config, key, index))
+    prefix = _prefix(keymap, layer)
+    return [
+        dataclasses.replace(piece, module=prefix + piece.module.removesuffix(".weight"))
+        for piece in found
+        if piece.module.endswith(".weight")
+    ]
 
 
 def pieces(model: nn.Module) -> list[Piece]:
     """Every foreign module the model's linear layers map to (in layer order); zoo's own
     part paths for a family without a Hugging Face layout."""
-    _, keymap = layout_of(model)
-    config = model.config
+    layout_name, keymap = layout_of(model)
+    config = cast(ModelConfig, model.config)
     found: list[Piece] = []
     for layer, owner, module, parts in layer_parts(model):
         if keymap is None:
@@ -126,7 +195,8 @@ def pieces(model: nn.Module) -> list[Piece]:
                 found.append(Piece(path, layer, torch.arange(start, start + rows)))
                 start += rows
         else:
-            found += _layer_pieces(keymap, config, layer, int(module.out_features))  # type: ignore[arg-type]
+            out = int(module.out_features)  # type: ignore[arg-type]
+            found += _layer_pieces(str(layout_name), keymap, config, layer, out)
     return found
 
 

@@ -53,8 +53,11 @@ def peft_config(
     alpha_pattern: Mapping[str, float],
     base: str | None,
     revision: str | None,
+    task_type: str = "CAUSAL_LM",
 ) -> dict[str, Any]:
-    """The ``adapter_config.json`` peft 0.21 writes for a LoRA of these values."""
+    """The ``adapter_config.json`` peft 0.21 writes for a LoRA of these values; ``task_type``
+    is peft's name of the model's task (``"SEQ_2_SEQ_LM"`` for an encoder-decoder), which
+    picks the class ``PeftModel.from_pretrained`` wraps the model in."""
 
     def number(value: float) -> float | int:
         return int(value) if float(value).is_integer() else value
@@ -93,7 +96,7 @@ def peft_config(
         "revision": revision,
         "target_modules": list(target_modules),
         "target_parameters": None,
-        "task_type": "CAUSAL_LM",
+        "task_type": task_type,
         "trainable_token_indices": None,
         "use_bdlora": None,
         "use_dora": False,
