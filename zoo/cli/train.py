@@ -40,6 +40,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     overrides = dict(_override(item) for item in args.set or ())
     tokenizer = _tokenizer(args, overrides)
     model = _model(args, overrides)
+    if args.task == "seq2seq" and not model.is_encoder_decoder:
+        raise ValueError(
+            f"--task seq2seq trains an encoder-decoder on source<TAB>target pairs, and "
+            f"{model.name or 'this model'} is a decoder: train it on text (--task lm)"
+        )
     if args.task == "classify":  # a linear head over the labels the data uses
         model = classifier(model, labels_in(args.data))
     if args.task == "chat":  # conversations through a chat template (zoo.train.chat_data)
@@ -274,9 +279,11 @@ def _train_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--task",
-        choices=("lm", "classify", "chat"),
+        choices=("lm", "seq2seq", "classify", "chat"),
         default="lm",
-        help="lm: the model's own task; classify: fine-tune it as a sequence classifier (a "
+        help="lm: the model's own task; seq2seq: an encoder-decoder's own task, said outright "
+        "(refused for a decoder): source<TAB>target pairs, teacher forcing, framed as its "
+        "checkpoint trains it; classify: fine-tune it as a sequence classifier (a "
         "linear head on the last token, saved with the checkpoint); chat: fine-tune a "
         'decoder on conversations (a .jsonl file, one {"messages": [...]} per line), the '
         "loss on the assistant's replies only (default: lm)",

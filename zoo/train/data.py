@@ -258,25 +258,47 @@ class PairData:
     """Source/target pairs from a tab-separated file (``source<TAB>target`` per line), for
     encoder-decoders trained with teacher forcing.
 
+    Each target becomes its labels (the ids the decoder learns to predict, ending with
+    ``eos``); the decoder's input is the labels shifted right behind the start id, as
+    transformers' ``shift_tokens_right`` makes it. How the ids are made depends on the model:
+
+    - a model that names its ``decoder_start_token_id`` (a checkpoint's
+      ``generation_config.json``: Marian's pad, BART's eos, T5's pad) trains as transformers
+      trains it: source and target encoded with the tokenizer's sequence tokens
+      (``add_special_tokens=True``: ``text </s>`` for Marian and T5, ``<s> text </s>`` for
+      BART), ``eos`` appended to a target the tokenizer does not end with it, the decoder
+      starting at that id;
+    - any other (zoo's own ``transformer-encdec``): the ids of the text alone, the labels
+      followed by ``eos``, the decoder starting at the tokenizer's ``bos``.
+
     Attributes:
-        pairs: token ids of each source and target (the target without start/end tokens).
+        pairs: token ids of each source and the labels of its target.
         split: index of the first held-out pair.
-        bos, eos, pad: the tokenizer's start, end and padding ids.
+        start: the decoder's first input id.
+        pad: the id padding shorter rows (masked out, and ignored by the loss).
     """
 
     pairs: list[tuple[list[int], list[int]]]
     split: int
-    bos: int
-    eos: int
+    start: int
     pad: int
 
     @classmethod
-    def read(cls, path: Path, tokenizer: Any, context: int, val_fraction: float) -> PairData:
+    def read(
+        cls,
+        path: Path,
+        tokenizer: Any,
+        context: int,
+        val_fraction: float,
+        *,
+        decoder_start: int | None = None,
+    ) -> PairData:
+        """The pairs of ``path``, encoded by ``tokenizer`` for a model whose decoder starts at
+        ``decoder_start`` (``None``: zoo's own framing, see the class)."""
         if path.is_dir():
             raise DataError(f"{path} is a folder; an encoder-decoder trains on one .tsv file")
-        ids = (tokenizer.bos_id, tokenizer.eos_id, tokenizer.pad_id)
-        if None in ids:
-            raise DataError(f"tokenizer {tokenizer.name!r} needs bos, eos and pad ids here")
+        start, eos, pad = _pair_ids(tokenizer, decoder_start)
+        wrap = decoder_start is not None  # the checkpoint's framing: the sequence tokens
         text = _read_text(path)
         pairs = []
         for number, line in enumerate(text.splitlines(), 1):
@@ -285,8 +307,11 @@ class PairData:
             source, tab, target = line.partition("\t")
             if not tab:
                 raise DataError(f"{path}, line {number}: no tab; each line is source<TAB>target")
-            pair = (tokenizer.encode(source), tokenizer.encode(target))
-            if len(pair[0]) > context or len(pair[1]) + 1 > context:
+            labels = _encode(tokenizer, target, wrap)
+            if not wrap or not labels or labels[-1] != eos:
+                labels.append(eos)
+            pair = (_encode(tokenizer, source, wrap), labels)
+            if len(pair[0]) > context or len(labels) > context:
                 raise DataError(
                     f"{path}, line {number}: longer than the context ({context} tokens)"
                 )
@@ -294,22 +319,45 @@ class PairData:
         split = int(len(pairs) * (1 - val_fraction))
         if split < 1 or split == len(pairs):
             raise DataError(f"{path}: {len(pairs)} pairs are too few to hold some out")
-        return cls(pairs, split, *ids)
+        return cls(pairs, split, start, pad)
 
     def batch(self, part: str, batch_size: int, generator: torch.Generator) -> Batch:
-        """Random pairs, right-padded: the source, the target shifted right behind ``bos``
-        (teacher forcing), their padding masks, and the target followed by ``eos``."""
+        """Random pairs, right-padded: the source, the labels shifted right behind the start
+        id (teacher forcing), their padding masks, and the labels (padding ``IGNORE``)."""
         low, high = (0, self.split) if part == "train" else (self.split, len(self.pairs))
-        chosen = [
-            self.pairs[i] for i in torch.randint(low, high, (batch_size,), generator=generator)
-        ]
-        sources = [s for s, _ in chosen]
-        inputs = [[self.bos, *t] for _, t in chosen]
-        targets = [[*t, self.eos] for _, t in chosen]
-        src, src_mask = _pad(sources, self.pad)
+        picks = torch.randint(low, high, (batch_size,), generator=generator).tolist()
+        return self.rows(picks)
+
+    def rows(self, picks: list[int]) -> Batch:
+        """The batch of pairs ``picks`` (indices into :attr:`pairs`), as :meth:`batch` gives
+        it."""
+        chosen = [self.pairs[i] for i in picks]
+        inputs = [[self.start, *labels[:-1]] for _, labels in chosen]
+        src, src_mask = _pad([s for s, _ in chosen], self.pad)
         tgt, tgt_mask = _pad(inputs, self.pad)
-        out, _ = _pad(targets, IGNORE)
+        out, _ = _pad([labels for _, labels in chosen], IGNORE)
         return {"src_ids": src, "tgt_ids": tgt, "src_mask": src_mask, "tgt_mask": tgt_mask}, out
+
+
+def _encode(tokenizer: Any, text: str, wrap: bool) -> list[int]:
+    """``text``'s ids, with the tokenizer's sequence tokens when ``wrap``."""
+    return list(tokenizer.encode(text, add_special_tokens=True) if wrap else tokenizer.encode(text))
+
+
+def _pair_ids(tokenizer: Any, decoder_start: int | None) -> tuple[int, int, int]:
+    """``(start, eos, pad)`` for :class:`PairData`: the decoder's start (``decoder_start``,
+    else the tokenizer's ``bos``), the tokenizer's end and padding ids."""
+    start = tokenizer.bos_id if decoder_start is None else decoder_start
+    ids = {"eos": tokenizer.eos_id, "pad": tokenizer.pad_id}
+    missing = [role for role, i in ids.items() if i is None]
+    if start is None:
+        missing.insert(0, "bos (the decoder's start: the model names no decoder_start_token_id)")
+    if missing:
+        raise DataError(
+            f"tokenizer {tokenizer.name!r} has no {', no '.join(missing)} id; an "
+            "encoder-decoder trains on pairs with them (give a tokenizer that has them)"
+        )
+    return start, ids["eos"], ids["pad"]
 
 
 def _lines(path: Path) -> list[tuple[int, str, str]]:

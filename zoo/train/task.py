@@ -14,7 +14,9 @@ Four specs are built in (:data:`TASKS`):
 - ``"classify"``: a classifier on ``text<TAB>label`` lines
   (:class:`~zoo.train.data.LabelData`); its blocks are its body's ``blocks``.
 - ``"seq2seq"``: an encoder-decoder on ``source<TAB>target`` lines, teacher forcing
-  (:class:`~zoo.train.data.PairData`); its blocks are ``model.encoder`` and ``model.decoder``.
+  (:class:`~zoo.train.data.PairData`: a checkpoint's decoder starts at its
+  ``decoder_start_token_id`` and learns its tokenizer's sequence tokens, as transformers
+  trains Marian, BART and T5); its blocks are ``model.encoder`` and ``model.decoder``.
 - ``"chat"``: a decoder on conversations (a ``.jsonl`` file in OpenAI's messages format)
   rendered through the tokenizer's chat template and packed in rows of ``context_length + 1``
   tokens, the loss on the assistant's replies only (:mod:`zoo.train.chat_data`); its blocks are
@@ -145,8 +147,15 @@ def _read_labels(model: ZooModel, request: DataRequest) -> DataSource:
 
 
 def _read_pairs(model: ZooModel, request: DataRequest) -> DataSource:
+    """``source<TAB>target`` pairs, framed as the model's checkpoint trains it when it names
+    its decoder's start (``generation_config.json``'s ``decoder_start_token_id``), else as
+    zoo's encoder-decoder does (:class:`~zoo.train.data.PairData`)."""
     path = Path(request.data)
-    return PairData.read(path, request.tokenizer, request.context, request.val_fraction)
+    generation = getattr(model, "generation_config", None)
+    start = getattr(generation, "decoder_start_token_id", None)
+    return PairData.read(
+        path, request.tokenizer, request.context, request.val_fraction, decoder_start=start
+    )
 
 
 def _read_chat(model: ZooModel, request: DataRequest) -> DataSource:
