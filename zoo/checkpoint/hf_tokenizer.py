@@ -13,6 +13,10 @@ ids for the same text, the same text back. What is written:
 - ``tokenizer_config.json``: the special tokens by role and ``model_max_length``.
 - ``vocab.json`` + ``merges.txt`` for a byte-level BPE (tools that read GPT-2's two files).
 
+A tokenizer with Hugging Face files of its own writes those instead (its ``hf_files``): a
+SentencePiece pair writes ``MarianTokenizer``'s ``source.spm``, ``target.spm``,
+``vocab.json`` and ``tokenizer_config.json``.
+
 A tokenizer that cannot be written this way raises :class:`TokenizerExportError` saying why.
 """
 
@@ -132,6 +136,15 @@ def hf_tokenizer_files(tokenizer: Any, *, model_max_length: int | None) -> dict[
     Raises:
         TokenizerExportError: the tokenizer has no faithful ``tokenizer.json`` form.
     """
+    own_files = getattr(tokenizer, "hf_files", None)
+    if callable(own_files):  # a tokenizer with files of its own (a SentencePiece pair's)
+        return dict(own_files(model_max_length=model_max_length))
+    return _library_files(tokenizer, model_max_length)
+
+
+def _library_files(tokenizer: Any, model_max_length: int | None) -> dict[str, bytes]:
+    """``tokenizer.json`` (and its companions) of a tokenizer the ``tokenizers`` library can
+    hold, with ``tokenizer_config.json``."""
     from tokenizers import processors
 
     what = f"tokenizer {getattr(tokenizer, 'name', '?')!r}"

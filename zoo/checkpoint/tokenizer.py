@@ -84,7 +84,9 @@ def _own_tokenizer(
     only when its factory accepts the folder's files: ``gpt2-bpe`` checks them to be GPT-2's
     own (the same ids, through tiktoken), Llama's reads that very ``tokenizer.json``. When
     the factory refuses them, the file is used as written; only a file the library cannot
-    read is refused (both reasons are given).
+    read is refused (both reasons are given). A folder without ``tokenizer.json`` whose
+    files are a SentencePiece pair (``source.spm``, ``target.spm``, ``vocab.json``:
+    ``transformers``' ``MarianTokenizer``) gets that pair, read as written.
 
     Raises:
         TokenizerError: the registered tokenizer cannot be made and the folder holds no
@@ -97,7 +99,9 @@ def _own_tokenizer(
     name = _registry_tokenizer(arch, config, model_name, directory)
     folder = next((d for d in (directory, shown) if (d / TOKENIZER_FILE).is_file()), None)
     if name is None:
-        return None if folder is None else from_pretrained(folder, name=model_name or shown.name)
+        if folder is None:
+            return _sentencepiece_pair(directory, shown, model_name)
+        return from_pretrained(folder, name=model_name or shown.name)
     factory = get_registry().tokenizer(name)
     try:
         return factory.load(directory=directory) if factory.reads_checkpoint else factory.load()
@@ -112,6 +116,18 @@ def _own_tokenizer(
             ) from None
         log.info("%s: %s; its %s is used as written", shown, refused, TOKENIZER_FILE)
         return own
+
+
+def _sentencepiece_pair(directory: Path, shown: Path, model_name: str | None) -> Any:
+    """The SentencePiece pair beside the weights or in the folder given (see
+    :mod:`zoo.tokenizers.sentencepiece_files`), or ``None`` when neither holds one."""
+    from ..tokenizers.sentencepiece_files import is_sentencepiece_pair
+    from ..tokenizers.sentencepiece_pair import read_pair
+
+    for where in (directory, shown):
+        if is_sentencepiece_pair(where):
+            return read_pair(where, name=model_name or shown.name)
+    return None
 
 
 def checkpoint_tokenizer(
@@ -152,6 +168,15 @@ def checkpoint_tokenizer(
             tokenizer = load_tokenizer(dict(spec), directory, by_name=_registered)
         else:
             tokenizer = _own_tokenizer(directory, arch, config, model_name, shown=shown)
+            if tokenizer is None and any(
+                (d / "spiece.model").is_file() for d in (directory, shown)
+            ):
+                return None, (
+                    f"{shown} holds a SentencePiece model (spiece.model) without the "
+                    "tokenizer.json transformers reads it through; write that file with "
+                    "transformers (AutoTokenizer.from_pretrained(DIR).save_pretrained(DIR)), "
+                    "or pass token ids"
+                )
             if tokenizer is None:
                 return None, (
                     f"{shown} holds no tokenizer zoo can read and names no model whose "

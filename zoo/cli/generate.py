@@ -154,7 +154,8 @@ def _search_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     """Generate text from a prompt, streaming it to the terminal (a beam search's text is
-    printed once found)."""
+    printed once found): a decoder's prompt and its continuation, an encoder-decoder's
+    target alone (the prompt is its source)."""
     from ..generation import generate_text, stream_text
     from ..generation.checkpoint_defaults import with_checkpoint_defaults
 
@@ -165,13 +166,15 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.max_new_tokens is not None:
         given.append("max_new_tokens")
     config = with_checkpoint_defaults(config, model, given)
+    # a decoder's text continues the prompt; an encoder-decoder's (a translation) stands alone
+    echo = "" if model.is_encoder_decoder else args.prompt
     if config.num_beams > 1:
         text = generate_text(model, args.prompt, config, tokenizer=tokenizer)
-        print(args.prompt + text, flush=True)
+        print(echo + text, flush=True)
         return 0
     # the tokenizer and the prompt are checked here, before anything is printed
     pieces = stream_text(model, args.prompt, config, tokenizer=tokenizer)
-    print(args.prompt, end="", flush=True)
+    print(echo, end="", flush=True)
     print_pieces(pieces)
     return 0
 
@@ -200,7 +203,9 @@ def _generate_arguments(p: argparse.ArgumentParser) -> None:
         metavar="NAME_OR_SOURCE",
         help="named model (official weights), hf:org/name[@rev], or a directory",
     )
-    p.add_argument("prompt", help="the text to continue")
+    p.add_argument(
+        "prompt", help="the text to continue (an encoder-decoder's source: its target is printed)"
+    )
     add_sampling(
         p,
         None,

@@ -81,7 +81,16 @@ def _encode(
     for i, prompt in enumerate(prompts):
         check_text(prompt, f"prompt {i}")
     tok = resolve_tokenizer(model, tokenizer, "a text prompt")
-    return tok, with_tokenizer(config, tok, model), [tok.encode(p) for p in prompts]
+    return tok, with_tokenizer(config, tok, model), [_prompt_ids(model, tok, p) for p in prompts]
+
+
+def _prompt_ids(model: ZooModel, tok: Tokenizer, prompt: str) -> list[int]:
+    """A decoder's prompt as its ids; an encoder-decoder's source with the sequence tokens
+    where its tokenizer says a source has them (``transformers``' tokenizers: Marian's and
+    T5's ``</s>``, BART's ``<s> ... </s>``)."""
+    if model.is_encoder_decoder and getattr(tok, "source_special_tokens", False):
+        return tok.encode(prompt, add_special_tokens=True)
+    return tok.encode(prompt)
 
 
 def _contexts(model: ZooModel, rows: list[list[int]]) -> list[list[int]]:

@@ -57,6 +57,11 @@ class Tokenizer(abc.ABC):
     #: Tag of the concrete class in a saved tokenizer's manifest (``zoo_tokenizer.json``).
     kind: ClassVar[str] = ""
 
+    #: Whether an encoder-decoder's source text is encoded with the sequence tokens
+    #: (``add_special_tokens=True``), as ``transformers`` encodes Marian's, BART's and T5's
+    #: sources (a Hugging Face folder's tokenizer); zoo's own trained ones encode it bare.
+    source_special_tokens: bool = False
+
     def __init__(
         self,
         *,

@@ -266,6 +266,8 @@ class HFTokenizer(Tokenizer):
         extra_ends = [i for i in self.end_ids if i != self.eos_id]
         if extra_ends:
             manifest["end_ids"] = extra_ends
+        if self.source_special_tokens:
+            manifest["source_special_tokens"] = True
         manifest.update(chat_manifest(self))
         write_manifest(directory, manifest)
         return [TOKENIZER_FILE, MANIFEST]
@@ -280,7 +282,7 @@ class HFTokenizer(Tokenizer):
                 f"{directory / TOKENIZER_FILE} is not a valid tokenizers file: {exc}"
             ) from exc
         chat = chat_from_manifest(directory, manifest)
-        return cls(
+        made = cls(
             tokenizer,
             name=manifest["name"],
             roles=manifest.get("roles", {}),
@@ -289,3 +291,5 @@ class HFTokenizer(Tokenizer):
             chat=chat,
             end_ids=manifest.get("end_ids", ()),
         )
+        made.source_special_tokens = manifest.get("source_special_tokens") is True
+        return made

@@ -225,7 +225,7 @@ def from_pretrained(
     if missing:  # transformers adds a special token the vocabulary lacks; so does zoo
         library.add_special_tokens([tokenizers.AddedToken(t, special=True) for t in missing])
     chat = _chat_template(directory, config, roles)
-    return HFTokenizer(
+    tokenizer = HFTokenizer(
         library,
         name=name or directory.resolve().name,
         roles={role: token for role, token in roles.items() if role in ROLES},
@@ -234,6 +234,8 @@ def from_pretrained(
         chat=chat,
         end_ids=_end_ids(_read_json(directory / GENERATION_CONFIG), directory),
     )
+    tokenizer.source_special_tokens = True  # transformers' tokenizer(source) adds them
+    return tokenizer
 
 
 def _read_library(directory: Path) -> Any:
@@ -277,15 +279,21 @@ def _chat_template(
 def load_folder(directory: str | Path) -> Tokenizer:
     """The tokenizer saved in ``directory``: a zoo tokenizer (``zoo_tokenizer.json``, see
     :func:`~zoo.tokenizers.load_directory`) or a Hugging Face one (``tokenizer.json``, see
-    :func:`from_pretrained`).
+    :func:`from_pretrained`; else a SentencePiece pair, ``source.spm``, ``target.spm`` and
+    ``vocab.json``, see :func:`~zoo.tokenizers.sentencepiece_pair.read_pair`).
 
     Raises:
-        VocabularyFileError: the folder holds neither.
+        VocabularyFileError: the folder holds none of them.
     """
+    from .sentencepiece_files import SOURCE_SPM, TARGET_SPM
+    from .sentencepiece_pair import pair_tokenizer
     from .serialization import load_directory
     from .vocab_files import MANIFEST
 
     directory = Path(directory)
     if (directory / MANIFEST).is_file():
         return load_directory(directory)
+    pair = any((directory / name).is_file() for name in (SOURCE_SPM, TARGET_SPM))
+    if pair and not (directory / "tokenizer.json").is_file():
+        return pair_tokenizer(directory)  # (a file of the pair missing: named)
     return from_pretrained(directory)

@@ -21,10 +21,12 @@ def _classes() -> dict[str, type[Tokenizer]]:
     """Manifest ``kind`` -> class. A fixed table: a saved file never names code to import."""
     from .byte import ByteTokenizer
     from .hf_backend import HFTokenizer
+    from .sentencepiece_pair import SentencePiecePair
     from .subword import SubwordBPE
     from .tiktoken_backend import TiktokenTokenizer
 
-    return {c.kind: c for c in (TiktokenTokenizer, HFTokenizer, SubwordBPE, ByteTokenizer)}
+    classes = (TiktokenTokenizer, HFTokenizer, SubwordBPE, ByteTokenizer, SentencePiecePair)
+    return {c.kind: c for c in classes}
 
 
 def load_directory(directory: str | Path) -> Tokenizer:
