@@ -5,12 +5,24 @@ vocabulary for source and target. Declarations only; the layout loads when first
 
 from __future__ import annotations
 
-from zoo.plugin.specs import ComponentSpec
+import dataclasses
+
+from zoo.plugin.specs import ComponentSpec, TokenizerSpec
 
 from ..transformer_encdec.family import declare_encdec_family
 from .config import MarianConfig
 
-family = declare_encdec_family(
+#: Marian's tokenizer: the checkpoint's SentencePiece pair (source.spm, target.spm and
+#: vocab.json, as transformers' MarianTokenizer saves them), read by zoo.tokenizers.
+TOKENIZER = TokenizerSpec(
+    "marian-spm",
+    "zoo.tokenizers.sentencepiece_pair:pair_tokenizer",
+    "SentencePiece source/target pair with its vocab.json (sentencepiece)",
+    reads_checkpoint=True,
+    checkpoint_files=("source.spm", "target.spm", "vocab.json"),
+)
+
+_family = declare_encdec_family(
     MarianConfig,
     layout=("marian", "zoo_plugins.marian.convert:HF_MARIAN"),
     description="Marian (OPUS-MT): post-LN encoder-decoder, static sin|cos positions",
@@ -24,3 +36,4 @@ family = declare_encdec_family(
         ),
     ),
 )
+family = dataclasses.replace(_family, tokenizers=(TOKENIZER,))
