@@ -45,6 +45,9 @@ def small_overrides(name: str) -> dict[str, Any]:
     if isinstance(window, int) and window > SMALL_WINDOW:
         small["sliding_window"] = SMALL_WINDOW  # shorter than the prompts the checks run
     small |= _per_layer_fields(config, fields, small)
+    start = getattr(config, "decoder_start_id", None)
+    if isinstance(start, int) and start >= small.get("vocab_size", start + 1):
+        small["decoder_start_id"] = small["vocab_size"] - 1  # Marian's pad: the last id
     rotary = getattr(config, "rotary_dim", None)
     if isinstance(rotary, int) and "d_model" in small:  # partial rotary stays partial, and fits
         c: Any = config  # a TransformerConfig: it has rotary_dim
