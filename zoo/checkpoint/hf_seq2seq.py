@@ -14,6 +14,7 @@ and ``decoder.{i}``: self-attention ``attn`` (one fused ``qkv``), cross-attentio
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -252,7 +253,8 @@ def bart_layout(
             r.expect(key, value)
         values = read_bart_sizes(r)
         values["vocab_size"] = r.integer("vocab_size", 50265, field="vocab_size")
-        start = config.__dataclass_fields__["decoder_start_id"].default  # the family's own
+        # the family's own default (BART: its end of text)
+        start = {f.name: f.default for f in dataclasses.fields(config)}["decoder_start_id"]
         values["decoder_start_id"] = decoder_start_id(r, default=start)
         return r.finish(values, config)
 
