@@ -10,6 +10,7 @@ parallel residual, partial rotary and interleaved ``query_key_value``.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -273,6 +274,10 @@ NAMED = {
     "olmo-2-1b-instruct": "allenai/OLMo-2-0425-1B-Instruct",
     "gemma-2-2b-it": "google/gemma-2-2b-it",
     "gemma-3-1b-it": "google/gemma-3-1b-it",
+    "opus-mt-en-de": "Helsinki-NLP/opus-mt-en-de",
+    "opus-mt-tr-en": "Helsinki-NLP/opus-mt-tr-en",
+    "flan-t5-small": "google/flan-t5-small",
+    "bart-large-cnn": "facebook/bart-large-cnn",
 }
 
 
@@ -307,6 +312,56 @@ def test_mixtral_8x7b_builds_on_meta_at_full_size() -> None:
     assert 46.6e9 < params < 46.8e9  # Mixtral 8x7B: 46.7B parameters
     ffn = model.blocks[0].ffn
     assert len(ffn.experts) == 8 and ffn.top_k == 2
+
+
+#: encoder-decoder -> (transformers' class, its parameters, those zoo does not store)
+ENCODER_DECODERS = {
+    "opus-mt-en-de": ("MarianMTModel", 74_410_496, 2 * 512 * 512),  # its fixed sin|cos tables
+    "opus-mt-tr-en": ("MarianMTModel", 76_605_952, 2 * 512 * 512),
+    "flan-t5-small": ("T5ForConditionalGeneration", 76_961_152, 0),
+    "bart-large-cnn": ("BartForConditionalGeneration", 406_290_432, 0),
+}
+
+
+@pytest.mark.parametrize("name", list(ENCODER_DECODERS))
+def test_an_encoder_decoder_builds_on_meta_with_the_official_parameter_count(name: str):
+    """Each named encoder-decoder at full size has transformers' parameter count for the
+    official config.json (less Marian's fixed position tables, which zoo computes), and the
+    published figure (opus-mt-en-de 74M, flan-t5-small 77M, bart-large-cnn 406M)."""
+    cls_name, published, computed = ENCODER_DECODERS[name]
+    model = zoo.build(name, device="meta")
+    ours = sum(p.numel() for p in model.parameters())
+    folder = HUB / NAMED[name]
+    with torch.device("meta"):
+        reference = getattr(transformers, cls_name)(transformers.AutoConfig.from_pretrained(folder))
+    theirs = sum(p.numel() for p in reference.parameters())
+    head = reference.get_output_embeddings().weight
+    untied = not json.loads((folder / "config.json").read_text()).get("tie_word_embeddings", True)
+    if untied and head is reference.get_input_embeddings().weight:
+        theirs += head.numel()  # transformers 5 ties T5 v1.1's head; the file (4.x) does not
+    assert ours + computed == theirs == published
+
+
+@pytest.mark.parametrize("name", ["flan-t5-small", "bart-large-cnn"])
+def test_an_encoder_decoders_generation_settings_are_its_official_file(name: str) -> None:
+    """zoo reads the official generation_config.json (what zoo.load attaches and zoo.generate
+    takes its defaults from) as transformers reads it: every key zoo honours, same value."""
+    from zoo.checkpoint.generation_file import read_generation_file
+
+    folder = HUB / NAMED[name]
+    ours = read_generation_file(folder)
+    theirs = transformers.GenerationConfig.from_pretrained(folder)
+    assert ours is not None
+    honoured = [f.name for f in dataclasses.fields(ours)]
+    written = json.loads((folder / "generation_config.json").read_text())
+    assert set(written) - {"_from_model_config", "transformers_version"} <= set(honoured) | {
+        "bos_token_id", "eos_token_id", "pad_token_id"}  # fmt: skip
+    for key in honoured:
+        value = getattr(ours, key)
+        expected = getattr(theirs, key) if key in written else None
+        assert value == (tuple(expected) if isinstance(expected, list) else expected), key
+    if name == "bart-large-cnn":  # the summarization settings: 4 beams, 142 tokens at most
+        assert (ours.num_beams, ours.length_penalty, ours.max_length) == (4, 2.0, 142)
 
 
 class _Variants:
