@@ -14,7 +14,6 @@ and ``decoder.{i}``: self-attention ``attn`` (one fused ``qkv``), cross-attentio
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -254,7 +253,7 @@ def bart_layout(
         values = read_bart_sizes(r)
         values["vocab_size"] = r.integer("vocab_size", 50265, field="vocab_size")
         # the family's own default (BART: its end of text)
-        start = {f.name: f.default for f in dataclasses.fields(config)}["decoder_start_id"]
+        start = getattr(config, "decoder_start_id", None)  # a dataclass default: a class attribute
         values["decoder_start_id"] = decoder_start_id(r, default=start)
         return r.finish(values, config)
 
