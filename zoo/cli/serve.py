@@ -33,13 +33,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
             "pip install 'torch-zoo[serve]'"
         ) from None
     from ..generation.text import resolve_tokenizer
+    from ..runtime.encdec_slots import check_encoder_decoder_batchable
     from ..runtime.slots import check_batchable
     from ..settings import Settings
 
     settings = Settings.from_env()
     keys = api_keys(args, settings.api_key)
     model, adapters = _load_served(args)
-    check_batchable(model)
+    if model.is_encoder_decoder:  # a completion's prompt is the source (zoo.serve.encdec_runner)
+        check_encoder_decoder_batchable(model)
+    else:
+        check_batchable(model)
     tokenizer = resolve_tokenizer(model, given_tokenizer(args), "zoo serve")
     from ..serve import serve
     from ..serve.server import LOOPBACK
@@ -51,7 +55,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     serve(
-        model,  # type: ignore[arg-type]  # a DecoderLM: check_batchable said so
+        model,  # type: ignore[arg-type]  # a DecoderLM or an encoder-decoder: checked above
         tokenizer,
         model_id=args.served_model_name or args.source,
         host=args.host,

@@ -17,6 +17,10 @@ running streams by one chunk per step, not by its whole prefill. A request leave
 when it ends (an end-of-text id, a stop string, ``max_new_tokens``) or is cancelled (its
 client went away), and its slot takes the next waiting request at once: continuous
 batching.
+
+An encoder-decoder (zoo's ``EncoderDecoder``: transformer-encdec, Marian, BART, T5) is served
+the same way by an :class:`~zoo.serve.encdec_runner.EncoderDecoderRunner`: a request's prompt
+is its source, encoded once as it joins, and what it prefills is its target's start token.
 """
 
 from __future__ import annotations
@@ -24,13 +28,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import torch
 
 from ..adapters.lora_bank import attach_bank
 from ..kernels.threads import DecodeThreads
 from ..runtime.prefix_cache import PrefixCacheStats, prefix_cache_for
+from .encdec_runner import EncoderDecoderRunner
 from .prefill_budget import DEFAULT_MAX_STALL, DEFAULT_PREFILL_CHUNK
 from .request import Event, Finish, Request
 from .runner import Runner
@@ -38,6 +43,7 @@ from .scheduler import EngineStopped, QueueFull, Scheduler, StepPlan
 
 if TYPE_CHECKING:
     from ..adapters.lora_bank import LoRAWeights
+    from ..nn.base import ZooModel
     from ..nn.decoder import DecoderLM
 
 __all__ = ["Engine", "EngineStopped", "Event", "Finish", "QueueFull", "Request"]
@@ -57,10 +63,14 @@ class Engine:
     (docs/benchmarks.md, "Figures behind design choices", has the figures).
 
     Args:
-        model: the decoder to serve (in eval mode from here on).
+        model: the decoder to serve (in eval mode from here on), or an encoder-decoder
+            (:class:`~zoo.serve.encdec_runner.EncoderDecoderRunner`; without adapters,
+            prefix cache or compiled step).
         max_batch: requests decoding at once (slots).
         max_queue: requests that may wait for a slot; more are refused.
-        max_len: positions per slot, prompt plus new tokens (default: the context length).
+        max_len: positions per slot, prompt plus new tokens (default: the context length);
+            for an encoder-decoder, the target's (start token plus new tokens) and the most
+            source tokens a request may have.
         adapters: LoRA adapters by name (``zoo.adapters.Adapter`` s, checked against the
             base by the caller), attached to ``model`` as one bank (:mod:`zoo.adapters.lora_bank`):
             a request picks one by :attr:`adapter_ids` (0: the base), and requests of
@@ -83,7 +93,7 @@ class Engine:
 
     def __init__(
         self,
-        model: DecoderLM,
+        model: DecoderLM | ZooModel,
         *,
         max_batch: int = 8,
         max_queue: int = 64,
@@ -103,21 +113,32 @@ class Engine:
         self._clock = clock
         model.eval()
         self.model = model
-        rows = attach_bank(model, adapters) if adapters else None
         #: Each adapter's index, the :attr:`Request.adapter <zoo.serve.request.Request.adapter>`
         #: that applies it.
         self.adapter_ids: dict[str, int] = {name: i for i, name in enumerate(adapters or {}, 1)}
-        self.runner = Runner(
-            model,
-            max_batch,
-            max_len,
-            rows,
-            compile=compile,
-            cuda_graphs=cuda_graphs,
-            prefix_cache=prefix_cache_for(model, prefix_cache_bytes),
-        )
+        self.runner: Runner | EncoderDecoderRunner
+        if self.encoder_decoder:
+            _check_encoder_decoder(adapters, compile)
+            self.runner = EncoderDecoderRunner(model, max_batch, max_len)
+        else:
+            decoder = cast("DecoderLM", model)  # SlotBatch checks it
+            rows = attach_bank(decoder, adapters) if adapters else None
+            self.runner = Runner(
+                decoder,
+                max_batch,
+                max_len,
+                rows,
+                compile=compile,
+                cuda_graphs=cuda_graphs,
+                prefix_cache=prefix_cache_for(decoder, prefix_cache_bytes),
+            )
         self._threads = DecodeThreads.for_device(self.runner.batch.device, decode_threads)
         self._thread = threading.Thread(target=self.run, name="zoo-serve-engine", daemon=True)
+
+    @property
+    def encoder_decoder(self) -> bool:
+        """Whether the model is an encoder-decoder: a request's prompt is its source."""
+        return bool(getattr(self.model, "is_encoder_decoder", False))
 
     @property
     def max_len(self) -> int:
@@ -214,7 +235,7 @@ class Engine:
         except Exception as exc:  # this prompt only: the others go on
             self._fail([request], exc)
             return False
-        self.scheduler.joined(request, len(request.prompt), cached)
+        self.scheduler.joined(request, self.runner.prompt_length(request), cached)
         return True
 
     def _prefill(self, plan: StepPlan[Request]) -> list[Request]:
@@ -271,6 +292,20 @@ class Engine:
         for request in left:
             request.end("error", message)
         _flush(left)
+
+
+def _check_encoder_decoder(adapters: Mapping[str, LoRAWeights] | None, compile: bool) -> None:
+    """Refuse what an encoder-decoder is not served with."""
+    if adapters:
+        raise ValueError(
+            "zoo serve applies LoRA adapters per row to decoder-only models; for an "
+            "encoder-decoder merge the adapter into the model (zoo merge) and serve that"
+        )
+    if compile:
+        raise ValueError(
+            "compile=True compiles the decoder-only serving step; an encoder-decoder is "
+            "served eagerly: leave it out (zoo serve: drop --compile)"
+        )
 
 
 def _flush(requests: list[Request]) -> None:

@@ -98,6 +98,10 @@ class Runner:
     def __len__(self) -> int:
         return len(self.batch)
 
+    def prompt_length(self, request: Request) -> int:
+        """What the scheduler prefills of ``request`` once it has joined: its prompt."""
+        return len(request.prompt)
+
     def admit(self, request: Request) -> int:
         """Give ``request`` a slot, with the leading blocks of its prompt that the prefix
         cache holds copied in; return how many prompt tokens that is (the rest is prefilled

@@ -19,12 +19,14 @@ from typing import Any
 from ..generation import GenerationConfig
 from ..tokenizers import Tokenizer
 from .chat_prompt import ChatTemplates
+from .encdec_runner import source_settings, with_source_settings
 from .engine import Engine
 from .metrics import Metrics
 from .prepare import PromptTooLong, completion_prompt, conversation, encode_within, parse_body
 from .protocol import ApiError, ChatRequest, CompletionRequest, Prompt, _Sampling
 from .runs import Run
 from .scheduler import EngineStopped, QueueFull
+from .source_prompts import SourcePrompts, target_only
 
 __all__ = ["Prepared", "Served"]
 
@@ -69,9 +71,22 @@ class Served:
         self.models = {model_id: 0, **engine.adapter_ids}
         self.created = int(time.time())
         self.chat = ChatTemplates(tokenizer)
-        self.vocab_size: int = engine.model.config.vocab_size
+        config: Any = engine.model.config  # a decoder's or an encoder-decoder's
+        self.vocab_size: int = config.vocab_size
         #: What ``/metrics`` reports: this application's own registry.
         self.metrics = Metrics(engine, self.models)
+        #: An encoder-decoder's requests (``None`` for a decoder): the prompt is the source.
+        self.sources: SourcePrompts | None = None
+        self._source_settings: dict[str, Any] = {}
+        if engine.encoder_decoder:
+            self._source_settings = source_settings(engine.model, tokenizer)
+            self.sources = SourcePrompts(
+                tokenizer,
+                engine.max_len,
+                engine.capacity,
+                config.source_vocab,
+                self.check,
+            )
 
     def card(self, name: str) -> dict[str, Any]:
         """A model as ``/v1/models`` lists it (an adapter names its base as ``parent``)."""
@@ -100,7 +115,11 @@ class Served:
     # -- preparation: in a thread of the pool, never on the event loop -----------------------
     def prepare_completion(self, body: bytes, content_type: str | None) -> Prepared:
         """A ``/v1/completions`` body parsed and checked, its prompts encoded (each counted
-        only as far as the context allows)."""
+        only as far as the context allows). An encoder-decoder's prompts are its sources
+        (:mod:`zoo.serve.source_prompts`)."""
+        if self.sources is not None:
+            request, sources, tokens = self.sources.completion(body, content_type)
+            return Prepared(request, sources, tokens, list(self.tokenizer.end_ids))
         parts = completion_prompt(self.engine.max_len, self.engine.capacity)
         request = parse_body(body, content_type, CompletionRequest, parts=parts)
         self.check(request)
@@ -113,7 +132,10 @@ class Served:
     def prepare_chat(self, body: bytes, content_type: str | None) -> Prepared:
         """A ``/v1/chat/completions`` body parsed and checked (no more messages than the
         context has positions), its conversation rendered and encoded (counted only as far
-        as the context allows)."""
+        as the context allows). An encoder-decoder's conversation, rendered, is its source."""
+        if self.sources is not None:
+            chat, sources, tokens = self.sources.chat(body, content_type, self.chat.render)
+            return Prepared(chat, sources, tokens, list(self.tokenizer.end_ids))
         limit = self.engine.max_len
         request = parse_body(body, content_type, ChatRequest, parts=conversation(limit))
         self.check(request)
@@ -197,9 +219,10 @@ class Served:
         return adapter
 
     def config(self, body: _Sampling, max_tokens: int) -> GenerationConfig:
-        """The generation settings of a request (a 400 for values out of range)."""
+        """The generation settings of a request (a 400 for values out of range); an
+        encoder-decoder's with its start token and its checkpoint's constraints."""
         try:
-            return GenerationConfig(
+            config = GenerationConfig(
                 max_new_tokens=max_tokens,
                 temperature=1.0 if body.temperature is None else body.temperature,
                 top_k=body.top_k,
@@ -209,6 +232,9 @@ class Served:
                 eos_id=self.tokenizer.eos_id,
                 vocab_limit=self.tokenizer.vocab_size,
             )
+            if self.sources is None:
+                return config
+            return with_source_settings(config, self._source_settings)
         except ValueError as exc:
             raise ApiError(400, str(exc)) from None
 
@@ -258,7 +284,7 @@ class Served:
     def run(self, prepared: Prepared, client: bytes) -> Run:
         """A request's sequences, counted under its model's name."""
         body = prepared.body
-        return Run(
+        run = Run(
             prepared.prompts,
             self.config(body, prepared.max_tokens),
             self.tokenizer,
@@ -267,6 +293,7 @@ class Served:
             self.metrics.model(body.model),
             self.cache_salt(client, body.cache_salt),
         )
+        return run if self.sources is None else target_only(run, self.tokenizer)
 
     def submit(self, run: Run) -> None:
         """Hand a request's sequences to the engine (429 when it is full)."""
