@@ -8,6 +8,7 @@ folders are tiny random ones (:mod:`seq2seq_tiny`)."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -45,11 +46,18 @@ def _pairs_of(model: Any, data: Path, out: Path) -> PairData:
 
 
 def test_batches_are_transformers_batches(family, tmp_path):
+    """With the start id from config.json (zoo's ``decoder_start_id``), as transformers'
+    training reads it; a folder without ``generation_config.json`` frames them alike."""
     name, folder, tok, data = family
     ours = zoo.load(folder)
-    assert ours.generation_config.decoder_start_token_id == STARTS[name]
+    assert ours.config.decoder_start_id == STARTS[name]
     picks = [0, 3, 5, 7, 11]
     inputs, labels = _pairs_of(ours, data, tmp_path).rows(picks)
+    bare = tmp_path / "bare"
+    shutil.copytree(folder, bare)
+    (bare / "generation_config.json").unlink()
+    again = _pairs_of(zoo.load(bare), data, tmp_path).rows(picks)
+    assert all(torch.equal(again[0][k], v) for k, v in inputs.items())
     want = hf_batch(tok, [ROWS[i] for i in picks])
     assert torch.equal(inputs["src_ids"], want["input_ids"])
     assert torch.equal(inputs["src_mask"], want["attention_mask"])
@@ -140,7 +148,7 @@ def _first_loss(out: Path) -> float:
 def test_zoo_train_fine_tunes_a_folder(family, tmp_path, monkeypatch):
     """``zoo train --from FOLDER --task seq2seq``: the first step's loss is transformers' on
     the pairs the run drew, and the trained model loads with its tokenizer."""
-    _, folder, tok, data = family
+    name, folder, tok, data = family
     out = tmp_path / "run"
     argv = ["--from", str(folder), "--data", str(data), "--out", str(out), *FLAGS]
     drawn = _train(argv, monkeypatch)
@@ -148,6 +156,7 @@ def test_zoo_train_fine_tunes_a_folder(family, tmp_path, monkeypatch):
         want = reload(folder).train()(**hf_batch(tok, [ROWS[i] for i in drawn[0]])).loss
     assert _first_loss(out) == pytest.approx(float(want), rel=1e-5)
     trained, base = zoo.load(out / "model"), zoo.load(folder)
+    assert trained.config.decoder_start_id == STARTS[name]  # framed alike when trained again
     assert trained.tokenizer.encode("w1 w2", add_special_tokens=True) == tok("w1 w2").input_ids
     moved = [k for k, t in base.state_dict().items() if not torch.equal(t, trained.state_dict()[k])]
     assert "encoder.0.attn.qkv.weight" in moved

@@ -262,14 +262,19 @@ class PairData:
     ``eos``); the decoder's input is the labels shifted right behind the start id, as
     transformers' ``shift_tokens_right`` makes it. How the ids are made depends on the model:
 
-    - a model that names its ``decoder_start_token_id`` (a checkpoint's
-      ``generation_config.json``: Marian's pad, BART's eos, T5's pad) trains as transformers
-      trains it: source and target encoded with the tokenizer's sequence tokens
-      (``add_special_tokens=True``: ``text </s>`` for Marian and T5, ``<s> text </s>`` for
-      BART), ``eos`` appended to a target the tokenizer does not end with it, the decoder
-      starting at that id;
+    - a model that names its decoder's start (``config.json``'s ``decoder_start_token_id``,
+      zoo's ``decoder_start_id``: Marian's pad, BART's eos, T5's pad) trains as transformers
+      trains it: the target encoded with the tokenizer's sequence tokens
+      (``add_special_tokens=True``, through ``encode_target`` where the tokenizer has a
+      target side of its own: Marian's SentencePiece pair; ``text </s>`` for Marian and T5,
+      ``<s> text </s>`` for BART), ``eos`` appended where the tokenizer does not end it so,
+      the decoder starting at that id;
     - any other (zoo's own ``transformer-encdec``): the ids of the text alone, the labels
       followed by ``eos``, the decoder starting at the tokenizer's ``bos``.
+
+    The source is encoded as generation encodes it: with the sequence tokens where the
+    tokenizer says an encoder-decoder's source has them (``source_special_tokens``:
+    transformers' tokenizers), else, as its framing says.
 
     Attributes:
         pairs: token ids of each source and the labels of its target.
@@ -299,6 +304,7 @@ class PairData:
             raise DataError(f"{path} is a folder; an encoder-decoder trains on one .tsv file")
         start, eos, pad = _pair_ids(tokenizer, decoder_start)
         wrap = decoder_start is not None  # the checkpoint's framing: the sequence tokens
+        wrap_source = bool(getattr(tokenizer, "source_special_tokens", wrap))
         text = _read_text(path)
         pairs = []
         for number, line in enumerate(text.splitlines(), 1):
@@ -307,10 +313,8 @@ class PairData:
             source, tab, target = line.partition("\t")
             if not tab:
                 raise DataError(f"{path}, line {number}: no tab; each line is source<TAB>target")
-            labels = _encode(tokenizer, target, wrap)
-            if not wrap or not labels or labels[-1] != eos:
-                labels.append(eos)
-            pair = (_encode(tokenizer, source, wrap), labels)
+            labels = _labels(tokenizer, target, wrap, eos)
+            pair = (_encode(tokenizer, source, wrap_source), labels)
             if len(pair[0]) > context or len(labels) > context:
                 raise DataError(
                     f"{path}, line {number}: longer than the context ({context} tokens)"
@@ -342,6 +346,17 @@ class PairData:
 def _encode(tokenizer: Any, text: str, wrap: bool) -> list[int]:
     """``text``'s ids, with the tokenizer's sequence tokens when ``wrap``."""
     return list(tokenizer.encode(text, add_special_tokens=True) if wrap else tokenizer.encode(text))
+
+
+def _labels(tokenizer: Any, text: str, wrap: bool, eos: int) -> list[int]:
+    """A target's labels: with ``wrap``, its ids with the sequence tokens (the tokenizer's
+    target side where it has one), ``eos`` appended where they do not end with it; else the
+    ids of the text and ``eos``."""
+    if not wrap:
+        return [*tokenizer.encode(text), eos]
+    encode = getattr(tokenizer, "encode_target", tokenizer.encode)
+    ids = list(encode(text, add_special_tokens=True))
+    return ids if ids and ids[-1] == eos else [*ids, eos]
 
 
 def _pair_ids(tokenizer: Any, decoder_start: int | None) -> tuple[int, int, int]:

@@ -148,11 +148,14 @@ def _read_labels(model: ZooModel, request: DataRequest) -> DataSource:
 
 def _read_pairs(model: ZooModel, request: DataRequest) -> DataSource:
     """``source<TAB>target`` pairs, framed as the model's checkpoint trains it when it names
-    its decoder's start (``generation_config.json``'s ``decoder_start_token_id``), else as
-    zoo's encoder-decoder does (:class:`~zoo.train.data.PairData`)."""
+    its decoder's start (its config's ``decoder_start_id``, else its
+    ``generation_config.json``'s ``decoder_start_token_id``), else as zoo's encoder-decoder
+    does (:class:`~zoo.train.data.PairData`)."""
     path = Path(request.data)
-    generation = getattr(model, "generation_config", None)
-    start = getattr(generation, "decoder_start_token_id", None)
+    start = getattr(model.config, "decoder_start_id", None)
+    if start is None:
+        generation = getattr(model, "generation_config", None)
+        start = getattr(generation, "decoder_start_token_id", None)
     return PairData.read(
         path, request.tokenizer, request.context, request.val_fraction, decoder_start=start
     )
