@@ -11,6 +11,7 @@ from typing import Any
 
 from torch import Tensor
 
+from zoo.checkpoint.hf_keys import INT
 from zoo.checkpoint.hf_layout import KeyMap, KeyRule, represented
 from zoo.checkpoint.hf_reader import HFConfigReader
 from zoo.checkpoint.hf_seq2seq import (
@@ -40,7 +41,12 @@ _CHECKED = {
 def config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     """``transformers.MarianConfig`` dict (4.x or 5.x) -> zoo ``marian`` config values,
     refusing what zoo's Marian does not compute (each key by name)."""
-    r = HFConfigReader(hf, family="Marian", inert=BART_INERT | {"extra_pos_embeddings"})
+    r = HFConfigReader(
+        hf,
+        family="Marian",
+        inert=BART_INERT | {"extra_pos_embeddings"},
+        types={"decoder_start_token_id": INT},  # transformers' MarianConfig: an int, never null
+    )
     for key, value in _CHECKED.items():
         r.expect(key, value)
     values = read_bart_sizes(r)

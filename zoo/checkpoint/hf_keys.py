@@ -182,4 +182,27 @@ KEY_TYPES: Mapping[str, KeyType] = {
     **dict.fromkeys(("id2label", "label2id", "task_specific_params"), OBJECT.or_null),
     "pruned_heads": OBJECT, "transformers.js_config": OBJECT, "auto_map": OBJECT.or_null,
     "cache_implementation": STRING.or_null, "use_bidirectional_attention": BOOL.or_null,
+    # encoder-decoders (Marian, BART, mBART, T5): sizes, switches, dropouts, bookkeeping
+    **dict.fromkeys(
+        ("d_model", "d_ff", "d_kv", "num_heads", "num_layers", "encoder_layers",
+         "decoder_layers", "encoder_attention_heads", "decoder_attention_heads",
+         "encoder_ffn_dim", "decoder_ffn_dim", "relative_attention_num_buckets",
+         "relative_attention_max_distance"),
+        POSITIVE_INT,
+    ),
+    **dict.fromkeys(("num_decoder_layers", "decoder_vocab_size"), POSITIVE_INT.or_null),
+    **dict.fromkeys(
+        ("scale_embedding", "normalize_before", "normalize_embedding", "add_final_layer_norm",
+         "add_bias_logits", "static_position_embeddings", "share_encoder_decoder_embeddings",
+         "force_bos_token_to_be_generated", "output_past", "is_gated_act",
+         "scale_decoder_outputs"),
+        BOOL,
+    ),
+    **dict.fromkeys(("feed_forward_proj", "dense_act_fn"), STRING),
+    **dict.fromkeys(
+        ("dropout", "dropout_rate", "activation_dropout", "classif_dropout",
+         "encoder_layerdrop", "decoder_layerdrop", "init_std", "initializer_factor"),
+        NUMBER,
+    ),
+    **dict.fromkeys(("_num_labels", "extra_pos_embeddings"), INT),
 }  # fmt: skip
