@@ -26,6 +26,7 @@ from zoo.config import ModelConfig
 from zoo.errors import CheckpointError, ChecksumMismatchError, ConfigError
 from zoo.nn import ZooModel
 from zoo.plugin.current import load_registry
+from zoo.testing.small import token_ids_within
 
 MODELS = zoo.list_models()
 
@@ -60,6 +61,7 @@ def small(name: str, **extra):
         value = getattr(config, field)
         if isinstance(value, tuple) and layers and len(value) == layers and "n_layers" in sizes:
             sizes[field] = value[: sizes["n_layers"]]
+    sizes |= token_ids_within(config, sizes)
     return zoo.build(name, **{**sizes, **extra}).eval()
 
 

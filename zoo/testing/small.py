@@ -45,15 +45,23 @@ def small_overrides(name: str) -> dict[str, Any]:
     if isinstance(window, int) and window > SMALL_WINDOW:
         small["sliding_window"] = SMALL_WINDOW  # shorter than the prompts the checks run
     small |= _per_layer_fields(config, fields, small)
-    start = getattr(config, "decoder_start_id", None)
-    if isinstance(start, int) and start >= small.get("vocab_size", start + 1):
-        small["decoder_start_id"] = small["vocab_size"] - 1  # Marian's pad: the last id
+    small |= token_ids_within(config, small)
     rotary = getattr(config, "rotary_dim", None)
     if isinstance(rotary, int) and "d_model" in small:  # partial rotary stays partial, and fits
         c: Any = config  # a TransformerConfig: it has rotary_dim
         head = small.get("head_dim") or small["d_model"] // small.get("n_heads", c.n_heads)
         small["rotary_dim"] = max(2, rotary * head // c.head_size // 2 * 2)
     return small
+
+
+def token_ids_within(config: Any, sizes: dict[str, Any]) -> dict[str, Any]:
+    """The token ids ``config`` names (an encoder-decoder's ``decoder_start_id``) moved inside
+    the vocabulary ``sizes`` shrinks it to: the last id, as Marian's pad is; none where they
+    fit already."""
+    start = getattr(config, "decoder_start_id", None)
+    if isinstance(start, int) and start >= sizes.get("vocab_size", start + 1):
+        return {"decoder_start_id": sizes["vocab_size"] - 1}
+    return {}
 
 
 def _per_layer_fields(config: Any, fields: Iterable[str], small: dict[str, Any]) -> dict[str, Any]:
