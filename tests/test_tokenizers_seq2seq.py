@@ -569,3 +569,28 @@ def test_a_t5_folder_with_only_spiece_model_says_how_to_fix(t5_checkpoint, tmp_p
     model = zoo.load(copy)
     assert model.tokenizer is None and "tokenizer.json" in model.tokenizer_error
     assert "save_pretrained" in model.tokenizer_error
+
+
+def test_a_marian_repo_on_the_hub_brings_its_sentencepiece_pair(
+    marian, local_hub, tmp_path: Path
+) -> None:
+    """``zoo.load("hf:...")`` of an OPUS-MT-like repo fetches ``source.spm``, ``target.spm``,
+    ``vocab.json`` (and ``target_vocab.json`` with two vocabularies) beside the weights, so the
+    model arrives with the tokenizer a folder load gives it."""
+    theirs, ours, folder = marian
+    vocab = max(ours.vocab_size, theirs.vocab_size)
+    config = transformers.MarianConfig(
+        vocab_size=vocab, decoder_vocab_size=vocab, pad_token_id=theirs.pad_token_id,
+        decoder_start_token_id=theirs.pad_token_id, eos_token_id=theirs.eos_token_id,
+        d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32,
+        max_position_embeddings=64, share_encoder_decoder_embeddings=True,
+    )  # fmt: skip
+    repo = tmp_path / "repo"
+    transformers.MarianMTModel(config).save_pretrained(repo)
+    files = {p.name: p for p in [*repo.iterdir(), *folder.iterdir()]}
+    local_hub.add_files("org/opus-mt-tiny", files, message="seed")
+    model = zoo.load("hf:org/opus-mt-tiny")
+    assert isinstance(model.tokenizer, SentencePiecePair), model.tokenizer_error
+    line = HELD_OUT[0]
+    assert model.tokenizer.encode(line, add_special_tokens=True) == theirs(line).input_ids

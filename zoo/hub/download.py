@@ -55,7 +55,15 @@ __all__ = ["HF_VOCAB_FILES", "Pinned", "Snapshot", "evict", "fetch", "pin", "pul
 #: The file that makes a repo (or a folder) a LoRA adapter, as peft writes it.
 ADAPTER_CONFIG = "adapter_config.json"
 
-HF_VOCAB_FILES = ("vocab.json", "merges.txt", "tokenizer.json")  # tokenizer files beside HF weights
+#: Tokenizer files beside HF weights: BPE's, a tokenizer.json, Marian's SentencePiece pair.
+HF_VOCAB_FILES = (
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.json",
+    "source.spm",
+    "target.spm",
+    "target_vocab.json",
+)
 #: Other small files beside HF weights that loading reads (the generation defaults).
 HF_OTHER_FILES = ("generation_config.json",)
 
