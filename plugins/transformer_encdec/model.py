@@ -251,6 +251,11 @@ class EncoderDecoder(ZooModel):
             cache.advance(t)
         if last_only:
             x = x[:, -1:]  # (B, 1, d_model)
+        return self.decoder_head(x)
+
+    def decoder_head(self, x: Tensor) -> Tensor:
+        """The decoder's last layer output ``(B, T, d_model)`` to logits ``(B, T, vocab_size)``:
+        the final norm, T5's ``d_model ** -0.5`` scale, the LM head and the fixed logits bias."""
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
         if self.config.scale_decoder_output:

@@ -39,27 +39,26 @@ __all__ = ["EncoderDecoderLike", "EncoderDecoderSlots", "check_encoder_decoder_b
 K = TypeVar("K", bound=Hashable)
 
 #: What a continuously batched encoder-decoder must have (zoo's ``EncoderDecoder`` has each).
-NEEDED = ("encode", "memory_kv", "embed", "decoder", "decoder_norm", "head", "pos_emb")
+NEEDED = ("encode", "memory_kv", "embed", "decoder", "decoder_head", "pos_emb")
 
 
 class EncoderDecoderLike(Protocol):
     """The parts of zoo's encoder-decoder that a slot batch runs: the encoder
     (:meth:`encode`), each decoder layer's cross-attention keys and values
-    (:meth:`memory_kv`), the target's embedding (:meth:`embed`), the decoder's layers, its
-    final norm, the LM head and the fixed logits bias."""
+    (:meth:`memory_kv`), the target's embedding (:meth:`embed`), the decoder's layers and
+    what turns their output into logits (:meth:`decoder_head`)."""
 
     config: Any
     decoder: nn.ModuleList
-    decoder_norm: nn.Module | None
-    head: nn.Module
     pos_emb: Any
-    final_logits_bias: Tensor | None
 
     def encode(self, src_ids: Tensor, src_mask: Tensor | None = None) -> Tensor: ...
 
     def memory_kv(self, memory: Tensor) -> list[tuple[Tensor, Tensor]]: ...
 
     def embed(self, ids: Tensor, positions: Tensor, *, source: bool = False) -> Tensor: ...
+
+    def decoder_head(self, x: Tensor) -> Tensor: ...
 
 
 def check_encoder_decoder_batchable(model: object) -> EncoderDecoderLike:
@@ -224,14 +223,7 @@ class EncoderDecoderSlots(Generic[K]):
                 memory_kv=(self._ck[i][:used, :, :width], self._cv[i][:used, :, :width]),
                 cache=caches.layers[i],
             )
-        if model.decoder_norm is not None:
-            x = model.decoder_norm(x)
-        if getattr(model.config, "scale_decoder_output", False):
-            x = x * model.config.d_model**-0.5
-        logits: Tensor = model.head(x)[:, -1]  # (U, vocab)
-        if model.final_logits_bias is not None:
-            logits = logits + model.final_logits_bias.to(logits.dtype)
-        return logits
+        return model.decoder_head(x)[:, -1]  # (U, vocab)
 
     def _self_mask(self, lengths: Tensor, span: int, dtype: torch.dtype) -> Tensor:
         """Each row's query at its own position sees its own keys and the new one: boolean
