@@ -120,3 +120,14 @@ def test_an_adapter_zoo_saved_loads_in_peft(family, targets, tmp_path):
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     again = zoo.load(folder, adapter=tmp_path)  # and back, its base checked
     torch.testing.assert_close(logits_pair(again, theirs, _batch())[0], got, rtol=0, atol=1e-6)
+
+
+def test_an_encoder_decoder_family_adapts_its_cross_attention_by_default() -> None:
+    """Marian's, BART's and T5's default LoRA targets include the decoder's cross-attention
+    (peft's encoder_attn / EncDecAttention), beside attention's and the feed-forward's."""
+    from zoo.adapters.lora_config import DEFAULT_TARGETS
+
+    for name in ("marian", "bart", "mbart", "t5"):
+        targets = zoo.get_registry().architecture(name).lora_targets
+        assert set(DEFAULT_TARGETS) < set(targets), name
+        assert {"cross_attn.q", "cross_attn.kv", "cross_attn.proj"} <= set(targets), name

@@ -43,17 +43,35 @@ class EncoderDecoderFamily(Family):
         return list(self.components)
 
 
+#: The layers a LoRA adapts by default in an encoder-decoder: zoo's defaults (attention's and
+#: the feed-forward's projections, ``zoo.adapters.lora_config.DEFAULT_TARGETS``, not imported
+#: here: it would load torch with the plugin) and the decoder's cross-attention (peft's
+#: q/k/v/out_proj of ``encoder_attn`` in Marian and BART, ``EncDecAttention`` in T5).
+LORA_TARGETS = (
+    "attn.qkv", "attn.proj", "ffn.fc", "ffn.proj",
+    "cross_attn.q", "cross_attn.kv", "cross_attn.proj",
+)  # fmt: skip
+
+
 def declare_encdec_family(
     config: type,
     *,
     layout: tuple[str, str],
     description: str,
     components: Sequence[ComponentSpec] = (),
+    lora_targets: tuple[str, ...] = LORA_TARGETS,
 ) -> EncoderDecoderFamily:
     """The encoder-decoder architecture of ``config`` (its ``architecture`` is the name),
     reading the Hugging Face ``model_type`` of ``layout`` (``(model_type, "module:KEYMAP")``,
     as for :func:`~zoo.plugin.family.declare_family`), and the ``components`` it supplies.
     No tokenizer is declared: the families' tokenizers (SentencePiece files) come with their
-    checkpoints."""
-    family = declare_family(config, layout=layout, description=description, model=ENCODER_DECODER)
+    checkpoints. A LoRA adapts ``lora_targets`` by default: the self-attention's, the
+    cross-attention's and the feed-forward's projections."""
+    family = declare_family(
+        config,
+        layout=layout,
+        description=description,
+        model=ENCODER_DECODER,
+        lora_targets=lora_targets,
+    )
     return EncoderDecoderFamily(family.architecture, family.tokenizers, tuple(components))
