@@ -74,3 +74,21 @@ def test_a_source_vocabulary_of_its_own_takes_its_own_ids(tmp_path: Path) -> Non
     theirs = reference.generate(ids, max_new_tokens=4, do_sample=False, num_beams=1,
                                 forced_eos_token_id=None, bad_words_ids=None)  # fmt: skip
     assert ours.tolist() == theirs[:, : ours.shape[1]].tolist()
+
+
+def test_saved_and_exported_checkpoints_keep_the_generation_defaults(tmp_path: Path) -> None:
+    """A model loaded with a ``generation_config.json`` writes it back when saved (zoo's format)
+    or exported (transformers reads the same beams, bad words and start token)."""
+    config = transformers.MarianConfig(vocab_size=64, pad_token_id=63, decoder_start_token_id=63,
+                                       eos_token_id=0, **SIZES)  # fmt: skip
+    folder = tmp_path / "marian"
+    transformers.MarianMTModel(config).save_pretrained(folder)
+    defaults = {"num_beams": 4, "bad_words_ids": [[63]], "max_length": 40,
+                "decoder_start_token_id": 63, "forced_eos_token_id": 0}  # fmt: skip
+    transformers.GenerationConfig(**defaults).save_pretrained(folder)
+    model = zoo.load(folder, tokenizer=False)
+    zoo.save(model, tmp_path / "saved")
+    assert zoo.load(tmp_path / "saved").generation_config == model.generation_config
+    zoo.export(model, tmp_path / "exported")
+    read = transformers.GenerationConfig.from_pretrained(tmp_path / "exported")
+    assert {key: getattr(read, key) for key in defaults} == defaults

@@ -4,7 +4,8 @@ token its target starts with, the ids it must never produce...).
 
 :func:`read_generation_file` reads the keys zoo honours into a frozen, validated
 :class:`GenerationFile` (every other key, such as ``transformers_version`` or the sampling
-keys, is left alone); :func:`zoo.load` attaches it as ``model.generation_config``, and
+keys, is left alone); :func:`zoo.load` attaches it as ``model.generation_config`` (which
+:func:`zoo.save` and :func:`zoo.export` write back: :meth:`GenerationFile.to_json`), and
 :func:`zoo.generate` and ``zoo generate`` take from it the defaults of what the caller does not
 set (:mod:`zoo.generation.checkpoint_defaults`). Plain Python: no torch.
 """
@@ -84,6 +85,15 @@ class GenerationFile:
                 raise ConfigError(f"{name} must be at least 0, got {value}")
         self._check_ids()
 
+    def to_json(self) -> dict[str, object]:
+        """The keys this file sets, as ``generation_config.json`` holds them (lists for
+        tuples), for a checkpoint zoo writes."""
+        return {
+            f.name: _lists(getattr(self, f.name))
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) is not None
+        }
+
     def _check_ids(self) -> None:
         eos = self.forced_eos_token_id
         if isinstance(eos, tuple) and (not eos or min(eos) < 0):
@@ -95,6 +105,11 @@ class GenerationFile:
                 raise ConfigError(
                     f"bad_words_ids must be non-empty lists of ids >= 0, got {list(words)}"
                 )
+
+
+def _lists(value: object) -> object:
+    """Tuples (of tuples) as JSON lists."""
+    return [_lists(v) for v in value] if isinstance(value, tuple) else value
 
 
 def _ids(value: object) -> object:

@@ -14,6 +14,7 @@ from ..errors import CheckpointError, UnknownArchitectureError
 from ..plugin.current import get_registry
 from ..plugin.specs import ArchitectureSpec
 from .commit import atomic_directory
+from .generation_file import GENERATION_FILE, GenerationFile
 from .manifest import CONFIG_FILE, FORMAT_VERSION, Manifest, weights_record
 from .readers import METADATA_KEY, architecture
 from .shards import parse_max_shard_size, write_weights
@@ -139,7 +140,17 @@ def save(
         )
         text = json.dumps(manifest.to_json(), indent=2) + "\n"
         (staging / CONFIG_FILE).write_text(text, encoding="utf-8")
+        _write_generation_file(model, staging)
     return Path(directory)
+
+
+def _write_generation_file(model: nn.Module, staging: Path) -> None:
+    """The model's ``generation_config.json`` (:attr:`zoo.load`'s ``generation_config``) beside
+    the weights, so a saved or exported checkpoint keeps its generation defaults."""
+    found = getattr(model, "generation_config", None)
+    if isinstance(found, GenerationFile):
+        text = json.dumps(found.to_json(), indent=2) + "\n"
+        (staging / GENERATION_FILE).write_text(text, encoding="utf-8")
 
 
 def _is_parameter(model: nn.Module, key: str) -> bool:
@@ -247,6 +258,7 @@ def export(
         (staging / CONFIG_FILE).write_text(text, encoding="utf-8")
         for name, data in tokenizer_files.items():
             (staging / name).write_bytes(data)
+        _write_generation_file(model, staging)
     return Path(directory)
 
 
