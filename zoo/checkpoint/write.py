@@ -148,8 +148,9 @@ def _write_generation_file(model: nn.Module, staging: Path) -> None:
     """The model's ``generation_config.json`` (:attr:`zoo.load`'s ``generation_config``) beside
     the weights, so a saved or exported checkpoint keeps its generation defaults."""
     found = getattr(model, "generation_config", None)
-    if isinstance(found, GenerationFile):
-        text = json.dumps(found.to_json(), indent=2) + "\n"
+    keys = found.to_json() if isinstance(found, GenerationFile) else {}
+    if keys:  # nothing zoo honours set: no file
+        text = json.dumps(keys, indent=2) + "\n"
         (staging / GENERATION_FILE).write_text(text, encoding="utf-8")
 
 
