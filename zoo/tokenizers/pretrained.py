@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from .. import jsonfile
 from .base import ROLES, Tokenizer
 from .errors import VocabularyFileError
+from .vocab_files import read_json_object, special_token
 
 if TYPE_CHECKING:
     from .chat import ChatTemplate
@@ -40,7 +41,6 @@ CHAT_TEMPLATE_DIR = "additional_chat_templates"
 _TEMPLATE_TOKENS = ("bos", "eos", "unk", "sep", "pad", "cls", "mask")
 
 #: Files and JSON documents larger than this are refused (a tokenizer config is kilobytes).
-_MAX_JSON_BYTES = 64 << 20
 
 
 def is_pretrained(directory: str | Path) -> bool:
@@ -48,33 +48,6 @@ def is_pretrained(directory: str | Path) -> bool:
     ``tokenizer_config.json``."""
     directory = Path(directory)
     return (directory / "tokenizer.json").is_file() and (directory / TOKENIZER_CONFIG).is_file()
-
-
-def _read_json(path: Path, *, required: bool = False) -> dict[str, Any]:
-    """The JSON object in ``path``; ``{}`` when it is absent and not required."""
-    if not path.is_file():
-        if required:
-            raise VocabularyFileError(f"{path} is missing")
-        return {}
-    try:
-        if path.stat().st_size > _MAX_JSON_BYTES:
-            raise VocabularyFileError(f"{path} is larger than {_MAX_JSON_BYTES >> 20} MiB")
-        value = jsonfile.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as exc:
-        raise VocabularyFileError(f"cannot read {path}: {exc}") from None
-    if not isinstance(value, dict):
-        raise VocabularyFileError(f"{path} holds {type(value).__name__}, not a JSON object")
-    return value
-
-
-def _token(value: Any, where: str) -> str | None:
-    """A special token as the config spells it: a string, an ``AddedToken`` dict (its
-    ``content``) or ``null``."""
-    if isinstance(value, Mapping):
-        value = value.get("content")
-    if value is None or isinstance(value, str):
-        return value
-    raise VocabularyFileError(f"{where} must be a token string, got {value!r:.80}")
 
 
 def _added_tokens(library: Any, config: Mapping[str, Any], where: Path) -> None:
@@ -87,7 +60,7 @@ def _added_tokens(library: Any, config: Mapping[str, Any], where: Path) -> None:
         raise VocabularyFileError(f"{where}: added_tokens_decoder must be an object")
     entries = []
     for key, entry in decoder.items():
-        content = _token(entry, f"{where}: added_tokens_decoder[{key}]")
+        content = special_token(entry, f"{where}: added_tokens_decoder[{key}]")
         if not (isinstance(key, str) and key.isdigit()) or content is None:
             raise VocabularyFileError(f"{where}: bad added_tokens_decoder entry {key!r}")
         entries.append((int(key), content, entry if isinstance(entry, Mapping) else {}))
@@ -126,7 +99,7 @@ def _roles(
     for role in _TEMPLATE_TOKENS:
         key = f"{role}_token"
         value = config[key] if key in config else special_map.get(key)
-        token = _token(value, f"{where}: {key}")
+        token = special_token(value, f"{where}: {key}")
         if token is not None:
             roles[role] = token
     return roles
@@ -218,9 +191,9 @@ def from_pretrained(
 
     directory = Path(directory)
     library = _read_library(directory)
-    config = _read_json(directory / TOKENIZER_CONFIG)
+    config = read_json_object(directory / TOKENIZER_CONFIG)
     _added_tokens(library, config, directory / TOKENIZER_CONFIG)
-    roles = _roles(config, _read_json(directory / SPECIAL_TOKENS_MAP), directory)
+    roles = _roles(config, read_json_object(directory / SPECIAL_TOKENS_MAP), directory)
     missing = [t for t in roles.values() if library.token_to_id(t) is None]
     if missing:  # transformers adds a special token the vocabulary lacks; so does zoo
         library.add_special_tokens([tokenizers.AddedToken(t, special=True) for t in missing])
@@ -232,7 +205,7 @@ def from_pretrained(
         wrap=_wrap(config, library, roles),
         description=description or f"Hugging Face tokenizer from {directory}",
         chat=chat,
-        end_ids=_end_ids(_read_json(directory / GENERATION_CONFIG), directory),
+        end_ids=_end_ids(read_json_object(directory / GENERATION_CONFIG), directory),
     )
     tokenizer.source_special_tokens = True  # transformers' tokenizer(source) adds them
     return tokenizer

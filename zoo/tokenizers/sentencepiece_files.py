@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .. import jsonfile
 from .errors import TokenizerUnavailableError, VocabularyFileError
+from .vocab_files import read_json_object, special_token
 
 __all__ = [
     "FILES",
@@ -47,38 +47,10 @@ FILES = (SOURCE_SPM, TARGET_SPM, VOCAB)
 _MAX_MODEL_BYTES = 256 << 20
 
 #: A vocabulary or config JSON file past this is refused.
-_MAX_JSON_BYTES = 64 << 20
 
 #: The settings of ``tokenizer_config.json`` zoo reads (the rest is bookkeeping:
 #: ``tokenizer_class``, ``model_max_length``, ``name_or_path``...).
 _FLAGS = ("single_word", "lstrip", "rstrip")
-
-
-def _read_json(path: Path, *, required: bool = False) -> dict[str, Any]:
-    """The JSON object in ``path``; ``{}`` when it is absent and not required."""
-    try:
-        if not path.is_file():
-            if required:
-                raise VocabularyFileError(f"{path} is missing")
-            return {}
-        if path.stat().st_size > _MAX_JSON_BYTES:
-            raise VocabularyFileError(f"{path} is larger than {_MAX_JSON_BYTES >> 20} MiB")
-        value = jsonfile.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as exc:
-        raise VocabularyFileError(f"cannot read {path}: {exc}") from None
-    if not isinstance(value, dict):
-        raise VocabularyFileError(f"{path} holds {type(value).__name__}, not a JSON object")
-    return value
-
-
-def _token(value: Any, where: str) -> str | None:
-    """A special token as a config spells it: a string, an ``AddedToken`` dict (its
-    ``content``) or ``null``."""
-    if isinstance(value, Mapping):
-        value = value.get("content")
-    if value is None or isinstance(value, str):
-        return value
-    raise VocabularyFileError(f"{where} must be a token string, got {value!r:.80}")
 
 
 def is_sentencepiece_pair(directory: str | Path) -> bool:
@@ -128,7 +100,7 @@ def _read_model(path: Path) -> bytes:
 
 def _vocabulary(path: Path) -> dict[str, int]:
     """``vocab.json``: piece -> id, every id a distinct non-negative integer."""
-    vocab = _read_json(path, required=True)
+    vocab = read_json_object(path, required=True)
     ids: dict[int, str] = {}
     for piece, token_id in vocab.items():
         if type(token_id) is not int or token_id < 0:
@@ -154,7 +126,7 @@ def _added(config: Mapping[str, Any], where: Path) -> dict[str, int]:
         raise VocabularyFileError(f"{where}: added_tokens_decoder must be an object")
     added: dict[str, int] = {}
     for key, entry in decoder.items():
-        content = _token(entry, f"{where}: added_tokens_decoder[{key}]")
+        content = special_token(entry, f"{where}: added_tokens_decoder[{key}]")
         if not (isinstance(key, str) and key.isdigit()) or content is None:
             raise VocabularyFileError(f"{where}: bad added_tokens_decoder entry {key!r}")
         flags = entry if isinstance(entry, Mapping) else {}
@@ -188,7 +160,7 @@ class PairFiles:
 
     def __init__(self, directory: Path) -> None:
         where = directory / TOKENIZER_CONFIG
-        config = _read_json(where)
+        config = read_json_object(where)
         options = config.get("sp_model_kwargs") or {}
         if options:
             raise VocabularyFileError(
@@ -204,7 +176,7 @@ class PairFiles:
         self.target_vocab = _vocabulary(directory / TARGET_VOCAB) if separate else None
         self.roles: dict[str, str] = {}
         for role, default in (("eos", "</s>"), ("unk", "<unk>"), ("pad", "<pad>")):
-            token = _token(config.get(f"{role}_token", default), f"{where}: {role}_token")
+            token = special_token(config.get(f"{role}_token", default), f"{where}: {role}_token")
             if token is not None:
                 self.roles[role] = token
         if self.roles.get("unk") not in self.vocab:
@@ -214,7 +186,7 @@ class PairFiles:
             )
         extra = config.get("additional_special_tokens") or config.get("extra_special_tokens")
         self.extra_specials = [
-            _token(t, f"{where}: additional_special_tokens") for t in extra or ()
+            special_token(t, f"{where}: additional_special_tokens") for t in extra or ()
         ]
         self.added = _added(config, where)
         self.languages = (config.get("source_lang"), config.get("target_lang"))

@@ -17,6 +17,7 @@ from .errors import VocabularyFileError
 __all__ = [
     "MANIFEST",
     "MANIFEST_FORMAT",
+    "MAX_JSON_BYTES",
     "read_manifest",
     "read_verified",
     "sha256_bytes",
@@ -104,3 +105,34 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
             fix="Save the tokenizer again, or download the directory again.",
         )
     return manifest
+
+
+#: The largest JSON file of a tokenizer folder read (a config, a vocabulary).
+MAX_JSON_BYTES = 64 << 20
+
+
+def read_json_object(path: Path, *, required: bool = False) -> dict[str, Any]:
+    """The JSON object in ``path``; ``{}`` when it is absent and not required."""
+    if not path.is_file():
+        if required:
+            raise VocabularyFileError(f"{path} is missing")
+        return {}
+    try:
+        if path.stat().st_size > MAX_JSON_BYTES:
+            raise VocabularyFileError(f"{path} is larger than {MAX_JSON_BYTES >> 20} MiB")
+        value = jsonfile.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        raise VocabularyFileError(f"cannot read {path}: {exc}") from None
+    if not isinstance(value, dict):
+        raise VocabularyFileError(f"{path} holds {type(value).__name__}, not a JSON object")
+    return value
+
+
+def special_token(value: Any, where: str) -> str | None:
+    """A special token as the config spells it: a string, an ``AddedToken`` dict (its
+    ``content``) or ``null``."""
+    if isinstance(value, Mapping):
+        value = value.get("content")
+    if value is None or isinstance(value, str):
+        return value
+    raise VocabularyFileError(f"{where} must be a token string, got {value!r:.80}")
