@@ -285,8 +285,10 @@ def check_reference(name: str, device: str) -> str | None:
     """The small model, every parameter random, exported to its Hugging Face layout and
     loaded by the ``transformers`` class its config names (or the architecture's own
     ``reference``), gives the reference's logits (<= 1e-4, float32) on prompts of several
-    lengths and a left-padded batch, and its greedy tokens (:mod:`zoo.testing.reference`).
-    Skipped, with the reason, when there is no reference to run."""
+    lengths and a left-padded batch, and its greedy tokens (:mod:`zoo.testing.reference`);
+    an encoder-decoder's logits on a right-padded batch of sources and targets, greedy tokens
+    and beam search (:mod:`zoo.testing.reference_encdec`). Skipped, with the reason, when
+    there is no reference to run."""
     del device  # float32 on the CPU, where the reference runs
     arch, _, config = resolve_config(name)
     small = small_overrides(name)
@@ -294,7 +296,28 @@ def check_reference(name: str, device: str) -> str | None:
     if "d_ff" in small and d_model and d_ff == 4 * d_model:
         small["d_ff"] = 4 * small["d_model"]  # the ratio a layout may require (GPT-1's)
     torch.manual_seed(0)
-    return compare_with_architecture_reference(build(name, device="cpu", **small), arch)
+    model = build(name, device="cpu", **small)
+    if not model.is_encoder_decoder:
+        return compare_with_architecture_reference(model, arch)
+    return _encdec_reference(name, arch, model, small)
+
+
+def _encdec_reference(name: str, arch: Any, model: ZooModel, small: dict[str, Any]) -> str:
+    """An encoder-decoder's reference check: logits, greedy decoding and beam search with
+    stacks of equal depth (transformers 5's T5 ``generate`` sizes the decoder's cache by the
+    encoder's depth, and fails on a deeper decoder), then the logits alone of the shrunk
+    model's unequal stacks (so that a layout that swaps the two depths shows)."""
+    encoder, decoder = small.get("n_encoder_layers"), small.get("n_decoder_layers")
+    if encoder is None or decoder is None or encoder == decoder:
+        return compare_with_architecture_reference(model, arch) or ""
+    torch.manual_seed(0)
+    even = build(name, device="cpu", **(small | {"n_encoder_layers": decoder}))
+    note = compare_with_architecture_reference(even, arch)
+    unequal = compare_with_architecture_reference(model, arch, generation=False)
+    return (
+        f"stacks of {decoder} and {decoder} layers: {note}; stacks of {encoder} and {decoder} "
+        f"layers, logits only (transformers' T5 cannot decode a deeper decoder): {unequal}"
+    )
 
 
 def _recomputed_logits(

@@ -25,11 +25,7 @@ name the config gives.
 
 from __future__ import annotations
 
-import importlib
-import inspect
-import re
 import tempfile
-import unittest
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -37,7 +33,18 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 from torch import Tensor, nn
 
-from .. import jsonfile
+from .hf_reference import (
+    REFERENCE_ATOL,
+    CheckSkipped,
+    IdsTokenizer,
+    install_line,
+    transformers_reference,
+)
+from .reference_encdec import (
+    compare_encdec_with_reference,
+    load_encdec_reference,
+    randomize_buffers,
+)
 
 if TYPE_CHECKING:
     from ..nn.base import ZooModel
@@ -51,44 +58,17 @@ __all__ = [
     "ReferenceFactory",
     "compare_with_architecture_reference",
     "compare_with_reference",
+    "install_line",
     "randomize_parameters",
     "transformers_reference",
 ]
 
-#: Largest absolute logit difference the reference check accepts (float32).
-REFERENCE_ATOL = 1e-4
 
 #: Prompt lengths compared (each alone, then together as one left-padded batch).
 PROMPT_LENGTHS = (9, 4, 1)
 
 #: Greedy tokens compared after each of two prompts.
 GREEDY_TOKENS = 4
-
-
-class IdsTokenizer:
-    """A tokenizer over ids alone (id ``i`` is the word ``"i"``), so that streaming can be
-    compared with plain generation on any model, whatever its own tokenizer needs."""
-
-    name = "ids"
-    eos_id = None
-    bos_id = None
-
-    def __init__(self, vocab_size: int) -> None:
-        self.vocab_size = vocab_size
-
-    def encode(self, text: str) -> list[int]:
-        return [int(word) for word in text.split()]
-
-    def decode(self, ids: list[int]) -> str:
-        return "".join(f" {i}" for i in ids)
-
-
-class CheckSkipped(unittest.SkipTest):
-    """A check that cannot run, and why (``str(exc)``).
-
-    It derives from :class:`unittest.SkipTest`, so a check run inside a pytest test
-    (:func:`zoo.testing.run_check`) skips that test with the reason instead of failing it;
-    :func:`zoo.testing.run_conformance` and ``zoo check`` report it as ``skipped``."""
 
 
 class Reference(Protocol):
@@ -130,102 +110,6 @@ def randomize_parameters(model: nn.Module, seed: int = 0) -> None:
             else:
                 values = torch.randn(p.shape, generator=g) * p.shape[-1] ** -0.5
             p.copy_(values.to(p.dtype))
-
-
-# -- transformers as the reference ----------------------------------------------------------
-class _Transformers:
-    """A transformers model as a :class:`Reference` (positions from the mask, passed
-    explicitly where the model takes them, as ``generate`` does)."""
-
-    def __init__(self, model: Any, loading_info: dict[str, Any] | None = None) -> None:
-        self.model = model
-        #: what ``from_pretrained`` reported (missing or unexpected keys), named on a failure.
-        self.loading_info = loading_info or {}
-        self.takes_positions = "position_ids" in inspect.signature(model.forward).parameters
-
-    def __call__(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
-        kwargs: dict[str, Tensor] = {"attention_mask": attention_mask}
-        if self.takes_positions:
-            kwargs["position_ids"] = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-        with torch.no_grad():
-            return self.model(input_ids, **kwargs).logits
-
-    def generate(self, input_ids: Tensor, attention_mask: Tensor, max_new_tokens: int) -> Tensor:
-        settings = self.model.generation_config
-        settings.eos_token_id = None  # never stop early: zoo is asked for every token too
-        settings.pad_token_id = 0
-        with torch.no_grad():
-            out = self.model.generate(
-                input_ids,
-                attention_mask=attention_mask,
-                max_new_tokens=max_new_tokens,
-                do_sample=False,
-            )
-        return out[:, input_ids.shape[1] :]
-
-
-def _transformers() -> Any:
-    try:
-        return importlib.import_module("transformers")
-    except ImportError as exc:
-        raise CheckSkipped(
-            f"transformers is not installed ({exc}): {install_line('transformers')} adds it"
-        ) from None
-
-
-#: The extras of torch-zoo to name for a missing package, in order of preference (the
-#: smallest that brings it first).
-_EXTRAS = ("check", "test")
-
-
-def install_line(package: str) -> str:
-    """The command that installs ``package`` with zoo: ``pip install 'torch-zoo[EXTRA]'``
-    for the first of :data:`_EXTRAS` that lists it in the installed metadata, else ``pip
-    install PACKAGE``."""
-    from importlib.metadata import PackageNotFoundError, requires
-
-    try:
-        listed = requires("torch-zoo") or []
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        listed = []
-    named = re.compile(rf"{re.escape(package)}(?![\w.-])")
-    for extra in _EXTRAS:
-        for requirement in listed:
-            name, _, marker = requirement.partition(";")
-            if f'extra == "{extra}"' in marker and named.match(name.strip()):
-                return f"pip install 'torch-zoo[{extra}]'"
-    return f"pip install {package}"
-
-
-def transformers_reference(folder: Path) -> Reference:
-    """The :class:`Reference` of a Hugging Face folder: the ``transformers`` class its
-    ``config.json`` names in ``architectures``, in float32 with eager attention.
-
-    Raises:
-        CheckSkipped: transformers is not installed, or has no class of that name.
-    """
-    transformers = _transformers()
-    config = jsonfile.read(Path(folder) / "config.json")
-    names = config.get("architectures") or []
-    if not names:
-        raise CheckSkipped(f"{folder}/config.json names no architecture class")
-    cls = getattr(transformers, names[0], None)
-    if cls is None:
-        raise CheckSkipped(
-            f"transformers {transformers.__version__} has no class {names[0]!r} (the "
-            "exported config.json's architecture)"
-        )
-    logging = transformers.utils.logging
-    bar = logging.is_progress_bar_enabled()
-    logging.disable_progress_bar()  # "Loading weights" on every check
-    try:
-        model, info = cls.from_pretrained(
-            str(folder), dtype=torch.float32, attn_implementation="eager", output_loading_info=True
-        )
-    finally:
-        if bar:
-            logging.enable_progress_bar()
-    return _Transformers(model.eval(), {k: v for k, v in info.items() if v})
 
 
 # -- the comparison -------------------------------------------------------------------------
@@ -345,10 +229,16 @@ def _hf_layouts(arch: ArchitectureSpec) -> list[str]:
     return layouts(arch)
 
 
-def compare_with_architecture_reference(model: ZooModel, arch: ArchitectureSpec) -> str | None:
+def compare_with_architecture_reference(
+    model: ZooModel, arch: ArchitectureSpec, *, generation: bool = True
+) -> str | None:
     """The ``reference`` check on ``model`` (small, CPU). Returns a note when some layout was
     skipped and another compared; raises :class:`CheckSkipped` when none could run and
-    ``AssertionError`` on a difference."""
+    ``AssertionError`` on a difference.
+
+    An encoder-decoder is compared with the ``transformers`` class each of its Hugging Face
+    layouts names (:mod:`zoo.testing.reference_encdec`): logits, and with ``generation``
+    greedy decoding and a beam search too (``False``: logits only)."""
     layouts = _hf_layouts(arch)
     if arch.reference is None and not layouts:
         raise CheckSkipped(
@@ -356,7 +246,7 @@ def compare_with_architecture_reference(model: ZooModel, arch: ArchitectureSpec)
             "checkpoint layout with a model_type) and no ArchitectureSpec(reference=...)"
         )
     if model.is_encoder_decoder:
-        raise CheckSkipped("the reference check compares decoder-only models")
+        return _compare_encdec(model, arch, layouts, generation)
     randomize_parameters(model)
     model.eval()
     if arch.reference is not None:
@@ -372,6 +262,54 @@ def compare_with_architecture_reference(model: ZooModel, arch: ArchitectureSpec)
             else getattr(factory, "__qualname__", factory)
         )
         return f"{named}: max logit difference {worst:.2g}, greedy tokens equal"
+
+    def against_transformers(folder: Path) -> str:
+        reference = transformers_reference(folder)
+        try:
+            worst = compare_with_reference(model, reference)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}{_loading_note(reference)}") from None
+        name = type(reference.model).__name__
+        return f"({name}): max logit difference {worst:.2g}, greedy tokens equal"
+
+    return _over_layouts(model, arch, layouts, against_transformers)
+
+
+def _compare_encdec(
+    model: ZooModel, arch: ArchitectureSpec, layouts: list[str], generation: bool
+) -> str:
+    """The encoder-decoder's comparison with the ``transformers`` class of each layout."""
+    if not layouts:
+        raise CheckSkipped(
+            f"architecture {arch.name!r} is an encoder-decoder without a Hugging Face layout: "
+            "its reference= is not run (the kit compares an encoder-decoder with the "
+            "transformers class its layout names)"
+        )
+    randomize_parameters(model)
+    randomize_buffers(model)
+    model.eval()
+    config: Any = model.config
+    start = config.decoder_start_id if config.decoder_start_id is not None else 0
+
+    def against_transformers(folder: Path) -> str:
+        reference = load_encdec_reference(folder)
+        try:
+            note = compare_encdec_with_reference(
+                model, reference, start=start, generation=generation
+            )
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}{_loading_note(reference)}") from None
+        return f"({type(reference.model).__name__}): {note}"
+
+    return _over_layouts(model, arch, layouts, against_transformers)
+
+
+def _over_layouts(
+    model: ZooModel, arch: ArchitectureSpec, layouts: list[str], compare: Callable[[Path], str]
+) -> str:
+    """``compare`` run on a folder of each layout that can hold ``model`` (written by
+    :func:`zoo.export`); a layout it cannot hold, or whose reference cannot load
+    (:class:`CheckSkipped` from ``compare``), is named as skipped."""
     skipped: list[str] = []
     compared: list[str] = []
     for layout in layouts:
@@ -382,18 +320,11 @@ def compare_with_architecture_reference(model: ZooModel, arch: ArchitectureSpec)
         with tempfile.TemporaryDirectory() as folder:
             _write(model, Path(folder), layout)
             try:
-                reference = transformers_reference(Path(folder))
+                compared.append(f"{layout} {compare(Path(folder))}")
             except CheckSkipped as exc:
                 skipped.append(f"{layout}: {exc}")
-                continue
-            try:
-                worst = compare_with_reference(model, reference)
             except AssertionError as exc:
-                raise AssertionError(f"{layout}: {exc}{_loading_note(reference)}") from None
-            name = type(reference.model).__name__  # type: ignore[attr-defined]
-            compared.append(
-                f"{layout} ({name}): max logit difference {worst:.2g}, greedy tokens equal"
-            )
+                raise AssertionError(f"{layout}: {exc}") from None
     if not compared:
         raise CheckSkipped("; ".join(skipped))
     return "; ".join(compared + [f"skipped {s}" for s in skipped])
