@@ -173,7 +173,7 @@ def test_ci_runs_the_readme_test_command():
 
 #: What a test or the package may not reach for: files outside the repository.
 _OUTSIDE = re.compile(
-    r"\.\./shared|/shared/|[\"']shared[\"']|[\"']/work/"  # the machine's shared folder
+    r"\.\./shared|/shared/|/\s*[\"']shared[\"']|[\"']/work/"  # the machine's shared folder
     r"|parents\[[2-9]\]|\.parent\.parent\.parent"  # climbing out of tests/ or zoo/
 )
 
