@@ -262,7 +262,10 @@ class EncoderDecoder(ZooModel):
             x = x * self.config.d_model**-0.5
         logits = self.head(x)  # (B, T, vocab_size)
         if self.final_logits_bias is not None:
-            logits = logits + self.final_logits_bias.to(logits.dtype)
+            bias = self.final_logits_bias.to(logits.dtype)
+            if logits.requires_grad:
+                return logits + bias
+            return logits.add_(bias)  # in place: the same sums, one (B, T, vocab) tensor fewer
         return logits
 
     def forward(
@@ -307,7 +310,14 @@ class EncoderDecoder(ZooModel):
 
 class EncoderDecoderSession:
     """Incremental decoding: encoder run once, cross-attention keys/values computed once per
-    layer, decoder self-attention keys/values in a preallocated cache."""
+    layer, decoder self-attention keys/values in a preallocated cache.
+
+    Rows that repeat the row before them (the same source ids and mask: a beam search's
+    beams of one source) share that row's encoding: each distinct source is encoded once
+    and its cross-attention keys and values copied to its rows. :meth:`reorder` (beam
+    search's reordering of its rows) then moves the self-attention cache, and moves the
+    cross-attention keys, values and source mask only when a row takes the row of another
+    source (never within one source's beams, whose copies are the same)."""
 
     def __init__(
         self,
@@ -328,8 +338,16 @@ class EncoderDecoderSession:
             raise ValueError(f"start_id {start_id} is outside the vocabulary [0, {c.vocab_size})")
         self.model = model
         self.src_keep = src_keep
-        memory = model._encode(src_ids, src_keep)
-        self.memory_kv = model.memory_kv(memory)
+        firsts, self._sources = _distinct_sources(src_ids, src_keep)
+        if firsts is None:  # every row its own source
+            self.memory_kv = model.memory_kv(model._encode(src_ids, src_keep))
+        else:
+            keep = None if src_keep is None else src_keep.index_select(0, firsts)
+            memory = model._encode(src_ids.index_select(0, firsts), keep)
+            self.memory_kv = [
+                (k.index_select(0, self._sources), v.index_select(0, self._sources))
+                for k, v in model.memory_kv(memory)
+            ]
         dtype, device = activation_dtype(model)
         b = src_ids.shape[0]
         self.cache = KVCache(
@@ -357,3 +375,37 @@ class EncoderDecoderSession:
     def step(self, tokens: Tensor) -> Tensor:
         """Append ``tokens`` ``(B,)``; return the next logits ``(B, vocab)``."""
         return self._logits(tokens[:, None])
+
+    def reorder(self, index: Tensor) -> None:
+        """Make row ``i`` what row ``index[i]`` was (beam search's reordering, see
+        :func:`zoo.runtime.reorder_rows`): the self-attention cache in place; the
+        cross-attention keys and values and the source mask only where a row takes another
+        source's row.
+
+        Args:
+            index: ``(B,)`` ``torch.long`` row indices on the session's device.
+        """
+        self.cache.reorder(index)
+        self.prefix = self.prefix.index_select(0, index)
+        sources = self._sources.index_select(0, index)
+        if torch.equal(sources, self._sources):  # each row keeps its source: the same values
+            return
+        self.memory_kv = [
+            (k.index_select(0, index), v.index_select(0, index)) for k, v in self.memory_kv
+        ]
+        if self.src_keep is not None:
+            self.src_keep = self.src_keep.index_select(0, index)
+        self._sources = sources
+
+
+def _distinct_sources(src_ids: Tensor, src_keep: Tensor | None) -> tuple[Tensor | None, Tensor]:
+    """The first row of each run of equal consecutive rows (ids and mask alike) ``(D,)``,
+    ``None`` when no row repeats the one before it, and each row's run ``(B,)``."""
+    repeats = (src_ids[1:] == src_ids[:-1]).all(dim=1)  # (B - 1,): row i + 1 repeats row i
+    if src_keep is not None:
+        repeats &= (src_keep[1:] == src_keep[:-1]).all(dim=1)
+    starts = torch.cat((torch.ones(1, dtype=torch.bool, device=src_ids.device), ~repeats))
+    sources = starts.long().cumsum(0) - 1  # (B,)
+    if bool(starts.all()):
+        return None, sources
+    return starts.nonzero().flatten(), sources

@@ -93,9 +93,10 @@ class _Beams:
         log_probs = torch.nn.functional.log_softmax(logits.to(torch.float32), dim=-1)
         if self.rules is not None:
             log_probs = self.rules(self._flat(self.running[:, :, : self.length]), log_probs)
-        log_probs = limit_vocab(log_probs, self.config.vocab_limit)
-        log_probs = log_probs.view(self.batch, self.beams, -1) + self.running_scores[:, :, None]
-        return log_probs.reshape(self.batch, -1)
+        log_probs = limit_vocab(log_probs, self.config.vocab_limit)  # a tensor of its own
+        log_probs = log_probs.view(self.batch, self.beams, -1)
+        log_probs.add_(self.running_scores[:, :, None])  # in place: the same sums
+        return log_probs.view(self.batch, -1)
 
     def _continuations(self, logits: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """The ``keep`` best continuations of each prompt: their scores ``(B, K)``, ids
