@@ -156,7 +156,8 @@ def inert_fields(config: ModelConfig) -> frozenset[str]:
     """The fields of ``config`` that take no effect given its components: a field that some
     component of a kind reads (:attr:`ComponentSpec.reads`) while the component of that kind
     this config names declares that it does not (``activation`` beside ``ffn = "swiglu"``).
-    A component that declares nothing (``reads=None``) leaves every field in effect."""
+    A component that declares nothing (``reads=None``) leaves every field in effect; a field
+    only another family's config has (T5's relative attention buckets) is not ``config``'s."""
     registry = get_registry()
     inert: set[str] = set()
     kept: set[str] = set()
@@ -175,7 +176,7 @@ def inert_fields(config: ModelConfig) -> frozenset[str]:
         else:
             inert |= owned - set(reads)
             kept |= set(reads)
-    return frozenset(inert - kept)
+    return frozenset((inert - kept) & set(type(config).field_names()))  # fields it has
 
 
 def info(source: str) -> ModelInfo:

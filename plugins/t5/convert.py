@@ -15,7 +15,7 @@ from torch import Tensor
 
 from zoo.checkpoint.hf_layout import FusedRule, KeyMap, KeyRule, represented
 from zoo.checkpoint.hf_reader import HFConfigReader
-from zoo.checkpoint.hf_seq2seq import decoder_start_id, fold_tied
+from zoo.checkpoint.hf_seq2seq import decoder_start_id, decoder_start_json, fold_tied
 
 from .config import T5Config
 
@@ -123,8 +123,8 @@ def config_to_hf(config: Any) -> dict[str, Any]:
         "scale_decoder_outputs": config.scale_decoder_output,
         "relative_attention_num_buckets": config.relative_attention_num_buckets,
         "relative_attention_max_distance": config.relative_attention_max_distance,
-        "decoder_start_token_id": config.decoder_start_id,
         "is_encoder_decoder": True,
+        **decoder_start_json(config),
     }
 
 

@@ -205,9 +205,16 @@ def write_bart_sizes(config: Any) -> dict[str, Any]:
         "activation_function": _WRITTEN[config.activation],
         "scale_embedding": config.scale_embeddings,
         "tie_word_embeddings": config.tie_embeddings,
-        "decoder_start_token_id": config.decoder_start_id,
         "is_encoder_decoder": True,
+        **decoder_start_json(config),
     }
+
+
+def decoder_start_json(config: Any) -> dict[str, int]:
+    """``decoder_start_token_id`` for a ``config.json`` where the zoo config names one
+    (transformers wants an integer there, or no key)."""
+    start = config.decoder_start_id
+    return {} if start is None else {"decoder_start_token_id": start}
 
 
 #: The fields a BART-family config.json carries (any value in an export).
