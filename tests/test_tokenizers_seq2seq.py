@@ -29,10 +29,11 @@ from typing import Any
 
 import google.protobuf  # noqa: F401  (transformers 5 reads spiece.model through it)
 import pytest
-import sentencepiece
 import torch
 import transformers
 from seq2seq_parity import randomize
+from spm_vocab import marian_vocab as _marian_vocab
+from spm_vocab import train_spm as _train_spm
 
 import zoo
 from zoo.tokenizers import load_directory, load_folder
@@ -72,33 +73,6 @@ SOURCE = "First Citizen: Before we proceed any further, hear me speak."
 
 #: transformers' MarianTokenizer asks for sacremoses, which it never uses to encode.
 pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
-
-
-def _train_spm(lines: list[str], prefix: Path, vocab_size: int, **options: Any) -> Path:
-    sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=iter(lines),
-        model_prefix=str(prefix),
-        vocab_size=vocab_size,
-        minloglevel=2,
-        **options,
-    )
-    return prefix.with_suffix(".model")
-
-
-def _marian_vocab(models: list[Path], *, drop_every: int = 0) -> dict[str, int]:
-    """A Marian ``vocab.json``: ``</s>`` 0, ``<unk>`` 1, the models' pieces, ``<pad>`` last;
-    every ``drop_every``-th piece left out (those become ``<unk>``)."""
-    vocab = {"</s>": 0, "<unk>": 1}
-    for path in models:
-        model = sentencepiece.SentencePieceProcessor(model_file=str(path))
-        for i in range(model.GetPieceSize()):
-            piece = model.IdToPiece(i)
-            if piece in ("<unk>", "<s>", "</s>") or (drop_every and i % drop_every == 0):
-                continue
-            vocab.setdefault(piece, len(vocab))
-    vocab[">>fr<<"] = len(vocab)  # a language code, as multilingual OPUS-MT models have
-    vocab["<pad>"] = len(vocab)
-    return vocab
 
 
 @pytest.fixture(scope="module")
