@@ -64,8 +64,9 @@ HF_VOCAB_FILES = (
     "target.spm",
     "target_vocab.json",
 )
-#: Other small files beside HF weights that loading reads (the generation defaults).
-HF_OTHER_FILES = ("generation_config.json",)
+#: Other small files beside HF weights that loading reads: the generation defaults, and the
+#: tokenizer's settings (its special tokens by role: T5's end of text, which the source ends with).
+HF_OTHER_FILES = ("generation_config.json", "tokenizer_config.json", "special_tokens_map.json")
 
 
 @dataclasses.dataclass(frozen=True)
