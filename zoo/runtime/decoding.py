@@ -64,7 +64,8 @@ def start_decoding(
         if "cuda_graphs" in takes:
             options["cuda_graphs"] = cuda_graphs
         if compile:
-            _check_takes_compile(model, "compile" in takes)
+            if "compile" not in takes:
+                _refuse_compile(model)
             options["compile"] = True
         session: DecodingSession = own(input_ids, keep, max_new_tokens, **options)
         return session
@@ -77,16 +78,16 @@ def start_decoding(
         return start_session(
             model, input_ids, keep, max_new_tokens, compile=compile, cuda_graphs=cuda_graphs
         )
-    _check_takes_compile(model, not compile)
+    if compile:
+        _refuse_compile(model)
     return RecomputeSession(model, input_ids, keep, max_new_tokens)
 
 
-def _check_takes_compile(model: Any, takes: bool) -> None:
-    if not takes:
-        raise ValueError(
-            f"{type(model).__name__} cannot compile its decoding step (its start_decoding "
-            "takes no `compile`; zoo's DecoderLM can); generate without compile=True"
-        )
+def _refuse_compile(model: Any) -> None:
+    raise ValueError(
+        f"{type(model).__name__} cannot compile its decoding step (its start_decoding "
+        "takes no `compile`; zoo's DecoderLM can); generate without compile=True"
+    )
 
 
 def start_session(
