@@ -30,9 +30,13 @@ _P, _I, _F, _C = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int
 SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "zoo_native_supported": (_C, []),
     "zoo_gemv_f32": (None, [_P, _P, _P, _P, _I, _I, _C]),
+    "zoo_gemm_f32": (None, [_P, _P, _P, _P, _I, _I, _I, _C]),
     "zoo_layer_norm_f32": (None, [_P, _P, _P, _P, _I, _F]),
     "zoo_rms_norm_f32": (None, [_P, _P, _P, _I, _F, _F]),
-    "zoo_attend_one_f32": (None, [_P, _I] * 3 + [_P, _P] + [_I] * 5 + [_F, _P, _C]),
+    "zoo_attend_rows_f32": (
+        None,
+        [_P, _I, _I] * 3 + [_P, _P] + [_I] * 5 + [_P] + [_I] * 4 + [_F, _P, _C],
+    ),
     "zoo_gemv_int8": (_C, [_P] * 6 + [_I, _I, _C]),
     "zoo_decode_step_f32": (_C, [_P, _I, _I] + [_P] * 3 + [_I] * 3 + [_P, _P, _C]),
 }
@@ -73,6 +77,17 @@ def gemv_f32(lib: ctypes.CDLL) -> Iterator[tuple[str, str]]:
             yield f"gemv_f32 n={n} k={k} bias={bias}", _digest(y)
 
 
+def gemm_f32(lib: ctypes.CDLL) -> Iterator[tuple[str, str]]:
+    for m, n, k in [(2, 1, 1), (3, 7, 9), (4, 17, 100), (5, 37, 257), (7, 33, 31), (8, 70, 771)]:
+        for bias in (False, True):
+            rng = np.random.RandomState(m * 100_000 + n * 1000 + k)
+            w, x = _f32(rng, n, k), _f32(rng, m, k)
+            b = _f32(rng, n) if bias else None
+            y = np.zeros((m, n), np.float32)
+            lib.zoo_gemm_f32(_at(w), _at(x), _at(b), _at(y), m, n, k, 1 + (n % 2))
+            yield f"gemm_f32 m={m} n={n} k={k} bias={bias}", _digest(y)
+
+
 def norms(lib: ctypes.CDLL) -> Iterator[tuple[str, str]]:
     for d in (1, 7, 9, 31, 100, 771, 1023):
         rng = np.random.RandomState(d)
@@ -91,25 +106,42 @@ def norms(lib: ctypes.CDLL) -> Iterator[tuple[str, str]]:
             yield f"rms_norm d={d} offset={offset}", _digest(y)
 
 
-def attend_one(lib: ctypes.CDLL) -> Iterator[tuple[str, str]]:
-    # heads, kv heads, head size, position, cache length, extra stride of q, k and v
-    for heads, kv, hd, pos, max_len, pad in [
-        (1, 1, 1, 0, 1, 0),
-        (4, 2, 7, 5, 9, 3),
-        (6, 3, 12, 13, 20, 0),
-        (8, 8, 64, 30, 32, 1),
-        (12, 4, 33, 17, 40, 5),
+def attend_rows(lib: ctypes.CDLL) -> Iterator[tuple[str, str]]:
+    # rows, heads, kv heads, head size, position, cache length, extra stride of q, k and v
+    for rows, heads, kv, hd, pos, max_len, pad in [
+        (1, 1, 1, 1, 0, 1, 0),
+        (1, 4, 2, 7, 5, 9, 3),
+        (2, 6, 3, 12, 13, 20, 0),
+        (1, 8, 8, 64, 30, 32, 1),
+        (3, 12, 4, 33, 17, 40, 5),
     ]:
-        rng = np.random.RandomState(heads * 100 + hd)
+        rng = np.random.RandomState(rows * 1000 + heads * 100 + hd)
         stride = hd + pad
-        q, k, v = _f32(rng, heads, stride), _f32(rng, kv, stride), _f32(rng, kv, stride)
-        ck, cv = _f32(rng, kv, max_len, hd), _f32(rng, kv, max_len, hd)
-        y = np.zeros((heads, hd), np.float32)
-        lib.zoo_attend_one_f32(
-            _at(q), stride, _at(k), stride, _at(v), stride, _at(ck), _at(cv), max_len, pos,
-            heads, kv, hd, float(np.float32(hd**-0.5)), _at(y), 2,
+        q, k, v = (
+            _f32(rng, rows, heads, stride),
+            _f32(rng, rows, kv, stride),
+            _f32(rng, rows, kv, stride),
+        )
+        ck, cv = _f32(rng, rows, kv, max_len, hd), _f32(rng, rows, kv, max_len, hd)
+        keep = (rng.random_sample((rows, max_len)) > 0.3).astype(np.uint8)
+        keep[:, 0] = 1
+        scale = float(np.float32(hd**-0.5))
+        y = np.zeros((rows, heads, hd), np.float32)
+        c_row, c_head = kv * max_len * hd, max_len * hd
+        lib.zoo_attend_rows_f32(
+            _at(q), heads * stride, stride, _at(k), kv * stride, stride, _at(v), kv * stride,
+            stride, _at(ck), _at(cv), c_row, c_head, hd, pos, pos + 1, None, rows, heads, kv, hd,
+            scale, _at(y), 2,
         )  # fmt: skip
-        yield f"attend_one heads={heads}/{kv} hd={hd} pos={pos}", _digest(y, ck, cv)
+        yield (
+            f"attend_rows self rows={rows} heads={heads}/{kv} hd={hd} pos={pos}",
+            _digest(y, ck, cv),
+        )
+        lib.zoo_attend_rows_f32(
+            _at(q), heads * stride, stride, None, 0, 0, None, 0, 0, _at(ck), _at(cv), c_row,
+            c_head, hd, 0, max_len, _at(keep), rows, heads, kv, hd, scale, _at(y), 2,
+        )  # fmt: skip
+        yield f"attend_rows memory rows={rows} heads={heads}/{kv} hd={hd}", _digest(y)
 
 
 def _int8_weights(rng: np.random.RandomState, n: int, k: int) -> tuple[np.ndarray, ...]:
@@ -243,8 +275,9 @@ def decode_step(lib: ctypes.CDLL) -> Iterator[tuple[str, str]]:
 
 CASES: list[Callable[[ctypes.CDLL], Iterator[tuple[str, str]]]] = [
     gemv_f32,
+    gemm_f32,
     norms,
-    attend_one,
+    attend_rows,
     gemv_int8,
     decode_step,
 ]

@@ -1,7 +1,8 @@
-"""zoo's own batch-1 float32 kernel (:mod:`zoo.kernels.native`, ``zoo/kernels/_native.c``): its
-product against float64 and ``F.linear`` over shapes that exercise every loop tail, the same bits
-on one thread and two, the inputs it must leave to PyTorch, :func:`zoo.kernels.onednn.cpu_linear`
-using it for one row only, ``ZOO_NATIVE_KERNELS=0``, and a model decoding the same greedy tokens
+"""zoo's own float32 kernel for one row and a few (:mod:`zoo.kernels.native`,
+``zoo/kernels/_native.c``): its product against float64 and ``F.linear`` over shapes that
+exercise every loop tail, the same bits on one thread and two and for a row alone or beside
+others, the inputs it must leave to PyTorch, :func:`zoo.kernels.onednn.cpu_linear` using it
+for a few rows only, ``ZOO_NATIVE_KERNELS=0``, and a model decoding the same greedy tokens
 with it and without it, through it at every step.
 
 Every call into the kernel runs in a child process (forked from one that imported torch and
@@ -75,6 +76,24 @@ SETUP = textwrap.dedent(
         assert bool(((got - exact).abs() <= bound).all()), float((got - exact).abs().max())
         ref = F.linear(x, w, b).double().reshape(1, n)
         assert bool(((got - ref).abs() <= 2 * bound).all()), "far from F.linear"
+
+    def check_rows(m, n, k, bias, seed):
+        # a few rows at once: each row the bits it has alone, on 1 and 2 threads alike, and
+        # within the summation bound of the exact product
+        x, w, b = tensors((m,), n, k, bias, seed)
+        outs = []
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            y = native.linear(x, w, b)
+            assert y is not None and y.shape == (m, n), "the kernel refused a few rows"
+            outs.append(y)
+        assert torch.equal(outs[0], outs[1]), "1 and 2 threads gave different bits"
+        alone = torch.cat([native.linear(x[i : i + 1], w, b) for i in range(m)])
+        assert torch.equal(outs[0], alone), "a row's bits depend on the rows beside it"
+        exact = x.double() @ w.double().T + (0 if b is None else b.double())
+        scale = x.double().abs() @ w.double().abs().T + (0 if b is None else b.double().abs())
+        bound = (k + 1) * 2.0**-24 / (1 - (k + 1) * 2.0**-24) * scale
+        assert bool(((outs[0].double() - exact).abs() <= bound).all())
     """
 )
 
@@ -186,6 +205,14 @@ def test_one_row_matches_float64_and_f_linear(kernel, lead, n, k, bias, seed):
     passes(kernel, f"check_linear({lead!r}, {n}, {k}, {bias}, {seed})")
 
 
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(m=st.integers(2, 8), n=_N, k=_K, bias=st.booleans(), seed=st.integers(0, 2**31 - 1))
+def test_a_few_rows_give_each_rows_own_bits(kernel, m, n, k, bias, seed):
+    """Up to ``FEW_ROWS`` rows (a beam search's beams, a few sequences) in one pass over the
+    weights: row by row the bits of that row alone, whatever the rows beside it."""
+    passes(kernel, f"check_rows({m}, {n}, {k}, {bias}, {seed})")
+
+
 @pytest.mark.parametrize(
     ("n", "k"),
     [(1, 1), (3, 7), (4, 8), (5, 9), (16, 16), (17, 33), (2304, 768), (768, 3072)],
@@ -219,16 +246,19 @@ def test_empty_shapes_and_views_into_larger_tensors(kernel):
 
 
 def test_inputs_it_leaves_to_pytorch(kernel):
-    """``None`` (the caller computes it) for anything but one contiguous float32 row against a
-    contiguous 2-d float32 weight and a matching float32 bias."""
+    """``None`` (the caller computes it) for anything but one to ``FEW_ROWS`` contiguous
+    float32 rows against a contiguous 2-d float32 weight and a matching float32 bias."""
     passes(
         kernel,
         """
+        from zoo.kernels.ops import FEW_ROWS
+
         x, w, b = tensors((1,), 24, 40, True, 3)
         assert native.linear(x, w, b) is not None
+        assert native.linear(torch.randn(2, 1, 40), w, b) is not None
         cases = {
-            "two rows": (torch.randn(2, 40), w, b),
-            "two rows, 3-d": (torch.randn(1, 2, 40), w, b),
+            "too many rows": (torch.randn(FEW_ROWS + 1, 40), w, b),
+            "too many rows, 3-d": (torch.randn(1, FEW_ROWS + 1, 40), w, b),
             "float64": (x.double(), w.double(), b.double()),
             "float64 x": (x.double(), w, b),
             "bfloat16": (x.bfloat16(), w.bfloat16(), b.bfloat16()),
@@ -249,9 +279,9 @@ def test_inputs_it_leaves_to_pytorch(kernel):
     )
 
 
-def test_cpu_linear_uses_it_for_one_row_only(kernel):
-    """:func:`cpu_linear` gives the kernel's bits for one row of a large float32 weight, and
-    oneDNN's for several rows (the kernel declines them)."""
+def test_cpu_linear_uses_it_for_a_few_rows_only(kernel):
+    """:func:`cpu_linear` gives the kernel's bits for one to ``FEW_ROWS`` rows of a large
+    float32 weight, and oneDNN's for more (the kernel declines them)."""
     passes(
         kernel,
         """
@@ -269,9 +299,13 @@ def test_cpu_linear_uses_it_for_one_row_only(kernel):
             one = onednn.cpu_linear(x, w, b)
             assert len(results) == 1 and results[0] is not None
             assert torch.equal(one, results[0])
-            rows = torch.randn(3, k)
+            from zoo.kernels.ops import FEW_ROWS
+
+            few = onednn.cpu_linear(torch.randn(FEW_ROWS, k), w, b)
+            assert len(results) == 2 and torch.equal(few, results[1])
+            rows = torch.randn(FEW_ROWS + 1, k)
             several = onednn.cpu_linear(rows, w, b)
-            assert len(results) == 2 and results[1] is None
+            assert len(results) == 3 and results[2] is None
             assert torch.equal(several, onednn._kernel()(rows, w, b, "none", [], ""))
         """,
     )

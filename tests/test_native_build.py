@@ -42,8 +42,16 @@ BITS = Path(__file__).with_name("native_bits.py")
 SKIPPED = "zoo: building without its C kernels"
 #: Where a C build's skip must start (tests/conftest.py's ALLOWED_SKIPS).
 NEEDS = "needs zoo's native kernels"
-#: What tests/native_bits.py runs: the five kernels zoo.kernels.native calls, and the step.
-KERNELS = ("gemv_f32", "layer_norm", "rms_norm", "attend_one", "gemv_int8", "decode_step")
+#: What tests/native_bits.py runs: the kernels zoo.kernels.native calls, and the step.
+KERNELS = (
+    "gemv_f32",
+    "gemm_f32",
+    "layer_norm",
+    "rms_norm",
+    "attend_rows",
+    "gemv_int8",
+    "decode_step",
+)
 
 
 @functools.cache

@@ -40,7 +40,7 @@ COUNTER = textwrap.dedent(
     calls = collections.Counter()
     _lib = native._library()
     for _name in ("zoo_gemv_f32", "zoo_layer_norm_f32", "zoo_rms_norm_f32",
-                  "zoo_attend_one_f32", "zoo_gemv_int8"):
+                  "zoo_attend_rows_f32", "zoo_gemv_int8"):
         def _counted(*args, _kernel=getattr(_lib, _name), _name=_name):
             calls[_name] += 1
             return _kernel(*args)
@@ -76,7 +76,7 @@ STEP = COUNTER + textwrap.dedent(
         def forward(self, x, cache_k, cache_v, start):
             h = self.norms(x)
             qkv = native.linear(h, self.qkv, self.bias)
-            if qkv is None:  # several rows: PyTorch's product
+            if qkv is None:  # more rows than the kernel takes: PyTorch's product
                 return h, F.linear(h, self.qkv, self.bias)
             q, k, v = qkv.split((48, 24, 24), dim=-1)
             q = q.view(1, 1, 4, 12).transpose(1, 2)
@@ -91,7 +91,7 @@ STEP = COUNTER + textwrap.dedent(
     caches = {"eager": torch.randn(2, 1, 2, 9, 12), "compiled": None}
     caches["compiled"] = caches["eager"].clone()
     per_step = {"zoo_layer_norm_f32": 1, "zoo_rms_norm_f32": 2, "zoo_gemv_f32": 1,
-                "zoo_attend_one_f32": 1}
+                "zoo_attend_rows_f32": 1}
     with torch.no_grad():
         for start in (0, 1, 2, 5, 8):
             x = torch.randn(1, 1, 48)
@@ -105,7 +105,9 @@ STEP = COUNTER + textwrap.dedent(
             assert torch.equal(caches["compiled"], caches["eager"]), start  # the same writes
     print("ok compiled step")
 
-    x = torch.randn(2, 1, 48)  # two rows: PyTorch's ops, traced and fused
+    from zoo.kernels.ops import FEW_ROWS
+
+    x = torch.randn(FEW_ROWS + 1, 1, 48)  # more rows than the kernels take: PyTorch's ops
     calls.clear()
     with torch.no_grad():
         got, want = compiled(x, *caches["compiled"], 0), step(x, *caches["eager"], 0)
@@ -166,7 +168,7 @@ MODELS = COUNTER + textwrap.dedent(
         got, got_cache, compiled_calls = decode(model, torch.compile(model.logits,
                                                                      fullgraph=True))
         assert compiled_calls == eager_calls and eager_calls, (compiled_calls, eager_calls)
-        assert eager_calls.get("zoo_attend_one_f32") == 3 * len(model.blocks), eager_calls
+        assert eager_calls.get("zoo_attend_rows_f32") == 3 * len(model.blocks), eager_calls
         # the compiled code around the kernels (projections, activations, rotary positions)
         # rounds in its own order: the last bits may differ
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
@@ -233,6 +235,7 @@ SUBCLASSES = COUNTER + textwrap.dedent(
     from zoo.nn import Linear
     from zoo.quant.layers import dynamic_int8
     from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+    from zoo.kernels.ops import FEW_ROWS
 
     class Bare(torch.Tensor):  # a subclass the operator itself is handed (no dispatch of its own)
         pass
@@ -284,7 +287,7 @@ SUBCLASSES = COUNTER + textwrap.dedent(
                                 for t in args)),
                            torch_op(*(t.double() if isinstance(t, torch.Tensor) else t
                                       for t in args)))
-        many = (torch.randn(3, 32, generator=g),) + tuple(args[1:])
+        many = (torch.randn(FEW_ROWS + 1, 32, generator=g),) + tuple(args[1:])  # too many rows
         assert torch.equal(op(*many), torch_op(*many))
         assert not calls, calls
     print("ok rows")

@@ -1,8 +1,10 @@
 """zoo's one-row norm and attention kernels (zoo/kernels/_native.c, zoo.kernels.native) against
 PyTorch's on the same inputs: ``layer_norm`` against ``F.layer_norm``, ``rms_norm`` against
-zoo's RMSNorm formulas, and ``attend_one`` against ``LayerCache.write`` plus
+zoo's RMSNorm formulas, ``attend_one`` against ``LayerCache.write`` plus
 ``scaled_dot_product_attention`` (grouped-query heads, head sizes that are not multiples of
-eight, long caches, saturated scores), with the cache written at the same place; the cases
+eight, long caches, saturated scores, one to three sequences, each with its bits alone), with
+the cache written at the same place, and ``attend_memory`` (cross-attention, with and without
+a key padding mask) against ``scaled_dot_product_attention``; the cases
 they must decline; gradients still flowing where autograd records; and a tiny GPT-2 and a
 tiny grouped-query Llama decoding the same greedy tokens with and without the kernels, which
 must really run (on the per-module path: the one-call block step, which would otherwise take
@@ -75,28 +77,66 @@ CHILD = textwrap.dedent(
     def reference(q, k, v, ck, cv, start):
         ck, cv = ck.clone(), cv.clone()
         keys, values = LayerCache(ck, cv).write(start, k, v)
-        y = F.scaled_dot_product_attention(q, keys, values, enable_gqa=True)  # (1, H, 1, hd)
-        return y.transpose(1, 2).reshape(1, 1, -1), ck, cv
+        y = F.scaled_dot_product_attention(q, keys, values, enable_gqa=True)  # (B, H, 1, hd)
+        return y.transpose(1, 2).reshape(q.shape[0], 1, -1), ck, cv
 
     @settings(max_examples=120, deadline=None, derandomize=True)
     @given(st.sampled_from([(1, 1), (4, 4), (4, 2), (8, 1), (12, 12)]),
            st.sampled_from([1, 7, 20, 64, 80]), st.integers(0, 299),
-           st.sampled_from([0.1, 1.0, 30.0]), st.integers(0, 99))
-    def attention(heads, hd, start, scale, seed):
+           st.sampled_from([0.1, 1.0, 30.0]), st.integers(0, 99), st.integers(1, 3))
+    def attention(heads, hd, start, scale, seed, b):
         h, h_kv = heads
         g = torch.Generator().manual_seed(seed)
-        qkv = torch.randn(1, 1, (h + 2 * h_kv) * hd, generator=g) * scale  # a fused projection
+        qkv = torch.randn(b, 1, (h + 2 * h_kv) * hd, generator=g) * scale  # a fused projection
         q, k, v = qkv.split((h * hd, h_kv * hd, h_kv * hd), dim=-1)
-        q = q.view(1, 1, h, hd).transpose(1, 2)  # (1, H, 1, hd) views of the row
-        k, v = (t.view(1, 1, h_kv, hd).transpose(1, 2) for t in (k, v))
-        ck, cv = (torch.randn(1, h_kv, 300, hd, generator=g) for _ in range(2))
+        q = q.view(b, 1, h, hd).transpose(1, 2)  # (B, H, 1, hd) views of the rows
+        k, v = (t.view(b, 1, h_kv, hd).transpose(1, 2) for t in (k, v))
+        ck, cv = (torch.randn(b, h_kv, 300, hd, generator=g) for _ in range(2))
         want, want_k, want_v = reference(q, k, v, ck, cv, start)
+        alone = [native.attend_one(q[i : i + 1], k[i : i + 1], v[i : i + 1], ck[i : i + 1].clone(),
+                                   cv[i : i + 1].clone(), start, hd**-0.5) for i in range(b)]
         got = native.attend_one(q, k, v, ck, cv, start, hd**-0.5)
-        assert got is not None
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        assert got is not None and got.shape == (b, 1, h * hd)
+        # the outputs are averages of values of about `scale`: their rounding scales with it
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * scale)
         assert torch.equal(ck, want_k) and torch.equal(cv, want_v)  # the same cache written
+        assert torch.equal(got, torch.cat(alone))  # each sequence's bits, as alone
+
+    @settings(max_examples=120, deadline=None, derandomize=True)
+    @given(st.sampled_from([(1, 1), (4, 4), (4, 2), (8, 1), (12, 12)]),
+           st.sampled_from([1, 7, 20, 64, 80]), st.integers(1, 80),
+           st.sampled_from([0.1, 1.0, 30.0]), st.integers(0, 99), st.integers(1, 4),
+           st.booleans())
+    def memory_attention(heads, hd, length, scale, seed, b, padded):
+        # cross-attention: keys and values of one (B, S, 2 * H_kv * hd) projection, as
+        # MultiHeadAttention.memory_kv makes them; a key padding mask of each row's length
+        h, h_kv = heads
+        g = torch.Generator().manual_seed(seed)
+        q = (torch.randn(b, 1, h * hd, generator=g) * scale).view(b, 1, h, hd).transpose(1, 2)
+        kv = torch.randn(b, length, 2 * h_kv * hd, generator=g) * scale
+        k, v = (t.view(b, length, h_kv, hd).transpose(1, 2) for t in kv.split(h_kv * hd, -1))
+        lengths = torch.randint(1, length + 1, (b,), generator=g)
+        keep = (torch.arange(length) < lengths[:, None]) if padded else None  # (B, S)
+        mask = None if keep is None else keep[:, None, None, :]
+
+        def sdpa(*tensors):
+            y = F.scaled_dot_product_attention(*tensors, attn_mask=mask, enable_gqa=True)
+            return y.transpose(1, 2).reshape(b, 1, h * hd)
+
+        got = native.attend_memory(q, k, v, keep, hd**-0.5)
+        assert got is not None and got.shape == (b, 1, h * hd)
+        exact = sdpa(q.double(), k.double(), v.double())
+        # float32 scores are off by up to hd roundings of sum |q_i k_i| * scale each, which
+        # moves each softmax weight by about twice that (relative) and the output by that
+        # times the largest value: saturated scores (scale 30) make every float32 attention
+        # (SDPA's math backend too) miss float64 by far more than 1e-5
+        keys = k.double().abs().repeat_interleave(h // h_kv, dim=1)  # (B, H, S, hd)
+        sums = (q.double().abs() @ keys.transpose(-1, -2)).max().item() * hd**-0.5
+        bound = 4 * hd * 2.0**-24 * sums * v.abs().max().item() + 1e-5
+        assert (got - exact).abs().max().item() <= bound
 
     attention()
+    memory_attention()
     print("ok attention")
 
     q, k, v = torch.randn(1, 4, 1, 8), torch.randn(1, 2, 1, 8), torch.randn(1, 2, 1, 8)
@@ -107,6 +147,12 @@ CHILD = textwrap.dedent(
         native.attend_one(torch.randn(1, 4, 2, 8), k, v, ck, cv, 0, 1.0),  # two queries
         native.attend_one(q, k, v, ck.transpose(2, 3).contiguous().transpose(2, 3), cv, 0, 1.0),
         native.attend_one(torch.randn(1, 3, 1, 8), k, v, ck, cv, 0, 1.0),  # 3 heads on 2
+        native.attend_one(torch.randn(2, 4, 1, 8), k, v, ck, cv, 0, 1.0),  # 2 queries, 1 cache
+        native.attend_memory(q, ck, cv, torch.ones(1, 4, dtype=torch.bool), 1.0),  # 4 keys of 5
+        native.attend_memory(q, ck, cv, torch.ones(1, 5), 1.0),  # a float mask
+        native.attend_memory(q, ck, cv.transpose(2, 3).contiguous().transpose(2, 3), None, 1.0),
+        native.attend_memory(torch.randn(1, 4, 2, 8), ck, cv, None, 1.0),  # two queries
+        native.attend_memory(q.double(), ck.double(), cv.double(), None, 1.0),
         native.layer_norm(torch.randn(2, 8), None, None, 1e-5),  # two rows
         native.layer_norm(torch.randn(1, 8), torch.ones(7), None, 1e-5),
         native.rms_norm(torch.randn(1, 8).t(), torch.ones(1), 1e-5),  # not contiguous

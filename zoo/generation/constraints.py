@@ -140,9 +140,11 @@ class Constraints:
     def _no_bad_words(self, ids: Tensor, scores: Tensor) -> Tensor:
         """Ban every one-id bad word, and the last id of each longer one whose other ids end
         the row."""
+        if self.single.numel():  # one pass, where a mask the size of the scores took three
+            scores = scores.index_fill(1, self.single, -math.inf)
+        if not self.groups:
+            return scores
         banned = torch.zeros_like(scores, dtype=torch.bool)
-        if self.single.numel():
-            banned[:, self.single] = True
         for prefixes, last in self.groups:
             if prefixes.shape[1] > ids.shape[1]:  # longer than the row so far: cannot match
                 continue

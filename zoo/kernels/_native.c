@@ -119,6 +119,54 @@ __attribute__((target("avx2,fma"))) static void f32_rows(
 }
 #endif
 
+#ifdef ZOO_X86
+/* Y[m + r, n + i] = W[n + i, :] . X[m + r, :] + b[n + i] for r < R (R <= 2) and i < w_rows
+ * (w_rows <= 4; rows past them are not read): each load of a weight row serves R input rows,
+ * each dot product summed as f32_rows sums it (eight lanes of fused multiply-adds in k's
+ * order, the lanes, the rest, the bias), so every output has the bits zoo_gemv_f32 gives its
+ * row alone. */
+__attribute__((always_inline, target("avx2,fma"))) static inline void f32_tile(
+    const float *W, const float *X, const float *b, float *Y, int64_t N, int64_t K, int64_t n,
+    int w_rows, int64_t m, int R) {
+    const float *w[4];
+    for (int i = 0; i < 4; i++) w[i] = W + (n + (i < w_rows ? i : 0)) * K;
+    __m256 acc[4][2];
+    for (int i = 0; i < 4; i++)
+        for (int r = 0; r < R; r++) acc[i][r] = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + 8 <= K; k += 8) {
+        __m256 xv[2];
+        for (int r = 0; r < R; r++) xv[r] = _mm256_loadu_ps(X + (m + r) * K + k);
+        for (int i = 0; i < 4; i++) {
+            __m256 wv = _mm256_loadu_ps(w[i] + k);
+            for (int r = 0; r < R; r++) acc[i][r] = _mm256_fmadd_ps(wv, xv[r], acc[i][r]);
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        const float *x = X + (m + r) * K;
+        float *y = Y + (m + r) * N + n;
+        for (int i = 0; i < w_rows; i++) {
+            float s = hsum(acc[i][r]);
+            for (int64_t j = k; j < K; j++) s = fmaf(w[i][j], x[j], s);
+            y[i] = b ? s + b[n + i] : s;
+        }
+    }
+}
+
+/* Y[:, n] for weight rows n in [n0, n1) and all M rows of X, four weight rows at a time (read
+ * from memory once, then from the first level cache for each further pair of input rows). */
+__attribute__((target("avx2,fma"))) static void f32_rows_many(
+    const float *W, const float *X, const float *b, float *Y, int64_t M, int64_t N, int64_t K,
+    int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; n += 4) {
+        int w_rows = n1 - n < 4 ? (int)(n1 - n) : 4;
+        int64_t m = 0;
+        for (; m + 2 <= M; m += 2) f32_tile(W, X, b, Y, N, K, n, w_rows, m, 2);
+        if (m < M) f32_tile(W, X, b, Y, N, K, n, w_rows, m, 1);
+    }
+}
+#endif
+
 /* y (N) = W (N, K, row-major) x (K) + b (N, or NULL), on `threads` threads. Only call where
  * zoo_native_supported() is 1. */
 void zoo_gemv_f32(const float *W, const float *x, const float *b, float *y, int64_t N, int64_t K,
@@ -133,6 +181,30 @@ void zoo_gemv_f32(const float *W, const float *x, const float *b, float *y, int6
     }
 #else
     (void)W, (void)x, (void)b, (void)y, (void)N, (void)K, (void)threads;
+#endif
+}
+
+
+/* Y (M, N) = X (M, K) W^T + b for a few rows of X (row-major, as W): the weights are read from
+ * memory once for all M rows, where PyTorch's kernels for a few rows read them at a fraction
+ * of the rate (docs/benchmarks.md). Row m of Y has the bits zoo_gemv_f32 gives X's row m
+ * alone, whatever M and the thread count. Only call where zoo_native_supported() is 1. */
+void zoo_gemm_f32(const float *W, const float *X, const float *b, float *Y, int64_t M, int64_t N,
+                  int64_t K, int threads) {
+#ifdef ZOO_X86
+    if (M == 1) {
+        zoo_gemv_f32(W, X, b, Y, N, K, threads);
+        return;
+    }
+    int64_t tasks = (N + ROWS_PER_TASK - 1) / ROWS_PER_TASK;
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t t = 0; t < tasks; t++) {
+        int64_t n0 = t * ROWS_PER_TASK;
+        int64_t n1 = n0 + ROWS_PER_TASK < N ? n0 + ROWS_PER_TASK : N;
+        f32_rows_many(W, X, b, Y, M, N, K, n0, n1);
+    }
+#else
+    (void)W, (void)X, (void)b, (void)Y, (void)M, (void)N, (void)K, (void)threads;
 #endif
 }
 
@@ -175,14 +247,17 @@ __attribute__((target("avx2,fma"))) static void rms_norm(
     for (int64_t i = 0; i < d; i++) y[i] = (x[i] * r) * (w[i] + offset);
 }
 
-/* One query head against keys and values [0, len) (rows of hd floats), online softmax:
+/* One query head against keys and values [0, len) (rows of hd floats, `stride` floats apart),
+ * those j with keep[j] == 0 left out (keep NULL: none), online softmax:
  * y = sum_j softmax(q . k_j * scale)_j v_j. */
 __attribute__((target("avx2,fma"))) static void attend_head(
-    const float *q, const float *K, const float *V, float *y, int64_t len, int64_t hd, float scale) {
+    const float *q, const float *K, const float *V, int64_t stride, const uint8_t *keep, float *y,
+    int64_t len, int64_t hd, float scale) {
     float top = -INFINITY, total = 0.0f;
     for (int64_t d = 0; d < hd; d++) y[d] = 0.0f;
     for (int64_t j = 0; j < len; j++) {
-        float s = dot8(q, K + j * hd, hd) * scale;
+        if (keep && !keep[j]) continue;
+        float s = dot8(q, K + j * stride, hd) * scale;
         if (s > top) {  /* a new maximum: rescale what is summed so far */
             float c = expf(top - s);
             total *= c;
@@ -191,7 +266,7 @@ __attribute__((target("avx2,fma"))) static void attend_head(
         }
         float p = expf(s - top);
         total += p;
-        const float *v = V + j * hd;
+        const float *v = V + j * stride;
         for (int64_t d = 0; d < hd; d++) y[d] = fmaf(p, v[d], y[d]);
     }
     float inv = 1.0f / total;
@@ -219,31 +294,42 @@ void zoo_rms_norm_f32(const float *x, const float *w, float *y, int64_t d, float
 #endif
 }
 
-/* One decoding step's attention for one sequence: writes the new key and value of each of
- * kv_heads heads (rows k + j * k_stride, v + j * v_stride, hd floats) at position pos of the
- * caches ck, cv (kv_heads, max_len, hd), then each of heads query heads (q + h * q_stride)
- * attends to positions [0, pos] of its key/value head h / (heads / kv_heads); y is (heads, hd).
- * The heads run on `threads` threads. */
-void zoo_attend_one_f32(const float *q, int64_t q_stride, const float *k, int64_t k_stride,
-                        const float *v, int64_t v_stride, float *ck, float *cv, int64_t max_len,
-                        int64_t pos, int64_t heads, int64_t kv_heads, int64_t hd, float scale,
-                        float *y, int threads) {
+/* One query per sequence for `rows` sequences, each with `heads` query heads (row b's head h
+ * at q + b * q_row + h * q_head) attending to positions [0, len) of its key/value head
+ * j = h / (heads / kv_heads) in ck, cv (row b, head j, position p at b * c_row + j * c_head +
+ * p * c_pos; hd contiguous floats each), positions with keep[b * len + p] == 0 left out (keep
+ * NULL: none); y is (rows, heads, hd). Where k is not NULL, each row's new key and value
+ * (head j at k + b * k_row + j * k_head, likewise v) are first written at position pos of the
+ * caches: one decoding step of self-attention; with k NULL, ck and cv are only read (a
+ * decoder's cross-attention to its encoder's keys and values). The rows' heads run on
+ * `threads` threads; each head's result does not depend on the others or on the thread count. */
+void zoo_attend_rows_f32(const float *q, int64_t q_row, int64_t q_head, const float *k,
+                         int64_t k_row, int64_t k_head, const float *v, int64_t v_row,
+                         int64_t v_head, float *ck, float *cv, int64_t c_row, int64_t c_head,
+                         int64_t c_pos, int64_t pos, int64_t len, const uint8_t *keep,
+                         int64_t rows, int64_t heads, int64_t kv_heads, int64_t hd, float scale,
+                         float *y, int threads) {
 #ifdef ZOO_X86
-    for (int64_t j = 0; j < kv_heads; j++) {
-        memcpy(ck + (j * max_len + pos) * hd, k + j * k_stride, (size_t)hd * sizeof(float));
-        memcpy(cv + (j * max_len + pos) * hd, v + j * v_stride, (size_t)hd * sizeof(float));
-    }
+    size_t bytes = (size_t)hd * sizeof(float);
+    if (k)
+        for (int64_t b = 0; b < rows; b++)
+            for (int64_t j = 0; j < kv_heads; j++) {
+                int64_t at = b * c_row + j * c_head + pos * c_pos;
+                memcpy(ck + at, k + b * k_row + j * k_head, bytes);
+                memcpy(cv + at, v + b * v_row + j * v_head, bytes);
+            }
     int64_t group = heads / kv_heads;
 #pragma omp parallel for schedule(static) num_threads(threads)
-    for (int64_t h = 0; h < heads; h++) {
-        int64_t j = h / group;
-        attend_head(q + h * q_stride, ck + j * max_len * hd, cv + j * max_len * hd, y + h * hd,
-                    pos + 1, hd, scale);
+    for (int64_t i = 0; i < rows * heads; i++) {
+        int64_t b = i / heads, h = i % heads, at = b * c_row + (h / group) * c_head;
+        attend_head(q + b * q_row + h * q_head, ck + at, cv + at, c_pos,
+                    keep ? keep + b * len : NULL, y + i * hd, len, hd, scale);
     }
 #else
-    (void)q, (void)q_stride, (void)k, (void)k_stride, (void)v, (void)v_stride, (void)ck;
-    (void)cv, (void)max_len, (void)pos, (void)heads, (void)kv_heads, (void)hd, (void)scale;
-    (void)y, (void)threads;
+    (void)q, (void)q_row, (void)q_head, (void)k, (void)k_row, (void)k_head, (void)v;
+    (void)v_row, (void)v_head, (void)ck, (void)cv, (void)c_row, (void)c_head, (void)c_pos;
+    (void)pos, (void)len, (void)keep, (void)rows, (void)heads, (void)kv_heads, (void)hd;
+    (void)scale, (void)y, (void)threads;
 #endif
 }
 

@@ -41,10 +41,12 @@ void zoo_layer_norm_f32(const float *x, const float *w, const float *b, float *y
                         float eps);
 void zoo_rms_norm_f32(const float *x, const float *w, float *y, int64_t d, float eps,
                       float offset);
-void zoo_attend_one_f32(const float *q, int64_t q_stride, const float *k, int64_t k_stride,
-                        const float *v, int64_t v_stride, float *ck, float *cv, int64_t max_len,
-                        int64_t pos, int64_t heads, int64_t kv_heads, int64_t hd, float scale,
-                        float *y, int threads);
+void zoo_attend_rows_f32(const float *q, int64_t q_row, int64_t q_head, const float *k,
+                         int64_t k_row, int64_t k_head, const float *v, int64_t v_row,
+                         int64_t v_head, float *ck, float *cv, int64_t c_row, int64_t c_head,
+                         int64_t c_pos, int64_t pos, int64_t len, const uint8_t *keep,
+                         int64_t rows, int64_t heads, int64_t kv_heads, int64_t hd, float scale,
+                         float *y, int threads);
 
 enum { LINEAR_F32 = 0, LINEAR_INT8 = 1 };
 enum { NORM_LAYER = 0, NORM_RMS = 1 };
@@ -200,8 +202,9 @@ static int attention(const zoo_block *b, const float *h, float *qkv, float *att,
         rotate(q, b->heads, hd, rot, cos, sin);
         rotate(k, b->kv_heads, hd, rot, cos, sin);
     }
-    zoo_attend_one_f32(q, hd, k, hd, v, hd, ck, cv, max_len, pos, b->heads, b->kv_heads, hd,
-                       b->scale, att, threads);
+    /* one sequence: its caches (kv_heads, max_len, hd) */
+    zoo_attend_rows_f32(q, 0, hd, k, 0, hd, v, 0, hd, ck, cv, 0, max_len * hd, hd, pos, pos + 1,
+                        NULL, 1, b->heads, b->kv_heads, hd, b->scale, att, threads);
     return linear(&b->out, att, a, threads);
 }
 

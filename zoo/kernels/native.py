@@ -72,7 +72,7 @@ from .native_load import _plain_blocks as _plain_blocks
 from .native_load import _vector as _vector
 from .native_load import available
 
-__all__ = ["attend_one", "available", "layer_norm", "linear", "rms_norm"]
+__all__ = ["attend_memory", "attend_one", "available", "layer_norm", "linear", "rms_norm"]
 
 
 def _compile_ready() -> bool:
@@ -107,11 +107,12 @@ def _vector_layout(t: Tensor, n: int) -> bool:
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor | None:
-    """``F.linear(x, weight, bias)`` for one row of float32 ``x`` on the CPU (``(*, K)``
-    with one row in all, e.g. ``(1, 1, K)``), on zoo's kernel; ``None`` where the kernel
-    does not apply (another dtype or device, several rows, non-contiguous tensors, no
-    kernel) and the caller computes it otherwise. No autograd: callers use it without
-    gradients.
+    """``F.linear(x, weight, bias)`` for float32 ``x`` on the CPU of one to
+    :data:`~zoo.kernels.ops.FEW_ROWS` rows (``(*, K)``, e.g. ``(1, 1, K)`` at batch-1
+    decoding, ``(4, 1, K)`` for four beams), on zoo's kernel, each row with the bits it has
+    alone; ``None`` where the kernel does not apply (another dtype or device, more rows,
+    non-contiguous tensors, no kernel) and the caller computes it otherwise. No autograd:
+    callers use it without gradients. Under ``torch.compile`` one row only.
 
     Shape:
         ``(*, K) -> (*, N)`` for ``weight`` ``(N, K)``.
@@ -169,16 +170,17 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float, offset: float = 0.0) -> Tens
 def attend_one(
     q: Tensor, k: Tensor, v: Tensor, cache_k: Tensor, cache_v: Tensor, start: int, scale: float
 ) -> Tensor | None:
-    """One decoding step's attention for one sequence: stores the new key and value at
-    position ``start`` of the caches, then each query head attends to positions
+    """One decoding step's attention for each of ``B`` sequences: stores the new keys and
+    values at position ``start`` of the caches, then each query head attends to positions
     ``[0, start]`` of its key/value head (grouped-query when ``H_kv < H``), softmax in
     float32 with ``scale``; no mask. ``None`` (nothing written) where it does not apply:
-    another dtype or device, more than one sequence or query, ``start`` past the cache,
+    another dtype or device, more than one query per sequence, ``start`` past the cache,
     heads whose features are not contiguous, or a cache that is not one contiguous block.
+    Each sequence's result has the bits it has alone.
 
     Shape:
-        ``q (1, H, 1, hd)``, ``k``/``v`` ``(1, H_kv, 1, hd)``, caches ``(1, H_kv, max_len,
-        hd)`` -> ``(1, 1, H * hd)``.
+        ``q (B, H, 1, hd)``, ``k``/``v`` ``(B, H_kv, 1, hd)``, caches ``(B, H_kv, max_len,
+        hd)`` -> ``(B, 1, H * hd)``.
     """
     if torch.compiler.is_compiling():
         if not (_compile_ready() and _attention_layout(q, k, v, cache_k, cache_v, start)):
@@ -188,6 +190,24 @@ def attend_one(
     if lib is None:
         return None
     return ops.attend_one_kernel(lib, q, k, v, cache_k, cache_v, start, scale)
+
+
+def attend_memory(
+    q: Tensor, k: Tensor, v: Tensor, keep: Tensor | None, scale: float
+) -> Tensor | None:
+    """One query per sequence attending to that sequence's keys and values, those where
+    ``keep`` is ``False`` left out, softmax in float32 with ``scale``: a decoding step's
+    cross-attention to the encoder's output. ``None`` where it does not apply (another dtype
+    or device, several queries, heads whose features are not contiguous, keys and values
+    laid out differently, inside a ``torch.compile`` trace: there the caller's
+    ``scaled_dot_product_attention`` stays).
+
+    Shape:
+        ``q (B, H, 1, hd)``, ``k``/``v`` ``(B, H_kv, S, hd)``, ``keep`` ``(B, S)`` boolean
+        or ``None`` -> ``(B, 1, H * hd)``.
+    """
+    lib = _kernels()
+    return None if lib is None else ops.attend_memory_kernel(lib, q, k, v, keep, scale)
 
 
 def _attention_layout(
@@ -200,15 +220,15 @@ def _attention_layout(
     if not all(t.dim() == 4 and t.dtype is torch.float32 and t.is_cpu for t in tensors):
         return False
     kv_heads, hd = k.shape[1], q.shape[3]
+    rows = q.shape[0]
     return (
-        q.shape[0] == 1
-        and q.shape[2] == 1
+        q.shape[2] == 1
         and 0 <= start < cache_k.shape[2]
         and all(t.stride(-1) == 1 for t in tensors)
         and cache_k.is_contiguous()
         and cache_v.is_contiguous()
-        and cache_k.shape == cache_v.shape == (1, kv_heads, cache_k.shape[2], hd)
-        and k.shape == v.shape == (1, kv_heads, 1, hd)
+        and cache_k.shape == cache_v.shape == (rows, kv_heads, cache_k.shape[2], hd)
+        and k.shape == v.shape == (rows, kv_heads, 1, hd)
         and kv_heads > 0
         and q.shape[1] % kv_heads == 0
     )

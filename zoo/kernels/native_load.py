@@ -22,6 +22,7 @@ import ctypes
 import functools
 import importlib.machinery
 import importlib.util
+import math
 import operator
 import warnings
 from collections.abc import Sequence
@@ -43,10 +44,16 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "zoo_native_supported": (ctypes.c_int, []),
     "zoo_native_max_threads": (ctypes.c_int, []),
     "zoo_gemv_f32": (None, [_P, _P, _P, _P, _I, _I, ctypes.c_int]),
+    # W, X, b, Y, M, N, K, threads
+    "zoo_gemm_f32": (None, [_P, _P, _P, _P, _I, _I, _I, ctypes.c_int]),
     "zoo_layer_norm_f32": (None, [_P, _P, _P, _P, _I, _F]),
     "zoo_rms_norm_f32": (None, [_P, _P, _P, _I, _F, _F]),
-    # q, its head stride, k, v likewise; the caches, max_len, pos, heads, kv heads, hd, scale, y
-    "zoo_attend_one_f32": (None, [_P, _I] * 3 + [_P, _P] + [_I] * 5 + [_F, _P, ctypes.c_int]),
+    # q, its row and head strides, k and v likewise; the caches, their row, head and position
+    # strides; pos, len, keep, rows, heads, kv heads, hd, scale, y, threads
+    "zoo_attend_rows_f32": (
+        None,
+        [_P, _I, _I] * 3 + [_P, _P] + [_I] * 5 + [_P] + [_I] * 4 + [_F, _P, ctypes.c_int],
+    ),
     # x, int8 rows, their scales, their sums, bias, y, N, K, threads -> 0 or -1 (not finite)
     "zoo_gemv_int8": (ctypes.c_int, [_P] * 6 + [_I, _I, ctypes.c_int]),
     # a zoo_decoder, token, position, logits, the key and value caches' addresses [n],
@@ -211,6 +218,15 @@ def _row(x: Tensor) -> bool:
     """Whether ``x`` is one contiguous float32 row on the CPU (``(*, d)``, one row in all), a
     plain tensor inside its storage (:func:`_plain`)."""
     return _plain(x) and x.numel() == x.shape[-1] and x.is_contiguous()
+
+
+def _rows(x: Tensor, most: int) -> int:
+    """How many rows contiguous float32 ``x`` ``(*, d)`` on the CPU has, a plain tensor inside
+    its storage (:func:`_plain`), where that is 1 to ``most``; else 0."""
+    if x.dim() == 0 or not x.is_contiguous() or not _plain(x):
+        return 0
+    rows = math.prod(x.shape[:-1])
+    return rows if 0 < rows <= most else 0
 
 
 def _address(t: Tensor | None) -> int | None:

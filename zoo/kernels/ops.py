@@ -31,15 +31,20 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .native_load import _address, _library, _plain, _row, _vector
+from .native_load import _address, _library, _plain, _row, _rows, _vector
 
 __all__ = [
+    "attend_memory_kernel",
     "attend_one_kernel",
     "gemv_f32_kernel",
     "gemv_int8_kernel",
     "layer_norm_kernel",
     "rms_norm_kernel",
 ]
+
+#: The most rows of ``x`` :func:`gemv_f32_kernel` takes (one pass over the weights for all of
+#: them); from about this many on, oneDNN's matrix product is as fast (docs/benchmarks.md).
+FEW_ROWS = 8
 
 _LIB = torch.library.Library("zoo", "FRAGMENT")  # the namespace zoo::onednn_linear shares
 _IMPL_KEY = "CompositeExplicitAutograd"  # every device: PyTorch's ops where C does not apply
@@ -61,14 +66,16 @@ SCHEMAS = {
 def gemv_f32_kernel(
     lib: ctypes.CDLL, x: Tensor, weight: Tensor, bias: Tensor | None
 ) -> Tensor | None:
-    """``F.linear(x, weight, bias)`` on ``zoo_gemv_f32`` for one contiguous float32 row
-    ``x`` ``(*, K)``, a contiguous ``(N, K)`` weight and an ``(N,)`` bias or none, all plain;
+    """``F.linear(x, weight, bias)`` for contiguous float32 ``x`` ``(*, K)`` of one to
+    :data:`FEW_ROWS` rows, a contiguous ``(N, K)`` weight and an ``(N,)`` bias or none, all
+    plain: ``zoo_gemv_f32`` for one row, ``zoo_gemm_f32`` (the same bits per row) for more;
     ``None`` otherwise."""
-    if weight.dim() != 2 or x.dim() == 0:
+    if weight.dim() != 2:
         return None
     n, k = weight.shape
+    rows = _rows(x, FEW_ROWS)
     if not (
-        _row(x)
+        rows
         and x.shape[-1] == k
         and weight.is_contiguous()
         and _plain(weight)
@@ -76,10 +83,16 @@ def gemv_f32_kernel(
     ):
         return None
     y = x.new_empty((*x.shape[:-1], n))  # float32, as x is
-    lib.zoo_gemv_f32(
-        weight.data_ptr(), x.data_ptr(), _address(bias), y.data_ptr(), n, k,
-        torch.get_num_threads(),
-    )  # fmt: skip
+    if rows == 1:
+        lib.zoo_gemv_f32(
+            weight.data_ptr(), x.data_ptr(), _address(bias), y.data_ptr(), n, k,
+            torch.get_num_threads(),
+        )  # fmt: skip
+    else:
+        lib.zoo_gemm_f32(
+            weight.data_ptr(), x.data_ptr(), _address(bias), y.data_ptr(), rows, n, k,
+            torch.get_num_threads(),
+        )  # fmt: skip
     return y
 
 
@@ -123,30 +136,76 @@ def attend_one_kernel(
     start: int,
     scale: float,
 ) -> Tensor | None:
-    """One new token's attention on ``zoo_attend_one_f32``, which first stores ``k`` and
-    ``v`` at position ``start`` of the caches (see :func:`zoo.kernels.native.attend_one`),
-    for plain float32 tensors of the shapes it takes, heads whose features are contiguous
-    and caches that are one contiguous block each; ``None`` (nothing written) otherwise."""
-    if q.dim() != 4 or q.shape[0] != 1 or q.shape[2] != 1 or not 0 <= start < cache_k.shape[2]:
+    """One new token's attention for each of ``B`` sequences on ``zoo_attend_rows_f32``,
+    which first stores ``k`` and ``v`` at position ``start`` of the caches (see
+    :func:`zoo.kernels.native.attend_one`), for plain float32 tensors of the shapes it takes,
+    heads whose features are contiguous and caches that are one contiguous block each;
+    ``None`` (nothing written) otherwise.
+
+    Shape:
+        ``q (B, H, 1, hd)``, ``k``/``v`` ``(B, H_kv, 1, hd)``, caches ``(B, H_kv, max_len,
+        hd)`` -> ``(B, 1, H * hd)``.
+    """
+    if q.dim() != 4 or q.shape[2] != 1 or not 0 <= start < cache_k.shape[2]:
         return None  # (the shapes below hold k, v and the caches to four dimensions)
     tensors = (q, k, v, cache_k, cache_v)
-    heads, hd = q.shape[1], q.shape[3]
-    kv_heads = k.shape[1]
+    rows, heads, hd = q.shape[0], q.shape[1], q.shape[3]
+    kv_heads, max_len = k.shape[1], cache_k.shape[2]
     if not (
         all(t.stride(-1) == 1 and _plain(t) for t in tensors)
         and cache_k.is_contiguous()
         and cache_v.is_contiguous()
-        and cache_k.shape == cache_v.shape == (1, kv_heads, cache_k.shape[2], hd)
-        and k.shape == v.shape == (1, kv_heads, 1, hd)
+        and cache_k.shape == cache_v.shape == (rows, kv_heads, max_len, hd)
+        and k.shape == v.shape == (rows, kv_heads, 1, hd)
         and kv_heads > 0
         and heads % kv_heads == 0
     ):
         return None
-    y = q.new_empty((1, 1, heads * hd))  # float32, as q is
-    lib.zoo_attend_one_f32(
-        q.data_ptr(), q.stride(1), k.data_ptr(), k.stride(1), v.data_ptr(), v.stride(1),
-        cache_k.data_ptr(), cache_v.data_ptr(), cache_k.shape[2], start, heads, kv_heads, hd,
-        scale, y.data_ptr(), torch.get_num_threads(),
+    y = q.new_empty((rows, 1, heads * hd))  # float32, as q is
+    lib.zoo_attend_rows_f32(
+        q.data_ptr(), q.stride(0), q.stride(1), k.data_ptr(), k.stride(0), k.stride(1),
+        v.data_ptr(), v.stride(0), v.stride(1), cache_k.data_ptr(), cache_v.data_ptr(),
+        cache_k.stride(0), cache_k.stride(1), hd, start, start + 1, None, rows, heads, kv_heads,
+        hd, scale, y.data_ptr(), torch.get_num_threads(),
+    )  # fmt: skip
+    return y
+
+
+def attend_memory_kernel(
+    lib: ctypes.CDLL, q: Tensor, k: Tensor, v: Tensor, keep: Tensor | None, scale: float
+) -> Tensor | None:
+    """One query per sequence attending to its own keys and values (a decoder's
+    cross-attention to its encoder's output) on ``zoo_attend_rows_f32``, positions with
+    ``keep`` ``False`` left out; for plain float32 tensors whose heads' features are
+    contiguous, ``k`` and ``v`` laid out alike, and a contiguous boolean ``keep``; ``None``
+    otherwise.
+
+    Shape:
+        ``q (B, H, 1, hd)``, ``k``/``v`` ``(B, H_kv, S, hd)``, ``keep`` ``(B, S)`` ->
+        ``(B, 1, H * hd)``.
+    """
+    if q.dim() != 4 or k.dim() != 4 or q.shape[2] != 1:
+        return None
+    rows, heads, _, hd = q.shape
+    kv_heads, length = k.shape[1], k.shape[2]
+    if not (
+        all(t.stride(-1) == 1 and _plain(t) for t in (q, k, v))
+        and k.shape == v.shape == (rows, kv_heads, length, hd)
+        and k.stride() == v.stride()
+        and length > 0
+        and kv_heads > 0
+        and heads % kv_heads == 0
+        and (
+            keep is None
+            or (keep.shape == (rows, length) and keep.is_contiguous() and _plain(keep, torch.bool))
+        )
+    ):
+        return None
+    y = q.new_empty((rows, 1, heads * hd))  # float32, as q is
+    lib.zoo_attend_rows_f32(
+        q.data_ptr(), q.stride(0), q.stride(1), None, 0, 0, None, 0, 0, k.data_ptr(),
+        v.data_ptr(), k.stride(0), k.stride(1), k.stride(2), 0, length, _address(keep), rows,
+        heads, kv_heads, hd, scale, y.data_ptr(), torch.get_num_threads(),
     )  # fmt: skip
     return y
 
@@ -222,7 +281,7 @@ def _attend_one(
     keys, values = cache_k.narrow(2, 0, start + 1), cache_v.narrow(2, 0, start + 1)
     gqa = q.shape[1] != k.shape[1]
     y = F.scaled_dot_product_attention(q, keys, values, scale=scale, enable_gqa=gqa)
-    return y.transpose(1, 2).reshape(1, 1, q.shape[1] * q.shape[3])  # (1, 1, H * hd)
+    return y.transpose(1, 2).reshape(q.shape[0], 1, q.shape[1] * q.shape[3])  # (B, 1, H * hd)
 
 
 def _gemv_int8(x: Tensor, q: Tensor, scale: Tensor, colsum: Tensor, bias: Tensor | None) -> Tensor:
@@ -267,7 +326,7 @@ def _attend_fake(
     q: Tensor, k: Tensor, v: Tensor, cache_k: Tensor, cache_v: Tensor, start: int, scale: float
 ) -> Tensor:
     _attention_shapes(q, k, v, cache_k, cache_v, start)
-    return q.new_empty((1, 1, q.shape[1] * q.shape[3]))
+    return q.new_empty((q.shape[0], 1, q.shape[1] * q.shape[3]))
 
 
 def _int8_fake(x: Tensor, q: Tensor, scale: Tensor, colsum: Tensor, bias: Tensor | None) -> Tensor:
@@ -277,24 +336,24 @@ def _int8_fake(x: Tensor, q: Tensor, scale: Tensor, colsum: Tensor, bias: Tensor
 def _attention_shapes(
     q: Tensor, k: Tensor, v: Tensor, cache_k: Tensor, cache_v: Tensor, start: int
 ) -> None:
-    """Raise ``ValueError`` unless the tensors are one sequence's new token and its caches:
-    ``q`` ``(1, H, 1, hd)``, ``k``/``v`` ``(1, H_kv, 1, hd)``, caches ``(1, H_kv, max_len,
-    hd)``, ``H`` a multiple of ``H_kv``, ``0 <= start < max_len``."""
+    """Raise ``ValueError`` unless the tensors are one new token of each of ``B`` sequences
+    and their caches: ``q`` ``(B, H, 1, hd)``, ``k``/``v`` ``(B, H_kv, 1, hd)``, caches
+    ``(B, H_kv, max_len, hd)``, ``H`` a multiple of ``H_kv``, ``0 <= start < max_len``."""
     shapes = [tuple(t.shape) for t in (q, k, v, cache_k, cache_v)]
     if any(len(shape) != 4 for shape in shapes):
         raise ValueError(f"zoo::attend_one takes 4-dimensional tensors, got shapes {shapes}")
     (b, heads, t, hd), kv, _, cache, _ = shapes
     kv_heads = kv[1]
     if not (
-        b == t == 1
+        t == 1
         and kv_heads > 0
         and heads % kv_heads == 0
-        and k.shape == v.shape == (1, kv_heads, 1, hd)
-        and cache_k.shape == cache_v.shape == (1, kv_heads, cache[2], hd)
+        and k.shape == v.shape == (b, kv_heads, 1, hd)
+        and cache_k.shape == cache_v.shape == (b, kv_heads, cache[2], hd)
     ):
         raise ValueError(
-            "zoo::attend_one takes one sequence's new token: q (1, H, 1, hd), k and v "
-            f"(1, H_kv, 1, hd), caches (1, H_kv, max_len, hd) with H a multiple of H_kv; got "
+            "zoo::attend_one takes one new token of each sequence: q (B, H, 1, hd), k and v "
+            f"(B, H_kv, 1, hd), caches (B, H_kv, max_len, hd) with H a multiple of H_kv; got "
             f"q, k, v, cache_k, cache_v of shapes {shapes}"
         )
     if not 0 <= start < cache[2]:

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..kernels import native
 from .cache_types import LayerCacheLike
 from .linear import Linear
 from .positions import Rotation
@@ -139,9 +140,13 @@ class MultiHeadAttention(nn.Module):
             q, k = rotation(q), rotation(k)
         if cache is not None:
             y = self._native_step(q, k, v, cache, start, mask, causal)
-            if y is not None:  # one decoding step of one sequence, on zoo's kernel
+            if y is not None:  # one decoding step of each sequence, on zoo's kernel
                 return self.proj(y)
             k, v = cache.write(start, k, v)  # (B, H_kv, start + T, hd)
+        elif self.cross and t == 1:
+            y = self._native_memory(q, k, v, mask)
+            if y is not None:  # one decoding step's cross-attention, on zoo's kernel
+                return self.proj(y)
         if self.softcap is None:
             y = F.scaled_dot_product_attention(
                 q,
@@ -183,6 +188,23 @@ class MultiHeadAttention(nn.Module):
             return None
         scale = self.scale if self.scale is not None else self.head_dim**-0.5
         return cache.attend_one(q, k, v, start, scale)
+
+    def _native_memory(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor | None:
+        """One query per sequence attending to the encoder's keys and values in one kernel
+        (:func:`zoo.kernels.native.attend_memory`), ``(B, 1, H * hd)``; ``None`` where it
+        does not apply (a mask other than a key padding mask, soft-capped scores, gradients,
+        dropout, no kernel)."""
+        b, s = k.shape[0], k.shape[2]
+        if (
+            self.softcap is not None
+            or (self.training and self.dropout > 0)
+            or (torch.is_grad_enabled() and q.requires_grad)
+            or (mask is not None and (mask.dtype is not torch.bool or mask.shape != (b, 1, 1, s)))
+        ):
+            return None
+        keep = None if mask is None else mask.reshape(b, s)  # (B, S): a key padding mask
+        scale = self.scale if self.scale is not None else self.head_dim**-0.5
+        return native.attend_memory(q, k, v, keep, scale)
 
     def _project(
         self, x: Tensor, memory: Tensor | None, memory_kv: tuple[Tensor, Tensor] | None

@@ -121,10 +121,14 @@ class KVCache:
                 f"{tuple(index.shape)}"
             )
         filled = self.length if length is None else length
+        moved = (index != torch.arange(rows, device=index.device)).nonzero().flatten()  # (M,)
+        if moved.numel() == 0:
+            return
+        sources = index.index_select(0, moved)  # (M,): only the rows that change are copied
         for layer in self.layers:
             for buffer in (layer.k, layer.v):
                 part = buffer.narrow(2, 0, filled)
-                part.copy_(part.index_select(0, index))
+                part.index_copy_(0, moved, part.index_select(0, sources))
 
     def read_whole(self, index: Tensor) -> StaticKVCache:
         """The same buffers as :class:`StaticLayerCache` s that write at ``index`` ``(T,)`` and
