@@ -45,6 +45,13 @@
 /* Weight rows a thread takes at a time: 16 rows of 768 floats are 48 KiB, a few pages. */
 #define ROWS_PER_TASK 16
 
+/* How far ahead of its reads zoo_gemm_f32 asks for each weight row, in floats (a prefetch
+ * hint, which never faults, even past the matrix): with a few input rows the products take
+ * long enough per byte that the hardware's own prefetching falls behind; for rows of 512
+ * floats this is the next four rows' matching place (docs/benchmarks.md). One row's kernel
+ * streams faster without it. */
+#define PREFETCH_AHEAD 2048
+
 /* 1 where this CPU has AVX2 and FMA (the kernels below need both), else 0. */
 int zoo_native_supported(void) {
 #ifdef ZOO_X86
@@ -138,6 +145,7 @@ __attribute__((always_inline, target("avx2,fma"))) static inline void f32_tile(
         __m256 xv[2];
         for (int r = 0; r < R; r++) xv[r] = _mm256_loadu_ps(X + (m + r) * K + k);
         for (int i = 0; i < 4; i++) {
+            _mm_prefetch((const char *)(w[i] + k + PREFETCH_AHEAD), _MM_HINT_T0);
             __m256 wv = _mm256_loadu_ps(w[i] + k);
             for (int r = 0; r < R; r++) acc[i][r] = _mm256_fmadd_ps(wv, xv[r], acc[i][r]);
         }
