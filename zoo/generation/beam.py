@@ -83,6 +83,9 @@ class _Beams:
         origins = (batch, beams, config.max_new_tokens)
         self.running_origins = torch.full(origins, -1, dtype=torch.int32, device=device)
         self.origins = self.running_origins.clone()
+        # each step's log-probabilities, written into one tensor: a new (B * beams, vocab)
+        # tensor every step costs the memory's page faults again
+        self._log_probs_buffer: Tensor | None = None
 
     def _flat(self, tensor: Tensor) -> Tensor:
         """``(B, N, ...) -> (B * N, ...)``."""
@@ -90,9 +93,13 @@ class _Beams:
 
     def _log_probs(self, logits: Tensor) -> Tensor:
         """Each prompt's continuations over all its beams, scored: ``(B, beams * vocab)``."""
-        log_probs = torch.nn.functional.log_softmax(logits.to(torch.float32), dim=-1)
+        logits = logits.to(torch.float32)
+        if self._log_probs_buffer is None or self._log_probs_buffer.shape != logits.shape:
+            self._log_probs_buffer = torch.empty_like(logits)  # (B * beams, vocab), every step
+        log_probs = torch.log_softmax(logits, dim=-1, out=self._log_probs_buffer)
         if self.rules is not None:
-            log_probs = self.rules(self._flat(self.running[:, :, : self.length]), log_probs)
+            ids = self._flat(self.running[:, :, : self.length])
+            log_probs = self.rules(ids, log_probs, own=True)
         log_probs = limit_vocab(log_probs, self.config.vocab_limit)  # a tensor of its own
         log_probs = log_probs.view(self.batch, self.beams, -1)
         log_probs.add_(self.running_scores[:, :, None])  # in place: the same sums

@@ -104,14 +104,17 @@ class Constraints:
         )
         return cls(config, prefix_length, max_new_tokens, vocab_size, device) if asked else None
 
-    def __call__(self, ids: Tensor, scores: Tensor) -> Tensor:
+    def __call__(self, ids: Tensor, scores: Tensor, *, own: bool = False) -> Tensor:
         """``scores`` ``(N, V)`` of the next token after ``ids`` ``(N, L)``, with what may not
-        follow set to ``-inf`` (and a forced token's score to 0, every other ``-inf``)."""
+        follow set to ``-inf`` (and a forced token's score to 0, every other ``-inf``).
+        ``own``: ``scores`` is the caller's to overwrite (a tensor it made for this step), so
+        the bans are written into it instead of into a copy of the ``(N, V)`` scores."""
         length = ids.shape[-1]
         if self.ngram > 0 and length >= self.ngram:
-            scores = self._no_repeat(ids, scores)
+            scores = self._no_repeat(ids, scores, own)
+            own = True  # a copy of our own from here on
         if self.single.numel() or self.groups:
-            scores = self._no_bad_words(ids, scores)
+            scores = self._no_bad_words(ids, scores, own)
         too_short = length < self.min_length or length - self.prefix_length < self.min_new_tokens
         if self.ends is not None and too_short:
             vocab = torch.arange(scores.shape[-1], device=scores.device)
@@ -124,7 +127,7 @@ class Constraints:
             scores[:, list(self.forced_eos)] = 0
         return scores
 
-    def _no_repeat(self, ids: Tensor, scores: Tensor) -> Tensor:
+    def _no_repeat(self, ids: Tensor, scores: Tensor, own: bool) -> Tensor:
         """Ban each token that would complete an n-gram already in the row: every window
         whose first ``n - 1`` ids are the row's last ``n - 1`` bans its own last id."""
         n = self.ngram
@@ -135,13 +138,15 @@ class Constraints:
         banned = scores.new_zeros((scores.shape[0], vocab_size + 1), dtype=torch.bool)
         last = torch.where(matches, windows[..., -1].clamp(max=vocab_size), vocab_size)
         banned.scatter_(1, last, True)
-        return scores.masked_fill(banned[:, :vocab_size], -math.inf)
+        fill = scores.masked_fill_ if own else scores.masked_fill
+        return fill(banned[:, :vocab_size], -math.inf)
 
-    def _no_bad_words(self, ids: Tensor, scores: Tensor) -> Tensor:
+    def _no_bad_words(self, ids: Tensor, scores: Tensor, own: bool) -> Tensor:
         """Ban every one-id bad word, and the last id of each longer one whose other ids end
-        the row."""
-        if self.single.numel():  # one pass, where a mask the size of the scores took three
-            scores = scores.index_fill(1, self.single, -math.inf)
+        the row (into ``scores`` itself where ``own``)."""
+        if self.single.numel():  # no mask the size of the scores: a copy at most
+            fill = scores.index_fill_ if own else scores.index_fill
+            scores = fill(1, self.single, -math.inf)
         if not self.groups:
             return scores
         banned = torch.zeros_like(scores, dtype=torch.bool)
@@ -151,4 +156,5 @@ class Constraints:
             matching = (ids[:, None, -prefixes.shape[1] :] == prefixes).all(dim=-1)  # (N, G)
             rows, group = matching.nonzero(as_tuple=True)
             banned[rows, last[group]] = True
-        return scores.masked_fill(banned, -math.inf)
+        fill = scores.masked_fill_ if own else scores.masked_fill
+        return fill(banned, -math.inf)

@@ -1,4 +1,5 @@
-/* zoo's own CPU kernels: one input row times a weight matrix (batch-1 decoding).
+/* zoo's own CPU kernels: one input row (or a few) times a weight matrix (batch-1 decoding, a
+ * beam search's beams), and the norms and attention of one decoding step.
  *
  * Why they exist: a batch-1 decoding step reads every weight once, so its speed is the rate
  * at which the matrix-vector products stream weights from memory. PyTorch's kernels for one

@@ -1,5 +1,6 @@
-"""zoo's own CPU kernels for batch-1 decoding: one input row times a weight matrix, and the
-layer norm, RMSNorm and attention of one new token.
+"""zoo's own CPU kernels for batch-1 decoding: one input row (or a few: a beam search's beams)
+times a weight matrix, and the layer norm, RMSNorm and attention of one new token (of one
+sequence or a few, and a decoder's cross-attention to its encoder's output).
 
 Why: a batch-1 decoding step reads every weight once, so its speed is the rate at which its
 matrix-vector products stream the weights from memory. PyTorch's kernels for a single row
