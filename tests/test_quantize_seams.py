@@ -169,7 +169,7 @@ def test_quantized_load_through_a_layout(arch, layout, tmp_path, children):
 def test_release_pages_leaves_heap_memory_alone():
     """Heap memory (what a layout's torch.cat gives) is never handed to madvise: its values
     survive, and so does the allocator."""
-    from zoo.quant.layers import release_pages
+    from zoo.kernels.pages import release_pages
 
     tensor = torch.arange(1 << 20, dtype=torch.float32)
     release_pages(tensor)
@@ -183,15 +183,15 @@ def test_release_pages_gives_back_a_file_mapping(tmp_path: Path):
     from safetensors.torch import save_file
 
     from zoo.checkpoint.files import read_safetensors
-    from zoo.quant.layers import _in_file_mapping, release_pages
+    from zoo.kernels.pages import in_file_mapping, release_pages
 
     want = torch.arange(1 << 20, dtype=torch.float32)
     save_file({"w": want}, tmp_path / "w.safetensors")
     tensor = read_safetensors(tmp_path / "w.safetensors")[0]["w"]
     size = tensor.numel() * tensor.element_size()
-    assert _in_file_mapping(tensor.data_ptr(), tensor.data_ptr() + size)
+    assert in_file_mapping(tensor.data_ptr(), tensor.data_ptr() + size)
     copy = tensor.clone()
-    assert not _in_file_mapping(copy.data_ptr(), copy.data_ptr() + size)
+    assert not in_file_mapping(copy.data_ptr(), copy.data_ptr() + size)
     release_pages(tensor)
     assert torch.equal(tensor, want)
 

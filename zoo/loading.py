@@ -148,6 +148,9 @@ def load(
         from .nn.linear import use_onednn
 
         use_onednn(model)  # in place (same modules, class changed): adapters' hooks stay
+    from .kernels.pages import make_resident
+
+    make_resident(model)  # out of the file's pages: the kernels stream their own faster
     return model
 
 

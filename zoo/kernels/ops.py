@@ -195,10 +195,7 @@ def attend_memory_kernel(
         and length > 0
         and kv_heads > 0
         and heads % kv_heads == 0
-        and (
-            keep is None
-            or (keep.shape == (rows, length) and keep.is_contiguous() and _plain(keep, torch.bool))
-        )
+        and (keep is None or _key_mask(keep, rows, length))
     ):
         return None
     y = q.new_empty((rows, 1, heads * hd))  # float32, as q is
@@ -208,6 +205,11 @@ def attend_memory_kernel(
         heads, kv_heads, hd, scale, y.data_ptr(), torch.get_num_threads(),
     )  # fmt: skip
     return y
+
+
+def _key_mask(keep: Tensor, rows: int, length: int) -> bool:
+    """Whether ``keep`` is a plain contiguous boolean ``(rows, length)`` mask on the CPU."""
+    return keep.shape == (rows, length) and keep.is_contiguous() and _plain(keep, torch.bool)
 
 
 def gemv_int8_kernel(

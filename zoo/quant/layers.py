@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from ..kernels.native_int8 import attach_rows, int8_linear
 from ..kernels.onednn import cpu_linear as float_linear
+from ..kernels.pages import release_pages
 from ..nn.linear import Linear
 from ..options import QUANTIZE_MODES
 from .grad import frozen_linear, int4_columns, int8_columns, needs_input_grad
@@ -62,47 +63,6 @@ def input_headroom(dtype: torch.dtype) -> float:
     eighth root of its largest value (about 6.6e4 in float32 and bfloat16, 4 in float16),
     beyond any real model's activations (:class:`Flaws`)."""
     return float(torch.finfo(dtype).max) ** (1 / 8)
-
-
-def _in_file_mapping(start: int, end: int) -> bool:
-    """Whether the bytes ``[start, end)`` lie inside one private mapping of a file, per
-    ``/proc/self/maps`` (a memory-mapped safetensors file; not the heap, not anonymous
-    memory)."""
-    try:
-        with open("/proc/self/maps", encoding="utf-8") as maps:
-            for line in maps:
-                fields = line.split(maxsplit=5)  # range perms offset dev inode [path]
-                low, high = (int(x, 16) for x in fields[0].split("-"))
-                if low <= start and end <= high:
-                    path = fields[5].strip() if len(fields) > 5 else ""
-                    return fields[1].endswith("p") and fields[4] != "0" and path.startswith("/")
-    except (OSError, ValueError, IndexError):
-        pass
-    return False
-
-
-def release_pages(tensor: Tensor) -> None:
-    """Give the pages under ``tensor`` back to the OS (``madvise(MADV_DONTNEED)``), for a
-    tensor memory-mapped copy-on-write from a weights file that nothing will read again: on
-    Linux the process's resident memory then does not keep the float weights after
-    quantization. Only whole pages inside the tensor, and only when they belong to a file
-    mapping: on the heap (a tensor a layout concatenated, a converted copy) ``MADV_DONTNEED``
-    would zero memory the allocator still uses. A no-op elsewhere."""
-    import ctypes
-    import mmap
-    import sys
-
-    if not sys.platform.startswith("linux") or not tensor.is_cpu or tensor.numel() == 0:
-        return
-    page = mmap.PAGESIZE
-    first = tensor.data_ptr()
-    last = first + tensor.numel() * tensor.element_size()
-    start = -(-first // page) * page  # whole pages only: a neighbour's bytes stay untouched
-    end = last // page * page
-    if end <= start or not _in_file_mapping(first, last):
-        return
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), 4)  # MADV_DONTNEED
 
 
 @dataclasses.dataclass
