@@ -85,3 +85,17 @@ def test_make_resident_moves_the_mapped_tensors_of_a_model_in_place(tmp_path: Pa
     for key, value in values.items():
         assert torch.equal(model.state_dict()[key], value), key
     assert pages.make_resident(model) == 0
+
+
+@needs_maps
+def test_weights_larger_than_the_memory_available_stay_mapped(tmp_path: Path, monkeypatch):
+    """The mapping can be paged from the file, the process's own memory cannot: where the
+    weights exceed what is available, nothing moves."""
+    import zoo.memory
+
+    model = nn.Linear(300, 200)
+    mapped = _mapped(tmp_path, {"w": model.weight.detach().contiguous()})
+    with torch.no_grad():
+        model.weight.data = mapped["w"]
+    monkeypatch.setattr(zoo.memory, "available_memory", lambda device="cpu": 1000)
+    assert pages.make_resident(model) == 0 and _in_a_file(model.weight)

@@ -138,15 +138,18 @@ class Constraints:
         banned = scores.new_zeros((scores.shape[0], vocab_size + 1), dtype=torch.bool)
         last = torch.where(matches, windows[..., -1].clamp(max=vocab_size), vocab_size)
         banned.scatter_(1, last, True)
-        fill = scores.masked_fill_ if own else scores.masked_fill
-        return fill(banned[:, :vocab_size], -math.inf)
+        banned = banned[:, :vocab_size]
+        return (
+            scores.masked_fill_(banned, -math.inf) if own else scores.masked_fill(banned, -math.inf)
+        )
 
     def _no_bad_words(self, ids: Tensor, scores: Tensor, own: bool) -> Tensor:
         """Ban every one-id bad word, and the last id of each longer one whose other ids end
         the row (into ``scores`` itself where ``own``)."""
-        if self.single.numel():  # no mask the size of the scores: a copy at most
-            fill = scores.index_fill_ if own else scores.index_fill
-            scores = fill(1, self.single, -math.inf)
+        if self.single.numel() and own:  # no mask the size of the scores: a copy at most
+            scores = scores.index_fill_(1, self.single, -math.inf)
+        elif self.single.numel():
+            scores = scores.index_fill(1, self.single, -math.inf)
         if not self.groups:
             return scores
         banned = torch.zeros_like(scores, dtype=torch.bool)
@@ -156,5 +159,6 @@ class Constraints:
             matching = (ids[:, None, -prefixes.shape[1] :] == prefixes).all(dim=-1)  # (N, G)
             rows, group = matching.nonzero(as_tuple=True)
             banned[rows, last[group]] = True
-        fill = scores.masked_fill_ if own else scores.masked_fill
-        return fill(banned, -math.inf)
+        return (
+            scores.masked_fill_(banned, -math.inf) if own else scores.masked_fill(banned, -math.inf)
+        )

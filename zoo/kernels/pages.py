@@ -9,8 +9,8 @@ time, giving each weight's file pages back as it goes: its resident memory holds
 about once throughout, as before. :func:`release_pages` is the page-giving half, which
 quantization uses on its own (the float weights are never copied there).
 
-Everything here is Linux's (``/proc/self/maps``, ``madvise``); elsewhere a copy is still
-made and no page is advised or given back.
+Everything here is Linux's (``/proc/self/maps``, ``madvise``); elsewhere nothing is found
+mapped and nothing moves. Weights larger than the memory available stay mapped.
 """
 
 from __future__ import annotations
@@ -116,18 +116,22 @@ def resident(tensor: Tensor, mappings: list[tuple[int, int]] | None = None) -> T
 def make_resident(model: nn.Module) -> int:
     """Move every CPU parameter and buffer of ``model`` that is still memory-mapped from a
     weights file into the process's own memory (:func:`resident`), in place (``.data``: the
-    same parameters, so tied ones stay one and hooks stay); returns how many bytes moved."""
-    moved = 0
-    seen: set[int] = set()
+    same parameters, so tied ones stay one and hooks stay); returns how many bytes moved.
+    Nothing moves where they would not fit in the memory available (the mapping can be paged
+    from the file; the process's own memory cannot)."""
+    from ..memory import available_memory
+
     mappings = _file_mappings()  # (copies are anonymous memory: the file mappings stay these)
+    found: dict[int, Tensor] = {}
     for tensor in (*model.parameters(), *model.buffers()):
-        if id(tensor) in seen or not tensor.is_cpu or tensor.numel() == 0:
-            continue
-        seen.add(id(tensor))
-        plain = type(tensor) in (Tensor, nn.Parameter)
-        if not plain or not in_file_mapping(*_extent(tensor), mappings):
-            continue
-        with torch.no_grad():
+        candidate = type(tensor) in (Tensor, nn.Parameter) and tensor.is_cpu and tensor.numel()
+        if candidate and id(tensor) not in found and in_file_mapping(*_extent(tensor), mappings):
+            found[id(tensor)] = tensor
+    moved = sum(t.numel() * t.element_size() for t in found.values())
+    free = available_memory("cpu")
+    if not moved or (free is not None and moved > free):
+        return 0
+    with torch.no_grad():
+        for tensor in found.values():
             tensor.data = resident(tensor.data, mappings)
-        moved += tensor.numel() * tensor.element_size()
     return moved
