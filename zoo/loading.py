@@ -126,7 +126,10 @@ def load(
 
     Returns:
         the model in eval mode, with ``model.tokenizer`` (``None`` when it has none or
-        ``tokenizer=False``) and ``model.load_report`` (a :class:`LoadReport`).
+        ``tokenizer=False``) and ``model.load_report`` (a :class:`LoadReport`). Its CPU
+        weights are read through a memory mapping of the file and then held in the
+        process's own memory (:func:`zoo.kernels.pages.make_resident`; they stay mapped
+        where they would not fit).
     """
     options: dict[str, Any] = {
         "device": device,
