@@ -172,10 +172,32 @@ def test_the_kit_catches_broken_models(monkeypatch, cls, check, use_registry):
 @pytest.mark.parametrize("name", ["gpt2-124m", "transformer-encdec"])
 def test_the_kit_catches_the_cache_written_at_index_zero(monkeypatch, name):
     """The reported mutation itself, `cache.write(0, k, v)` in the attention of the built-in
-    models (decoder and encoder-decoder sessions): `zoo check` said "all checks passed"."""
+    models (decoder and encoder-decoder sessions): `zoo check` said "all checks passed". With
+    zoo's kernels off: where they run, a decoding step's attention writes the cache in C
+    (`zoo.kernels.native.attend_one`) and `LayerCache.write` is not reached."""
+    from zoo.kernels import native
+
+    monkeypatch.setattr(native, "_library", lambda: None)
+    monkeypatch.setattr(native, "_kernels", lambda: None)
     real = LayerCache.write
     monkeypatch.setattr(LayerCache, "write", lambda self, start, k, v: real(self, 0, k, v))
     (result,) = run_conformance(name, checks=["decoding"], devices=["cpu"])
+    assert not result.ok and result.error
+
+
+def test_the_kit_catches_the_cache_written_at_index_zero_by_zoos_kernel(monkeypatch):
+    """The same mutation where zoo's kernel writes the cache (one new token of each row, an
+    encoder-decoder's decoding session): `zoo.kernels.native.attend_one` told position 0. (A
+    decoder's batch-1 step is one C call, `zoo_decode_step_f32`: tests/test_native_block.py.)"""
+    from zoo.kernels import native
+
+    if not native.available():
+        pytest.skip("needs zoo's native kernels (zoo.kernels._native not built, or no AVX2+FMA)")
+    real = native.attend_one
+    monkeypatch.setattr(
+        native, "attend_one", lambda q, k, v, ck, cv, start, scale: real(q, k, v, ck, cv, 0, scale)
+    )
+    (result,) = run_conformance("transformer-encdec", checks=["decoding"], devices=["cpu"])
     assert not result.ok and result.error
 
 
