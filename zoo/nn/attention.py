@@ -173,21 +173,26 @@ class MultiHeadAttention(nn.Module):
         mask: Tensor | None,
         causal: bool,
     ) -> Tensor | None:
-        """The attention of one new token of one sequence in one kernel that also writes the
+        """The attention of one new token of each sequence in one kernel that also writes the
         cache (the cache's :meth:`~zoo.nn.cache_types.LayerCacheLike.attend_one`: zoo's CPU
-        kernel for a plain :class:`zoo.runtime.cache.LayerCache`), ``(1, 1, H * hd)``; ``None``
+        kernel for a plain :class:`zoo.runtime.cache.LayerCache`), ``(B, 1, H * hd)``; ``None``
         where it does not apply (a mask, soft-capped scores, gradients, dropout, a cache
         without such a kernel)."""
-        if (
-            mask is not None
-            or (causal and start > 0)
-            or self.softcap is not None
-            or (self.training and self.dropout > 0)
-            or (torch.is_grad_enabled() and q.requires_grad)
-        ):
+        if mask is not None or (causal and start > 0) or not self._plain_softmax(q):
             return None
-        scale = self.scale if self.scale is not None else self.head_dim**-0.5
-        return cache.attend_one(q, k, v, start, scale)
+        return cache.attend_one(q, k, v, start, self._scale())
+
+    def _plain_softmax(self, q: Tensor) -> bool:
+        """Whether this call's attention is what zoo's kernels compute: no soft cap, no
+        dropout, no gradient to record."""
+        return (
+            self.softcap is None
+            and not (self.training and self.dropout > 0)
+            and not (torch.is_grad_enabled() and q.requires_grad)
+        )
+
+    def _scale(self) -> float:
+        return self.scale if self.scale is not None else self.head_dim**-0.5
 
     def _native_memory(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor | None:
         """One query per sequence attending to the encoder's keys and values in one kernel
@@ -195,16 +200,11 @@ class MultiHeadAttention(nn.Module):
         does not apply (a mask other than a key padding mask, soft-capped scores, gradients,
         dropout, no kernel)."""
         b, s = k.shape[0], k.shape[2]
-        if (
-            self.softcap is not None
-            or (self.training and self.dropout > 0)
-            or (torch.is_grad_enabled() and q.requires_grad)
-            or (mask is not None and (mask.dtype is not torch.bool or mask.shape != (b, 1, 1, s)))
-        ):
+        padding = mask is None or (mask.dtype is torch.bool and mask.shape == (b, 1, 1, s))
+        if not padding or not self._plain_softmax(q):
             return None
         keep = None if mask is None else mask.reshape(b, s)  # (B, S): a key padding mask
-        scale = self.scale if self.scale is not None else self.head_dim**-0.5
-        return native.attend_memory(q, k, v, keep, scale)
+        return native.attend_memory(q, k, v, keep, self._scale())
 
     def _project(
         self, x: Tensor, memory: Tensor | None, memory_kv: tuple[Tensor, Tensor] | None
