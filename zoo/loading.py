@@ -127,9 +127,9 @@ def load(
     Returns:
         the model in eval mode, with ``model.tokenizer`` (``None`` when it has none or
         ``tokenizer=False``) and ``model.load_report`` (a :class:`LoadReport`). Its CPU
-        weights are read through a memory mapping of the file and then held in the
-        process's own memory (:func:`zoo.kernels.pages.make_resident`; they stay mapped
-        where they would not fit).
+        weights are memory-mapped from the file (read as they are used); the first decoding
+        session moves them into the process's own memory
+        (:func:`zoo.kernels.pages.make_resident`).
     """
     options: dict[str, Any] = {
         "device": device,
@@ -151,9 +151,6 @@ def load(
         from .nn.linear import use_onednn
 
         use_onednn(model)  # in place (same modules, class changed): adapters' hooks stay
-    from .kernels.pages import make_resident
-
-    make_resident(model)  # out of the file's pages: the kernels stream their own faster
     return model
 
 

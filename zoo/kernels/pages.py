@@ -3,10 +3,11 @@
 ``zoo.load`` assigns weights memory-mapped from their file (copy-on-write: nothing is read
 until it is used, no second copy is made). The kernels stream such pages more slowly than
 the process's own memory on huge pages (the file's 4 KiB pages cost the processor more
-address translations per byte; docs/benchmarks.md has the figures), so a model loaded for
-CPU inference moves its weights into its own memory (:func:`make_resident`), one weight at a
-time, giving each weight's file pages back as it goes: its resident memory holds the weights
-about once throughout, as before. :func:`release_pages` is the page-giving half, which
+address translations per byte; docs/benchmarks.md has the figures), so a decoding session
+(:func:`zoo.runtime.start_decoding`, the slot batches of ``zoo serve``) first moves the
+weights into the process's own memory (:func:`make_resident`), one weight at a time, giving
+each weight's file pages back as it goes: resident memory holds the weights about once
+throughout. :func:`release_pages` is the page-giving half, which
 quantization uses on its own (the float weights are never copied there).
 
 Everything here is Linux's (``/proc/self/maps``, ``madvise``); elsewhere nothing is found

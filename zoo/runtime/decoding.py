@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from ..errors import CompileUnavailableError
+from ..kernels.pages import make_resident
 from ..nn.base import activation_dtype
 from ..nn.decoder import DecoderLM
 from ..nn.masks import positions_from_mask
@@ -56,7 +57,10 @@ def start_decoding(
     takes them; a :class:`~zoo.nn.DecoderLM` decodes over a KV cache (:func:`start_session`);
     any other decoder by recomputation (:class:`~zoo.runtime.session.RecomputeSession`).
     ``compile=True`` is refused (a ``ValueError``) for a session that cannot compile its step.
+    CPU weights still memory-mapped from their file move into the process's own memory
+    first (:func:`zoo.kernels.pages.make_resident`: decoding streams them every step).
     """
+    make_resident(model)
     own = getattr(model, "start_decoding", None)
     if callable(own):
         takes = inspect.signature(own).parameters

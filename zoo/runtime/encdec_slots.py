@@ -31,6 +31,7 @@ from typing import Any, Generic, Protocol, TypeVar, cast
 import torch
 from torch import Tensor, nn
 
+from ..kernels.pages import make_resident
 from ..nn.base import activation_dtype, check_token_ids
 from .slots import SlotKVCache, SlotLayerCache, _check_cache_fits
 
@@ -103,6 +104,7 @@ class EncoderDecoderSlots(Generic[K]):
 
     def __init__(self, model: object, max_rows: int, max_len: int | None = None) -> None:
         self.model = check_encoder_decoder_batchable(model)
+        make_resident(cast("nn.Module", model))  # (each step streams the weights)
         c = self.model.config
         max_len = c.context_length if max_len is None else max_len
         if not 0 < max_len <= c.context_length:

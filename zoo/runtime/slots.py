@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from ..errors import InsufficientMemoryError
+from ..kernels.pages import make_resident
 from ..memory import ALLOW_LARGE_ENV, allow_large, available_memory, format_bytes
 from ..nn.base import activation_dtype, check_token_ids
 from ..nn.decoder import DecoderLM
@@ -149,6 +150,7 @@ class SlotBatch(Generic[K]):
         before_forward: Callable[[list[K]], None] | None = None,
     ) -> None:
         check_batchable(model)
+        make_resident(model)  # (each step streams the weights: out of the file's mapping)
         c = model.config
         max_len = c.context_length if max_len is None else max_len
         if not 0 < max_len <= c.context_length:
