@@ -193,7 +193,6 @@ void zoo_gemv_f32(const float *W, const float *x, const float *b, float *y, int6
 #endif
 }
 
-
 /* Y (M, N) = X (M, K) W^T + b for a few rows of X (row-major, as W): the weights are read from
  * memory once for all M rows, where PyTorch's kernels for a few rows read them at a fraction
  * of the rate (docs/benchmarks.md). Row m of Y has the bits zoo_gemv_f32 gives X's row m
