@@ -26,9 +26,9 @@ before (above 1: faster now).
   and the prefill of 1 x 128 tokens (ms, the median of 9 calls);
 - training: ``zoo.train`` on Tiny Shakespeare bytes with a small GPT-2 (4 layers, width 256,
   context 128, batch 8), time per step with the first steps excluded;
-- serving: ``zoo serve`` on the same checkpoint, started from each tree, sent 16 streamed
-  greedy completions of 32 tokens by 1 and by 8 concurrent clients (generated tokens per
-  second of wall time; the client is ``serve_client.py``'s).
+- serving: ``zoo serve`` on the same checkpoint, started from each tree, sent 16
+  (``--serve-completions``) streamed greedy completions of 32 tokens by 1 and by 8 concurrent
+  clients (generated tokens per second of wall time; the client is ``serve_client.py``'s).
 """
 
 from __future__ import annotations
@@ -296,13 +296,14 @@ def _check_kernels(sides: list[Side], allow: bool) -> None:
     )
 
 
-def _serve(side: Side, checkpoint: Path, log: Path) -> dict[str, float]:
-    """``zoo serve`` from one tree: tokens/s of 16 completions by 1 and by 8 clients."""
+def _serve(side: Side, checkpoint: Path, log: Path, completions: int) -> dict[str, float]:
+    """``zoo serve`` from one tree: tokens/s of ``completions`` completions by 1 and by 8
+    clients."""
     port = free_port()
     command = [sys.executable, "-c", SERVE, "serve", str(checkpoint), "--port", str(port),
                "--served-model-name", "gpt2", "--max-batch", "8",
                "--log-level", "warning"]  # fmt: skip
-    texts = prompts(16)
+    texts = prompts(completions)
     old, here = os.environ.get("PYTHONPATH"), os.getcwd()
     os.environ["PYTHONPATH"] = str(side.site)  # read by the server process `running` starts
     os.chdir(side.site)  # its cwd, first on its sys.path, must not hold another zoo
@@ -356,6 +357,10 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument(
         "--build-working-tree", action="store_true",
         help="rebuild the working tree's kernels first where they are older than their sources",
+    )  # fmt: skip
+    parser.add_argument(
+        "--serve-completions", type=int, default=16, metavar="N",
+        help="completions of 32 tokens each serving measurement sends (default 16)",
     )  # fmt: skip
     parser.add_argument("--markdown", type=Path, help="also write the table to this file")
     args = parser.parse_args()
@@ -420,7 +425,8 @@ def _measure(args: argparse.Namespace, sides: list[Side], work: Path) -> None:
             if "train" in args.only:
                 side.add(_run(TRAIN, side, str(DATA)))
             if "serve" in args.only:
-                side.add(_serve(side, checkpoint, work / f"serve-{side.name}.log"))
+                log = work / f"serve-{side.name}.log"
+                side.add(_serve(side, checkpoint, log, args.serve_completions))
         print(f"round {round_ + 1}/{args.repeats} done", flush=True)
 
 
