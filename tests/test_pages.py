@@ -57,6 +57,19 @@ def test_a_transposed_view_is_copied_whole_and_contiguous(tmp_path: Path) -> Non
     assert copy.is_contiguous() and torch.equal(copy, want.t())
 
 
+@needs_maps
+def test_a_strided_view_is_copied_and_its_range_left_mapped(tmp_path: Path, monkeypatch):
+    """Every other row of a mapped matrix: the range from its first to its last byte holds
+    the rows between too, so no page of it is given back."""
+    released: list[int] = []
+    monkeypatch.setattr(pages, "_advise", lambda first, last, advice, unit: released.append(advice))
+    want = torch.randn(600, 300)
+    view = _mapped(tmp_path, {"w": want})["w"][::2]
+    copy = pages.resident(view)
+    assert torch.equal(copy, want[::2]) and copy.is_contiguous()
+    assert pages._MADV_DONTNEED not in released
+
+
 def test_heap_memory_is_copied_and_left_as_it_was() -> None:
     heap = torch.arange(1 << 20, dtype=torch.float32)
     copy = pages.resident(heap)

@@ -102,7 +102,9 @@ def resident(tensor: Tensor, mappings: list[tuple[int, int]] | None = None) -> T
     mapped = _libc() is not None and in_file_mapping(*_extent(tensor), mappings)
     if not tensor.is_contiguous():  # (a transposed view: one weight, copied whole)
         copy.copy_(tensor)
-        if mapped:
+        # its pages are its own only where its elements fill [first, last) (a transpose);
+        # a strided view's range holds other tensors' bytes too
+        if mapped and tensor.dim() == 2 and tensor.t().is_contiguous():
             _advise(*_extent(tensor), _MADV_DONTNEED, mmap.PAGESIZE)
         return copy
     source, target = tensor.reshape(-1), copy.view(-1)
