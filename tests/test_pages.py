@@ -112,3 +112,20 @@ def test_weights_larger_than_the_memory_available_stay_mapped(tmp_path: Path, mo
         model.weight.data = mapped["w"]
     monkeypatch.setattr(zoo.memory, "available_memory", lambda device="cpu": 1000)
     assert pages.make_resident(model) == 0 and _in_a_file(model.weight)
+
+
+@needs_maps
+def test_a_settled_model_is_not_looked_at_again_until_a_tensor_moves(tmp_path, monkeypatch):
+    """Each decoding session calls make_resident: once a model's weights are its own, a call
+    reads no /proc/self/maps; a tensor mapped from a file again is found and moved."""
+    model = nn.Linear(300, 200)
+    assert pages.make_resident(model) == 0  # nothing mapped: settled as it is
+    reads: list[int] = []
+    real = pages._file_mappings
+    monkeypatch.setattr(pages, "_file_mappings", lambda: reads.append(1) or real())
+    assert pages.make_resident(model) == 0 and reads == []
+    mapped = _mapped(tmp_path, {"w": model.weight.detach().contiguous()})
+    with torch.no_grad():
+        model.weight.data = mapped["w"]
+    assert pages.make_resident(model) == 4 * 300 * 200 and reads == [1]
+    assert not _in_a_file(model.weight)

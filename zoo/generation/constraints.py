@@ -110,11 +110,14 @@ class Constraints:
         ``own``: ``scores`` is the caller's to overwrite (a tensor it made for this step), so
         the bans are written into it instead of into a copy of the ``(N, V)`` scores."""
         length = ids.shape[-1]
-        if self.ngram > 0 and length >= self.ngram:
-            scores = self._no_repeat(ids, scores, own)
-            own = True  # a copy of our own from here on
-        if self.single.numel() or self.groups:
-            scores = self._no_bad_words(ids, scores, own)
+        no_repeat = self.ngram > 0 and length >= self.ngram
+        no_bad_words = bool(self.single.numel() or self.groups)
+        if (no_repeat or no_bad_words) and not own:
+            scores = scores.clone()  # one copy, which the bans below are written into
+        if no_repeat:
+            self._no_repeat(ids, scores)
+        if no_bad_words:
+            self._no_bad_words(ids, scores)
         too_short = length < self.min_length or length - self.prefix_length < self.min_new_tokens
         if self.ends is not None and too_short:
             vocab = torch.arange(scores.shape[-1], device=scores.device)
@@ -127,7 +130,7 @@ class Constraints:
             scores[:, list(self.forced_eos)] = 0
         return scores
 
-    def _no_repeat(self, ids: Tensor, scores: Tensor, own: bool) -> Tensor:
+    def _no_repeat(self, ids: Tensor, scores: Tensor) -> None:
         """Ban each token that would complete an n-gram already in the row: every window
         whose first ``n - 1`` ids are the row's last ``n - 1`` bans its own last id."""
         n = self.ngram
@@ -138,20 +141,15 @@ class Constraints:
         banned = scores.new_zeros((scores.shape[0], vocab_size + 1), dtype=torch.bool)
         last = torch.where(matches, windows[..., -1].clamp(max=vocab_size), vocab_size)
         banned.scatter_(1, last, True)
-        banned = banned[:, :vocab_size]
-        return (
-            scores.masked_fill_(banned, -math.inf) if own else scores.masked_fill(banned, -math.inf)
-        )
+        scores.masked_fill_(banned[:, :vocab_size], -math.inf)
 
-    def _no_bad_words(self, ids: Tensor, scores: Tensor, own: bool) -> Tensor:
+    def _no_bad_words(self, ids: Tensor, scores: Tensor) -> None:
         """Ban every one-id bad word, and the last id of each longer one whose other ids end
-        the row (into ``scores`` itself where ``own``)."""
-        if self.single.numel() and own:  # no mask the size of the scores: a copy at most
-            scores = scores.index_fill_(1, self.single, -math.inf)
-        elif self.single.numel():
-            scores = scores.index_fill(1, self.single, -math.inf)
+        the row, in ``scores`` itself."""
+        if self.single.numel():  # no mask the size of the scores
+            scores.index_fill_(1, self.single, -math.inf)
         if not self.groups:
-            return scores
+            return
         banned = torch.zeros_like(scores, dtype=torch.bool)
         for prefixes, last in self.groups:
             if prefixes.shape[1] > ids.shape[1]:  # longer than the row so far: cannot match
@@ -159,6 +157,4 @@ class Constraints:
             matching = (ids[:, None, -prefixes.shape[1] :] == prefixes).all(dim=-1)  # (N, G)
             rows, group = matching.nonzero(as_tuple=True)
             banned[rows, last[group]] = True
-        return (
-            scores.masked_fill_(banned, -math.inf) if own else scores.masked_fill(banned, -math.inf)
-        )
+        scores.masked_fill_(banned, -math.inf)

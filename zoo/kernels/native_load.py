@@ -217,7 +217,7 @@ def _vector(t: Tensor, n: int) -> bool:
 def _row(x: Tensor) -> bool:
     """Whether ``x`` is one contiguous float32 row on the CPU (``(*, d)``, one row in all), a
     plain tensor inside its storage (:func:`_plain`)."""
-    return _plain(x) and x.numel() == x.shape[-1] and x.is_contiguous()
+    return _rows(x, 1) == 1
 
 
 def _rows(x: Tensor, most: int) -> int:

@@ -20,6 +20,7 @@ import ctypes
 import functools
 import mmap
 import sys
+import weakref
 
 import torch
 from torch import Tensor, nn
@@ -43,6 +44,11 @@ def _advise(first: int, last: int, advice: int, unit: int) -> None:
     start, end = -(-first // unit) * unit, last // unit * unit
     if libc is not None and start < end:
         libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), advice)
+
+
+def _give_back(first: int, last: int) -> None:
+    """``MADV_DONTNEED`` over the whole pages in ``[first, last)`` (of a file mapping only)."""
+    _advise(first, last, _MADV_DONTNEED, mmap.PAGESIZE)
 
 
 def _extent(tensor: Tensor) -> tuple[int, int]:
@@ -86,7 +92,7 @@ def release_pages(tensor: Tensor) -> None:
         return
     first, last = _extent(tensor)
     if in_file_mapping(first, last):
-        _advise(first, last, _MADV_DONTNEED, mmap.PAGESIZE)
+        _give_back(first, last)
 
 
 def resident(tensor: Tensor, mappings: list[tuple[int, int]] | None = None) -> Tensor:
@@ -99,20 +105,20 @@ def resident(tensor: Tensor, mappings: list[tuple[int, int]] | None = None) -> T
     if copy.numel() == 0:
         return copy
     _advise(*_extent(copy), _MADV_HUGEPAGE, _HUGE_PAGE)
-    mapped = _libc() is not None and in_file_mapping(*_extent(tensor), mappings)
+    mapped = in_file_mapping(*_extent(tensor), mappings)
     if not tensor.is_contiguous():  # (a transposed view: one weight, copied whole)
         copy.copy_(tensor)
         # its pages are its own only where its elements fill [first, last) (a transpose);
         # a strided view's range holds other tensors' bytes too
         if mapped and tensor.dim() == 2 and tensor.t().is_contiguous():
-            _advise(*_extent(tensor), _MADV_DONTNEED, mmap.PAGESIZE)
+            _give_back(*_extent(tensor))
         return copy
     source, target = tensor.reshape(-1), copy.view(-1)
     step = max(1, _CHUNK // tensor.element_size())
     for start in range(0, source.numel(), step):
         target[start : start + step].copy_(source[start : start + step])
         if mapped:
-            _advise(*_extent(source[start : start + step]), _MADV_DONTNEED, mmap.PAGESIZE)
+            _give_back(*_extent(source[start : start + step]))
     return copy
 
 
@@ -121,20 +127,30 @@ def make_resident(model: nn.Module) -> int:
     weights file into the process's own memory (:func:`resident`), in place (``.data``: the
     same parameters, so tied ones stay one and hooks stay); returns how many bytes moved.
     Nothing moves where they would not fit in the memory available (the mapping can be paged
-    from the file; the process's own memory cannot)."""
+    from the file; the process's own memory cannot). A model whose CPU tensors are where the
+    last call left them is not looked at again (each decoding session calls this)."""
     from ..memory import available_memory
 
+    tensors = {
+        id(t): t
+        for t in (*model.parameters(), *model.buffers())
+        if type(t) in (Tensor, nn.Parameter) and t.is_cpu and t.numel()
+    }
+    where = frozenset(t.data_ptr() for t in tensors.values())
+    if not tensors or _settled.get(model) == where:
+        return 0
     mappings = _file_mappings()  # (copies are anonymous memory: the file mappings stay these)
-    found: dict[int, Tensor] = {}
-    for tensor in (*model.parameters(), *model.buffers()):
-        candidate = type(tensor) in (Tensor, nn.Parameter) and tensor.is_cpu and tensor.numel()
-        if candidate and id(tensor) not in found and in_file_mapping(*_extent(tensor), mappings):
-            found[id(tensor)] = tensor
-    moved = sum(t.numel() * t.element_size() for t in found.values())
+    found = [t for t in tensors.values() if in_file_mapping(*_extent(t), mappings)]
+    moved = sum(t.numel() * t.element_size() for t in found)
     free = available_memory("cpu")
-    if not moved or (free is not None and moved > free):
+    if free is not None and moved > free:
         return 0
     with torch.no_grad():
-        for tensor in found.values():
+        for tensor in found:
             tensor.data = resident(tensor.data, mappings)
+    _settled[model] = frozenset(t.data_ptr() for t in tensors.values())
     return moved
+
+
+#: Each model :func:`make_resident` left with no tensor mapped: where its CPU tensors were.
+_settled: weakref.WeakKeyDictionary[nn.Module, frozenset[int]] = weakref.WeakKeyDictionary()
