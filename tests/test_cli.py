@@ -63,13 +63,28 @@ def test_plugins(capsys):
 
 
 def test_check_runs_the_conformance_kit(capsys):
-    """A check that cannot run is printed SKIPPED with its reason, never ok, and leaves the
-    exit code 0 (the toy plugin declares no layout and no reference)."""
+    """A check that cannot run is printed SKIPPED with its reason, never ok; the summary
+    names each skip and why, and the exit code is 1 (a skip proved nothing) unless
+    ``--allow-skip`` (the toy plugin declares no layout and no reference)."""
     code, out, _ = run(capsys, "check", "toy-gpt-tiny", "--device", "cpu")
-    assert code == 0 and "meta" in out
-    (line,) = [line for line in out.splitlines() if " reference " in line]
+    assert code == 1 and "meta" in out
+    (line,) = [
+        line
+        for line in out.splitlines()
+        if line.startswith("toy-gpt-tiny ") and " reference " in line
+    ]
     assert " SKIPPED " in line and "has no reference" in line
-    assert "all checks that ran passed" in out and "skipped (not checked" in out
+    assert "all checks that ran passed, 2 skipped; a skipped check proved nothing" in out
+    summary = out.split("a skipped check proved nothing")[1]
+    assert "toy-gpt-tiny reference (cpu): architecture 'toy-gpt' has no reference" in summary
+    assert "toy-gpt-tiny checkpoint_layouts (cpu): architecture 'toy-gpt' declares no" in summary
+    code, out, _ = run(capsys, "check", "toy-gpt-tiny", "--device", "cpu", "--allow-skip")
+    assert code == 0 and "2 skipped (allowed by --allow-skip):" in out
+
+
+def test_check_exits_0_when_every_check_ran_and_passed(capsys):
+    code, out, _ = run(capsys, "check", "gpt2-124m", "--device", "cpu")
+    assert code == 0 and out.splitlines()[-1] == "all checks passed"
 
 
 def test_errors_are_one_line_without_traceback(capsys):

@@ -213,6 +213,32 @@ def test_a_transformers4_config_json_loads_the_same_model(v10, tmp_path: Path) -
     assert zoo.load(_with_config(folder, tmp_path / "4x", CONFIG_4X)).config == ours.config
 
 
+def test_a_head_of_its_own_saved_by_transformers5_loads_untied(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """transformers 5 saves Flan-T5 (a head of its own, unscaled) with
+    ``tie_word_embeddings: true`` and ``scale_decoder_outputs: false``, both weights kept:
+    zoo reads the head as its own (it read it tied, then refused the second weight; the
+    kit's config round trip through transformers found it)."""
+    _, theirs, ours, _ = _pair("v1.1-gated-gelu-own-head", tmp_path_factory)
+    folder = tmp_path_factory.mktemp("t5-saved-by-5")
+    theirs.save_pretrained(folder)
+    written = json.loads((folder / "config.json").read_text())
+    assert (written["tie_word_embeddings"], written["scale_decoder_outputs"]) == (True, False)
+    again = zoo.load(folder)
+    assert again.config == ours.config and not again.config.tie_embeddings
+    assert max_logit_diff(again, theirs, _batch()) <= 1e-4
+
+
+def test_a_tied_head_that_is_not_scaled_has_no_config_json(v10, tmp_path: Path) -> None:
+    _, _, ours, _ = v10
+    other = EncoderDecoder(
+        ours.config.replace(scale_decoder_output=False), zoo.get_registry().parts(ours.config)
+    )
+    with pytest.raises(CheckpointError, match="ties its head exactly when it scales"):
+        zoo.export(other, tmp_path / "out")
+
+
 @pytest.mark.parametrize(
     ("change", "named"),
     [

@@ -89,10 +89,13 @@ def test_a_folder_passes_against_its_transformers_class(
     assert code == 0, rows
     line = rows["reference"]
     assert " ok " in line and f"({cls})" in line
-    assert "greedy tokens equal (10 per source" in line and "beam search (3 beams) equal" in line
+    assert "greedy tokens equal (16 per source" in line and "beam search (3 beams) equal" in line
     assert "stacks of 1 and 2 layers, logits only" in line  # the unequal depths, compared too
+    assert "6 heads, 3 layers: stacks of 3 and 3 layers" in line  # the second draw
+    assert "stacks of 2 and 3 layers, logits only" in line
     differences = [float(d) for d in re.findall(r"max logit difference ([0-9.e+-]+)", line)]
-    assert len(differences) == 2 and max(differences) <= 1e-4
+    assert len(differences) == 4 and max(differences) <= 1e-4
+    assert line.count("config survives transformers") == 4
 
 
 def test_named_models_report_what_was_compared() -> None:
@@ -100,7 +103,10 @@ def test_named_models_report_what_was_compared() -> None:
     depths that transformers' T5 can decode)."""
     note = run_check("flan-t5-small", "reference")
     assert note is not None
-    assert note.startswith("stacks of 2 and 2 layers: hf-t5 (T5ForConditionalGeneration)")
+    assert note.startswith(
+        "4 heads, 2 layers: stacks of 2 and 2 layers: hf-t5 (T5ForConditionalGeneration)"
+    )
+    assert "; 6 heads, 3 layers: stacks of 3 and 3 layers: hf-t5" in note
     assert "greedy tokens equal" in note and "beam search (3 beams) equal" in note
 
 

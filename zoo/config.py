@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import operator
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Literal, TypeVar
 
 from .errors import ConfigError
@@ -140,6 +141,18 @@ class ModelConfig:
     def to_dict(self) -> dict[str, Any]:
         """The config as a JSON-compatible dict of its fields."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    #: Fields whose ``None`` stands for a value derived from the rest of the config
+    #: (``norm_bias = None`` means ``bias``): the value each means, by :meth:`meaning`.
+    FOLLOWS: typing.ClassVar[Mapping[str, Callable[[Any], Any]]] = {}
+
+    def meaning(self, name: str, value: Any = dataclasses.MISSING) -> Any:
+        """What field ``name`` means in this config: its value (or ``value`` in its place),
+        a ``None`` spelled out by :data:`FOLLOWS` (two spellings of one model compare equal:
+        ``norm_bias = None`` with ``bias = False`` means ``norm_bias = False``)."""
+        value = getattr(self, name, None) if value is dataclasses.MISSING else value
+        follows = self.FOLLOWS.get(name)
+        return follows(self) if value is None and follows is not None else value
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -277,6 +290,18 @@ class TransformerConfig(ModelConfig):
                     head = width // heads
                 values["rotary_dim"] = int(head * fraction) // 2 * 2
         return values
+
+    FOLLOWS: ClassVar[Mapping[str, Callable[[Any], Any]]] = {
+        "n_kv_heads": operator.attrgetter("n_heads"),
+        "head_dim": lambda c: c.d_model // c.n_heads,
+        "qkv_bias": operator.attrgetter("bias"),
+        "attn_out_bias": operator.attrgetter("bias"),
+        "mlp_bias": operator.attrgetter("bias"),
+        "norm_bias": operator.attrgetter("bias"),
+        "rope_local_theta": operator.attrgetter("rope_theta"),
+        "rotary_dim": operator.attrgetter("head_size"),
+        "attn_scale": lambda c: c.head_size**-0.5,
+    }
 
     @property
     def head_size(self) -> int:

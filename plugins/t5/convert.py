@@ -55,8 +55,9 @@ _INERT = frozenset({"initializer_factor", "classifier_dropout", "output_past", "
 
 def config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     """``transformers.T5Config`` dict (4.x or 5.x) -> zoo ``t5`` config values, refusing
-    what zoo's T5 does not compute (each key by name). The head's input is scaled as
-    ``scale_decoder_outputs`` says (5.x), else when the head is tied (4.x)."""
+    what zoo's T5 does not compute (each key by name). The head's input is scaled, and the
+    head tied, as ``scale_decoder_outputs`` says (5.x), else as ``tie_word_embeddings`` says
+    (4.x)."""
     r = HFConfigReader(hf, family="T5", inert=_INERT)
     r.expect("is_encoder_decoder", True)
     r.expect("is_decoder", False)
@@ -70,7 +71,11 @@ def config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     heads = r.integer("num_heads", 8, field="n_heads")
     d_kv = r.integer("d_kv", 64, field="head_dim")
     layers = r.integer("num_layers", 6, field="n_encoder_layers")
-    tie = r.flag("tie_word_embeddings", True, field="tie_embeddings")
+    tied = r.flag("tie_word_embeddings", True, field="tie_embeddings")
+    scale = r.flag("scale_decoder_outputs", tied, field="scale_decoder_output")
+    # transformers 5 writes tie_word_embeddings: true for every T5 (it ties by what the
+    # weights hold) and says v1.1's head, its own and unscaled, by scale_decoder_outputs alone
+    tie = scale if "scale_decoder_outputs" in hf else tied
     values = {
         "vocab_size": r.integer("vocab_size", 32128, field="vocab_size"),
         "context_length": r.integer("n_positions", 512, field="context_length"),
@@ -85,7 +90,7 @@ def config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
         "layer_norm_eps": r.number("layer_norm_epsilon", 1e-6, field="layer_norm_eps"),
         "dropout": r.number("dropout_rate", 0.1, field="dropout"),
         "tie_embeddings": tie,
-        "scale_decoder_output": r.flag("scale_decoder_outputs", tie, field="scale_decoder_output"),
+        "scale_decoder_output": scale,
         "relative_attention_num_buckets": r.integer(
             "relative_attention_num_buckets", 32, field="relative_attention_num_buckets"
         ),
@@ -99,6 +104,13 @@ def config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
 
 def config_to_hf(config: Any) -> dict[str, Any]:
     """zoo ``t5`` config -> ``transformers.T5Config`` dict."""
+    if config.tie_embeddings != config.scale_decoder_output:
+        raise ValueError(
+            f"a T5 checkpoint ties its head exactly when it scales the head's input "
+            f"(transformers 4 reads both from tie_word_embeddings, 5 writes it true for every "
+            f"T5): tie_embeddings = {config.tie_embeddings} with scale_decoder_output = "
+            f"{config.scale_decoder_output} has no config.json"
+        )
     proj = _WRITTEN.get((config.ffn, config.activation))
     if proj is None:
         raise ValueError(

@@ -299,7 +299,7 @@ class KeyMap:
         return [
             f"{name} = {getattr(config, name, None)!r} (the layout holds only {value!r})"
             for name, value in self.represents.items()
-            if value is not ANY and getattr(config, name, None) != value
+            if value is not ANY and _meaning(config, name) != _meaning(config, name, value)
         ]
 
     def _missing(self, foreign: Mapping[str, Any], zoo_keys: Iterable[str]) -> tuple[str, ...]:
@@ -335,6 +335,15 @@ def _combinations(template: str, seen: Mapping[frozenset[str], set[_Groups]]) ->
     group names, or one empty combination for a template without groups."""
     names = frozenset(re.findall(r"\{(\w+)\}", template))
     return sorted(seen.get(names, set())) if names else [()]
+
+
+def _meaning(config: Any, name: str, value: Any = dataclasses.MISSING) -> Any:
+    """What field ``name`` (or ``value`` in its place) means in ``config``: a ``None`` that
+    stands for another field's value spelled out (:meth:`zoo.config.ModelConfig.meaning`)."""
+    meaning = getattr(config, "meaning", None)
+    if meaning is None:
+        return getattr(config, name, None) if value is dataclasses.MISSING else value
+    return meaning(name, value)
 
 
 def represented(

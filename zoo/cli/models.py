@@ -225,22 +225,30 @@ def _print_plugin_notes(registry: Registry) -> None:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Run the conformance kit on named models and checkpoints (their architecture and
-    config: :mod:`zoo.cli.checked`)."""
+    config: :mod:`zoo.cli.checked`). Exits 1 on a failed check, and on a skipped one unless
+    ``--allow-skip``: a check that could not run proved nothing."""
     from ..testing import run_conformance
 
-    failed = skipped = 0
+    failed, skips = 0, []
     for source in args.names:  # each known or found: _check_names said so, before torch
         for r in run_conformance(checked_name(source), devices=args.device or None):
             failed += r.failed
-            skipped += r.skipped
             status = {"ok": "ok", "failed": "FAILED", "skipped": "SKIPPED"}[r.status]
             line = f"{source:24} {r.check:22} {r.device:5} {status:7} {r.seconds:6.2f}s"
             detail = r.error if r.failed else r.reason
             print(printable(line + (f"  {detail}" if detail else "")))
-    passed = "all checks that ran passed" if skipped else "all checks passed"
-    summary = f"{failed} failed" if failed else passed
-    print(summary + (f", {skipped} skipped (not checked; see why above)" if skipped else ""))
-    return 1 if failed else 0
+            if r.skipped:
+                skips.append(f"  {source} {r.check} ({r.device}): {r.reason}")
+    summary = f"{failed} failed" if failed else "all checks that ran passed"
+    if not skips:
+        print("all checks passed" if not failed else summary)
+        return 1 if failed else 0
+    allowed = " (allowed by --allow-skip)"
+    if not args.allow_skip:
+        allowed = "; a skipped check proved nothing: exit status 1 (--allow-skip accepts skips)"
+    print(printable(f"{summary}, {len(skips)} skipped{allowed}:"))
+    print(printable("\n".join(skips)))
+    return 1 if failed or not args.allow_skip else 0
 
 
 def _check_names(args: argparse.Namespace) -> None:
@@ -374,6 +382,12 @@ def _check_arguments(p: argparse.ArgumentParser) -> None:
         "--device",
         action="append",
         help="device to check on (repeatable); default: cpu, and cuda when available",
+    )
+    p.add_argument(
+        "--allow-skip",
+        action="store_true",
+        help="exit 0 when checks were skipped (not run: each is named with why); by default "
+        "a skip exits 1, as a failure does",
     )
 
 

@@ -8,7 +8,7 @@ from torch import Tensor, nn
 
 from .linear import Linear
 
-__all__ = ["FeedForward", "GatedFeedForward", "activation"]
+__all__ = ["ACTIVATION_NAMES", "FeedForward", "GatedFeedForward", "activation"]
 
 _ACTIVATIONS = {
     "gelu": lambda: nn.GELU(),
@@ -16,6 +16,9 @@ _ACTIVATIONS = {
     "relu": lambda: nn.ReLU(),
     "silu": lambda: nn.SiLU(),
 }
+
+#: The activations a config's ``activation`` field names.
+ACTIVATION_NAMES = tuple(_ACTIVATIONS)
 
 
 def activation(name: str) -> nn.Module:

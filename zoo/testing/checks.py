@@ -22,7 +22,7 @@ from ..nn.base import ZooModel
 from ..plugin.current import get_registry
 from ..runtime.decoding import start_decoding
 from .reference import CheckSkipped, IdsTokenizer, compare_with_architecture_reference
-from .small import small_model, small_overrides
+from .small import SECOND, SMALL, Geometry, small_model, small_overrides
 
 __all__ = ["CHECKS", "DEVICE_FREE", "assert_logits_close"]
 
@@ -287,19 +287,65 @@ def check_reference(name: str, device: str) -> str | None:
     ``reference``), gives the reference's logits (<= 1e-4, float32) on prompts of several
     lengths and a left-padded batch, and its greedy tokens (:mod:`zoo.testing.reference`);
     an encoder-decoder's logits on a right-padded batch of sources and targets, greedy tokens
-    and beam search (:mod:`zoo.testing.reference_encdec`). Skipped, with the reason, when
-    there is no reference to run."""
+    and beam search (:mod:`zoo.testing.reference_encdec`). transformers must load the
+    exported keys exactly (none missing or unexpected) and the config must survive export ->
+    transformers -> zoo (:mod:`zoo.testing.config_trip`). Run on two geometries drawn from
+    the named model's (:func:`reference_draws`). Skipped, with the reason, when there is no
+    reference to run."""
     del device  # float32 on the CPU, where the reference runs
-    arch, _, config = resolve_config(name)
-    small = small_overrides(name)
+    arch, _, _ = resolve_config(name)
+    notes = []
+    for geometry, small in reference_draws(name, arch):
+        torch.manual_seed(0)
+        model = build(name, device="cpu", **small)
+        try:
+            if not model.is_encoder_decoder:
+                note = compare_with_architecture_reference(model, arch)
+            else:
+                note = _encdec_reference(name, arch, model, small)
+        except AssertionError as exc:
+            raise AssertionError(f"{_drawn(geometry, small)}: {exc}") from None
+        notes.append(f"{_drawn(geometry, small)}: {note}")
+    return "; ".join(notes)
+
+
+def _drawn(geometry: Geometry, small: dict[str, Any]) -> str:
+    """The geometry a note speaks of: ``6 heads (1 key/value), 3 layers``."""
+    heads = small.get("n_heads", geometry.heads)
+    kv = small.get("n_kv_heads")
+    layers = small.get("n_layers", small.get("n_decoder_layers", geometry.layers))
+    grouped = f" ({kv} key/value)" if kv is not None else ""
+    return f"{heads} heads{grouped}, {layers} layers"
+
+
+def reference_draws(name: str, arch: Any) -> list[tuple[Geometry, dict[str, Any]]]:
+    """The small models the reference check compares: :data:`~zoo.testing.small.SMALL` and
+    :data:`~zoo.testing.small.SECOND` (six heads, one key/value head where grouped, three
+    layers), each field a Hugging Face layout holds only one value of kept at the first
+    draw's; the feed-forward at four times the width where the named model's is (GPT-1's
+    layout requires it)."""
+    from ..checkpoint.hf_layout import ANY
+    from ..checkpoint.write import hf_layouts
+
+    _, _, config = resolve_config(name)
     d_model, d_ff = getattr(config, "d_model", None), getattr(config, "d_ff", None)
-    if "d_ff" in small and d_model and d_ff == 4 * d_model:
-        small["d_ff"] = 4 * small["d_model"]  # the ratio a layout may require (GPT-1's)
-    torch.manual_seed(0)
-    model = build(name, device="cpu", **small)
-    if not model.is_encoder_decoder:
-        return compare_with_architecture_reference(model, arch)
-    return _encdec_reference(name, arch, model, small)
+    pinned = {
+        field
+        for layout in hf_layouts(arch)
+        for field, held in arch.checkpoint_layout(layout).represents.items()
+        if held is not ANY
+    }
+    draws: list[tuple[Geometry, dict[str, Any]]] = []
+    for geometry in (SMALL, SECOND):
+        small = small_overrides(name, geometry)
+        if draws:
+            first = draws[0][1]
+            small |= {f: first[f] for f in pinned if f in first and small.get(f) != first[f]}
+        if "d_ff" in small and d_model and d_ff == 4 * d_model:
+            small["d_ff"] = 4 * small["d_model"]
+        if all(small != drawn for _, drawn in draws):
+            draws.append((geometry, small))
+    return draws
 
 
 def _encdec_reference(name: str, arch: Any, model: ZooModel, small: dict[str, Any]) -> str:
@@ -392,6 +438,65 @@ def check_decoding(name: str, device: str) -> None:
         raise AssertionError(f"streaming gives {streamed!r}, plain generation {plain!r}")
 
 
+def check_activations(name: str, device: str) -> str:
+    """Each activation module of ``zoo.nn``'s table in the reference check's small model
+    (its random weights, the model's example inputs), swapped for every other one of the
+    table, moves the logits by more than twice the reference tolerance: a plugin that wires
+    the wrong activation cannot pass ``reference`` (its logits are within 1e-4 of the
+    reference's, the swapped model's then more than 1e-4 away). Fails where a swap is not
+    seen (the small geometry hides it); skipped for a model with no such module."""
+    from ..nn.feedforward import ACTIVATION_NAMES, activation
+    from .reference import REFERENCE_ATOL, randomize_parameters
+
+    del device  # float32 on the CPU, as the reference check
+    arch, _, _ = resolve_config(name)
+    torch.manual_seed(0)
+    model = build(name, device="cpu", **reference_draws(name, arch)[0][1])
+    randomize_parameters(model)
+    model.eval()
+    inputs = model.example_inputs(generator=torch.Generator().manual_seed(0))
+    places = [
+        (owner, child, kind)
+        for owner in model.modules()
+        for child, module in owner.named_children()
+        if (kind := _activation_name(module)) is not None
+    ]
+    if not places:
+        raise CheckSkipped(
+            f"{name} has no activation module of zoo.nn's table ({', '.join(ACTIVATION_NAMES)})"
+        )
+    with torch.no_grad():
+        mine = _outputs(model, inputs)
+        seen = []
+        for own in sorted({kind for _, _, kind in places}):
+            mine_here = [(owner, child) for owner, child, kind in places if kind == own]
+            originals = [owner._modules[child] for owner, child in mine_here]
+            for other in ACTIVATION_NAMES:
+                if other == own:
+                    continue
+                for owner, child in mine_here:
+                    setattr(owner, child, activation(other))
+                diff = (_outputs(model, inputs) - mine).abs().max().item()
+                for (owner, child), original in zip(mine_here, originals, strict=True):
+                    setattr(owner, child, original)
+                if not diff > 2 * REFERENCE_ATOL:
+                    raise AssertionError(
+                        f"{other} in place of the model's {own} ({len(mine_here)} modules) moves "
+                        f"the logits by only {diff:.3g}: the reference check (tolerance "
+                        f"{REFERENCE_ATOL:g}) could not tell them apart on this geometry"
+                    )
+                seen.append(f"{own} -> {other} {diff:.2g}")
+    return f"logits move by: {', '.join(seen)}"
+
+
+def _activation_name(module: nn.Module) -> str | None:
+    """The name ``zoo.nn``'s activation table gives ``module`` (``None``: none)."""
+    kind = type(module)
+    if kind is nn.GELU:
+        return "gelu_tanh" if module.approximate == "tanh" else "gelu"
+    return {nn.ReLU: "relu", nn.SiLU: "silu"}.get(kind)
+
+
 CHECKS: dict[str, Callable[[str, str], str | None]] = {
     "build": check_build,
     "forward": check_forward,
@@ -404,7 +509,8 @@ CHECKS: dict[str, Callable[[str, str], str | None]] = {
     "checkpoint_layouts": check_checkpoint_layouts,
     "decoding": check_decoding,
     "reference": check_reference,
+    "activations": check_activations,
 }
 
 #: Checks that do not depend on the device (run once, on the CPU).
-DEVICE_FREE = frozenset({"meta", "checkpoint_layouts", "reference"})
+DEVICE_FREE = frozenset({"meta", "checkpoint_layouts", "reference", "activations"})

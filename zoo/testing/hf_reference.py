@@ -150,4 +150,31 @@ def transformers_reference(folder: Path) -> TransformersReference:
     finally:
         if bar:
             logging.enable_progress_bar()
-    return TransformersReference(model.eval(), {k: v for k, v in info.items() if v})
+    reported = {k: v for k, v in info.items() if v}
+    _refuse_key_mismatch(names[0], reported)
+    return TransformersReference(model.eval(), reported)
+
+
+#: What ``from_pretrained(..., output_loading_info=True)`` reports of a checkpoint's keys.
+_KEY_REPORTS = {
+    "missing_keys": "missing (transformers initialised them itself: zeros or random values, "
+    "so a weight the layout never writes can pass a logits comparison)",
+    "unexpected_keys": "unexpected (written by zoo, read by nothing)",
+    "mismatched_keys": "of another shape than the class expects",
+}
+
+
+def _refuse_key_mismatch(cls_name: str, reported: dict[str, Any]) -> None:
+    """An ``AssertionError`` naming every key ``cls_name`` found missing, unexpected or
+    mis-shaped in the exported checkpoint: the layout and the reference disagree on what the
+    model holds, whatever the logits say."""
+    problems = [
+        f"{what}: {sorted(map(str, reported[key]))[:8]}"
+        + (f" and {len(reported[key]) - 8} more" if len(reported[key]) > 8 else "")
+        for key, what in _KEY_REPORTS.items()
+        if reported.get(key)
+    ]
+    if problems:
+        raise AssertionError(
+            f"{cls_name} loaded the exported checkpoint with keys " + "; keys ".join(problems)
+        )

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 from torch import Tensor, nn
 
+from .config_trip import check_config_trip
 from .hf_reference import (
     REFERENCE_ATOL,
     CheckSkipped,
@@ -68,7 +69,7 @@ __all__ = [
 PROMPT_LENGTHS = (9, 4, 1)
 
 #: Greedy tokens compared after each of two prompts.
-GREEDY_TOKENS = 4
+GREEDY_TOKENS = 16
 
 
 class Reference(Protocol):
@@ -320,7 +321,9 @@ def _over_layouts(
         with tempfile.TemporaryDirectory() as folder:
             _write(model, Path(folder), layout)
             try:
-                compared.append(f"{layout} {compare(Path(folder))}")
+                note = compare(Path(folder))
+                trip = check_config_trip(arch, layout, model.config)
+                compared.append(f"{layout} {note}, {trip}")
             except CheckSkipped as exc:
                 skipped.append(f"{layout}: {exc}")
             except AssertionError as exc:

@@ -67,7 +67,7 @@ TARGET_PADDING = (0, 3, 5)
 CANDIDATES = 8
 
 #: New tokens of the greedy and beam comparisons.
-GREEDY_TOKENS = 10
+GREEDY_TOKENS = 16
 
 #: The beams of the beam-search comparison.
 NUM_BEAMS = 3

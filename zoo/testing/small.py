@@ -5,6 +5,7 @@ rotary share)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
@@ -13,7 +14,15 @@ import torch
 from ..api import build, resolve_config
 from ..nn.base import ZooModel
 
-__all__ = ["SMALL_SIZES", "SMALL_WINDOW", "small_model", "small_overrides"]
+__all__ = [
+    "SECOND",
+    "SMALL",
+    "SMALL_SIZES",
+    "SMALL_WINDOW",
+    "Geometry",
+    "small_model",
+    "small_overrides",
+]
 
 #: Sizes used to shrink a model for the checks (only fields its config has are applied).
 SMALL_SIZES: dict[str, int] = {
@@ -32,13 +41,42 @@ SMALL_SIZES: dict[str, int] = {
 SMALL_WINDOW = 5
 
 
-def small_overrides(name: str) -> dict[str, Any]:
-    """Overrides that shrink ``name`` to a model that checks quickly on a CPU."""
+@dataclasses.dataclass(frozen=True)
+class Geometry:
+    """The attention geometry and depth a small model is drawn with: ``heads`` query heads
+    of 16 features (``d_model = 16 * heads``; 32 each where the model sets ``head_dim``),
+    ``kv_heads`` key/value heads where the model groups them (a multi-query model keeps its
+    one), ``layers`` layers (an encoder-decoder: ``layers - 1`` encoder layers)."""
+
+    heads: int = 4
+    kv_heads: int = 2
+    layers: int = 2
+
+
+#: What every check builds: four heads, two key/value heads, two layers.
+SMALL = Geometry()
+
+#: The reference check's second draw: six heads (not a power of two: ALiBi's slopes differ
+#: there), one key/value head (multi-query) where the model groups them, three layers.
+SECOND = Geometry(heads=6, kv_heads=1, layers=3)
+
+
+def small_overrides(name: str, geometry: Geometry = SMALL) -> dict[str, Any]:
+    """Overrides that shrink ``name`` to a model that checks quickly on a CPU, of
+    ``geometry``."""
     _, _, config = resolve_config(name)
     fields = type(config).field_names()
-    small: dict[str, Any] = {k: v for k, v in SMALL_SIZES.items() if k in fields}
-    if getattr(config, "n_kv_heads", None) is not None:
-        small["n_kv_heads"] = 2  # grouped-query attention stays grouped, over 4 heads
+    sizes = SMALL_SIZES | {
+        "n_heads": geometry.heads,
+        "d_model": 16 * geometry.heads,
+        "n_layers": geometry.layers,
+        "n_decoder_layers": geometry.layers,
+        "n_encoder_layers": geometry.layers - 1,
+    }
+    small: dict[str, Any] = {k: v for k, v in sizes.items() if k in fields}
+    kv_heads = getattr(config, "n_kv_heads", None)
+    if kv_heads is not None:  # grouped stays grouped, multi-query stays multi-query
+        small["n_kv_heads"] = 1 if kv_heads == 1 else geometry.kv_heads
     if getattr(config, "head_dim", None) is not None:
         small["head_dim"] = 32  # heads stay apart from d_model / n_heads = 16
     window = getattr(config, "sliding_window", None)

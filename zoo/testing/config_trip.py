@@ -1,0 +1,108 @@
+"""The kit's config round trip: a zoo config written by a layout's ``config.json`` writer,
+read by ``transformers`` (``AutoConfig``), saved again by ``transformers`` and read back by the
+layout's reader must mean the same model.
+
+A layout that writes a value under a key transformers does not read (``rope_theta`` under a
+misspelt key) passes every logits comparison on a config whose value is transformers' default,
+and then exports a checkpoint that transformers reads otherwise. So the trip is taken twice:
+with the small model's own config, and with that config moved off the defaults
+(:func:`moved_off_defaults`: each float the layout holds scaled by 1.5, each bool it holds
+flipped), where such a bug shows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..errors import CheckpointError, ConfigError
+from .hf_reference import CheckSkipped, _transformers
+
+__all__ = ["config_differences", "moved_off_defaults"]
+
+#: The factor a float the layout holds is moved by (exact in binary: 1.5 = 3/2).
+MOVE = 1.5
+
+
+def _meaning(config: Any, name: str) -> Any:
+    meaning = getattr(config, "meaning", None)
+    return meaning(name) if meaning is not None else getattr(config, name, None)
+
+
+def _through_transformers(keymap: Any, config: Any, arch: Any) -> Any:
+    """``config`` written by ``keymap``, loaded and saved by transformers' ``AutoConfig``,
+    read back by ``keymap`` into ``arch``'s config class."""
+    transformers = _transformers()
+    written = keymap.config_to_foreign(config)
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "config.json").write_text(json.dumps(written))
+        try:
+            loaded = transformers.AutoConfig.from_pretrained(folder)
+        except (ValueError, KeyError) as exc:
+            raise CheckSkipped(
+                f"transformers cannot read the layout's config.json ({exc})"
+            ) from None
+        with tempfile.TemporaryDirectory() as saved:
+            loaded.save_pretrained(saved)
+            data = json.loads((Path(saved) / "config.json").read_text())
+    return arch.config_class.from_dict(keymap.config_from_foreign(data))
+
+
+def config_differences(arch: Any, layout: str, config: Any) -> list[str]:
+    """``field: zoo value -> value after the trip`` for each field of ``config`` whose meaning
+    (:meth:`zoo.config.ModelConfig.meaning`) does not survive ``layout``'s writer ->
+    transformers -> the layout's reader (empty when all do)."""
+    keymap = arch.checkpoint_layout(layout)
+    back = _through_transformers(keymap, config, arch)
+    return [
+        f"{f.name}: {_meaning(config, f.name)!r} -> {_meaning(back, f.name)!r}"
+        for f in dataclasses.fields(config)
+        if _meaning(config, f.name) != _meaning(back, f.name)
+    ]
+
+
+def moved_off_defaults(arch: Any, layout: str, config: Any) -> tuple[Any, list[str]]:
+    """``config`` with each float field the layout holds any value of (``ANY`` in its
+    ``represents``) times :data:`MOVE`, and each such bool flipped, where the config stays
+    valid and the layout can still write it; and the names of the fields moved."""
+    from ..checkpoint.hf_layout import ANY
+
+    keymap = arch.checkpoint_layout(layout)
+    moved: list[str] = []
+    for name, held in keymap.represents.items():
+        value = getattr(config, name, None)
+        if held is not ANY or not isinstance(value, (bool, float)):
+            continue
+        candidate = (not value) if isinstance(value, bool) else value * MOVE
+        try:
+            trial = dataclasses.replace(config, **{name: candidate})
+            if keymap.misrepresented(trial):
+                continue
+            keymap.config_to_foreign(trial)
+        except (ConfigError, CheckpointError, ValueError, KeyError, TypeError):
+            continue  # the layout cannot write it: not a value it holds
+        config, moved = trial, [*moved, name]
+    return config, moved
+
+
+def check_config_trip(arch: Any, layout: str, config: Any) -> str:
+    """Assert that ``config``, and ``config`` moved off the defaults, survive ``layout``'s
+    writer -> transformers -> the layout's reader; returns what was moved (for the note).
+
+    Raises:
+        AssertionError: naming each field that came back otherwise.
+        CheckSkipped: transformers cannot read the layout's ``config.json``.
+    """
+    moved, names = moved_off_defaults(arch, layout, config)
+    for trip, label in ((config, "the small model's config"), (moved, "moved off the defaults")):
+        differs = config_differences(arch, layout, trip)
+        if differs:
+            raise AssertionError(
+                f"config values do not survive export -> transformers -> zoo ({label}): "
+                + "; ".join(differs)
+            )
+    also = f" (also with {', '.join(names)} moved)" if names else ""
+    return f"config survives transformers{also}"
