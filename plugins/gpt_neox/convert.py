@@ -37,5 +37,5 @@ HF_GPT_NEOX = hf_layout(NEOX_CONFIG, (
     *linear_rules(f"{_L}.mlp.dense_h_to_4h", "blocks.{i}.ffn.fc"),
     *linear_rules(f"{_L}.mlp.dense_4h_to_h", "blocks.{i}.ffn.proj"),
     *linear_rules("gpt_neox.final_layer_norm", "final_norm"),
-    KeyRule("embed_out.weight", "head.weight"),
+    KeyRule("embed_out.weight", "head.weight", optional=True),  # absent when tied
 ), ignore_foreign=(_BUFFERS,))  # fmt: skip

@@ -147,6 +147,9 @@ def transformers_reference(folder: Path) -> TransformersReference:
         model, info = cls.from_pretrained(
             str(folder), dtype=torch.float32, attn_implementation="eager", output_loading_info=True
         )
+    except (RuntimeError, ValueError) as exc:  # a tensor of another shape, a refused config
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise AssertionError(f"{names[0]} cannot load the exported checkpoint: {first}") from None
     finally:
         if bar:
             logging.enable_progress_bar()
