@@ -16,7 +16,9 @@ where the kernels are not built or the CPU lacks AVX2 and FMA.
   one call is what ran at every step.
 - It declines, and the per-module path runs, wherever its conditions fail: forward hooks,
   gradients, a mask, a subclass, a LoRA-wrapped linear, dropout in training; it follows a
-  weight replaced or changed between steps, and a copy of the model its own weights; a model
+  weight replaced or changed between steps, and a copy of the model its own weights; an
+  overridden ``embed`` (on the class or the instance) declines, a block subclass that
+  declares ``same_forward`` and plain ``torch.nn.Linear`` layers run fused; a model
   that has decoded still copies and pickles; an int8 step that meets NaN falls back.
 """
 
@@ -259,7 +261,56 @@ DECLINES = COMMON + textwrap.dedent(
     for block in model.blocks:
         block.__class__ = Doubled
     check(model, fused_expected=False)
+    # ... unless it declares, in its own body, that its forward is TransformerBlock's
+    class Renamed(TransformerBlock):
+        same_forward = True
+
+    class Inherits(Renamed):  # the declaration is not inherited: it may override forward
+        pass
+
+    for kind, fused in ((Renamed, True), (Inherits, False)):
+        model = tiny()
+        for block in model.blocks:
+            block.__class__ = kind
+        check(model, fused_expected=fused)
     print("ok subclass")
+
+    # a DecoderLM that embeds otherwise (an embedding multiplier, as Granite's): the one call
+    # would read tok_emb itself and decode as if the method were DecoderLM's
+    from zoo.nn import DecoderLM
+
+    class Scaled(DecoderLM):
+        def embed(self, input_ids, position_ids):
+            return super().embed(input_ids, position_ids) * 12.0
+
+    plain = tiny()
+    model = Scaled(plain.config, zoo.get_registry().parts(plain.config))
+    model.load_state_dict(plain.state_dict())
+    model.eval()
+    scaled = check(model, fused_expected=False)
+    assert not torch.allclose(scaled, check(plain, fused_expected=True), atol=1e-3)
+    greedy = zoo.generate(model, ids, max_new_tokens=8, temperature=0.0)
+    expected = ids
+    with torch.no_grad():
+        for _ in range(8):  # recomputation, no session
+            expected = torch.cat([expected, model(expected)[:, -1:].argmax(-1)], 1)
+    assert torch.equal(greedy, expected), (greedy, expected)
+    # the same override set on an instance that has already decoded in one call
+    check(plain, fused_expected=True)
+    plain.embed = lambda ids, positions: DecoderLM.embed(plain, ids, positions) * 12.0
+    assert torch.allclose(check(plain, fused_expected=False), scaled)
+    print("ok embed")
+
+    # plain torch.nn.Linear layers (a plugin's own): the same parameters and forward, fused
+    model = tiny()
+    for block in model.blocks:
+        for owner in (block.attn, block.ffn):
+            for name in ("qkv", "proj", "fc"):
+                layer = getattr(owner, name, None)
+                if layer is not None:
+                    layer.__class__ = torch.nn.Linear
+    check(model, fused_expected=True)
+    print("ok torch linear")
 
     # a weight replaced, or changed in place, between steps: the next step reads it
     model = tiny()
@@ -316,6 +367,8 @@ def test_the_block_step_declines_where_it_would_differ():
         "ok gradients",
         "ok training",
         "ok subclass",
+        "ok embed",
+        "ok torch linear",
         "ok weights",
         "ok copy",
         "ok lora",

@@ -293,3 +293,42 @@ def test_non_finite_weights_are_named_in_every_mode(mode):
         model.blocks[0].ffn.proj.weight[0, 0] = float("nan")
     with pytest.warns(RuntimeWarning, match=r"blocks\.0\.ffn\.proj\.weight"):
         quantize_(model, mode)
+
+
+@pytest.mark.parametrize("mode", QUANTIZE_MODES)
+def test_a_plugins_torch_linear_layers_are_quantized_and_swapped_too(mode):
+    """A plugin's model built of plain ``torch.nn.Linear`` (the same parameters and forward as
+    ``zoo.nn.Linear``) is quantized layer for layer as the zoo-built one, and the oneDNN swap
+    takes its layers too; a subclass zoo does not know stays float and is named."""
+    import copy
+
+    from torch import nn
+
+    from zoo.nn import Linear
+    from zoo.nn.linear import use_onednn
+    from zoo.quant.layers import quantize_
+
+    ours = zoo.build("gpt2-124m", n_layers=1, d_model=128, n_heads=4, d_ff=256).eval()
+    theirs = copy.deepcopy(ours)
+    layers = [m for m in theirs.modules() if type(m) is Linear]
+    for layer in layers:
+        layer.__class__ = nn.Linear
+    assert use_onednn(copy.deepcopy(theirs)) in (0, len(layers))  # 0: a torch without oneDNN
+    ids = torch.tensor([[5, 17, 3, 99]])
+    quantize_(ours, mode)
+    quantize_(theirs, mode)
+    assert not any(isinstance(m, nn.Linear) for m in theirs.modules())
+    with torch.no_grad():
+        assert torch.equal(theirs(ids), ours(ids))
+
+    class Doubled(nn.Linear):
+        def forward(self, x):
+            return super().forward(x) * 2
+
+    other = zoo.build("gpt2-124m", n_layers=1, d_model=128, n_heads=4, d_ff=256).eval()
+    other.blocks[0].ffn.fc.__class__ = Doubled
+    with pytest.warns(RuntimeWarning, match=r"1 linear layer\(s\) of a torch\.nn\.Linear "
+                      r"subclass zoo does not know stay torch\.float32 \(blocks\.0\.ffn\.fc "
+                      r"\(Doubled\)\)"):  # fmt: skip
+        quantize_(other, mode)
+    assert type(other.blocks[0].ffn.fc) is Doubled

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
+from typing import ClassVar
 
 from torch import Tensor, nn
 
@@ -77,6 +78,13 @@ class TransformerBlock(nn.Module):
         - memory_mask: cross-attention mask for ``(B, 1, T, S)`` or ``None``.
         - output: ``(B, T, d_model)``.
     """
+
+    #: A subclass that computes exactly what this class computes from the same modules (it
+    #: changes how the block is built, initialised or named, never its forward) declares so
+    #: with ``same_forward = True`` in its own class body: zoo's one-call CPU decoding step
+    #: (:mod:`zoo.runtime.native_plan`) then takes it as it takes a TransformerBlock. Any
+    #: other subclass turns that step off (it may compute otherwise).
+    same_forward: ClassVar[bool] = False
 
     def __init__(
         self,

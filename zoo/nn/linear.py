@@ -32,8 +32,9 @@ class OneDNNLinear(Linear):
 
 
 def use_onednn(model: nn.Module) -> int:
-    """Turn ``model``'s :class:`zoo.nn.Linear` layers with float32 or bfloat16 weights on the
-    CPU into :class:`OneDNNLinear`, in place; returns how many. Their names are recorded in
+    """Turn ``model``'s :class:`zoo.nn.Linear` layers (and plain ``torch.nn.Linear`` ones: the
+    same parameters and forward) with float32 or bfloat16 weights on the CPU into
+    :class:`OneDNNLinear`, in place; returns how many. Their names are recorded in
     ``model.onednn_linears`` (see :class:`~zoo.nn.ZooModel`). Nothing changes where this torch
     has no oneDNN."""
     if not available():
@@ -42,7 +43,7 @@ def use_onednn(model: nn.Module) -> int:
     for name, module in model.named_modules():
         weight = getattr(module, "weight", None)
         if (
-            type(module) is Linear
+            type(module) in (Linear, nn.Linear)  # a torch.nn.Linear computes as zoo's
             and isinstance(weight, Tensor)
             and weight.is_cpu
             and weight.dtype in (torch.float32, torch.bfloat16)

@@ -45,6 +45,7 @@ __all__ = [
     "dynamic_int8",
     "input_headroom",
     "int8_rows",
+    "quantizable",
     "quantize_",
     "release_pages",
     "supports_int4",
@@ -360,8 +361,9 @@ def supports_int4(linear: nn.Linear) -> bool:
 
 
 def quantize_(model: nn.Module, mode: str, *, release: bool = False) -> nn.Module:
-    """Replace, in place, every :class:`~zoo.nn.Linear` of ``model`` by its ``mode``
-    (:data:`QUANTIZE_MODES`; int4 where the kernels take the shape, int8 elsewhere) version,
+    """Replace, in place, every :class:`~zoo.nn.Linear` (and plain ``torch.nn.Linear``) of
+    ``model`` by its ``mode`` (:data:`QUANTIZE_MODES`; int4 where the kernels take the shape,
+    int8 elsewhere) version,
     and a token embedding tied to the head by an :class:`Int8Embedding` over int8 rows (shared
     with a weight-only head). Weights are quantized one at a time; with ``release`` (weights
     memory-mapped from a file, as :func:`zoo.load` gives them) their float pages are given
@@ -380,9 +382,12 @@ def quantize_(model: nn.Module, mode: str, *, release: bool = False) -> nn.Modul
     dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
     nonfinite: list[str] = []
     saturated: list[str] = []
+    unknown: list[str] = []
     for owner in list(model.modules()):
         for name, child in list(owner.named_children()):
-            if not isinstance(child, Linear):
+            if not quantizable(child):
+                if isinstance(child, nn.Linear):
+                    unknown.append(f"{names[id(child)]} ({type(child).__name__})")
                 continue
             new, flaws = _quantized(child, mode, tied, release)
             if flaws.nonfinite or flaws.saturated:
@@ -400,8 +405,23 @@ def quantize_(model: nn.Module, mode: str, *, release: bool = False) -> nn.Modul
         "the quantized model's outputs will not be finite or not close to the float "
         "model's. Check these weights",
     )
+    if unknown:
+        shown = ", ".join(unknown[:5]) + (", ..." if len(unknown) > 5 else "")
+        warnings.warn(
+            f"{len(unknown)} linear layer(s) of a torch.nn.Linear subclass zoo does not know "
+            f"stay {dtype} ({shown}): a subclass may compute otherwise than its weight says. "
+            "Build them as zoo.nn.Linear (or plain torch.nn.Linear) to have them quantized",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     model.quantized = mode  # type: ignore[assignment]
     return model
+
+
+def quantizable(module: nn.Module) -> bool:
+    """Whether :func:`quantize_` replaces ``module``: a :class:`~zoo.nn.Linear` (or a
+    subclass of it) or a plain ``torch.nn.Linear`` (the same parameters and forward)."""
+    return isinstance(module, Linear) or type(module) is nn.Linear
 
 
 def _quantized(
@@ -442,7 +462,7 @@ def _warn(weights: list[str], what: str, consequence: str) -> None:
 
 def _tied_embedding(model: nn.Module) -> tuple[nn.Module, nn.Embedding, str] | None:
     """``(owner, embedding, attribute)`` of an embedding whose weight a Linear shares."""
-    linears = {id(m.weight) for m in model.modules() if isinstance(m, Linear)}
+    linears = {id(m.weight) for m in model.modules() if quantizable(m)}
     for owner in model.modules():
         for name, child in owner.named_children():
             if isinstance(child, nn.Embedding) and id(child.weight) in linears:

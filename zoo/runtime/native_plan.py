@@ -40,6 +40,7 @@ from ..kernels.native_facts import Facts
 from ..kernels.native_int8 import _ROWS, _rows_of
 from ..nn.attention import MultiHeadAttention
 from ..nn.blocks import TransformerBlock
+from ..nn.decoder import DecoderLM
 from ..nn.feedforward import FeedForward, GatedFeedForward
 from ..nn.linear import Linear, OneDNNLinear
 from ..nn.norms import LayerNorm, RMSNorm, UnitOffsetRMSNorm
@@ -48,7 +49,7 @@ from ..nn.positions import LearnedPositions, NoPositions, RotaryPositions
 __all__ = ["Checks", "Plan", "read_plan"]
 
 _HOOKS = ("_forward_hooks", "_forward_pre_hooks")  # a module's hook dicts
-_FLOAT_LINEARS = (Linear, OneDNNLinear)
+_FLOAT_LINEARS = (Linear, OneDNNLinear, nn.Linear)  # the same parameters and forward
 _ACTIVATIONS = {(nn.GELU, "none"): 0, (nn.GELU, "tanh"): 1, (nn.ReLU, ""): 2, (nn.SiLU, ""): 3}
 _PRE_NORM, _POST_NORM, _PARALLEL = 0, 1, 2
 _POSITIONS_WITHOUT_VECTORS = (RotaryPositions, NoPositions)
@@ -144,10 +145,29 @@ class Plan(NamedTuple):
     checks: Checks
 
 
+#: What the one-call step computes itself of a :class:`~zoo.nn.decoder.DecoderLM`: a model
+#: that overrides one of these methods (in its class, or on the instance) computes otherwise.
+_STOOD_FOR = ("embed", "states", "logits")
+
+
+def _own_methods(model: nn.Module, r: Reader) -> bool:
+    """Whether ``model`` computes :data:`_STOOD_FOR` as DecoderLM does (the instance reads
+    are recorded: a method set on it later makes the plan be read again)."""
+    cls = type(model)
+    return all(
+        getattr(cls, name, None) is getattr(DecoderLM, name) and r.attr(model, name) is _MISSING
+        for name in _STOOD_FOR
+    )
+
+
 def read_plan(model: nn.Module) -> Plan:
-    """The plan of ``model`` (a :class:`~zoo.nn.decoder.DecoderLM`) as it is now."""
+    """The plan of ``model`` (a :class:`~zoo.nn.decoder.DecoderLM`) as it is now: none (its
+    ``decoder`` ``None``) for a model whose embedding, blocks, final norm or head are not of
+    the kinds the kernel computes, or that overrides a method of :data:`_STOOD_FOR`."""
     r = Reader()
     modules: list[nn.Module] = []
+    if not _own_methods(model, r):
+        return Plan(None, None, (), Checks.of(r, modules))
     blocks = _blocks_of(r.module(model, "blocks"), r, modules)
     if blocks is None:
         return Plan(None, None, (), Checks.of(r, modules))
@@ -172,13 +192,13 @@ def read_plan(model: nn.Module) -> Plan:
 def _blocks_of(blocks: Any, r: Reader, modules: list[nn.Module]) -> Any:
     """The ``zoo_block`` array of a stack of blocks, or ``None`` where one is not a
     :class:`~zoo.nn.blocks.TransformerBlock` the kernel computes (a subclass may compute
-    otherwise), or their widths differ."""
+    otherwise, unless it declares ``same_forward``), or their widths differ."""
     if not isinstance(blocks, nn.ModuleList):
         return None
     descriptions: list[_Block] = []
     for name in list(blocks._modules):
         block = r.module(blocks, name)
-        if type(block) is not TransformerBlock:
+        if not _computes_as_transformer_block(block):
             return None
         description, parts = _describe(block, r)
         modules += [block, *parts]
@@ -186,6 +206,15 @@ def _blocks_of(blocks: Any, r: Reader, modules: list[nn.Module]) -> Any:
             return None
         descriptions.append(description)
     return (_Block * len(descriptions))(*descriptions) if descriptions else None
+
+
+def _computes_as_transformer_block(block: Any) -> bool:
+    """A :class:`~zoo.nn.blocks.TransformerBlock`, or a subclass that declares in its own
+    class body that its forward is TransformerBlock's (``same_forward = True``)."""
+    kind = type(block)
+    return kind is TransformerBlock or (
+        issubclass(kind, TransformerBlock) and kind.__dict__.get("same_forward") is True
+    )
 
 
 def _embedding_of(

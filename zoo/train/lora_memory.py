@@ -98,13 +98,11 @@ def lora_shape(
 def _frozen_to_be(model: nn.Module, quantize: str | None) -> int:
     """Bytes of ``model``'s tensors once frozen and quantized with ``quantize`` (``None``:
     as they are held now)."""
-    from ..nn.linear import Linear
+    from ..quant.layers import quantizable
 
     seen: set[int] = set()
     held = 0.0
-    quantized = (
-        {id(m.weight) for m in model.modules() if isinstance(m, Linear)} if quantize else set()
-    )
+    quantized = {id(m.weight) for m in model.modules() if quantizable(m)} if quantize else set()
     for t in [*model.parameters(), *model.buffers()]:
         if id(t) in seen:
             continue
