@@ -354,3 +354,61 @@ def test_gpt2_refusals_name_the_key_as_written():
     data = json.loads(transformers.GPT2Config(n_embd=30, n_head=4).to_json_string())
     with pytest.raises(ValueError, match=r"n_embd = 30: must be divisible by n_head = 4"):
         read(data)
+
+
+def _format(**fields):
+    """Llama's config.json with some fields spelled otherwise (a plugin's declaration)."""
+    import dataclasses
+
+    from zoo_plugins.llama.convert import LLAMA_CONFIG
+
+    from zoo.checkpoint.hf_format import LLAMA_FIELDS
+
+    return dataclasses.replace(LLAMA_CONFIG, fields={**LLAMA_FIELDS, **fields})
+
+
+def _written(config_format, **overrides):
+    from zoo.api import resolve_config
+
+    return config_format.write(resolve_config("llama-tiny")[2].replace(**overrides))
+
+
+def test_a_read_conversion_is_honoured_for_rope_theta_and_rotary_dim():
+    """``HFField(read=, write=)`` converts every field; it was ignored for the two that have
+    their own reading (a base spelled as its log10, a rotary count spelled in halves)."""
+    import math
+
+    from zoo.checkpoint.hf_format import HFField
+
+    spelled = _format(
+        rope_theta=HFField(
+            "rope_log10", 4.0, read=lambda v: 10.0**v, write=lambda c: math.log10(c.rope_theta)
+        ),
+        rotary_dim=HFField(
+            "rotary_halves",
+            read=lambda v: None if v is None else 2 * v,
+            write=lambda c: None if c.rotary_dim is None else c.rotary_dim // 2,
+        ),
+    )
+    data = _written(spelled, rope_theta=1000.0, rotary_dim=4)
+    assert data["rope_log10"] == 3.0 and data["rotary_halves"] == 2
+    values = spelled.read(data)
+    assert values["rope_theta"] == 1000.0 and values["rotary_dim"] == 4
+
+
+def test_a_nested_sub_config_key_is_read_written_and_checked_key_by_key():
+    """MPT's ``attn_config``: a dotted key reads from and writes into the object; a key of
+    the object nothing reads is refused by its dotted name, a parent that is not an object
+    by name too."""
+    from zoo.checkpoint.hf_format import HFField
+
+    spelled = _format(rope_theta=HFField("attn_config.rope_theta", 10000.0),
+                      layer_norm_eps=HFField("attn_config.eps", 1e-6))  # fmt: skip
+    data = _written(spelled, rope_theta=5e4, layer_norm_eps=1e-5)
+    assert data["attn_config"] == {"rope_theta": 5e4, "eps": 1e-5}
+    values = spelled.read(data)
+    assert values["rope_theta"] == 5e4 and values["layer_norm_eps"] == 1e-5
+    with pytest.raises(ValueError, match=r"attn_config\.alibi = True means"):
+        spelled.read({**data, "attn_config": {**data["attn_config"], "alibi": True}})
+    with pytest.raises(ValueError, match=r"attn_config = 3 must be an object"):
+        spelled.read({**data, "attn_config": 3})

@@ -23,7 +23,8 @@ class HFField:
     """How one zoo config field is spelled in a transformers ``config.json``.
 
     Args:
-        key: the key in ``config.json``.
+        key: the key in ``config.json``; ``"parent.child"`` for a key of a nested sub-config
+            (MPT's ``attn_config``): read from, and written into, the object ``parent``.
         default: the value when the file lacks the key or holds null (transformers' own
             default for that family, as the file would spell it); absent: the key is
             required (for fields zoo requires).
@@ -91,9 +92,10 @@ class HFConfigFormat:
     (a ``rotary_dim`` key is the count; a fraction key, ``rotary_pct`` or
     ``partial_rotary_factor``, gives ``int(head_size * fraction)``, through
     :meth:`~HFConfigReader.rotary_fraction`), so both transformers generations' spellings
-    load; ``HFField(read=, write=)`` converts a field spelled otherwise. ``read_extra`` reads
-    what a table cannot say (Qwen2's window switches) and returns more zoo values;
-    ``write_extra`` adds keys on export. Every key present is first type-checked against
+    load; ``HFField(read=, write=)`` converts a field spelled otherwise (for any field,
+    ``rope_theta`` and ``rotary_dim`` included: the conversion then replaces their reading).
+    ``read_extra`` reads what a table cannot say (Qwen2's window switches) and returns more
+    zoo values; ``write_extra`` adds keys on export. Every key present is first type-checked against
     :data:`KEY_TYPES`, narrowed by ``types`` (the family's own annotation, where it allows
     less) and extended by it (the types of keys only this family has: a plugin declares
     them there); a value the config class refuses is reported under the key it was read from.
@@ -129,9 +131,10 @@ class HFConfigFormat:
         for key, value in (*self.fixed.items(), *self.checked.items()):
             r.expect(key, value)
         hints = typing.get_type_hints(self.config)
-        fields = [field for field in self.fields if field != "rotary_dim"]
+        counted = "rotary_dim" in self.fields and self._spec("rotary_dim").read is None
+        fields = [field for field in self.fields if field != "rotary_dim" or not counted]
         values = {field: self._read(r, field, hints[field]) for field in fields}
-        if "rotary_dim" in self.fields:
+        if counted:
             values["rotary_dim"] = self._rotary_dim(r, values)
         if self.read_extra is not None:
             values.update(self.read_extra(r))
@@ -143,7 +146,7 @@ class HFConfigFormat:
 
     def _read(self, r: HFConfigReader, field: str, annotation: Any) -> Any:
         spec = self._spec(field)
-        if field == "rope_theta":
+        if field == "rope_theta" and spec.read is None:
             default = 10000.0 if spec.default is MISSING else spec.default
             partial = "rotary_dim" in self.fields and self._spec("rotary_dim").key != "rotary_dim"
             return r.rope_theta(default, theta_key=spec.key, partial=partial)
@@ -224,13 +227,26 @@ class HFConfigFormat:
         for field in self.fields:
             spec = self._spec(field)
             if field == "rotary_dim" and spec.write is None:
-                out[spec.key] = self._write_rotary(config)
-                continue
-            out[spec.key] = spec.write(config) if spec.write else getattr(config, field)
+                value = self._write_rotary(config)
+            else:
+                value = spec.write(config) if spec.write else getattr(config, field)
+            _put(out, spec.key, value)
         out.update(self.fixed)
         if self.write_extra is not None:
             out.update(self.write_extra(config))
         return out
+
+
+def _put(out: dict[str, Any], key: str, value: Any) -> None:
+    """``out[key] = value``; a dotted key (``"attn_config.alibi"``) into a nested object."""
+    if "." not in key:
+        out[key] = value
+        return
+    parent, _, child = key.partition(".")
+    nested = out.setdefault(parent, {})
+    if not isinstance(nested, dict):
+        raise ValueError(f"{parent!r} is written both as a value and as a sub-config ({key})")
+    nested[child] = value
 
 
 #: The config.json of Llama and the families that copy it (Qwen2/3, Mistral, Mixtral).

@@ -79,12 +79,25 @@ class HFConfigReader:
         self.read.add(key)
         if field is not None:
             self.keys[field] = key
-        value = self.data.get(key)
+        value = self._value(key)
         if value is None:
             if default is MISSING:
                 raise self._error(f"{key!r} is missing")
             return default
         return value
+
+    def _value(self, key: str) -> Any:
+        """``data[key]``; a dotted key that the file does not hold as such names a key of a
+        nested sub-config (``"attn_config.alibi"``: MPT's), whose parent must be an object."""
+        if key in self.data or "." not in key:
+            return self.data.get(key)
+        parent, _, child = key.partition(".")
+        nested = self.data.get(parent)
+        if nested is None:
+            return None
+        if not isinstance(nested, Mapping):
+            raise self._error(f"{parent} = {show(nested)} must be an object (it holds {child})")
+        return nested.get(child)
 
     def integer(self, key: str, default: Any = MISSING, *, field: str | None = None) -> int:
         """``key`` as an int (not a bool, a float or a string)."""
@@ -211,9 +224,14 @@ class HFConfigReader:
                 than ignores a key that may change the arithmetic. Or the config's own
                 error, each field it names spelled as the key it was read from.
         """
-        unknown = sorted(k for k in self.data if k not in self.read and k not in self.inert)
+        unknown = sorted(
+            unread
+            for key, value in self.data.items()
+            if key not in self.read and key not in self.inert
+            for unread in self._unread(key, value)
+        )
         if unknown:
-            shown = ", ".join(f"{k} = {show(self.data[k])}" for k in unknown)
+            shown = ", ".join(f"{k} = {show(self._value(k))}" for k in unknown)
             raise self._error(
                 f"zoo does not know what {shown} means for this model and refuses rather than "
                 "ignores it (it may change the arithmetic). If it does not, remove it from "
@@ -225,6 +243,15 @@ class HFConfigReader:
             except ConfigError as exc:
                 raise self._error(self._as_written(str(exc), config.__name__)) from None
         return values
+
+    def _unread(self, key: str, value: Any) -> list[str]:
+        """``[key]`` for a key nothing read, or for a nested sub-config the keys in it that
+        nothing read (as ``parent.child``: a sub-config some keys of which were read is
+        checked key by key)."""
+        inside = [r for r in self.read if r.startswith(f"{key}.")]
+        if not inside or not isinstance(value, Mapping):
+            return [key]
+        return [f"{key}.{k}" for k in value if f"{key}.{k}" not in self.read]
 
     def _as_written(self, message: str, config_name: str) -> str:
         """A config error's ``message`` with each field read from the file spelled as its
