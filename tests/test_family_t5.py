@@ -230,15 +230,6 @@ def test_a_head_of_its_own_saved_by_transformers5_loads_untied(
     assert max_logit_diff(again, theirs, _batch()) <= 1e-4
 
 
-def test_a_tied_head_that_is_not_scaled_has_no_config_json(v10, tmp_path: Path) -> None:
-    _, _, ours, _ = v10
-    other = EncoderDecoder(
-        ours.config.replace(scale_decoder_output=False), zoo.get_registry().parts(ours.config)
-    )
-    with pytest.raises(CheckpointError, match="ties its head exactly when it scales"):
-        zoo.export(other, tmp_path / "out")
-
-
 @pytest.mark.parametrize(
     ("change", "named"),
     [
@@ -257,19 +248,31 @@ def test_keys_zoo_cannot_honour_are_refused_by_name(
         zoo.load(_with_config(folder, tmp_path / "bad", {**CONFIG_4X, **change}))
 
 
-def test_a_head_of_its_own_under_a_config_that_ties_it_is_refused_saying_why(
+def test_a_head_of_its_own_under_a_config_that_ties_it_loads_as_transformers_loads_it(
     v10, tmp_path: Path
 ) -> None:
-    """transformers 5 writes ``tie_word_embeddings: true`` for every T5, with a v1.1 head
-    beside ``shared``: zoo cannot tie two different tensors, and says what to fix."""
+    """transformers 5 writes ``tie_word_embeddings: true`` for every T5 and ties the head
+    only where the checkpoint holds none: a v1.0 (scaled) head beside ``shared`` loads as a
+    head of its own, in transformers and in zoo (which refused it)."""
     folder = v10[3]
-    bad = tmp_path / "bad"
-    shutil.copytree(folder, bad)
-    state = load_file(bad / "model.safetensors")
+    own = tmp_path / "own"
+    shutil.copytree(folder, own)
+    state = load_file(own / "model.safetensors")
     state["lm_head.weight"] = state["shared.weight"] + 1
-    save_file(state, bad / "model.safetensors", metadata={"format": "pt"})
-    with pytest.raises(CheckpointError, match="tie_word_embeddings: false"):
-        zoo.load(bad)
+    save_file(state, own / "model.safetensors", metadata={"format": "pt"})
+    ours = zoo.load(own)
+    theirs = transformers.T5ForConditionalGeneration.from_pretrained(own).eval()
+    assert not ours.config.tie_embeddings and ours.config.scale_decoder_output
+    assert ours.head.weight is not ours.tok_emb.weight
+    assert max_logit_diff(ours, theirs, _batch()) <= 1e-4
+
+
+def test_a_transformers4_file_without_a_head_is_tied_whatever_it_says(v10, tmp_path: Path):
+    folder = v10[3]
+    tied = zoo.load(
+        _with_config(folder, tmp_path / "4x", {**CONFIG_4X, "tie_word_embeddings": False})
+    )
+    assert tied.config.tie_embeddings and not tied.config.scale_decoder_output
 
 
 @pytest.mark.parametrize("name", ["v1.0-relu", "v1.1-gated-gelu-own-head"])

@@ -55,9 +55,10 @@ _INERT = frozenset({"initializer_factor", "classifier_dropout", "output_past", "
 
 def config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     """``transformers.T5Config`` dict (4.x or 5.x) -> zoo ``t5`` config values, refusing
-    what zoo's T5 does not compute (each key by name). The head's input is scaled, and the
-    head tied, as ``scale_decoder_outputs`` says (5.x), else as ``tie_word_embeddings`` says
-    (4.x)."""
+    what zoo's T5 does not compute (each key by name). The head's input is scaled as
+    ``scale_decoder_outputs`` says (5.x), else when ``tie_word_embeddings`` (4.x); the head is
+    tied as ``tie_word_embeddings`` says, until the weights say otherwise
+    (:func:`tie_as_the_weights_say`)."""
     r = HFConfigReader(hf, family="T5", inert=_INERT)
     r.expect("is_encoder_decoder", True)
     r.expect("is_decoder", False)
@@ -71,11 +72,9 @@ def config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
     heads = r.integer("num_heads", 8, field="n_heads")
     d_kv = r.integer("d_kv", 64, field="head_dim")
     layers = r.integer("num_layers", 6, field="n_encoder_layers")
-    tied = r.flag("tie_word_embeddings", True, field="tie_embeddings")
-    scale = r.flag("scale_decoder_outputs", tied, field="scale_decoder_output")
-    # transformers 5 writes tie_word_embeddings: true for every T5 (it ties by what the
-    # weights hold) and says v1.1's head, its own and unscaled, by scale_decoder_outputs alone
-    tie = scale if "scale_decoder_outputs" in hf else tied
+    tie = r.flag("tie_word_embeddings", True, field="tie_embeddings")
+    # 4.x scales the head's input exactly when it ties it; 5.x says so on its own
+    scale = r.flag("scale_decoder_outputs", tie, field="scale_decoder_output")
     values = {
         "vocab_size": r.integer("vocab_size", 32128, field="vocab_size"),
         "context_length": r.integer("n_positions", 512, field="context_length"),
@@ -104,13 +103,6 @@ def config_from_hf(hf: Mapping[str, Any]) -> dict[str, Any]:
 
 def config_to_hf(config: Any) -> dict[str, Any]:
     """zoo ``t5`` config -> ``transformers.T5Config`` dict."""
-    if config.tie_embeddings != config.scale_decoder_output:
-        raise ValueError(
-            f"a T5 checkpoint ties its head exactly when it scales the head's input "
-            f"(transformers 4 reads both from tie_word_embeddings, 5 writes it true for every "
-            f"T5): tie_embeddings = {config.tie_embeddings} with scale_decoder_output = "
-            f"{config.scale_decoder_output} has no config.json"
-        )
     proj = _WRITTEN.get((config.ffn, config.activation))
     if proj is None:
         raise ValueError(
@@ -138,6 +130,18 @@ def config_to_hf(config: Any) -> dict[str, Any]:
         "is_encoder_decoder": True,
         **decoder_start_json(config),
     }
+
+
+def tie_as_the_weights_say(config: Any, state: Mapping[str, Tensor]) -> Any:
+    """``config`` with the head tied exactly when the checkpoint holds no head of its own
+    (``lm_head.weight`` absent, or equal to ``shared.weight``), as transformers 5 ties it:
+    5.x writes ``tie_word_embeddings: true`` for every T5, a Flan-T5 it saved included, and a
+    4.x file without a head is tied whatever it says."""
+    head, shared = state.get("lm_head.weight"), state.get("shared.weight")
+    own = head is not None and not (
+        shared is not None and head.shape == shared.shape and torch.equal(head, shared)
+    )
+    return config if config.tie_embeddings != own else config.replace(tie_embeddings=not own)
 
 
 _GATES = re.compile(r"(.*\.DenseReluDense\.)wi_0\.weight")
@@ -245,6 +249,7 @@ HF_T5 = KeyMap(
     ),
     config_from_foreign=config_from_hf,
     config_to_foreign=config_to_hf,
+    config_from_weights=tie_as_the_weights_say,
     model_type="t5",
     merge_foreign=_merge,
     split_foreign=_split,

@@ -210,6 +210,9 @@ class KeyMap:
         merge_foreign: on import, a transform of the foreign state (prefixes stripped) run
             before the rules, for what :class:`FusedRule` and :class:`KeyRule` cannot say.
         split_foreign: on export, its inverse, run after the rules.
+        config_from_weights: on import, ``(config, foreign state) -> config``, for a value the
+            foreign config.json does not settle and the weights do (transformers 5 ties a
+            T5 head by whether the checkpoint holds one); run before the rules.
         represents: config values this layout can represent (``{"norm_first": True}``;
             :data:`ANY` for a field whose every value it holds, :func:`represented` derives
             them from the config class); exporting a model whose config differs is refused.
@@ -226,6 +229,7 @@ class KeyMap:
     split_foreign: StateTransform | None = None
     represents: Mapping[str, Any] = dataclasses.field(default_factory=dict, hash=False)
     fused: tuple[FusedRule, ...] = ()
+    config_from_weights: Callable[[Any, Mapping[str, Tensor]], Any] | None = None
 
     def _ignored(self, key: str, patterns: tuple[str, ...]) -> bool:
         return any(re.fullmatch(p, key) for p in patterns)

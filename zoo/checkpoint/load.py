@@ -200,6 +200,8 @@ def _load_files(
     tensors, hasher = _read_weights(found, shown, sha256, shard_sha256, verify)
     unexpected: tuple[str, ...] = ()
     if found.keymap is not None:
+        settle = getattr(found.keymap, "config_from_weights", None)
+        config = config if settle is None else settle(config, tensors)
         tensors, conversion = found.keymap.to_zoo(tensors, config)
         unexpected = conversion.unexpected
     try:

@@ -167,8 +167,7 @@ __attribute__((always_inline, target("avx2,fma"))) static inline void f32_tile(
  * The rows of the thread's next task (static schedule: the rows after n1) are first asked
  * into the second level cache: with a few input rows the products take long enough per byte
  * that memory stays idle between the row-ahead hints of f32_tile; the whole next task asked
- * at once keeps it reading (a Marian decoder step's products at four rows: 10.5 -> 9.9 ms on
- * two threads, 20.4 -> 17.2 on one, docs/benchmarks.md). */
+ * at once keeps it reading (docs/benchmarks.md, "Figures behind design choices"). */
 __attribute__((target("avx2,fma"))) static void f32_rows_many(
     const float *W, const float *X, const float *b, float *Y, int64_t M, int64_t N, int64_t K,
     int64_t n0, int64_t n1) {

@@ -22,7 +22,7 @@ from ..nn.base import ZooModel
 from ..plugin.current import get_registry
 from ..runtime.decoding import start_decoding
 from .reference import CheckSkipped, IdsTokenizer, compare_with_architecture_reference
-from .small import SECOND, SMALL, Geometry, small_model, small_overrides
+from .small import reference_draws, small_model
 
 __all__ = ["CHECKS", "DEVICE_FREE", "assert_logits_close"]
 
@@ -306,55 +306,6 @@ def check_reference(name: str, device: str) -> str | None:
             raise AssertionError(f"{label}: {exc}") from None
         notes.append(f"{label}: {note}")
     return "; ".join(notes)
-
-
-def reference_draws(name: str, arch: Any) -> list[tuple[str, dict[str, Any]]]:
-    """The small models the reference check compares, each with its label:
-    :data:`~zoo.testing.small.SMALL`, the same moved off the defaults
-    (:func:`~zoo.testing.config_trip.moved_off_defaults`: transformers computes with its
-    default where a layout writes a value under a key it does not read), and
-    :data:`~zoo.testing.small.SECOND` (six heads, one key/value head where grouped, three
-    layers), each field a Hugging Face layout holds only one value of kept at the first
-    draw's; the feed-forward at four times the width where the named model's is (GPT-1's
-    layout requires it)."""
-    from ..checkpoint.hf_layout import ANY
-    from ..checkpoint.write import hf_layouts
-    from .config_trip import moved_off_defaults
-
-    _, _, config = resolve_config(name)
-    d_model, d_ff = getattr(config, "d_model", None), getattr(config, "d_ff", None)
-    layouts = hf_layouts(arch)
-    pinned = {
-        field
-        for layout in layouts
-        for field, held in arch.checkpoint_layout(layout).represents.items()
-        if held is not ANY
-    }
-    draws: list[tuple[str, dict[str, Any]]] = []
-    for geometry in (SMALL, SECOND):
-        small = small_overrides(name, geometry)
-        if draws:
-            first = draws[0][1]
-            small |= {f: first[f] for f in pinned if f in first and small.get(f) != first[f]}
-        if "d_ff" in small and d_model and d_ff == 4 * d_model:
-            small["d_ff"] = 4 * small["d_model"]
-        if all(small != drawn for _, drawn in draws):
-            draws.append((_drawn(geometry, small), small))
-        if geometry is SMALL and layouts:
-            moved, names = moved_off_defaults(arch, layouts[0], config.replace(**small))
-            if names:
-                values = {field: getattr(moved, field) for field in names}
-                draws.append((f"{draws[0][0]}, {', '.join(names)} moved", small | values))
-    return draws
-
-
-def _drawn(geometry: Geometry, small: dict[str, Any]) -> str:
-    """The geometry a note speaks of: ``6 heads (1 key/value), 3 layers``."""
-    heads = small.get("n_heads", geometry.heads)
-    kv = small.get("n_kv_heads")
-    layers = small.get("n_layers", small.get("n_decoder_layers", geometry.layers))
-    grouped = f" ({kv} key/value)" if kv is not None else ""
-    return f"{heads} heads{grouped}, {layers} layers"
 
 
 def _encdec_reference(name: str, arch: Any, model: ZooModel, small: dict[str, Any]) -> str:

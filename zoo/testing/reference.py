@@ -322,7 +322,7 @@ def _over_layouts(
             _write(model, Path(folder), layout)
             try:
                 note = compare(Path(folder))
-                trip = check_config_trip(arch, layout, model.config)
+                trip = check_config_trip(arch, layout, model.config, Path(folder))
                 compared.append(f"{layout} {note}, {trip}")
             except CheckSkipped as exc:
                 skipped.append(f"{layout}: {exc}")

@@ -1,7 +1,8 @@
 """The small models the conformance checks build: :func:`small_overrides` shrinks a named
-model's shared size fields (and keeps what makes it that model: grouped heads, a separate
-head size, a sliding window its prompts exceed, every kind of per-layer value, a partial
-rotary share)."""
+model's shared size fields to a :class:`Geometry` and keeps what makes it that model
+(grouped heads, a separate head size, a sliding window its prompts exceed, every kind of
+per-layer value, a partial rotary share); :func:`reference_draws` gives the reference
+check's several small models."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ __all__ = [
     "SMALL_SIZES",
     "SMALL_WINDOW",
     "Geometry",
+    "reference_draws",
     "small_model",
     "small_overrides",
 ]
@@ -134,3 +136,62 @@ def small_model(name: str, device: str, dtype: torch.dtype | None = None) -> Zoo
     weights every time."""
     torch.manual_seed(0)
     return build(name, device=device, dtype=dtype, **small_overrides(name))
+
+
+def reference_draws(name: str, arch: Any) -> list[tuple[str, dict[str, Any]]]:
+    """The small models the reference check compares, each with its label:
+    :data:`SMALL`, the same moved off the defaults
+    (:func:`~zoo.testing.config_trip.moved_off_defaults`: transformers computes with its
+    default where a layout writes a value under a key it does not read), and :data:`SECOND`
+    (six heads, one key/value head where grouped, three layers), each field a Hugging Face
+    layout holds only one value of kept at the first draw's; the feed-forward at four times
+    the width where the named model's is (GPT-1's layout requires it)."""
+    from ..checkpoint.write import hf_layouts
+    from .config_trip import moved_off_defaults
+
+    _, _, config = resolve_config(name)
+    layouts = hf_layouts(arch)
+    pinned = _pinned(arch, layouts)
+    draws: list[tuple[str, dict[str, Any]]] = []
+    for geometry in (SMALL, SECOND):
+        small = _widened(config, small_overrides(name, geometry))
+        if draws:
+            first = draws[0][1]
+            small |= {f: first[f] for f in pinned if f in first and small.get(f) != first[f]}
+        if all(small != drawn for _, drawn in draws):
+            draws.append((_drawn(geometry, small), small))
+        if geometry is SMALL and layouts:
+            moved, names = moved_off_defaults(arch, layouts[0], config.replace(**small))
+            if names:
+                values = {field: getattr(moved, field) for field in names}
+                draws.append((f"{draws[0][0]}, {', '.join(names)} moved", small | values))
+    return draws
+
+
+def _pinned(arch: Any, layouts: list[str]) -> set[str]:
+    """The fields some Hugging Face layout of ``arch`` holds only one value of."""
+    from ..checkpoint.hf_layout import ANY
+
+    return {
+        field
+        for layout in layouts
+        for field, held in arch.checkpoint_layout(layout).represents.items()
+        if held is not ANY
+    }
+
+
+def _widened(config: Any, small: dict[str, Any]) -> dict[str, Any]:
+    """``small`` with the feed-forward four times the width where ``config``'s is."""
+    d_model, d_ff = getattr(config, "d_model", None), getattr(config, "d_ff", None)
+    if "d_ff" in small and d_model and d_ff == 4 * d_model:
+        return small | {"d_ff": 4 * small["d_model"]}
+    return small
+
+
+def _drawn(geometry: Geometry, small: dict[str, Any]) -> str:
+    """The geometry a note speaks of: ``6 heads (1 key/value), 3 layers``."""
+    heads = small.get("n_heads", geometry.heads)
+    kv = small.get("n_kv_heads")
+    layers = small.get("n_layers", small.get("n_decoder_layers", geometry.layers))
+    grouped = f" ({kv} key/value)" if kv is not None else ""
+    return f"{heads} heads{grouped}, {layers} layers"
