@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import warnings
-from typing import Any
+from typing import Any, TypeGuard
 
 import torch
 import torch.nn.functional as F
@@ -418,14 +418,14 @@ def quantize_(model: nn.Module, mode: str, *, release: bool = False) -> nn.Modul
     return model
 
 
-def quantizable(module: nn.Module) -> bool:
+def quantizable(module: nn.Module) -> TypeGuard[nn.Linear]:
     """Whether :func:`quantize_` replaces ``module``: a :class:`~zoo.nn.Linear` (or a
     subclass of it) or a plain ``torch.nn.Linear`` (the same parameters and forward)."""
     return isinstance(module, Linear) or type(module) is nn.Linear
 
 
 def _quantized(
-    linear: Linear,
+    linear: nn.Linear,
     mode: str,
     tied: tuple[nn.Module, nn.Embedding, str] | None,
     release: bool,
