@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import operator
 import typing
 from collections.abc import Callable, Mapping
@@ -415,14 +416,33 @@ class DecoderConfig(TransformerConfig):
 
     Args:
         n_layers: number of blocks; the other fields are those of :class:`TransformerConfig`.
+        embedding_multiplier: the token vectors are multiplied by this, after
+            ``scale_embeddings``' sqrt(d_model) and before the position vectors (Granite).
+        embedding_norm: a norm (the ``norm`` component) after the embedding, before the
+            first block (BLOOM's ``word_embeddings_layernorm``); key ``emb_norm``.
+        embedding: an ``embedding`` component (a plugin's: ``(B, T, d_model) -> (B, T,
+            d_model)``) applied last, between the embedding and the first block; key
+            ``post_embedding``. ``None``: none.
+        head: a ``head`` component (a plugin's: logits ``(B, T, vocab) -> (B, T, vocab)``)
+            applied after ``logit_scale`` and ``final_softcap``; key ``post_head``.
+            ``None``: none.
     """
 
     n_layers: int
+    embedding_multiplier: float = 1.0
+    embedding_norm: bool = False
+    embedding: str | None = None
+    head: str | None = None
 
     def validate(self) -> None:
         super().validate()
         self._require_positive("n_layers")
         self._require_at_most(MAX_LAYERS, "n_layers")
+        self._require(
+            math.isfinite(self.embedding_multiplier) and self.embedding_multiplier != 0,
+            "embedding_multiplier",
+            "must be a finite, non-zero number",
+        )
         if self.layer_types is not None:
             count = len(self.layer_types)
             if count != self.n_layers:

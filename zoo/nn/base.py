@@ -144,15 +144,18 @@ def embed_tokens(
     positions: Tensor,
     *,
     scale_by_width: bool,
+    multiplier: float = 1.0,
 ) -> Tensor:
     """Token plus position vectors, ``(B, L) -> (B, L, d_model)``: ``drop(tok_emb(ids) +
     pos_emb(positions))``, the token part scaled by ``sqrt(d_model)`` when ``scale_by_width``
     (Vaswani et al., Gemma), rounded to the activations' dtype first (transformers' Gemma: in
-    bfloat16 ``sqrt(3584)`` is 59.75). A :class:`~zoo.nn.PositionScheme` that adds no vectors
-    (rotary, none) adds nothing."""
+    bfloat16 ``sqrt(3584)`` is 59.75), then by ``multiplier`` (Granite). A
+    :class:`~zoo.nn.PositionScheme` that adds no vectors (rotary, none) adds nothing."""
     x = tok_emb(ids)  # (B, L, d_model)
     if scale_by_width:  # by sqrt(d) rounded to the activations' dtype, as transformers does
         x = x * x.new_tensor(math.sqrt(x.shape[-1]))
+    if multiplier != 1.0:
+        x = x * multiplier
     vectors = (
         pos_emb.embed(positions) if isinstance(pos_emb, PositionScheme) else pos_emb(positions)
     )

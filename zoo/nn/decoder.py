@@ -74,6 +74,10 @@ class DecoderLM(ZooModel):
         self._layer_thetas = tuple(c.layer_rope_theta(i) for i in range(c.n_layers))
         self.final_norm = parts.build("norm", c) if c.final_norm else None
         self.head = Linear(c.d_model, c.vocab_size, bias=c.head_bias)
+        # the seams between the embedding and the first block, and after the head
+        self.emb_norm = parts.build("norm", c) if c.embedding_norm else None
+        self.post_embedding = parts.build("embedding", c) if c.embedding else None
+        self.post_head = parts.build("head", c) if c.head else None
         self.reset_parameters()
         if c.tie_embeddings:
             self.head.weight = self.tok_emb.weight
@@ -100,15 +104,21 @@ class DecoderLM(ZooModel):
         }
 
     def embed(self, input_ids: Tensor, position_ids: Tensor) -> Tensor:
-        """Token plus position vectors, ``(B, T) -> (B, T, d_model)``."""
-        return embed_tokens(
+        """Token plus position vectors, ``(B, T) -> (B, T, d_model)``: the token vectors
+        scaled (``scale_embeddings``, ``embedding_multiplier``), the positions added, then the
+        embedding norm and the ``embedding`` component where the config has them."""
+        x = embed_tokens(
             self.tok_emb,
             self.pos_emb,
             self.drop,
             input_ids,
             position_ids,
             scale_by_width=self.config.scale_embeddings,
+            multiplier=self.config.embedding_multiplier,
         )
+        if self.emb_norm is not None:
+            x = self.emb_norm(x)
+        return x if self.post_embedding is None else self.post_embedding(x)
 
     def forward(
         self,
@@ -157,14 +167,15 @@ class DecoderLM(ZooModel):
         return self.finish_logits(self.head(x))
 
     def finish_logits(self, logits: Tensor) -> Tensor:
-        """The head's output scaled by ``logit_scale`` (Cohere) and soft-capped by
-        ``final_softcap`` (Gemma 2), in that order; unchanged when neither is set."""
+        """The head's output scaled by ``logit_scale`` (Cohere), soft-capped by
+        ``final_softcap`` (Gemma 2) and passed through the ``head`` component, in that order;
+        unchanged when none is set."""
         c = self.config
         if c.logit_scale != 1.0:
             logits = logits * c.logit_scale
         if c.final_softcap is not None:
             logits = torch.tanh(logits / c.final_softcap) * c.final_softcap
-        return logits
+        return logits if self.post_head is None else self.post_head(logits)
 
     def hidden(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
         """The final hidden states ``(B, T, d_model)`` (what the LM head reads), for heads of

@@ -356,7 +356,9 @@ class TokenizerSpec:
 #: names the component (``positions = "rotary"``, ``norm = "rmsnorm"``, ``ffn = "swiglu"``,
 #: ``attention = "mha"``, ``block = "sandwich"``, and ``cross_attention = "mha"`` in an
 #: encoder-decoder's config).
-COMPONENT_KINDS = ("positions", "norm", "ffn", "attention", "cross_attention", "block")
+COMPONENT_KINDS = (
+    "positions", "norm", "ffn", "attention", "cross_attention", "block", "embedding", "head",
+)  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -376,7 +378,12 @@ class ComponentSpec:
     - ``block``: one layer of the shared decoder. Its factory is called as
       ``factory(config, parts, layer)`` (``parts``: a :class:`zoo.nn.Parts` to build the
       block's components from; ``layer``: its index) and returns a module with
-      :class:`zoo.nn.TransformerBlock`'s ``forward`` and ``attn``/``ffn`` attributes.
+      :class:`zoo.nn.TransformerBlock`'s ``forward`` and ``attn``/``ffn`` attributes;
+    - ``embedding``: a module ``(B, T, d_model) -> (B, T, d_model)`` between the embedding
+      (tokens, scale, multiplier, positions, norm) and the first block, held as
+      ``post_embedding`` (a config's ``embedding`` field names it);
+    - ``head``: a module on the logits ``(B, T, vocab) -> (B, T, vocab)``, after
+      ``logit_scale`` and ``final_softcap``, held as ``post_head`` (``head`` field).
 
     Args:
         kind: one of :data:`COMPONENT_KINDS`.

@@ -150,23 +150,24 @@ class Plan(NamedTuple):
 _STOOD_FOR = ("embed", "states", "logits")
 
 
-def _own_methods(model: nn.Module, r: Reader) -> bool:
-    """Whether ``model`` computes :data:`_STOOD_FOR` as DecoderLM does (the instance reads
-    are recorded: a method set on it later makes the plan be read again)."""
+def _embeds_as_decoder_lm(model: nn.Module, r: Reader) -> bool:
+    """Whether ``model`` computes :data:`_STOOD_FOR` as DecoderLM does and has no seam after
+    its embedding (``emb_norm``, ``post_embedding``); the reads are recorded, so a method or
+    module set on it later makes the plan be read again."""
     cls = type(model)
     return all(
         getattr(cls, name, None) is getattr(DecoderLM, name) and r.attr(model, name) is _MISSING
         for name in _STOOD_FOR
-    )
+    ) and all(r.child(model, seam) is None for seam in ("emb_norm", "post_embedding"))
 
 
 def read_plan(model: nn.Module) -> Plan:
     """The plan of ``model`` (a :class:`~zoo.nn.decoder.DecoderLM`) as it is now: none (its
     ``decoder`` ``None``) for a model whose embedding, blocks, final norm or head are not of
-    the kinds the kernel computes, or that overrides a method of :data:`_STOOD_FOR`."""
+    the kinds the kernel computes, or that embeds otherwise (:func:`_embeds_as_decoder_lm`)."""
     r = Reader()
     modules: list[nn.Module] = []
-    if not _own_methods(model, r):
+    if not _embeds_as_decoder_lm(model, r):
         return Plan(None, None, (), Checks.of(r, modules))
     blocks = _blocks_of(r.module(model, "blocks"), r, modules)
     if blocks is None:
@@ -226,6 +227,8 @@ def _embedding_of(
     or dropout while training."""
     if type(drop) is not nn.Dropout or (r.attr(drop, "training") and r.attr(drop, "p") > 0):
         return None
+    if getattr(config, "embedding_multiplier", 1.0) != 1.0:
+        return None  # (a model with emb_norm or post_embedding is declined in read_plan)
     table = _positions_of(positions, d, r)
     rows = _token_rows_of(tokens, d, r)
     if table is None or rows is None:
