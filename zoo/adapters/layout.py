@@ -15,8 +15,10 @@ on export: T5's gated feed-forward stored as ``wi_0`` and ``wi_1``, the encoder-
 tied embeddings and logits bias) carries adapters when its ``split_foreign`` only moves rows
 of each linear layer's weight: each layer's foreign weights are passed through it with every
 row holding its own index, and the rows that come out are the pieces. A layout whose
-``split_foreign`` changes a layer's values (or that has ``merge_foreign`` without it) is
-refused: zoo could not carry an adapter through it exactly.
+``split_foreign`` changes a layer's values is refused: zoo could not carry an adapter
+through it exactly. A ``merge_foreign`` without a ``split_foreign`` only reads other
+spellings of what export writes (its rules' output is the foreign checkpoint), so the
+adapters' modules are those export writes.
 """
 
 from __future__ import annotations
@@ -78,10 +80,7 @@ def layout_of(model: nn.Module) -> tuple[str | None, object | None]:
     names = hf_layouts(arch)
     if not names:
         return None, None
-    keymap = arch.checkpoint_layout(names[0])
-    if keymap.merge_foreign is not None and keymap.split_foreign is None:
-        raise _whole_states(names[0], arch.name, "merge_foreign without split_foreign")
-    return names[0], keymap
+    return names[0], arch.checkpoint_layout(names[0])
 
 
 def _whole_states(layout: str, family: str, why: str) -> CheckpointError:

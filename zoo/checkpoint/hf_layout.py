@@ -83,7 +83,11 @@ class KeyRule:
     for an index. ``transpose`` for Conv1D weights; ``optional`` when a model may lack the
     key (a head tied to the embedding); ``interleave = g`` when the foreign rows are grouped
     per head, ``(n_heads, g, rows, ...)``, where zoo's are ``(g, n_heads, rows, ...)``
-    (GPT-NeoX's ``query_key_value`` holds each head's query, key and value together: ``3``).
+    (GPT-NeoX's ``query_key_value`` holds each head's query, key and value together: ``3``);
+    ``per_kv_group`` when a fused query/key/value weight is grouped per key/value head, each
+    group its queries then its key then its value, ``(n_kv_heads, n_heads / n_kv_heads + 2,
+    head_size, ...)``, where zoo's holds every query, then every key, then every value
+    (Falcon's grouped ``query_key_value``). Both only move rows, so adapters go through them.
     """
 
     foreign: str
@@ -91,6 +95,7 @@ class KeyRule:
     transpose: bool = False
     optional: bool = False
     interleave: int = 0
+    per_kv_group: bool = False
     _foreign_re: re.Pattern[str] = dataclasses.field(init=False, repr=False, compare=False)
     _zoo_re: re.Pattern[str] = dataclasses.field(init=False, repr=False, compare=False)
 
@@ -118,7 +123,26 @@ class KeyRule:
             # (a, b, rows, ...) -> (b, a, rows, ...), then flat again
             tensor = tensor.reshape(*first, -1, *tensor.shape[1:]).transpose(0, 1)
             tensor = tensor.reshape(-1, *tensor.shape[3:])
+        if self.per_kv_group:
+            if config is None:
+                raise ValueError("this layout groups heads by key/value head: pass the config")
+            tensor = tensor[_kv_group_order(config, side)]
         return tensor
+
+
+def _kv_group_order(config: Any, side: str) -> Tensor:
+    """The rows of a fused query/key/value weight in the other side's order: per key/value
+    group (its queries, its key, its value) from zoo's (every query, key, value), or back."""
+    heads, kv = config.n_heads, config.n_kv_heads or config.n_heads
+    size, per = config.head_size, config.n_heads // (config.n_kv_heads or config.n_heads)
+    head = torch.arange(size)
+    zoo_rows = []  # the zoo row of each foreign row, in foreign order
+    for group in range(kv):
+        queries = [(group * per + q) * size + head for q in range(per)]
+        key, value = (heads + group) * size + head, (heads + kv + group) * size + head
+        zoo_rows += [*queries, key, value]
+    order = torch.cat(zoo_rows)  # foreign row i is zoo row order[i]
+    return order if side == "zoo" else torch.argsort(order)
 
 
 @dataclasses.dataclass(frozen=True)
