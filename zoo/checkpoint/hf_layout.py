@@ -34,6 +34,7 @@ __all__ = [
     "fused_linear",
     "hf_layout",
     "linear_rules",
+    "meaning_of",
     "openai_block_rules",
     "openai_represents",
     "represented",
@@ -327,7 +328,7 @@ class KeyMap:
         return [
             f"{name} = {getattr(config, name, None)!r} (the layout holds only {value!r})"
             for name, value in self.represents.items()
-            if value is not ANY and _meaning(config, name) != _meaning(config, name, value)
+            if value is not ANY and meaning_of(config, name) != meaning_of(config, name, value)
         ]
 
     def _missing(self, foreign: Mapping[str, Any], zoo_keys: Iterable[str]) -> tuple[str, ...]:
@@ -365,7 +366,7 @@ def _combinations(template: str, seen: Mapping[frozenset[str], set[_Groups]]) ->
     return sorted(seen.get(names, set())) if names else [()]
 
 
-def _meaning(config: Any, name: str, value: Any = dataclasses.MISSING) -> Any:
+def meaning_of(config: Any, name: str, value: Any = dataclasses.MISSING) -> Any:
     """What field ``name`` (or ``value`` in its place) means in ``config``: a ``None`` that
     stands for another field's value spelled out (:meth:`zoo.config.ModelConfig.meaning`)."""
     meaning = getattr(config, "meaning", None)

@@ -21,18 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from .. import jsonfile
+from ..checkpoint.hf_layout import ANY, meaning_of
 from ..errors import CheckpointError, ConfigError
 from .hf_reference import CheckSkipped, _transformers
 
-__all__ = ["config_differences", "moved_off_defaults"]
+__all__ = ["check_config_trip", "config_differences", "moved_off_defaults"]
 
 #: The factor a float the layout holds is moved by (exact in binary: 1.5 = 3/2).
 MOVE = 1.5
-
-
-def _meaning(config: Any, name: str) -> Any:
-    meaning = getattr(config, "meaning", None)
-    return meaning(name) if meaning is not None else getattr(config, name, None)
 
 
 def _through_transformers(keymap: Any, config: Any, arch: Any) -> Any:
@@ -73,9 +69,9 @@ def config_differences(arch: Any, layout: str, config: Any, folder: Path) -> lis
     if settle is not None:
         back = settle(back, read_safetensors(folder / "model.safetensors")[0])
     return [
-        f"{f.name}: {_meaning(config, f.name)!r} -> {_meaning(back, f.name)!r}"
+        f"{f.name}: {meaning_of(config, f.name)!r} -> {meaning_of(back, f.name)!r}"
         for f in dataclasses.fields(config)
-        if _meaning(config, f.name) != _meaning(back, f.name)
+        if meaning_of(config, f.name) != meaning_of(back, f.name)
     ]
 
 
@@ -83,8 +79,6 @@ def moved_off_defaults(arch: Any, layout: str, config: Any) -> tuple[Any, list[s
     """``config`` with each float field the layout holds any value of (``ANY`` in its
     ``represents``) times :data:`MOVE`, and each such bool flipped, where the config stays
     valid and the layout can still write it; and the names of the fields moved."""
-    from ..checkpoint.hf_layout import ANY
-
     keymap = arch.checkpoint_layout(layout)
     moved: list[str] = []
     for name, held in keymap.represents.items():
