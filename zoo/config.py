@@ -31,6 +31,7 @@ __all__ = [
     "LayerType",
     "ModelConfig",
     "TransformerConfig",
+    "meaning_of",
 ]
 
 C = TypeVar("C", bound="ModelConfig")
@@ -45,6 +46,15 @@ LayerType = Literal["full_attention", "sliding_attention"]
 MAX_LAYERS = 4096
 MAX_TOKENS = 1 << 24  # vocab_size, context_length
 MAX_WIDTH = 1 << 18  # d_model, d_ff
+
+
+def meaning_of(config: Any, name: str, value: Any = dataclasses.MISSING) -> Any:
+    """What field ``name`` (or ``value`` in its place) means in ``config``: its
+    :meth:`ModelConfig.meaning`, or the value itself for a config of another kind."""
+    meaning = getattr(config, "meaning", None)
+    if meaning is None:
+        return getattr(config, name, None) if value is dataclasses.MISSING else value
+    return meaning(name, value)
 
 
 @dataclasses.dataclass(frozen=True)

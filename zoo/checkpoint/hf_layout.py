@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..config import meaning_of
 from .hf_format import HFConfigFormat
 
 __all__ = [
@@ -34,7 +35,6 @@ __all__ = [
     "fused_linear",
     "hf_layout",
     "linear_rules",
-    "meaning_of",
     "openai_block_rules",
     "openai_represents",
     "represented",
@@ -364,15 +364,6 @@ def _combinations(template: str, seen: Mapping[frozenset[str], set[_Groups]]) ->
     group names, or one empty combination for a template without groups."""
     names = frozenset(re.findall(r"\{(\w+)\}", template))
     return sorted(seen.get(names, set())) if names else [()]
-
-
-def meaning_of(config: Any, name: str, value: Any = dataclasses.MISSING) -> Any:
-    """What field ``name`` (or ``value`` in its place) means in ``config``: a ``None`` that
-    stands for another field's value spelled out (:meth:`zoo.config.ModelConfig.meaning`)."""
-    meaning = getattr(config, "meaning", None)
-    if meaning is None:
-        return getattr(config, name, None) if value is dataclasses.MISSING else value
-    return meaning(name, value)
 
 
 def represented(

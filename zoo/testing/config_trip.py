@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import jsonfile
-from ..checkpoint.hf_layout import ANY, meaning_of
+from ..checkpoint.hf_layout import ANY
+from ..config import meaning_of
 from ..errors import CheckpointError, ConfigError
 from .hf_reference import CheckSkipped, _transformers
 
