@@ -143,11 +143,11 @@ def transformers_reference(folder: Path) -> TransformersReference:
     logging = transformers.utils.logging
     bar = logging.is_progress_bar_enabled()
     logging.disable_progress_bar()  # "Loading weights" on every check
+    load = {"dtype": torch.float32, "attn_implementation": "eager", "output_loading_info": True}
     try:
-        model, info = cls.from_pretrained(
-            str(folder), dtype=torch.float32, attn_implementation="eager", output_loading_info=True
-        )
+        model, info = cls.from_pretrained(str(folder), **load)
     except (RuntimeError, ValueError) as exc:  # a tensor of another shape, a refused config
+        _refuse_mismatched_shapes(cls, folder, names[0], load)
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise AssertionError(f"{names[0]} cannot load the exported checkpoint: {first}") from None
     finally:
@@ -167,12 +167,23 @@ _KEY_REPORTS = {
 }
 
 
+def _refuse_mismatched_shapes(cls: Any, folder: Path, name: str, load: dict[str, Any]) -> None:
+    """Where transformers refused the checkpoint, the keys of another shape than ``cls``
+    expects, named (its error only points at a table it printed), from a second load that
+    lets them through; nothing where that load fails too."""
+    try:
+        _, info = cls.from_pretrained(str(folder), ignore_mismatched_sizes=True, **load)
+    except (RuntimeError, ValueError):
+        return
+    _refuse_key_mismatch(name, {k: v for k, v in info.items() if v})
+
+
 def _refuse_key_mismatch(cls_name: str, reported: dict[str, Any]) -> None:
     """An ``AssertionError`` naming every key ``cls_name`` found missing, unexpected or
     mis-shaped in the exported checkpoint: the layout and the reference disagree on what the
     model holds, whatever the logits say."""
     problems = [
-        f"{what}: {sorted(map(str, reported[key]))[:8]}"
+        f"{what}: {sorted(map(_shown_key, reported[key]))[:8]}"
         + (f" and {len(reported[key]) - 8} more" if len(reported[key]) > 8 else "")
         for key, what in _KEY_REPORTS.items()
         if reported.get(key)
@@ -181,3 +192,12 @@ def _refuse_key_mismatch(cls_name: str, reported: dict[str, Any]) -> None:
         raise AssertionError(
             f"{cls_name} loaded the exported checkpoint with keys " + "; keys ".join(problems)
         )
+
+
+def _shown_key(entry: Any) -> str:
+    """A reported key: its name, and for one of another shape ``(key, in the file,
+    expected)`` both shapes."""
+    if isinstance(entry, tuple) and len(entry) == 3:
+        key, found, expected = entry
+        return f"{key} {tuple(found)} in the file, {tuple(expected)} expected"
+    return str(entry)
