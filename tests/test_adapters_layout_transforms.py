@@ -15,17 +15,11 @@ import pytest
 import safetensors.torch
 import torch
 from planted import Planted
+from test_adapters_peft import _zoo_adapter
 
 import zoo
-from zoo.adapters import (
-    BaseRecord,
-    apply_adapter,
-    base_fingerprint,
-    per_part,
-    read_adapter,
-    save_adapter,
-)
-from zoo.adapters.lora import LoRA, adapter_parameters, adapter_state, attach_lora, plan_lora
+from zoo.adapters import apply_adapter, read_adapter
+from zoo.adapters.lora import LoRA, adapter_state
 from zoo.api import resolve_config
 from zoo.checkpoint.hf_layout import KeyRule
 from zoo.plugin.current import load_registry
@@ -74,14 +68,7 @@ def test_an_adapter_goes_through_the_grouped_layout_exactly(grouped: None, tmp_p
     torch.manual_seed(0)
     model = zoo.build("llama-grouped-tiny", **_SIZES).eval()
     config = model.config
-    fingerprint = base_fingerprint(model)
-    lora = LoRA(rank=2, targets=("attn.qkv",))
-    attach_lora(model, plan_lora(model, lora, per_part=per_part(model)))
-    gen = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for _, param in adapter_parameters(model):
-            param.copy_(torch.randn(param.shape, generator=gen) * 0.2)
-    save_adapter(model, tmp_path, base=BaseRecord(None, None, None, fingerprint), lora=lora)
+    _zoo_adapter(model, tmp_path, LoRA(rank=2, targets=("attn.qkv",)))  # random A and B
     tensors = safetensors.torch.load_file(tmp_path / "adapter_model.safetensors")
     stem = "base_model.model.model.layers.0.self_attn.query_key_value"
     assert sorted(tensors) == sorted(
