@@ -134,8 +134,8 @@ class KeyRule:
 def _kv_group_order(config: Any, side: str) -> Tensor:
     """The rows of a fused query/key/value weight in the other side's order: per key/value
     group (its queries, its key, its value) from zoo's (every query, key, value), or back."""
-    heads, kv = config.n_heads, config.n_kv_heads or config.n_heads
-    size, per = config.head_size, config.n_heads // (config.n_kv_heads or config.n_heads)
+    heads, kv, size = config.n_heads, config.n_kv_heads or config.n_heads, config.head_size
+    per = heads // kv
     head = torch.arange(size)
     zoo_rows = []  # the zoo row of each foreign row, in foreign order
     for group in range(kv):

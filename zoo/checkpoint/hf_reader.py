@@ -248,7 +248,7 @@ class HFConfigReader:
         """``[key]`` for a key nothing read, or for a nested sub-config the keys in it that
         nothing read (as ``parent.child``: a sub-config some keys of which were read is
         checked key by key)."""
-        inside = [r for r in self.read if r.startswith(f"{key}.")]
+        inside = any(r.startswith(f"{key}.") for r in self.read)
         if not inside or not isinstance(value, Mapping):
             return [key]
         return [f"{key}.{k}" for k in value if f"{key}.{k}" not in self.read]

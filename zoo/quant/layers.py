@@ -405,15 +405,13 @@ def quantize_(model: nn.Module, mode: str, *, release: bool = False) -> nn.Modul
         "the quantized model's outputs will not be finite or not close to the float "
         "model's. Check these weights",
     )
-    if unknown:
-        shown = ", ".join(unknown[:5]) + (", ..." if len(unknown) > 5 else "")
-        warnings.warn(
-            f"{len(unknown)} linear layer(s) of a torch.nn.Linear subclass zoo does not know "
-            f"stay {dtype} ({shown}): a subclass may compute otherwise than its weight says. "
-            "Build them as zoo.nn.Linear (or plain torch.nn.Linear) to have them quantized",
-            RuntimeWarning,
-            stacklevel=2,
-        )
+    _warn(
+        unknown,
+        f"of a torch.nn.Linear subclass zoo does not know stay {dtype}",
+        "a subclass may compute otherwise than its weight says. Build them as zoo.nn.Linear "
+        "(or plain torch.nn.Linear) to have them quantized",
+        whose="linear layer(s)",
+    )
     model.quantized = mode  # type: ignore[assignment]
     return model
 
@@ -449,12 +447,13 @@ def _quantized(
     return new, flaws
 
 
-def _warn(weights: list[str], what: str, consequence: str) -> None:
-    """A ``RuntimeWarning`` naming (up to five of) ``weights`` that ``what``, unless none."""
+def _warn(weights: list[str], what: str, consequence: str, *, whose: str = "weight(s)") -> None:
+    """A ``RuntimeWarning`` naming (up to five of) ``weights`` (or other ``whose``) that
+    ``what``, unless none."""
     if weights:
         shown = ", ".join(weights[:5]) + (", ..." if len(weights) > 5 else "")
         warnings.warn(
-            f"{len(weights)} weight(s) {what} ({shown}); {consequence}",
+            f"{len(weights)} {whose} {what} ({shown}); {consequence}",
             RuntimeWarning,
             stacklevel=3,
         )

@@ -151,14 +151,19 @@ _STOOD_FOR = ("embed", "states", "logits")
 
 
 def _embeds_as_decoder_lm(model: nn.Module, r: Reader) -> bool:
-    """Whether ``model`` computes :data:`_STOOD_FOR` as DecoderLM does and has no seam after
-    its embedding (``emb_norm``, ``post_embedding``); the reads are recorded, so a method or
-    module set on it later makes the plan be read again."""
+    """Whether ``model`` computes :data:`_STOOD_FOR` as DecoderLM does and embeds as the
+    kernel does: no ``embedding_multiplier``, no seam after its embedding (``emb_norm``,
+    ``post_embedding``); the reads are recorded, so a method, module or config set on it later
+    makes the plan be read again."""
     cls = type(model)
-    return all(
-        getattr(cls, name, None) is getattr(DecoderLM, name) and r.attr(model, name) is _MISSING
-        for name in _STOOD_FOR
-    ) and all(r.child(model, seam) is None for seam in ("emb_norm", "post_embedding"))
+    return (
+        all(
+            getattr(cls, name, None) is getattr(DecoderLM, name) and r.attr(model, name) is _MISSING
+            for name in _STOOD_FOR
+        )
+        and all(r.child(model, seam) is None for seam in ("emb_norm", "post_embedding"))
+        and getattr(r.attr(model, "config"), "embedding_multiplier", 1.0) == 1.0
+    )
 
 
 def read_plan(model: nn.Module) -> Plan:
@@ -227,8 +232,6 @@ def _embedding_of(
     or dropout while training."""
     if type(drop) is not nn.Dropout or (r.attr(drop, "training") and r.attr(drop, "p") > 0):
         return None
-    if getattr(config, "embedding_multiplier", 1.0) != 1.0:
-        return None  # (a model with emb_norm or post_embedding is declined in read_plan)
     table = _positions_of(positions, d, r)
     rows = _token_rows_of(tokens, d, r)
     if table is None or rows is None:

@@ -22,7 +22,7 @@ from ..nn.base import ZooModel
 from ..plugin.current import get_registry
 from ..runtime.decoding import start_decoding
 from .reference import CheckSkipped, IdsTokenizer, compare_with_architecture_reference
-from .small import reference_draws, small_model
+from .small import reference_draws, reference_overrides, small_model
 
 __all__ = ["CHECKS", "DEVICE_FREE", "assert_logits_close"]
 
@@ -409,9 +409,8 @@ def check_activations(name: str, device: str) -> str:
     from .reference import REFERENCE_ATOL, randomize_parameters
 
     del device  # float32 on the CPU, as the reference check
-    arch, _, _ = resolve_config(name)
     torch.manual_seed(0)
-    model = build(name, device="cpu", **reference_draws(name, arch)[0][1])
+    model = build(name, device="cpu", **reference_overrides(name))
     randomize_parameters(model)
     model.eval()
     inputs = model.example_inputs(generator=torch.Generator().manual_seed(0))

@@ -22,18 +22,15 @@ __all__ = [
     "SMALL_WINDOW",
     "Geometry",
     "reference_draws",
+    "reference_overrides",
     "small_model",
     "small_overrides",
 ]
 
-#: Sizes used to shrink a model for the checks (only fields its config has are applied).
+#: Sizes used to shrink a model for the checks (only fields its config has are applied),
+#: beside those of its :class:`Geometry` (heads, width, layers).
 SMALL_SIZES: dict[str, int] = {
-    "d_model": 64,
-    "n_heads": 4,
     "d_ff": 128,
-    "n_layers": 2,
-    "n_encoder_layers": 1,
-    "n_decoder_layers": 2,
     "context_length": 64,
     "vocab_size": 1000,
 }
@@ -144,8 +141,8 @@ def reference_draws(name: str, arch: Any) -> list[tuple[str, dict[str, Any]]]:
     (:func:`~zoo.testing.config_trip.moved_off_defaults`: transformers computes with its
     default where a layout writes a value under a key it does not read), and :data:`SECOND`
     (six heads, one key/value head where grouped, three layers), each field a Hugging Face
-    layout holds only one value of kept at the first draw's; the feed-forward at four times
-    the width where the named model's is (GPT-1's layout requires it)."""
+    layout holds only one value of kept at the first draw's (:func:`reference_overrides`
+    each)."""
     from ..checkpoint.write import hf_layouts
     from .config_trip import moved_off_defaults
 
@@ -154,7 +151,7 @@ def reference_draws(name: str, arch: Any) -> list[tuple[str, dict[str, Any]]]:
     pinned = _pinned(arch, layouts)
     draws: list[tuple[str, dict[str, Any]]] = []
     for geometry in (SMALL, SECOND):
-        small = _widened(config, small_overrides(name, geometry))
+        small = reference_overrides(name, geometry)
         if draws:
             first = draws[0][1]
             small |= {f: first[f] for f in pinned if f in first and small.get(f) != first[f]}
@@ -180,8 +177,11 @@ def _pinned(arch: Any, layouts: list[str]) -> set[str]:
     }
 
 
-def _widened(config: Any, small: dict[str, Any]) -> dict[str, Any]:
-    """``small`` with the feed-forward four times the width where ``config``'s is."""
+def reference_overrides(name: str, geometry: Geometry = SMALL) -> dict[str, Any]:
+    """:func:`small_overrides` for a reference comparison: the feed-forward four times the
+    width where the named model's is (GPT-1's layout requires it)."""
+    small = small_overrides(name, geometry)
+    _, _, config = resolve_config(name)
     d_model, d_ff = getattr(config, "d_model", None), getattr(config, "d_ff", None)
     if "d_ff" in small and d_model and d_ff == 4 * d_model:
         return small | {"d_ff": 4 * small["d_model"]}
