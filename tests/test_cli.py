@@ -65,21 +65,27 @@ def test_plugins(capsys):
 def test_check_runs_the_conformance_kit(capsys):
     """A check that cannot run is printed SKIPPED with its reason, never ok; the summary
     names each skip and why, and the exit code is 1 (a skip proved nothing) unless
-    ``--allow-skip`` (the toy plugin declares no layout and no reference)."""
-    code, out, _ = run(capsys, "check", "toy-gpt-tiny", "--device", "cpu")
+    ``--allow-skip`` (the toy plugin's ``toy-alibi``: no layout holds ALiBi on GPT-2)."""
+    code, out, _ = run(capsys, "check", "toy-alibi", "--device", "cpu")
     assert code == 1 and "meta" in out
     (line,) = [
-        line
-        for line in out.splitlines()
-        if line.startswith("toy-gpt-tiny ") and " reference " in line
+        line for line in out.splitlines() if line.startswith("toy-alibi ") and " reference " in line
     ]
-    assert " SKIPPED " in line and "has no reference" in line
+    assert " SKIPPED " in line and "cannot hold the small model" in line
     assert "all checks that ran passed, 2 skipped; a skipped check proved nothing" in out
     summary = out.split("a skipped check proved nothing")[1]
-    assert "toy-gpt-tiny reference (cpu): architecture 'toy-gpt' has no reference" in summary
-    assert "toy-gpt-tiny checkpoint_layouts (cpu): architecture 'toy-gpt' declares no" in summary
-    code, out, _ = run(capsys, "check", "toy-gpt-tiny", "--device", "cpu", "--allow-skip")
+    assert "toy-alibi reference (cpu): hf-gpt2: the layout cannot hold" in summary
+    assert "toy-alibi checkpoint_layouts (cpu): hf-gpt2 cannot hold the small model" in summary
+    code, out, _ = run(capsys, "check", "toy-alibi", "--device", "cpu", "--allow-skip")
     assert code == 0 and "2 skipped (allowed by --allow-skip):" in out
+
+
+def test_the_worked_example_plugin_passes_the_kit_with_no_skip(capsys):
+    """docs/plugins.md's toy-gpt declares a layout and its own reference: every check runs."""
+    code, out, _ = run(capsys, "check", "toy-gpt-tiny", "--device", "cpu")
+    assert code == 0 and out.splitlines()[-1] == "all checks passed"
+    (line,) = [line for line in out.splitlines() if " reference " in line]
+    assert "zoo_toy.reference:load: max logit difference" in line and "6 heads" in line
 
 
 def test_check_exits_0_when_every_check_ran_and_passed(capsys):

@@ -29,8 +29,8 @@ _ALIBI = "hf-gpt2 cannot hold the small model (positions = 'alibi'"
 #: The checks that cannot run on a registered model, and why (a skip the kit reports; any
 #: other skip fails here, so a model that loses its reference is noticed).
 EXPECTED_SKIPS: dict[tuple[str, str], str] = {
-    **{(name, check): why for name in ("toy-gpt-tiny", "transformer-encdec",
-                                       "transformer-encdec-tiny", "wiki-gpt-wordpiece")
+    **{(name, check): why for name in ("transformer-encdec", "transformer-encdec-tiny",
+                                       "wiki-gpt-wordpiece")
        for check, why in _NO_LAYOUT.items()},
     ("toy-alibi", "checkpoint_layouts"): _ALIBI,
     ("toy-alibi", "reference"): "hf-gpt2: the layout cannot hold the small model",

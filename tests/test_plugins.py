@@ -298,7 +298,8 @@ PLUGIN_GUIDE = Path(__file__).parents[1] / "docs" / "plugins.md"
 def test_the_readme_plugin_is_the_tested_plugin():
     """The copy-pasteable plugin in the plugin guide is, file for file, the one installed here."""
     readme = PLUGIN_GUIDE.read_text()
-    for name in ("pyproject.toml", "zoo_toy/__init__.py", "zoo_toy/model.py", "zoo_toy/alibi.py"):
+    files = ("__init__.py", "model.py", "layout.py", "reference.py", "alibi.py")
+    for name in ("pyproject.toml", *(f"zoo_toy/{file}" for file in files)):
         source = (Path(__file__).parent / "toy_plugin" / name).read_text()
         assert source.rstrip() in readme, f"docs/plugins.md is out of date with toy_plugin/{name}"
 

@@ -13,6 +13,8 @@ def zoo_architectures():
             model="zoo_toy.model:ToyGPT",
             description="byte-level pre-LN GPT without position embeddings (NoPE)",
             blocks=("pre-LN decoder block",),
+            checkpoint_layouts={"gpt2-keys": "zoo_toy.layout:GPT2_KEYS"},
+            reference="zoo_toy.reference:load",  # what the conformance kit compares with
         )
     ]
 
