@@ -17,9 +17,10 @@ from .checkpoint.load import WEIGHTS_DIR_ENV, load_local, local_weights_path
 from .checkpoint.readers import existing_checkpoint, model_folder
 from .checkpoint.write import export, save
 from .errors import CheckpointError, UnknownModelError
+from .gguf.header import is_gguf
 from .hub.adapter import adapter_folder
 from .hub.download import ADAPTER_CONFIG
-from .hub.snapshot import load_hf, load_named
+from .hub.snapshot import load_hf, load_hf_gguf, load_named
 from .hub.source import PREFIX, parse_hf_source
 from .plugin.current import get_registry
 
@@ -50,7 +51,7 @@ def _looks_like_path(source: str) -> bool:
         "/" in source
         or os.sep in source
         or source.startswith(("~", "."))
-        or Path(source).suffix.lower() in {".safetensors", ".json", *PICKLE_SUFFIXES}
+        or Path(source).suffix.lower() in {".safetensors", ".json", ".gguf", *PICKLE_SUFFIXES}
     )
     registry = get_registry()
     named = source in registry or registry.is_adapter(source)
@@ -76,6 +77,7 @@ def load(
     quantize: str | None = None,
     onednn: bool = True,
     adapter: str | os.PathLike[str] | None = None,
+    gguf: str | None = None,
 ) -> ZooModel:
     """Load a model with its weights, ready for inference.
 
@@ -90,6 +92,9 @@ def load(
               registry entry's ``weights.path``, or in ``$ZOO_WEIGHTS_DIR/<name>/``;
               otherwise fetched from the entry's Hub repo (:mod:`zoo.hub`);
             - ``"hf:org/name"`` or ``"hf:org/name@revision"``: a Hub repo (:mod:`zoo.hub`);
+            - a GGUF file (llama.cpp's format, :mod:`zoo.gguf`): the model, its tokenizer and
+              chat template from the file; ``"hf:org/name"`` with ``gguf="file.gguf"``: that
+              file of the repo;
             - a named adapter (``[adapters.NAME]`` in a registry file, or a plugin's
               ``zoo_adapters``): its base model, with it applied.
         device: where the weights go (default CPU). CPU weights stay memory-mapped from the
@@ -123,6 +128,8 @@ def load(
             before any ``quantize``, and a different base is refused naming both. ``source``
             may itself be an adapter folder or a LoRA run's folder: its base is loaded from
             the name or repo it records.
+        gguf: with an ``"hf:"`` source, the GGUF file of the repo to load (pinned to the
+            revision's commit and checked against the Hub's sha256 like any weights).
 
     Returns:
         the model in eval mode, with ``model.tokenizer`` (``None`` when it has none or
@@ -139,7 +146,9 @@ def load(
         "tokenizer": tokenizer,
         "quantize": quantize,
     }
-    if adapter is None and (named := _named_adapter(source)) is not None:
+    if gguf is not None:
+        options["gguf"] = gguf
+    elif adapter is None and (named := _named_adapter(source)) is not None:
         source, adapter = named.base, named.name
     elif adapter is None and (folder := _adapter_folder_of(source)) is not None:
         source, adapter = _recorded_base(folder), folder
@@ -156,10 +165,19 @@ def load(
 
 def _load_base(source: str | os.PathLike[str], options: dict[str, Any]) -> ZooModel:
     """:func:`load` of ``source`` without an adapter or oneDNN."""
-    if isinstance(source, str) and source.startswith("hf:"):
+    options = dict(options)
+    if (gguf := options.pop("gguf", None)) is not None:
+        model = load_hf_gguf(source, gguf, **options)
+    elif isinstance(source, str) and source.startswith("hf:"):
         model = load_hf(source, **options)
     elif isinstance(source, os.PathLike) or (isinstance(source, str) and _looks_like_path(source)):
-        model = load_local(Path(os.path.expanduser(os.fspath(source))), **options)
+        path = Path(os.path.expanduser(os.fspath(source)))
+        if is_gguf(path):
+            from .gguf.load import load_gguf
+
+            model = load_gguf(path, **options)
+        else:
+            model = load_local(path, **options)
     elif isinstance(source, str):
         model = _load_named(source, **options)
     else:
@@ -459,16 +477,23 @@ def convert_checkpoint(
     to: str = "zoo",
     strict: bool = True,
     max_shard_size: int | str | None = None,
+    type: str | None = None,
 ) -> Path:
-    """Read any checkpoint :func:`load` reads and write it as ``to``: ``"zoo"`` (a
-    :func:`save` directory) or a Hugging Face layout such as ``"hf-gpt2"`` (:func:`export`),
-    in shards of at most ``max_shard_size`` when given. What a ``zoo convert SRC DST [--to
-    LAYOUT] [--max-shard-size SIZE]`` command calls."""
+    """Read any checkpoint :func:`load` reads (a LoRA adapter or run: merged into its base)
+    and write it as ``to``: ``"zoo"`` (:func:`save`), a Hugging Face layout such as
+    ``"hf-gpt2"`` (:func:`export`, in shards of at most ``max_shard_size``), or ``"gguf"``
+    (one file, tensors of ``type``: f32, f16, bf16, q8_0, q4_0). ``zoo convert`` calls it."""
     if not _LAYOUT.match(to):
         raise CheckpointError(
-            f"{to!r} is not a layout name; use 'zoo' or a layout such as 'hf-gpt2'"
+            f"{to!r} is not a layout name; use 'zoo', 'gguf' or a layout such as 'hf-gpt2'"
         )
-    model = load(source, strict=strict)
+    if type is not None and to != "gguf":
+        raise CheckpointError(f"--type {type} is a GGUF tensor type: use it with --to gguf")
+    folder = _adapter_folder_of(source)
+    if folder is not None:
+        model = merge(_recorded_base(folder), folder)
+    else:
+        model = load(source, strict=strict, onednn=False)
     if to == "zoo":
         return save(model, destination, max_shard_size=max_shard_size)
-    return export(model, destination, layout=to, max_shard_size=max_shard_size)
+    return export(model, destination, layout=to, max_shard_size=max_shard_size, type=type)

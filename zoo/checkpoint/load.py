@@ -9,7 +9,7 @@ import os
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..devices import check_device, check_dtype
 from ..errors import (
@@ -43,8 +43,16 @@ if TYPE_CHECKING:
     from torch import Tensor
 
     from ..nn.base import ZooModel
+    from ..plugin.specs import ArchitectureSpec
 
-__all__ = ["WEIGHTS_DIR_ENV", "load_local", "local_weights_path"]
+__all__ = [
+    "WEIGHTS_DIR_ENV",
+    "assembled",
+    "load_local",
+    "local_weights_path",
+    "quantized",
+    "to_hash",
+]
 
 
 #: Environment variable naming a folder of checkpoints, one sub-folder per named model.
@@ -185,10 +193,6 @@ def _load_files(
 ) -> ZooModel:
     """:func:`load_local`'s reading and assembling; messages name ``shown``, the folder the
     caller gave, rather than the version folder inside it that ``path`` may be."""
-    import torch
-
-    from .state import assemble
-
     found, directory = _recognise(path, shown, layout, model_name, filename)
     # checked before the weights are read; beside them, or in the folder given (zoo keeps a
     # saved model's own files in a version folder inside it)
@@ -205,17 +209,11 @@ def _load_files(
         tensors, conversion = found.keymap.to_zoo(tensors, config)
         unexpected = conversion.unexpected
     try:
-        with torch.no_grad():
-            model, report = assemble(
-                get_registry().model_factory(arch),
-                config,
-                tensors,
-                device=target,
-                dtype=dtype,
-                strict=strict,
-                unexpected=unexpected,
-                what=str(shown / weights.name),
-            )
+        model = assembled(
+            arch, config, tensors,
+            target=target, dtype=dtype, strict=strict, unexpected=unexpected,
+            what=str(shown / weights.name), model_name=model_name,
+        )  # fmt: skip
     finally:
         del tensors
         if hasher is not None:
@@ -224,14 +222,7 @@ def _load_files(
         hasher.remember()
         if quantize is None:  # (quantization checks each weight as it reads it)
             _warn_non_finite(model, str(shown / weights.name))
-    if model_name is not None and hasattr(model, "name"):
-        model.name = model_name
-    model.load_report = report
-    if quantize is not None:
-        from ..quant.layers import quantize_
-
-        with torch.no_grad():  # CPU weights still mapped from the file: give their pages back
-            quantize_(model, quantize, release=target.type == "cpu" and dtype is None)
+    quantized(model, quantize, target=target, dtype=dtype)
     model.tokenizer, model.tokenizer_error = (
         checkpoint_tokenizer(found.tokenizer, directory, arch, config, model_name, shown=shown)
         if tokenizer
@@ -239,6 +230,56 @@ def _load_files(
     )
     model.generation_config = generation
     return model
+
+
+def assembled(
+    arch: ArchitectureSpec,
+    config: Any,
+    tensors: Mapping[str, Tensor],
+    *,
+    target: torch.device,
+    dtype: torch.dtype | None,
+    strict: bool,
+    unexpected: tuple[str, ...],
+    what: str,
+    model_name: str | None,
+) -> Any:
+    """The model ``arch`` builds from ``config`` with ``tensors`` (zoo keys) assigned, named
+    ``model_name``, its :class:`LoadReport` in ``model.load_report`` (a :class:`ZooModel`,
+    or whatever the plugin's class is)."""
+    import torch
+
+    from .state import assemble
+
+    with torch.no_grad():
+        model, report = assemble(
+            get_registry().model_factory(arch),
+            config,
+            tensors,
+            device=target,
+            dtype=dtype,
+            strict=strict,
+            unexpected=unexpected,
+            what=what,
+        )
+    if model_name is not None and hasattr(model, "name"):
+        model.name = model_name
+    model.load_report = report
+    return model
+
+
+def quantized(
+    model: ZooModel, quantize: str | None, *, target: torch.device, dtype: torch.dtype | None
+) -> None:
+    """Quantize ``model`` in place by ``quantize`` (nothing for ``None``)."""
+    if quantize is None:
+        return
+    import torch
+
+    from ..quant.layers import quantize_
+
+    with torch.no_grad():  # CPU weights still mapped from the file: give their pages back
+        quantize_(model, quantize, release=target.type == "cpu" and dtype is None)
 
 
 def _read_weights(
@@ -272,7 +313,7 @@ def _read_single(
             path=weights,
         )
     hasher = None
-    if expected and _to_hash(weights, expected, verify):
+    if expected and to_hash(weights, expected, verify):
         hasher = BackgroundHash({weights: expected}, what=what)
     try:
         tensors, _ = read_safetensors(weights)
@@ -298,7 +339,7 @@ def _read_sharded(
     it is small); each shard in the background against ``recorded`` (shard -> sha256, from
     ``config.json`` or the Hub), when ``verify`` is true or the shard was not verified
     before. ``verify=True`` needs a sha256 for every shard."""
-    if expected and _to_hash(index_path, expected, verify):
+    if expected and to_hash(index_path, expected, verify):
         _verify_index(index_path, shown, expected, what)
     index = read_index(index_path, shown=shown)
     check_recorded_shards(
@@ -316,7 +357,7 @@ def _read_sharded(
             f"{shown / index_path.name} (a transformers folder records none); pass "
             "verify=None to load it unverified, or save it with zoo.save"
         )
-    todo = {path: sha for path, sha in sums.items() if sha and _to_hash(path, sha, verify)}
+    todo = {path: sha for path, sha in sums.items() if sha and to_hash(path, sha, verify)}
     hasher = BackgroundHash(todo, what=recorded_by) if todo else None
     try:
         return read_shards(index, shown=shown), hasher
@@ -370,7 +411,7 @@ def _recognise(
     return found, directory
 
 
-def _to_hash(path: Path, sha: str, verify: bool | None) -> bool:
+def to_hash(path: Path, sha: str, verify: bool | None) -> bool:
     """Whether a file whose sha256 is known is hashed: always with ``verify=True``, never
     with ``verify=False``, by default unless it was verified before and is unchanged."""
     return bool(verify or (verify is None and not was_verified(path, sha)))

@@ -169,44 +169,16 @@ def hf_layouts(arch: ArchitectureSpec) -> list[str]:
     )
 
 
-def export(
-    model: nn.Module,
-    directory: str | os.PathLike[str],
-    layout: str | None = None,
-    *,
-    max_shard_size: int | str | None = None,
-) -> Path:
-    """Write ``model`` as a Hugging Face checkpoint that ``transformers`` loads unchanged.
-
-    Args:
-        model: a zoo model whose architecture declares the layout (gpt2 -> ``"hf-gpt2"``,
-            gpt1 -> ``"hf-openai-gpt"``).
-        directory: receives ``config.json`` and ``model.safetensors`` (atomically), and
-            when the model has a tokenizer, ``tokenizer.json`` + ``tokenizer_config.json``
-            (and ``vocab.json`` + ``merges.txt`` for a byte-level BPE), which
-            ``transformers.AutoTokenizer`` loads as the same tokenizer (a tokenizer that
-            cannot be written so is a warning; the weights are still written).
-        layout: the layout; optional when the architecture declares only one.
-        max_shard_size: split the weights as ``save_pretrained(max_shard_size=...)`` does
-            (bytes, or ``"5GB"``, ``"500MB"``...): ``model-00001-of-00003.safetensors`` ...
-            and ``model.safetensors.index.json``. Default: one ``model.safetensors``.
-
-    Conv1D weights are transposed back and written contiguous; a tied LM head is omitted
-    (transformers re-ties it from ``tie_word_embeddings``). ``config.json`` carries
-    ``pad_token_id``, ``bos_token_id`` and ``eos_token_id``: the model's tokenizer's ids,
-    null where it has none (never the config class's defaults, which may not fit the
-    vocabulary).
-
-    Raises:
-        CheckpointError: the layout cannot represent the model (its config differs from what
-            the layout holds, e.g. a post-LN model as ``hf-gpt2``), or leaves one of the
-            layout's keys unwritten.
-    """
+def foreign_form(
+    model: nn.Module, layout: str | None
+) -> tuple[str, dict[str, Any], dict[str, Tensor]]:
+    """``model`` in its Hugging Face layout ``layout`` (the architecture's only one when
+    ``None``): the layout's name, ``config.json`` as a dict and the state under the layout's
+    keys; a :class:`CheckpointError` when the layout cannot hold the model exactly (what
+    :func:`export` writes, and the GGUF writer converts)."""
     from .state import unique_state
 
     config = _config_of(model)
-    if max_shard_size is not None:
-        parse_max_shard_size(max_shard_size)  # a bad size is refused before anything is written
     arch = architecture(type(config).architecture, where="export", plugin=None)
     layouts = hf_layouts(arch) if layout is None else [layout]
     if len(layouts) != 1:
@@ -241,6 +213,52 @@ def export(
             f"exporting as {layouts[0]!r} would leave {list(report.missing)[:5]} unwritten; "
             "the model lacks weights that layout needs"
         )
+    return layouts[0], foreign_config, foreign
+
+
+def export(
+    model: nn.Module,
+    directory: str | os.PathLike[str],
+    layout: str | None = None,
+    *,
+    max_shard_size: int | str | None = None,
+    type: str | None = None,
+) -> Path:
+    """Write ``model`` as a Hugging Face checkpoint that ``transformers`` loads unchanged, or
+    with ``layout="gguf"`` as a GGUF file that llama.cpp runs (:mod:`zoo.gguf.write`).
+
+    Args:
+        model: a zoo model whose architecture declares the layout (gpt2 -> ``"hf-gpt2"``,
+            gpt1 -> ``"hf-openai-gpt"``).
+        directory: receives ``config.json`` and ``model.safetensors`` (atomically), and
+            when the model has a tokenizer, ``tokenizer.json`` + ``tokenizer_config.json``
+            (and ``vocab.json`` + ``merges.txt`` for a byte-level BPE), which
+            ``transformers.AutoTokenizer`` loads as the same tokenizer (a tokenizer that
+            cannot be written so is a warning; the weights are still written).
+        layout: the layout; optional when the architecture declares only one.
+        max_shard_size: split the weights as ``save_pretrained(max_shard_size=...)`` does
+            (bytes, or ``"5GB"``, ``"500MB"``...): ``model-00001-of-00003.safetensors`` ...
+            and ``model.safetensors.index.json``. Default: one ``model.safetensors``.
+        type: with ``layout="gguf"``, the tensors' type: ``"f32"`` (default), ``"f16"``,
+            ``"bf16"``, ``"q8_0"`` or ``"q4_0"``; ``directory`` is then the file to write.
+
+    Conv1D weights are transposed back and written contiguous; a tied LM head is omitted
+    (transformers re-ties it from ``tie_word_embeddings``). ``config.json`` carries
+    ``pad_token_id``, ``bos_token_id`` and ``eos_token_id``: the model's tokenizer's ids,
+    null where it has none (never the config class's defaults, which may not fit the
+    vocabulary).
+
+    Raises:
+        CheckpointError: the layout cannot represent the model (its config differs from what
+            the layout holds, e.g. a post-LN model as ``hf-gpt2``), or leaves one of the
+            layout's keys unwritten.
+    """
+    if layout == "gguf" or type is not None:
+        return _export_gguf(model, directory, layout, type, max_shard_size)
+    config = _config_of(model)
+    if max_shard_size is not None:
+        parse_max_shard_size(max_shard_size)  # a bad size is refused before anything is written
+    _, foreign_config, foreign = foreign_form(model, layout)
     foreign_config.update(_special_token_ids(model))
     tensors = _cpu_tensors(foreign)
     dtype = _dtype_name(tensors)
@@ -261,6 +279,23 @@ def export(
             (staging / name).write_bytes(data)
         _write_generation_file(model, staging)
     return Path(directory)
+
+
+def _export_gguf(
+    model: nn.Module,
+    path: str | os.PathLike[str],
+    layout: str | None,
+    kind: str | None,
+    max_shard_size: int | str | None,
+) -> Path:
+    """:func:`export` as a GGUF file (``type=`` is GGUF's alone; one file, never shards)."""
+    if layout != "gguf":
+        raise ValueError(f"type={kind!r} is a GGUF tensor type: pass layout='gguf' with it")
+    if max_shard_size is not None:
+        raise ValueError("a GGUF file is written whole: max_shard_size does not apply")
+    from ..gguf.write import write_gguf
+
+    return write_gguf(model, path, type=kind or "f32")
 
 
 #: The special token ids an exported ``config.json`` carries, by tokenizer role.

@@ -87,8 +87,15 @@ def cmd_convert(args: argparse.Namespace) -> int:
     from ..loading import convert_checkpoint
 
     path = convert_checkpoint(
-        args.source, args.destination, to=args.to, max_shard_size=args.max_shard_size
+        args.source,
+        args.destination,
+        to=args.to,
+        max_shard_size=args.max_shard_size,
+        type=args.type,
     )
+    if args.to == "gguf":
+        print(f"wrote {path} (GGUF, {args.type or 'f32'}: llama.cpp, ollama and zoo load it)")
+        return 0
     print(f"wrote {path} ({args.to} layout)")
     if args.to != "zoo" and (path / "tokenizer.json").is_file():
         print("with its tokenizer (tokenizer.json: transformers.AutoTokenizer loads it)")
@@ -144,10 +151,21 @@ def _check_convert(args: argparse.Namespace) -> None:
 
 
 def _convert_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("source", help="a zoo checkpoint directory or a Hugging Face one")
-    p.add_argument("destination", help="directory to write (atomically)")
     p.add_argument(
-        "--to", default="zoo", help="target layout: zoo (default), hf-gpt2 or hf-openai-gpt"
+        "source",
+        help="a zoo checkpoint directory, a Hugging Face one, a GGUF file, or a LoRA adapter "
+        "or run (merged into its base)",
+    )
+    p.add_argument("destination", help="directory (or with --to gguf, file) to write atomically")
+    p.add_argument(
+        "--to",
+        default="zoo",
+        help="target layout: zoo (default), a Hugging Face layout (hf-gpt2, hf-llama, ...) or gguf",
+    )
+    p.add_argument(
+        "--type",
+        choices=("f32", "f16", "bf16", "q8_0", "q4_0"),
+        help="with --to gguf: the tensors' type (default f32)",
     )
     _add_max_shard_size(p)
 

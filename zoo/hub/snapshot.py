@@ -8,17 +8,18 @@ and an unknown one is an error naming what to install.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from ..checkpoint.load import load_local
-from ..errors import ChecksumMismatchError, CorruptCheckpointError
-from .download import Snapshot, evict, fetch
+from ..errors import ChecksumMismatchError, CorruptCheckpointError, HubNotFoundError
+from .download import Snapshot, evict, fetch, pin
 from .source import HubSource, parse_hf_source, resolve_source
 
 if TYPE_CHECKING:
     from ..nn.base import ZooModel
 
-__all__ = ["load_hf", "load_hub", "load_named"]
+__all__ = ["load_hf", "load_hf_gguf", "load_hub", "load_named"]
 
 
 def load_hub(source: HubSource, *, token: str | bool | None = None, **kwargs: Any) -> ZooModel:
@@ -84,3 +85,46 @@ def load_hf(source: str, **kwargs: Any) -> ZooModel:
 def load_named(name: str, **kwargs: Any) -> ZooModel:
     """:func:`zoo.load` for a named model whose registry entry points at a Hub repo."""
     return load_hub(resolve_source(name), **kwargs)
+
+
+#: A GGUF file's name in a repo: a relative path of plain parts, ending ``.gguf``.
+_GGUF_NAME = re.compile(r"(?!.*(^|/)\.\.?(/|$))[A-Za-z0-9_.+-]+(/[A-Za-z0-9_.+-]+)*\.gguf")
+
+
+def load_hf_gguf(
+    source: object, gguf: str, *, token: str | bool | None = None, **kwargs: Any
+) -> Any:
+    """:func:`zoo.load` of ``"hf:org/name[@revision]"`` with ``gguf="file.gguf"``: that one
+    file of the repo, the revision pinned to a commit, checked against the sha256 the Hub's
+    LFS metadata gives (a mismatch deletes it from the cache and loads nothing)."""
+    from ..gguf.load import load_gguf
+
+    if not (isinstance(source, str) and source.startswith("hf:")):
+        raise ValueError(
+            f"gguf={gguf!r} names a file of a Hub repo: give it with an hf:org/name source "
+            "(a GGUF file on this machine is loaded by its path)"
+        )
+    hub_source = parse_hf_source(source)
+    if not _GGUF_NAME.fullmatch(gguf):
+        raise ValueError(
+            f"gguf={gguf!r}: give the file's path in the repo, e.g. 'model-q8_0.gguf' (plain "
+            "names separated by '/', ending .gguf)"
+        )
+    pinned = pin(hub_source, token=token)
+    entries = pinned.entries
+    if entries is not None and gguf not in entries:
+        present = sorted(name for name in entries if name.endswith(".gguf"))
+        raise HubNotFoundError(
+            f"{pinned.what} has no {gguf} (its GGUF files: {', '.join(present) or 'none'})"
+        )
+    lfs = getattr((entries or {}).get(gguf), "lfs", None)
+    path = pinned.download(gguf, large=True)
+    try:
+        return load_gguf(path, sha256=getattr(lfs, "sha256", None), **kwargs)
+    except ChecksumMismatchError as exc:
+        evict(path)
+        raise exc.reworded(
+            f"{pinned.what}: the downloaded {gguf} does not have the sha256 the Hub's LFS "
+            f"metadata gives ({exc}). It was deleted from the Hugging Face cache and nothing "
+            "was loaded. Try again; if it persists, the repo is wrong."
+        ) from exc

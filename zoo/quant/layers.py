@@ -33,6 +33,7 @@ from ..kernels.onednn import cpu_linear as float_linear
 from ..kernels.pages import release_pages
 from ..nn.linear import Linear
 from ..options import QUANTIZE_MODES
+from .blocks import q4_0_codes
 from .grad import frozen_linear, int4_columns, int8_columns, needs_input_grad
 
 __all__ = [
@@ -159,6 +160,10 @@ class Int8Linear(nn.Module):
         ``(*, K) -> (*, N)``.
     """
 
+    #: whether it computes exactly the float weight it was made from (int4 of a q4_0
+    #: weight: yes; int8: never)
+    lossless: bool = False
+
     qweight: Tensor
     scale: Tensor
     bias: nn.Parameter | None
@@ -205,6 +210,8 @@ def _dynamic_linear() -> Any:  # a subclass of torch.ao's dynamic Linear
     from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 
     class DynamicInt8Linear(DynamicLinear):
+        lossless = False
+
         def forward(self, x: Tensor) -> Tensor:
             return frozen_linear(self, x) if needs_input_grad(x) else self.infer(x)
 
@@ -253,6 +260,8 @@ class Int8Embedding(nn.Module):
     """Token embedding over int8 rows with a scale each (those of a tied :class:`Int8Linear`
     head, shared): ``(B, T) -> (B, T, d)`` in ``dtype``."""
 
+    lossless: bool = False
+
     qweight: Tensor
     scale: Tensor
 
@@ -275,6 +284,8 @@ class Int4Linear(nn.Module):
         ``(*, K) -> (*, N)``, for the shapes :func:`supports_int4` accepts.
     """
 
+    lossless: bool = False
+
     packed: Tensor
     scales_and_zeros: Tensor
     bias: nn.Parameter | None
@@ -284,14 +295,22 @@ class Int4Linear(nn.Module):
         w = linear.weight.detach().float()
         self.out_features, self.in_features = w.shape
         groups = w.view(self.out_features, -1, INT4_GROUP)  # (N, K / G, G)
+        cuda = w.is_cuda
+        dtype = torch.bfloat16 if cuda else torch.float32  # of the kernels' scales and zeros
         low, high = groups.amin(dim=-1), groups.amax(dim=-1)
         scale = ((high - low) / 15).clamp(min=1e-6)  # (N, K / G)
         zero = low + scale * 8  # the kernels dequantize (q - 8) * scale + zero
-        q = torch.round((groups - low[..., None]) / scale[..., None]).clamp(0, 15).to(torch.int32)
-        cuda = w.is_cuda
-        dtype = torch.bfloat16 if cuda else torch.float32  # of the kernels' scales and zeros
         #: what quantizing lost (:class:`Flaws`), for a model computing in the weight's dtype
         self.flaws = _int4_flaws(low, high, scale.to(dtype), zero.to(dtype), linear.weight.dtype)
+        fits = not (cuda or self.flaws.nonfinite or self.flaws.saturated)
+        blocks = q4_0_codes(groups) if fits and linear.weight.dtype == torch.float32 else None
+        self.lossless = blocks is not None  # its values were int4 groups (q4_0's) already
+        if blocks is not None:  # held as they are: (q - 8) * d + 0
+            q, scale = blocks
+            zero = torch.zeros_like(scale)
+        else:
+            q = torch.round((groups - low[..., None]) / scale[..., None]).clamp(0, 15)
+            q = q.to(torch.int32)
         q = q.view(self.out_features, self.in_features)
         if cuda:
             pairs = (q[:, ::2] << 4 | q[:, 1::2]).to(torch.uint8)  # (N, K / 2)

@@ -1,0 +1,167 @@
+"""Reading GGUF: what zoo refuses by name (a key it does not read, a tensor it has no place
+for, an architecture it does not know), the sha256 of a Hub file, and ``quantize=`` keeping
+q4_0's blocks as zoo's int4 exactly and saying so where it quantizes again."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import zoo
+from zoo.errors import CheckpointError, StateDictMismatchError
+from zoo.testing.reference import randomize_parameters
+from zoo.testing.small import reference_overrides
+
+gguf = pytest.importorskip("gguf")
+
+NAMED = "smollm2-135m-instruct"
+#: Shapes the int4 kernels take (128 input features, rows by 16).
+SIZES = {"d_model": 128, "d_ff": 256, "vocab_size": 1024}
+
+
+@pytest.fixture(scope="module")
+def model() -> Any:
+    torch.manual_seed(0)
+    built = zoo.build(NAMED, **(reference_overrides(NAMED) | SIZES))
+    randomize_parameters(built)
+    return built.eval()
+
+
+@pytest.fixture(scope="module")
+def f32(model: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return zoo.export(model, tmp_path_factory.mktemp("f32") / "m.gguf", layout="gguf")
+
+
+def rewrite(
+    source: Path,
+    target: Path,
+    *,
+    add: dict[str, Any] | None = None,
+    drop: tuple[str, ...] = (),
+    arch: str | None = None,
+) -> Path:
+    """``source`` copied to ``target`` with metadata added (``add``), tensors left out
+    (``drop``) or another ``general.architecture`` (a trusted file: gguf's own reader)."""
+    reader = gguf.GGUFReader(str(source))
+    writer = gguf.GGUFWriter(str(target), arch or reader.fields["general.architecture"].contents())
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF.") or key in ("general.architecture",):
+            continue
+        if field.types[0] == gguf.GGUFValueType.ARRAY:
+            writer.add_array(key, field.contents())
+        else:
+            writer.add_key_value(key, field.contents(), field.types[0])
+    for key, value in (add or {}).items():
+        if isinstance(value, str):
+            writer.add_string(key, value)
+        else:
+            writer.add_uint32(key, value)
+    for tensor in reader.tensors:
+        if tensor.name in drop:
+            continue
+        shape = tuple(int(d) for d in reversed(tensor.shape))
+        writer.add_tensor(tensor.name, tensor.data, raw_shape=shape, raw_dtype=tensor.tensor_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return target
+
+
+def test_the_rewrite_helper_changes_nothing_by_itself(f32: Path, tmp_path: Path) -> None:
+    copy = rewrite(f32, tmp_path / "copy.gguf")
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.no_grad():
+        assert torch.equal(
+            zoo.load(copy, tokenizer=False)(ids), zoo.load(f32, tokenizer=False)(ids)
+        )
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"add": {"llama.rope.scaling.factor": 8}}, r"llama\.rope\.scaling\.factor, which zoo"),
+        ({"add": {"split.count": 3}}, r"split\.count, which zoo does not read"),
+        ({"add": {"llama.rope.scaling.type": "linear"}}, r"rope\.scaling\.type is 'linear'"),
+        ({"add": {"llama.rope.dimension_count": 16}}, r"rope\.dimension_count is 16, but the"),
+        ({"arch": "bert"}, r"architecture 'bert' is not one zoo reads \(it reads gemma2, "),
+    ],
+)
+def test_what_zoo_does_not_read_is_refused_by_name(
+    f32: Path, tmp_path: Path, change: dict[str, Any], says: str
+) -> None:
+    bad = rewrite(f32, tmp_path / "bad.gguf", **change)
+    with pytest.raises(CheckpointError, match=says):
+        zoo.load(bad, tokenizer=False)
+
+
+def test_a_tensor_zoo_has_no_place_for_is_named(f32: Path, tmp_path: Path) -> None:
+    import numpy as np
+
+    reader = gguf.GGUFReader(str(f32))
+    bad = tmp_path / "extra.gguf"
+    writer = gguf.GGUFWriter(str(bad), "llama")
+    for key, field in reader.fields.items():
+        if not key.startswith("GGUF.") and key != "general.architecture":
+            writer.add_key_value(key, field.contents(), field.types[0])
+    for tensor in reader.tensors:
+        writer.add_tensor(tensor.name, np.array(tensor.data))
+    writer.add_tensor("blk.0.attn_sinks.weight", np.zeros(4, np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(CheckpointError, match=r"no place for: blk\.0\.attn_sinks\.weight"):
+        zoo.load(bad, tokenizer=False)
+
+
+def test_a_missing_tensor_is_a_mismatch_naming_it(f32: Path, tmp_path: Path) -> None:
+    bad = rewrite(f32, tmp_path / "short.gguf", drop=("blk.1.ffn_down.weight",))
+    with pytest.raises(StateDictMismatchError, match=r"blocks\.1\.ffn\.proj\.weight"):
+        zoo.load(bad, tokenizer=False)
+
+
+def test_q4_0_loads_as_int4_exactly(model: Any, tmp_path: Path) -> None:
+    """zoo's int4 groups are q4_0's blocks: quantize='int4' keeps the file's values (the
+    kernel's own float32 rounding apart), where a float weight quantized to int4 is far off.
+    A head tied to the embedding is int8 in every mode, so the warning names it."""
+    from zoo.quant.layers import Int4Linear
+
+    untied = zoo.build(NAMED, **(reference_overrides(NAMED) | SIZES))
+    untied.load_state_dict(model.state_dict(), strict=False)
+    untied.head.weight = torch.nn.Parameter(model.tok_emb.weight.detach().flip(0).clone())
+    ids = torch.tensor([[5, 9, 2, 7, 1, 3]])
+    for tied, source in ((False, untied), (True, model)):
+        path = zoo.export(source, tmp_path / f"q4-{tied}.gguf", layout="gguf", type="q4_0")
+        floats = zoo.load(path, tokenizer=False)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            int4 = zoo.load(path, tokenizer=False, quantize="int4")
+        said = [str(w.message) for w in caught if "quantized again" in str(w.message)]
+        layers = [m for m in int4.modules() if isinstance(m, Int4Linear)]
+        assert len(layers) == (8 if tied else 9) and all(layer.lossless for layer in layers)
+        with torch.no_grad():
+            worst = float((int4(ids) - floats(ids)).abs().max())
+        if tied:
+            assert len(said) == 1 and "2 layer(s)" in said[0] and "tok_emb, head" in said[0]
+        else:
+            assert not said and worst <= 1e-4, worst
+    f32 = zoo.export(untied, tmp_path / "f.gguf", layout="gguf")
+    again = zoo.load(f32, tokenizer=False, quantize="int4")
+    with torch.no_grad():
+        requantized = float((again(ids) - zoo.load(f32, tokenizer=False)(ids)).abs().max())
+    assert requantized > 100 * 1e-4
+
+
+def test_a_q8_0_file_quantized_to_int8_says_it_was_quantized_again(
+    model: Any, tmp_path: Path
+) -> None:
+    path = zoo.export(model, tmp_path / "q8.gguf", layout="gguf", type="q8_0")
+    with pytest.warns(
+        RuntimeWarning, match=r"holds q8_0 blocks, but \d+ layer\(s\) of zoo's 'int8'"
+    ):
+        zoo.load(path, tokenizer=False, quantize="int8")

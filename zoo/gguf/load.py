@@ -1,0 +1,96 @@
+"""``zoo.load`` of a GGUF file: the model, its tokenizer and chat template from the metadata,
+checked against a pinned sha256 as any weights file is."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..checkpoint.files import BackgroundHash
+from ..checkpoint.load import assembled, quantized, to_hash
+from ..devices import check_device, check_dtype
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..nn.base import ZooModel
+
+__all__ = ["load_gguf"]
+
+
+def load_gguf(
+    path: str | os.PathLike[str],
+    *,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | None = None,
+    strict: bool = True,
+    verify: bool | None = None,
+    tokenizer: bool = True,
+    quantize: str | None = None,
+    sha256: str | None = None,
+    model_name: str | None = None,
+) -> ZooModel:
+    """Load the GGUF file ``path`` (see :func:`zoo.load` for the options).
+
+    A GGUF file mixes types (norms in float32, weights quantized or in half precision): the
+    model computes in ``dtype``, float32 unless given (as transformers reads GGUF), each
+    quantized tensor dequantized as it is read. ``sha256`` (the Hub's, for a download) is
+    checked as the model is built."""
+    import torch
+
+    from ..quant.layers import QUANTIZE_MODES
+    from .read import read_gguf
+
+    check_dtype(dtype)
+    dtype = dtype or torch.float32
+    if quantize is not None and quantize not in QUANTIZE_MODES:
+        raise ValueError(f"quantize must be one of {', '.join(QUANTIZE_MODES)}, got {quantize!r}")
+    target = check_device(device)
+    path = Path(path)
+    hasher = None
+    if sha256 and to_hash(path, sha256, verify):
+        hasher = BackgroundHash({path: sha256}, what="the pinned sha256")
+    try:
+        checkpoint = read_gguf(path)
+        model = assembled(
+            checkpoint.architecture, checkpoint.config, checkpoint.state,
+            target=target, dtype=dtype, strict=strict, unexpected=checkpoint.unexpected,
+            what=str(path), model_name=model_name,
+        )  # fmt: skip
+    finally:
+        if hasher is not None:
+            hasher.verify()
+    if hasher is not None:
+        hasher.remember()
+    quantized(model, quantize, target=target, dtype=dtype)
+    if quantize is not None:
+        _say_requantized(path, model, checkpoint.types, quantize)
+    model.tokenizer, model.tokenizer_error = None, "loaded with tokenizer=False"
+    if tokenizer:
+        from .vocab import tokenizer_from_metadata
+
+        model.tokenizer = tokenizer_from_metadata(checkpoint.metadata, where=str(path))
+        model.tokenizer_error = None if model.tokenizer else f"{path} holds no tokenizer"
+    return model
+
+
+def _say_requantized(path: Path, model: Any, types: Mapping[str, str], quantize: str) -> None:
+    """Warn, naming the layers, when the file holds quantized tensors and ``quantize`` made
+    layers that are not the file's own values (zoo's int8 has one scale per row where q8_0
+    has one per 32 weights; a tied head is int8 in every mode; only q4_0 blocks are held
+    as they are, by int4): those were dequantized and quantized again."""
+    blocks = sorted({kind for kind in types.values() if kind not in ("f32", "f16", "bf16")})
+    again = [name for name, m in model.named_modules() if getattr(m, "lossless", True) is False]
+    if blocks and again:
+        warnings.warn(
+            f"{path} holds {', '.join(blocks)} blocks, but {len(again)} layer(s) of zoo's "
+            f"{quantize!r} model were quantized again from their dequantized values (a second "
+            f"rounding): {', '.join(again[:6])}{', ...' if len(again) > 6 else ''}. Load "
+            "without quantize= to keep the file's values exactly (a q4_0 file's linear "
+            "layers are held as they are by quantize='int4')",
+            RuntimeWarning,
+            stacklevel=3,
+        )

@@ -1,0 +1,62 @@
+"""A GGUF file's tensors as PyTorch tensors: float32, float16 and bfloat16 as they are
+stored (memory-mapped, copy on write), every quantized type dequantized to float32 by the
+``gguf`` package (q8_0, q4_0, q4_1, q5_0, q5_1, the k-quants q2_K to q6_K, and the rest it
+decodes). The header is :mod:`zoo.gguf.header`'s, already checked against the file."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from .header import GGUFHeader, TensorInfo
+
+if TYPE_CHECKING:
+    import numpy as np
+    from torch import Tensor
+
+__all__ = ["STORED", "read_tensors", "type_name"]
+
+#: ggml types kept as stored (no dequantization): F32, F16, BF16.
+STORED = {0: "float32", 1: "float16", 30: "bfloat16"}
+
+
+def type_name(ggml_type: int) -> str:
+    """``q8_0``, ``f16``, ... for a ggml type number."""
+    from gguf import GGMLQuantizationType
+
+    return GGMLQuantizationType(ggml_type).name.lower()
+
+
+def read_tensors(header: GGUFHeader) -> Iterator[tuple[TensorInfo, Tensor]]:
+    """Each tensor of ``header``'s file, in file order, with its record."""
+    import numpy as np
+
+    data = np.memmap(header.path, dtype=np.uint8, mode="c")
+    for info in header.tensors:
+        yield info, _tensor(data, info)
+
+
+def _tensor(data: np.ndarray, info: TensorInfo) -> Tensor:
+    import numpy as np
+    import torch
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    raw = data[info.start : info.start + info.nbytes]
+    if info.ggml_type == 0:
+        return torch.from_numpy(raw.view(np.float32).reshape(info.shape))
+    if info.ggml_type == 1:
+        return torch.from_numpy(raw.view(np.float16).reshape(info.shape))
+    if info.ggml_type == 30:
+        return torch.from_numpy(raw.view(np.int16).reshape(info.shape)).view(torch.bfloat16)
+    rows = raw.reshape(_rows(info), -1)  # (rows, bytes per row)
+    values = dequantize(rows, GGMLQuantizationType(info.ggml_type))  # (rows, innermost)
+    return torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32).reshape(info.shape))
+
+
+def _rows(info: TensorInfo) -> int:
+    """The number of rows (all dimensions but the innermost)."""
+    rows = 1
+    for dim in info.shape[:-1]:
+        rows *= dim
+    return rows

@@ -1,0 +1,231 @@
+"""Writing a zoo model as a GGUF file that llama.cpp, ollama and LM Studio run.
+
+The model goes through its Hugging Face layout (:func:`zoo.checkpoint.write.foreign_form`,
+what :func:`zoo.export` writes) and from there as llama.cpp's ``convert_hf_to_gguf.py``
+converts such a folder: the ``config.json`` values under the family's metadata keys, each
+tensor under the ``gguf`` package's name with llama.cpp's transforms
+(:mod:`zoo.gguf.families`), the tokenizer and chat template in the metadata
+(:mod:`zoo.gguf.vocab`), and the converter's choice of type per tensor: one-dimensional
+tensors, norms, biases, position embeddings and a mixture's router in float32, every other
+weight in the type asked (a quantized type whose blocks do not divide a row falls back to
+float16, as the converter's does). q8_0 and q4_0 blocks are the ``gguf`` package's
+quantizers, the ones llama.cpp's converter calls.
+
+The file is written beside its destination and renamed into place: a killed write leaves
+the destination as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import CheckpointError
+from .families import Family, family_for_model_type
+
+if TYPE_CHECKING:
+    import numpy as np
+    from torch import Tensor, nn
+
+__all__ = ["GGUF_TYPES", "write_gguf"]
+
+#: The types a GGUF file is written in, and llama.cpp's file type for each.
+GGUF_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0")
+_FILE_TYPES = {"f32": "ALL_F32", "f16": "MOSTLY_F16", "bf16": "MOSTLY_BF16",
+               "q8_0": "MOSTLY_Q8_0", "q4_0": "MOSTLY_Q4_0"}  # fmt: skip
+#: GGUF tensors kept in float32 whatever the type (as llama.cpp's converter keeps them).
+_ALWAYS_F32 = re.compile(r"(_norm\.weight|\.bias|^position_embd\.weight|\.ffn_gate_inp\.weight)$")
+
+
+def write_gguf(model: nn.Module, path: str | os.PathLike[str], *, type: str = "f32") -> Path:
+    """Write ``model`` to the GGUF file ``path`` in ``type`` (:data:`GGUF_TYPES`).
+
+    Raises:
+        CheckpointError: the model's family has no GGUF form zoo writes, its Hugging Face
+            layout cannot hold it, or the tokenizer cannot be written faithfully.
+        ValueError: ``type`` is not one of :data:`GGUF_TYPES`.
+    """
+    import gguf
+
+    from ..checkpoint.write import foreign_form
+
+    if type not in GGUF_TYPES:
+        raise ValueError(f"type must be one of {', '.join(GGUF_TYPES)}, got {type!r}")
+    _, hf, state = foreign_form(model, None)
+    try:
+        family = family_for_model_type(str(hf["model_type"]))
+        _check_held(family, hf)
+    except ValueError as exc:
+        raise CheckpointError(f"zoo writes no GGUF of this model: {exc}") from None
+    target = Path(path)
+    fd, partial = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
+    os.close(fd)
+    try:
+        writer = gguf.GGUFWriter(partial, family.arch)
+        _write_metadata(writer, model, family, hf, type)
+        for name, data, qtype in _tensors(family, hf, state, type):
+            writer.add_tensor(name, data, raw_dtype=qtype)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        with open(partial, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(partial, target)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(partial)
+    return target
+
+
+def _check_held(family: Family, hf: Mapping[str, Any]) -> None:
+    """A ``ValueError`` naming what of ``config.json`` the GGUF architecture cannot hold."""
+    unheld = [key for key in family.unheld if hf.get(key) is not None]
+    if unheld:
+        raise ValueError(
+            f"llama.cpp's {family.arch!r} architecture has no {', '.join(unheld)} (the model "
+            f"has {', '.join(f'{key} = {hf[key]}' for key in unheld)})"
+        )
+    written = hf.get("layer_types")
+    if family.swa_period and written is not None:
+        pattern = family.layer_types(len(written))
+        if list(written) != pattern:
+            raise ValueError(
+                f"its layers are {list(written)}; llama.cpp's {family.arch!r} slides all but "
+                f"every {family.swa_period}th ({pattern})"
+            )
+    tables = [hf.get("rope_scaling"), hf.get("rope_parameters")]
+    tables += [t for t in list(tables) if isinstance(t, Mapping) for t in t.values()]  # per layer
+    kinds = {t.get("rope_type", t.get("type")) for t in tables if isinstance(t, Mapping)} - {
+        None,
+        "default",
+    }
+    if kinds:
+        raise ValueError(f"its rotary positions are scaled ({', '.join(sorted(kinds))})")
+
+
+def _write_metadata(
+    writer: Any, model: nn.Module, family: Family, hf: Mapping[str, Any], kind: str
+) -> None:
+    import gguf
+
+    name = getattr(model, "name", None)
+    if name:
+        writer.add_name(str(name))
+    writer.add_file_type(getattr(gguf.LlamaFileType, _FILE_TYPES[kind]))
+    if kind.startswith("q"):
+        writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    prefix = f"{family.arch}."
+    for key, hf_key in family.keys:
+        value = _hf_value(hf, hf_key)
+        if value is not None and not writer_has(writer, prefix + key):
+            _add(writer, prefix + key, value)
+    for key, _, write in family.derived:
+        value = write(hf)
+        if value is not None:
+            _add(writer, prefix + key, value)
+    tokenizer = getattr(model, "tokenizer", None)
+    if tokenizer is not None:
+        from .vocab import add_vocab
+
+        add_vocab(writer, tokenizer, where="the model's tokenizer")
+
+
+def writer_has(writer: Any, key: str) -> bool:
+    """Whether ``key`` was added to ``writer`` already (two Hugging Face keys can name one
+    GGUF key: the head width is both ``key_length`` and ``value_length``)."""
+    return any(key in kv for kv in writer.kv_data)
+
+
+def _hf_value(hf: Mapping[str, Any], key: str) -> Any:
+    """``config.json``'s value of ``key`` (transformers 5 keeps the rotary base under
+    ``rope_parameters``)."""
+    if key in hf:
+        return hf[key]
+    parameters = hf.get("rope_parameters")
+    if isinstance(parameters, Mapping):
+        return parameters.get(key)
+    return None
+
+
+def _add(writer: Any, key: str, value: Any) -> None:
+    """``key`` with llama.cpp's type for it: bool, uint32 for counts, float32 for reals."""
+    if isinstance(value, bool):
+        writer.add_bool(key, value)
+    elif isinstance(value, int):
+        writer.add_uint32(key, value)
+    elif isinstance(value, float):
+        writer.add_float32(key, value)
+    else:
+        raise CheckpointError(f"{key}: a value GGUF metadata does not hold here: {value!r}")
+
+
+def _tensors(
+    family: Family, hf: Mapping[str, Any], state: Mapping[str, Tensor], kind: str
+) -> list[tuple[str, np.ndarray, Any]]:
+    """``(GGUF name, data, ggml type)`` for each tensor, in llama.cpp's order of blocks."""
+    import gguf
+    import torch
+
+    n_layers = int(_hf_value(hf, "num_hidden_layers") or _hf_value(hf, "n_layer") or 0)
+    table = gguf.get_tensor_name_map(_gguf_arch(family), n_layers)
+    experts: dict[str, dict[int, Tensor]] = {}
+    named: dict[str, Tensor] = {}
+    for key, tensor in state.items():
+        expert = re.search(r"\.experts\.(\d+)\.", key)
+        merged = key if expert is None else key.replace(expert.group(0), ".experts.", 1)
+        name = table.get_name(merged, try_suffixes=(".weight", ".bias"))
+        if name is None:
+            raise CheckpointError(f"{key}: no GGUF name for it in llama.cpp's {family.arch} map")
+        if expert is None:
+            named[name] = tensor
+        else:
+            experts.setdefault(name, {})[int(expert[1])] = tensor
+    for name, by_index in experts.items():
+        named[name] = torch.stack([by_index[i] for i in sorted(by_index)])  # (E, out, in)
+    if family.tied_head_copy and "output.weight" not in named:
+        named["output.weight"] = named["token_embd.weight"]
+    return [
+        (name, *_typed(name, family.tensor_to_gguf(name, tensor, hf), kind))
+        for name, tensor in sorted(named.items(), key=lambda item: _order(item[0]))
+    ]
+
+
+def _order(name: str) -> tuple[int, int, str]:
+    """Token embedding first, then the blocks in order, then the rest (llama.cpp's order)."""
+    block = re.match(r"blk\.(\d+)\.", name)
+    if block:
+        return (1, int(block[1]), name)
+    return (0 if name.startswith(("token_embd", "position_embd")) else 2, 0, name)
+
+
+def _typed(name: str, tensor: Tensor, kind: str) -> tuple[np.ndarray, Any]:
+    """The tensor's data in the type llama.cpp's converter would choose for it."""
+    import gguf
+    import numpy as np
+    import torch
+
+    data = tensor.detach().to(torch.float32).contiguous().numpy()
+    types = gguf.GGMLQuantizationType
+    qtype = {"f32": types.F32, "f16": types.F16, "bf16": types.BF16,
+             "q8_0": types.Q8_0, "q4_0": types.Q4_0}[kind]  # fmt: skip
+    if data.ndim <= 1 or _ALWAYS_F32.search(name):
+        qtype = types.F32
+    if qtype == types.F32:
+        return np.ascontiguousarray(data), types.F32
+    try:
+        return gguf.quants.quantize(data, qtype), qtype
+    except gguf.QuantError:  # a row its blocks do not divide
+        return gguf.quants.quantize(data, types.F16), types.F16
+
+
+def _gguf_arch(family: Family) -> Any:
+    import gguf
+
+    (arch,) = [a for a, name in gguf.MODEL_ARCH_NAMES.items() if name == family.arch]
+    return arch
