@@ -191,8 +191,8 @@ def test_blocks_are_byte_equal_to_ggml_reference_quantizers(
 ) -> None:
     """Every quantized tensor of the file, against ggml's reference quantizer on the same
     float32 weights as llama.cpp lays them out (Llama's permuted q and k rows included)."""
-    from zoo.gguf.header import read_header
-    from zoo.gguf.read import read_gguf
+    from zoo.checkpoint.gguf.header import read_header
+    from zoo.checkpoint.gguf.read import read_gguf
 
     family = families["llama"]
     path = zoo.export(family.model, tmp_path / "m.gguf", layout="gguf", type=kind)
@@ -213,3 +213,38 @@ def test_blocks_are_byte_equal_to_ggml_reference_quantizers(
         checked += 1
     assert checked >= 10
     assert read_gguf(path).types["blk.0.attn_q.weight"] == kind
+
+
+@pytest.mark.parametrize("kind", TYPES)
+def test_t5_reads_what_it_writes(tmp_path: Path, kind: str) -> None:
+    """Flan-T5's encoder-decoder (gated GELU, relative position buckets in each stack's first
+    block, an untied head), against transformers on the Hugging Face export. (transformers'
+    GGUF reader reads no ``t5.decoder_block_count`` and takes the feed-forward as gated ReLU,
+    so it is no reference here.)"""
+    named = "flan-t5-small"
+    torch.manual_seed(0)
+    model = zoo.build(named, **reference_overrides(named))
+    randomize_parameters(model)
+    model.eval()
+    folder = zoo.export(model, tmp_path / "hf")
+    path = zoo.export(model, tmp_path / "t5.gguf", layout="gguf", type=kind)
+    reference = transformers.AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
+    if kind != "f32":
+        _quantize_like_the_file(reference, kind, conv1d=False)
+    src, tgt = torch.randint(0, 1000, (2, 7)), torch.randint(0, 1000, (2, 5))
+    with torch.no_grad():
+        got = zoo.load(path, tokenizer=False)(src, tgt)
+        want = reference(input_ids=src, decoder_input_ids=tgt).logits
+    assert float((got - want).abs().max()) <= ATOL
+
+
+def test_a_tied_t5_head_is_refused(tmp_path: Path) -> None:
+    """llama.cpp's T5 reads a missing output as the token embedding, unscaled; T5 v1.0
+    scales the decoder's output by d_model ** -0.5 before a tied head."""
+    model = zoo.build(
+        "flan-t5-small", **(reference_overrides("flan-t5-small") | {"tie_embeddings": True})
+    )
+    with pytest.raises(
+        zoo.CheckpointError, match=r"tie_word_embeddings is True: llama\.cpp's 't5'"
+    ):
+        zoo.export(model, tmp_path / "t5.gguf", layout="gguf")

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from zoo.checkpoint.gguf.header import read_header
 from zoo.errors import CheckpointError, CorruptCheckpointError
-from zoo.gguf.header import read_header
 
 pytest.importorskip("gguf")
 
@@ -145,8 +145,8 @@ FUZZ = """
 import random, sys
 from pathlib import Path
 from zoo.errors import CorruptCheckpointError, CheckpointError
-from zoo.gguf.header import read_header
-from zoo.gguf.tensors import read_tensors
+from zoo.checkpoint.gguf.header import read_header
+from zoo.checkpoint.gguf.tensors import read_tensors
 seed, source, target = int(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
 good = bytearray(source.read_bytes())
 rng = random.Random(seed)

@@ -165,3 +165,54 @@ def test_a_q8_0_file_quantized_to_int8_says_it_was_quantized_again(
         RuntimeWarning, match=r"holds q8_0 blocks, but \d+ layer\(s\) of zoo's 'int8'"
     ):
         zoo.load(path, tokenizer=False, quantize="int8")
+
+
+# -- a GGUF file of a Hub repo ----------------------------------------------------------------
+def test_a_hub_gguf_file_loads_pinned_and_checked(f32: Path, local_hub: Any) -> None:
+    """``zoo.load("hf:org/name", gguf="file.gguf")``: that file alone, checked against the
+    Hub's LFS sha256; one flipped byte is refused, the file deleted from the cache, and the
+    next load fetches it whole."""
+    data = f32.read_bytes()
+    local_hub.add_files("org/gguf-only", {"model-f32.gguf": data, "README.md": b"# a model"})
+    ids = torch.tensor([[3, 1, 4, 1, 5]])
+    with torch.no_grad():
+        want = zoo.load(f32, tokenizer=False)(ids)
+        got = zoo.load("hf:org/gguf-only", gguf="model-f32.gguf", tokenizer=False)(ids)
+    assert torch.equal(got, want)
+    local_hub.corrupt_file("org/gguf-only", "model-f32.gguf", times=1)
+    from zoo.checkpoint.files import forget_verified
+
+    forget_verified()
+    _evict_cached(local_hub)
+    with pytest.raises(zoo.errors.ChecksumMismatchError, match=r"deleted from the Hugging Face"):
+        zoo.load("hf:org/gguf-only", gguf="model-f32.gguf", tokenizer=False)
+    with torch.no_grad():
+        again = zoo.load("hf:org/gguf-only", gguf="model-f32.gguf", tokenizer=False)(ids)
+    assert torch.equal(again, want)
+
+
+def _evict_cached(local_hub: Any) -> None:
+    """Forget the download the first load made, so the next one fetches the file again."""
+    import shutil
+
+    import huggingface_hub
+
+    shutil.rmtree(huggingface_hub.constants.HF_HUB_CACHE, ignore_errors=True)
+
+
+@pytest.mark.parametrize(
+    ("source", "gguf_name", "says"),
+    [
+        ("hf:org/gguf-only", "../../etc/passwd.gguf", "plain names separated by '/'"),
+        ("hf:org/gguf-only", "/abs/model.gguf", "plain names separated by '/'"),
+        ("hf:org/gguf-only", "model.safetensors", "ending .gguf"),
+        ("hf:org/gguf-only", "missing.gguf", r"has no missing\.gguf \(its GGUF files: m"),
+        ("org/gguf-only", "model-f32.gguf", "names a file of a Hub repo"),
+    ],
+)
+def test_a_hub_gguf_name_is_checked(
+    f32: Path, local_hub: Any, source: str, gguf_name: str, says: str
+) -> None:
+    local_hub.add_files("org/gguf-only", {"model-f32.gguf": f32.read_bytes()})
+    with pytest.raises((ValueError, zoo.errors.ZooError), match=says):
+        zoo.load(source, gguf=gguf_name, tokenizer=False)

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .checkpoint.files import PICKLE_SUFFIXES, WEIGHTS_FILE
+from .checkpoint.gguf.header import is_gguf
 from .checkpoint.load import WEIGHTS_DIR_ENV, load_local, local_weights_path
 from .checkpoint.readers import existing_checkpoint, model_folder
 from .checkpoint.write import export, save
 from .errors import CheckpointError, UnknownModelError
-from .gguf.header import is_gguf
 from .hub.adapter import adapter_folder
 from .hub.download import ADAPTER_CONFIG
 from .hub.snapshot import load_hf, load_hf_gguf, load_named
@@ -92,9 +92,9 @@ def load(
               registry entry's ``weights.path``, or in ``$ZOO_WEIGHTS_DIR/<name>/``;
               otherwise fetched from the entry's Hub repo (:mod:`zoo.hub`);
             - ``"hf:org/name"`` or ``"hf:org/name@revision"``: a Hub repo (:mod:`zoo.hub`);
-            - a GGUF file (llama.cpp's format, :mod:`zoo.gguf`): the model, its tokenizer and
-              chat template from the file; ``"hf:org/name"`` with ``gguf="file.gguf"``: that
-              file of the repo;
+            - a GGUF file (llama.cpp's format, :mod:`zoo.checkpoint.gguf`): the model, its
+              tokenizer and chat template from the file; ``"hf:org/name"`` with
+              ``gguf="file.gguf"``: that file of the repo;
             - a named adapter (``[adapters.NAME]`` in a registry file, or a plugin's
               ``zoo_adapters``): its base model, with it applied.
         device: where the weights go (default CPU). CPU weights stay memory-mapped from the
@@ -173,7 +173,7 @@ def _load_base(source: str | os.PathLike[str], options: dict[str, Any]) -> ZooMo
     elif isinstance(source, os.PathLike) or (isinstance(source, str) and _looks_like_path(source)):
         path = Path(os.path.expanduser(os.fspath(source)))
         if is_gguf(path):
-            from .gguf.load import load_gguf
+            from .checkpoint.gguf.load import load_gguf
 
             model = load_gguf(path, **options)
         else:

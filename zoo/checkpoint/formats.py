@@ -1,6 +1,7 @@
 """What a weights file is when it is not safetensors, from its first bytes.
 
-zoo reads safetensors only. A file of another format given as weights (a GGUF file, a Keras
+Weights files are safetensors (a GGUF file is read by its own path: :mod:`.gguf`). A file of
+another format given as weights (a GGUF file under a safetensors name, a Keras
 HDF5 file, a Git LFS pointer left by a clone without ``git lfs``, an HTML error page saved by a
 download) is named for what it is, with what zoo reads instead, rather than reported as a
 safetensors file whose "header is too large". Pickles (``torch.save``'s zip archives and raw
@@ -28,8 +29,8 @@ _MAGIC: tuple[tuple[bytes, str, str], ...] = (
     (
         b"GGUF",
         "a GGUF file (llama.cpp's format)",
-        "zoo does not read GGUF yet; load the model's original Hugging Face repo instead "
-        "(zoo.load('hf:org/name'))",
+        "load the GGUF file by its own path (zoo.load('model.gguf'), zoo generate model.gguf), "
+        "which reads it as llama.cpp's format",
     ),
     *(
         (magic, "a GGML file (llama.cpp's format before GGUF)", "load the original repo instead")

@@ -9,14 +9,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..config import ModelConfig
 from ..errors import CheckpointError, UnknownArchitectureError
 from ..plugin.current import get_registry
-from ..plugin.specs import ArchitectureSpec
 from .commit import atomic_directory
 from .generation_file import GENERATION_FILE, GenerationFile
+from .hf_form import config_of, foreign_form, hf_layouts
 from .manifest import CONFIG_FILE, FORMAT_VERSION, Manifest, weights_record
-from .readers import METADATA_KEY, architecture
+from .readers import METADATA_KEY
 from .shards import parse_max_shard_size, write_weights
 from .tokenizer import export_tokenizer_files
 
@@ -24,16 +23,6 @@ if TYPE_CHECKING:
     from torch import Tensor, nn
 
 __all__ = ["export", "hf_layouts", "save"]
-
-
-def _config_of(model: Any) -> ModelConfig:
-    config = getattr(model, "config", None)
-    if not isinstance(config, ModelConfig):
-        raise CheckpointError(
-            f"{type(model).__name__} has no zoo config (model.config); only models built by "
-            "zoo (zoo.build / zoo.load) can be saved"
-        )
-    return config
 
 
 def _plugin_of(architecture: str) -> dict[str, Any] | None:
@@ -92,7 +81,7 @@ def save(
     from .._version import __version__
     from .state import unique_state
 
-    config = _config_of(model)
+    config = config_of(model)
     if max_shard_size is not None:
         parse_max_shard_size(max_shard_size)  # a bad size is refused before anything is written
     arch_name = type(config).architecture
@@ -160,62 +149,6 @@ def _is_parameter(model: nn.Module, key: str) -> bool:
     return leaf in module._parameters
 
 
-def hf_layouts(arch: ArchitectureSpec) -> list[str]:
-    """The layouts of ``arch`` that are Hugging Face checkpoints (declare a ``model_type``)."""
-    return sorted(
-        lay
-        for lay in arch.checkpoint_layouts
-        if getattr(arch.checkpoint_layout(lay), "model_type", None) is not None
-    )
-
-
-def foreign_form(
-    model: nn.Module, layout: str | None
-) -> tuple[str, dict[str, Any], dict[str, Tensor]]:
-    """``model`` in its Hugging Face layout ``layout`` (the architecture's only one when
-    ``None``): the layout's name, ``config.json`` as a dict and the state under the layout's
-    keys; a :class:`CheckpointError` when the layout cannot hold the model exactly (what
-    :func:`export` writes, and the GGUF writer converts)."""
-    from .state import unique_state
-
-    config = _config_of(model)
-    arch = architecture(type(config).architecture, where="export", plugin=None)
-    layouts = hf_layouts(arch) if layout is None else [layout]
-    if len(layouts) != 1:
-        raise CheckpointError(
-            f"architecture {arch.name!r} declares layouts {hf_layouts(arch) or 'none'}; "
-            "pass layout=... to choose one"
-        )
-    try:
-        keymap = arch.checkpoint_layout(layouts[0])
-    except KeyError as exc:
-        raise CheckpointError(str(exc.args[0])) from None
-    if keymap.config_to_foreign is None:
-        raise CheckpointError(f"layout {layouts[0]!r} cannot write a config.json")
-    differs = keymap.misrepresented(config)
-    if differs:
-        raise CheckpointError(
-            f"the {layouts[0]!r} layout cannot hold this model: it has {'; '.join(differs)}. "
-            "Written anyway it would load as a different model; save it with zoo.save instead"
-        )
-    try:
-        foreign_config = dict(keymap.config_to_foreign(config))
-    except (ValueError, KeyError) as exc:
-        raise CheckpointError(f"{arch.name} cannot be exported as {layouts[0]!r}: {exc}") from None
-    foreign, report = keymap.from_zoo(unique_state(model), config)
-    if report.unexpected:
-        raise CheckpointError(
-            f"layout {layouts[0]!r} has no place for {list(report.unexpected)[:5]}; this model "
-            "cannot be exported to it"
-        )
-    if report.missing:
-        raise CheckpointError(
-            f"exporting as {layouts[0]!r} would leave {list(report.missing)[:5]} unwritten; "
-            "the model lacks weights that layout needs"
-        )
-    return layouts[0], foreign_config, foreign
-
-
 def export(
     model: nn.Module,
     directory: str | os.PathLike[str],
@@ -225,7 +158,7 @@ def export(
     type: str | None = None,
 ) -> Path:
     """Write ``model`` as a Hugging Face checkpoint that ``transformers`` loads unchanged, or
-    with ``layout="gguf"`` as a GGUF file that llama.cpp runs (:mod:`zoo.gguf.write`).
+    with ``layout="gguf"`` as a GGUF file that llama.cpp runs (:mod:`zoo.checkpoint.gguf.write`).
 
     Args:
         model: a zoo model whose architecture declares the layout (gpt2 -> ``"hf-gpt2"``,
@@ -255,7 +188,7 @@ def export(
     """
     if layout == "gguf" or type is not None:
         return _export_gguf(model, directory, layout, type, max_shard_size)
-    config = _config_of(model)
+    config = config_of(model)
     if max_shard_size is not None:
         parse_max_shard_size(max_shard_size)  # a bad size is refused before anything is written
     _, foreign_config, foreign = foreign_form(model, layout)
@@ -293,7 +226,7 @@ def _export_gguf(
         raise ValueError(f"type={kind!r} is a GGUF tensor type: pass layout='gguf' with it")
     if max_shard_size is not None:
         raise ValueError("a GGUF file is written whole: max_shard_size does not apply")
-    from ..gguf.write import write_gguf
+    from .gguf.write import write_gguf
 
     return write_gguf(model, path, type=kind or "f32")
 

@@ -97,7 +97,7 @@ def load_hf_gguf(
     """:func:`zoo.load` of ``"hf:org/name[@revision]"`` with ``gguf="file.gguf"``: that one
     file of the repo, the revision pinned to a commit, checked against the sha256 the Hub's
     LFS metadata gives (a mismatch deletes it from the cache and loads nothing)."""
-    from ..gguf.load import load_gguf
+    from ..checkpoint.gguf.load import load_gguf
 
     if not (isinstance(source, str) and source.startswith("hf:")):
         raise ValueError(

@@ -3,8 +3,8 @@
 The file is read as the Hugging Face checkpoint llama.cpp's converter made it from: its
 metadata as ``config.json`` (:func:`hf_config`: each key of the family's table, every other
 key of the architecture refused by name), its tensors renamed by the ``gguf`` package's map and
-undone of llama.cpp's transforms (:mod:`zoo.gguf.families`). The family's own Hugging Face
-layout then reads both, exactly as it reads a ``transformers`` folder.
+undone of llama.cpp's transforms (:mod:`zoo.checkpoint.gguf.families`). The family's own
+Hugging Face layout then reads both, exactly as it reads a ``transformers`` folder.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CheckpointError
+from ...errors import CheckpointError
 from .families import Family, family_of
 from .header import GGUFHeader, read_header
 from .tensors import read_tensors, type_name
@@ -23,9 +23,9 @@ from .tensors import read_tensors, type_name
 if TYPE_CHECKING:
     from torch import Tensor
 
-    from ..plugin.specs import ArchitectureSpec
+    from ...plugin.specs import ArchitectureSpec
 
-__all__ = ["GGUFCheckpoint", "hf_config", "read_gguf"]
+__all__ = ["GGUFCheckpoint", "GGUFConfig", "hf_config", "read_config", "read_gguf"]
 
 #: Token-id keys of the metadata -> ``config.json``'s.
 _TOKEN_IDS = {
@@ -40,7 +40,7 @@ _INERT = ("rope.scaling.type",)
 @dataclasses.dataclass(frozen=True)
 class GGUFCheckpoint:
     """A GGUF file read for zoo: the architecture, its config, the state in zoo's layout, the
-    metadata (the tokenizer's is :mod:`zoo.gguf.vocab`'s) and each tensor's ggml type."""
+    metadata (the tokenizer's is :mod:`zoo.checkpoint.gguf.vocab`'s) and each tensor's ggml type."""
 
     architecture: ArchitectureSpec
     config: Any
@@ -63,6 +63,9 @@ def hf_config(family: Family, header: GGUFHeader) -> dict[str, Any]:
     if embedding is not None:  # llama.cpp writes no vocabulary size for most families
         hf.setdefault("vocab_size", embedding.shape[0])
     hf["tie_word_embeddings"] = "output.weight" not in names or _head_is_a_copy(family, header)
+    if family.tensor_facts is not None:
+        hf |= family.tensor_facts(set(names))
+    family.check_held(hf)
     return hf
 
 
@@ -106,29 +109,50 @@ def _head_is_a_copy(family: Family, header: GGUFHeader) -> bool:
         return a == f.read(embedding.nbytes)
 
 
-def read_gguf(path: Path) -> GGUFCheckpoint:
-    """The zoo config and state of the GGUF file ``path``; a :class:`CheckpointError` (or
-    :class:`~zoo.errors.CorruptCheckpointError`) names what is wrong."""
-    from ..checkpoint.readers import foreign_layout, make_config
+@dataclasses.dataclass(frozen=True)
+class GGUFConfig:
+    """What a GGUF file's metadata says: its family, the ``config.json`` it stands for, and
+    the installed architecture, layout and zoo config that read it."""
 
-    header = read_header(path)
-    where = str(path)
+    family: Family
+    hf: Mapping[str, Any]
+    architecture: ArchitectureSpec
+    keymap: Any
+    config: Any
+
+
+def read_config(header: GGUFHeader) -> GGUFConfig:
+    """The zoo config of the file ``header`` describes (no tensor read); a
+    :class:`CheckpointError` names what zoo does not read."""
+    from ..readers import foreign_layout, make_config
+
+    where = str(header.path)
     try:
         family = family_of(header.architecture, where=where)
         hf = hf_config(family, header)
     except ValueError as exc:
-        raise CheckpointError(f"{where}: {exc}", path=path) from None
+        raise CheckpointError(f"{where}: {exc}", path=header.path) from None
     claim = foreign_layout(hf["model_type"], where=where)
     arch, keymap = claim.architecture, claim.architecture.checkpoint_layout(claim.layout)
     try:
         values = keymap.config_from_foreign(hf)
     except (ValueError, KeyError, TypeError) as exc:
-        raise CheckpointError(f"{where}: {exc}", path=path) from None
-    config = make_config(arch, values, where=where)
-    names = _hf_names(arch, keymap, config, family, hf)
+        raise CheckpointError(f"{where}: {exc}", path=header.path) from None
+    return GGUFConfig(family, hf, arch, keymap, make_config(arch, values, where=where))
+
+
+def read_gguf(path: Path) -> GGUFCheckpoint:
+    """The zoo config and state of the GGUF file ``path``; a :class:`CheckpointError` (or
+    :class:`~zoo.errors.CorruptCheckpointError`) names what is wrong."""
+    header = read_header(path)
+    found = read_config(header)
+    family, hf, config = found.family, found.hf, found.config
+    names = _hf_names(found.architecture, found.keymap, config, family, hf)
     foreign, types = _hf_state(header, family, hf, names, tied=hf["tie_word_embeddings"])
-    state, report = keymap.to_zoo(foreign, config)
-    return GGUFCheckpoint(arch, config, state, header.metadata, types, report.unexpected)
+    state, report = found.keymap.to_zoo(foreign, config)
+    return GGUFCheckpoint(
+        found.architecture, config, state, header.metadata, types, report.unexpected
+    )
 
 
 def _hf_names(
@@ -136,16 +160,15 @@ def _hf_names(
 ) -> dict[str, list[tuple[str, int | None]]]:
     """GGUF tensor name -> the Hugging Face keys it holds (with the expert index, for a
     mixture's stacked experts), for the model ``config`` describes."""
-    import gguf
     import torch
 
-    from ..checkpoint.state import unique_state
-    from ..plugin.current import get_registry
+    from ...plugin.current import get_registry
+    from ..state import unique_state
 
     with torch.device("meta"):
         model = get_registry().model_factory(arch)(config)
     foreign, _ = keymap.from_zoo(unique_state(model), config)  # a tied head once
-    table = gguf.get_tensor_name_map(_gguf_arch(family), int(getattr(config, "n_layers", 0)))
+    table = family.names(hf)
     names: dict[str, list[tuple[str, int | None]]] = {}
     for key in foreign:
         expert = re.search(r"\.experts\.(\d+)\.", key)
@@ -155,13 +178,6 @@ def _hf_names(
             raise CheckpointError(f"{key}: no GGUF name for it in llama.cpp's {family.arch} map")
         names.setdefault(name, []).append((key, None if expert is None else int(expert[1])))
     return names
-
-
-def _gguf_arch(family: Family) -> Any:
-    import gguf
-
-    (arch,) = [a for a, name in gguf.MODEL_ARCH_NAMES.items() if name == family.arch]
-    return arch
 
 
 def _hf_state(

@@ -10,7 +10,7 @@ The file is as untrusted as any download: :func:`read_header` checks each count 
 bytes left before it builds anything of that size, each string and array length likewise,
 each tensor's shape, type and extent against the file's size, and names what is wrong in a
 :class:`~zoo.errors.CorruptCheckpointError` (``gguf``'s own ``GGUFReader`` takes a count as a
-loop bound as it stands). Reading the data is :mod:`zoo.gguf.tensors`'s.
+loop bound as it stands). Reading the data is :mod:`zoo.checkpoint.gguf.tensors`'s.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import CorruptCheckpointError
+from ...errors import CorruptCheckpointError
 
 __all__ = ["MAGIC", "GGUFHeader", "TensorInfo", "is_gguf", "read_header"]
 

@@ -9,14 +9,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..checkpoint.files import BackgroundHash
-from ..checkpoint.load import assembled, quantized, to_hash
-from ..devices import check_device, check_dtype
+from ...devices import check_device, check_dtype
+from ..files import BackgroundHash
+from ..load import assembled, quantized, to_hash
 
 if TYPE_CHECKING:
     import torch
 
-    from ..nn.base import ZooModel
+    from ...nn.base import ZooModel
 
 __all__ = ["load_gguf"]
 
@@ -41,7 +41,7 @@ def load_gguf(
     checked as the model is built."""
     import torch
 
-    from ..quant.layers import QUANTIZE_MODES
+    from ...quant.layers import QUANTIZE_MODES
     from .read import read_gguf
 
     check_dtype(dtype)

@@ -4,8 +4,8 @@ The model goes through its Hugging Face layout (:func:`zoo.checkpoint.write.fore
 what :func:`zoo.export` writes) and from there as llama.cpp's ``convert_hf_to_gguf.py``
 converts such a folder: the ``config.json`` values under the family's metadata keys, each
 tensor under the ``gguf`` package's name with llama.cpp's transforms
-(:mod:`zoo.gguf.families`), the tokenizer and chat template in the metadata
-(:mod:`zoo.gguf.vocab`), and the converter's choice of type per tensor: one-dimensional
+(:mod:`zoo.checkpoint.gguf.families`), the tokenizer and chat template in the metadata
+(:mod:`zoo.checkpoint.gguf.vocab`), and the converter's choice of type per tensor: one-dimensional
 tensors, norms, biases, position embeddings and a mixture's router in float32, every other
 weight in the type asked (a quantized type whose blocks do not divide a row falls back to
 float16, as the converter's does). q8_0 and q4_0 blocks are the ``gguf`` package's
@@ -21,11 +21,12 @@ import contextlib
 import os
 import re
 import tempfile
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CheckpointError
+from ...errors import CheckpointError
 from .families import Family, family_for_model_type
 
 if TYPE_CHECKING:
@@ -45,14 +46,16 @@ _ALWAYS_F32 = re.compile(r"(_norm\.weight|\.bias|^position_embd\.weight|\.ffn_ga
 def write_gguf(model: nn.Module, path: str | os.PathLike[str], *, type: str = "f32") -> Path:
     """Write ``model`` to the GGUF file ``path`` in ``type`` (:data:`GGUF_TYPES`).
 
+    A tokenizer with no faithful GGUF form is a warning saying why; the weights are written.
+
     Raises:
-        CheckpointError: the model's family has no GGUF form zoo writes, its Hugging Face
-            layout cannot hold it, or the tokenizer cannot be written faithfully.
+        CheckpointError: the model's family has no GGUF form zoo writes, or its Hugging Face
+            layout cannot hold it.
         ValueError: ``type`` is not one of :data:`GGUF_TYPES`.
     """
     import gguf
 
-    from ..checkpoint.write import foreign_form
+    from ..hf_form import foreign_form
 
     if type not in GGUF_TYPES:
         raise ValueError(f"type must be one of {', '.join(GGUF_TYPES)}, got {type!r}")
@@ -85,6 +88,7 @@ def write_gguf(model: nn.Module, path: str | os.PathLike[str], *, type: str = "f
 
 def _check_held(family: Family, hf: Mapping[str, Any]) -> None:
     """A ``ValueError`` naming what of ``config.json`` the GGUF architecture cannot hold."""
+    family.check_held(hf)
     unheld = [key for key in family.unheld if hf.get(key) is not None]
     if unheld:
         raise ValueError(
@@ -130,10 +134,19 @@ def _write_metadata(
         if value is not None:
             _add(writer, prefix + key, value)
     tokenizer = getattr(model, "tokenizer", None)
-    if tokenizer is not None:
-        from .vocab import add_vocab
+    if tokenizer is None:
+        return
+    from .vocab import add_vocab
 
+    try:
         add_vocab(writer, tokenizer, where="the model's tokenizer")
+    except CheckpointError as exc:  # the weights are written all the same, as export does
+        warnings.warn(
+            f"the GGUF file is written without a tokenizer: {exc}. zoo loads it (with no "
+            "tokenizer); llama.cpp needs one to run it",
+            RuntimeWarning,
+            stacklevel=4,
+        )
 
 
 def writer_has(writer: Any, key: str) -> bool:
@@ -169,11 +182,9 @@ def _tensors(
     family: Family, hf: Mapping[str, Any], state: Mapping[str, Tensor], kind: str
 ) -> list[tuple[str, np.ndarray, Any]]:
     """``(GGUF name, data, ggml type)`` for each tensor, in llama.cpp's order of blocks."""
-    import gguf
     import torch
 
-    n_layers = int(_hf_value(hf, "num_hidden_layers") or _hf_value(hf, "n_layer") or 0)
-    table = gguf.get_tensor_name_map(_gguf_arch(family), n_layers)
+    table = family.names(hf)
     experts: dict[str, dict[int, Tensor]] = {}
     named: dict[str, Tensor] = {}
     for key, tensor in state.items():
@@ -222,10 +233,3 @@ def _typed(name: str, tensor: Tensor, kind: str) -> tuple[np.ndarray, Any]:
         return gguf.quants.quantize(data, qtype), qtype
     except gguf.QuantError:  # a row its blocks do not divide
         return gguf.quants.quantize(data, types.F16), types.F16
-
-
-def _gguf_arch(family: Family) -> Any:
-    import gguf
-
-    (arch,) = [a for a, name in gguf.MODEL_ARCH_NAMES.items() if name == family.arch]
-    return arch

@@ -41,6 +41,10 @@ _COMMON = (
 )
 
 
+#: The ``config.json`` keys of a stack's depth, among the families.
+_BLOCK_COUNTS = ("num_hidden_layers", "n_layer", "num_layers", "num_decoder_layers")
+
+
 @dataclasses.dataclass(frozen=True)
 class Family:
     """One GGUF architecture.
@@ -66,6 +70,10 @@ class Family:
             hold (llama.cpp's ``llama`` has no sliding window: Mistral with one is refused).
         swa_period: llama.cpp's fixed pattern of sliding-window layers: in each run of this
             many layers, all but the last slide (Gemma 2: 2, Gemma 3: 6); 0 for none.
+        held: ``config.json`` keys and the only values llama.cpp's architecture computes
+            with (T5's 128 relative distances), both ways; the first when none is written.
+        tensor_facts: ``config.json`` values that the file's tensor names say (T5's gated
+            feed-forward: its ``ffn_gate`` tensors).
     """
 
     arch: str
@@ -81,6 +89,8 @@ class Family:
     choose_model_type: Callable[[Mapping[str, Any]], str] | None = None
     unheld: tuple[str, ...] = ()
     swa_period: int = 0
+    held: Mapping[str, tuple[Any, ...]] = dataclasses.field(default_factory=dict)
+    tensor_facts: Callable[[set[str]], dict[str, Any]] | None = None
 
     def layer_types(self, n_layers: int) -> list[str]:
         """``config.json``'s ``layer_types`` of llama.cpp's fixed pattern."""
@@ -88,6 +98,24 @@ class Family:
             "full_attention" if (i + 1) % self.swa_period == 0 else "sliding_attention"
             for i in range(n_layers)
         ]
+
+    def names(self, hf: Mapping[str, Any]) -> Any:
+        """The ``gguf`` package's tensor-name map of this architecture, for the blocks the
+        config has (an encoder-decoder: the deeper stack's)."""
+        import gguf
+
+        (arch,) = [a for a, name in gguf.MODEL_ARCH_NAMES.items() if name == self.arch]
+        counts = [hf.get(key) for key in _BLOCK_COUNTS]
+        return gguf.get_tensor_name_map(arch, max(int(n) for n in counts if n is not None))
+
+    def check_held(self, hf: Mapping[str, Any]) -> None:
+        """A ``ValueError`` naming each ``config.json`` value the architecture cannot hold."""
+        for key, values in self.held.items():
+            if hf.get(key, values[0]) not in values:
+                raise ValueError(
+                    f"{key} is {hf[key]!r}: llama.cpp's {self.arch!r} computes with "
+                    f"{' or '.join(map(repr, values))} only"
+                )
 
     def model_type_of(self, metadata: Mapping[str, Any]) -> str:
         return (
@@ -232,6 +260,13 @@ _GEMMA_WIDTHS = (
 )
 
 
+def _t5_feed_forward(names: set[str]) -> dict[str, Any]:
+    """llama.cpp's T5 feed-forward: gated GELU (tanh) where ``ffn_gate`` tensors are, ReLU
+    where not (T5 v1.0)."""
+    gated = any(name.endswith(".ffn_gate.weight") for name in names)
+    return {"feed_forward_proj": "gated-gelu" if gated else "relu"}
+
+
 def _llama_or_mixtral(metadata: Mapping[str, Any]) -> str:
     return "mixtral" if metadata.get("llama.expert_count") else "llama"
 
@@ -302,6 +337,21 @@ FAMILIES: dict[str, Family] = {
              ("rope.freq_base", "rotary_emb_base"), ("vocab_size", "vocab_size")),
             derived=(("rope.dimension_count", _read_neox_rotary, _write_neox_rotary),),
             qkv_per_head=True,
+        ),
+        Family(
+            "t5",
+            "t5",
+            (("context_length", "n_positions"), ("embedding_length", "d_model"),
+             ("feed_forward_length", "d_ff"), ("block_count", "num_layers"),
+             ("decoder_block_count", "num_decoder_layers"), ("attention.head_count", "num_heads"),
+             ("attention.key_length", "d_kv"), ("attention.value_length", "d_kv"),
+             ("attention.layer_norm_epsilon", "layer_norm_epsilon"),
+             ("attention.layer_norm_rms_epsilon", "layer_norm_epsilon"),
+             ("attention.relative_buckets_count", "relative_attention_num_buckets"),
+             ("decoder_start_token_id", "decoder_start_token_id"), ("vocab_size", "vocab_size")),
+            held={"relative_attention_max_distance": (128,), "tie_word_embeddings": (False,),
+                  "feed_forward_proj": ("gated-gelu", "relu")},
+            tensor_facts=_t5_feed_forward,
         ),
     )
 }  # fmt: skip

@@ -1,7 +1,7 @@
 """A GGUF file's tensors as PyTorch tensors: float32, float16 and bfloat16 as they are
 stored (memory-mapped, copy on write), every quantized type dequantized to float32 by the
 ``gguf`` package (q8_0, q4_0, q4_1, q5_0, q5_1, the k-quants q2_K to q6_K, and the rest it
-decodes). The header is :mod:`zoo.gguf.header`'s, already checked against the file."""
+decodes). The header is :mod:`zoo.checkpoint.gguf.header`'s, already checked against the file."""
 
 from __future__ import annotations
 
