@@ -248,3 +248,51 @@ def test_a_tied_t5_head_is_refused(tmp_path: Path) -> None:
         zoo.CheckpointError, match=r"tie_word_embeddings is True: llama\.cpp's 't5'"
     ):
         zoo.export(model, tmp_path / "t5.gguf", layout="gguf")
+
+
+# -- llama.cpp itself on zoo's files ----------------------------------------------------------
+#: A tokenizer of each family's own pipeline, small (tests/test_gguf_vocab.py makes them):
+#: llama.cpp loads no file without one. Phi-3's window is as wide as the sequence here:
+#: llama.cpp computes Phi-3 with full attention whatever phi3.attention.sliding_window says
+#: (its tokens follow transformers' only while the sequence fits in the window).
+LLAMA_CPP = {
+    "llama": ("_smollm2", {}),
+    "mistral": ("_tinyllama", {}),
+    "mixtral": ("_tinyllama", {}),
+    "qwen2": ("Qwen/Qwen2.5-0.5B-Instruct", {}),
+    "qwen3": ("Qwen/Qwen3-0.6B", {}),
+    "phi3": ("_phi3", {"sliding_window": 64}),
+    "gemma2": ("_gemma", {}),
+    "gemma3": ("_gemma", {}),
+    "olmo2": ("_olmo2", {}),
+    "gpt2": ("_gpt2", {}),
+    "gpt-neox": ("_pythia", {}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LLAMA_CPP))
+def test_llama_cpp_decodes_zoos_file_as_zoo_does(tmp_path: Path, name: str) -> None:
+    """Greedy tokens of llama.cpp (llama-cpp-python, the ``bench`` extra) on zoo's float32
+    file equal zoo's own on that file: a skip where it is not installed."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    import test_gguf_vocab as vocabularies
+
+    maker, extra = LLAMA_CPP[name]
+    factory = getattr(vocabularies, maker) if maker.startswith("_") else vocabularies._qwen(maker)
+    tokenizer = factory(tmp_path)
+    named, sizes = CASES[name]
+    torch.manual_seed(0)
+    overrides = reference_overrides(named) | sizes | extra | {"vocab_size": tokenizer.vocab_size}
+    model = zoo.build(named, **overrides)
+    randomize_parameters(model)
+    model.tokenizer = tokenizer
+    path = zoo.export(model.eval(), tmp_path / "m.gguf", layout="gguf")
+    prompt = torch.randint(0, tokenizer.vocab_size, (1, 8), generator=_seeded(3))
+    ours = zoo.generate(zoo.load(path), prompt, max_new_tokens=16, temperature=0)[0, 8:].tolist()
+    engine = llama_cpp.Llama(str(path), n_ctx=64, n_threads=2, verbose=False)
+    theirs = []
+    for token in engine.generate(prompt[0].tolist(), top_k=1, temp=0.0, repeat_penalty=1.0):
+        theirs.append(token)
+        if len(theirs) == len(ours):  # zoo stops at an end token; llama.cpp's loop does not
+            break
+    assert ours == theirs and len(ours) >= 4, (ours, theirs)
