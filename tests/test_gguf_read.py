@@ -216,3 +216,58 @@ def test_a_hub_gguf_name_is_checked(
     local_hub.add_files("org/gguf-only", {"model-f32.gguf": f32.read_bytes()})
     with pytest.raises((ValueError, zoo.errors.ZooError), match=says):
         zoo.load(source, gguf=gguf_name, tokenizer=False)
+
+
+# -- writing: all or nothing --------------------------------------------------------------------
+KILLED = """
+import sys, torch, zoo
+model = zoo.build("gpt2-124m", n_layers=12, dropout=0.0)
+print("writing", flush=True)
+zoo.export(model, sys.argv[1], layout="gguf")
+"""
+
+
+def test_a_killed_write_leaves_the_file_as_it_was(model: Any, tmp_path: Path) -> None:
+    """kill -9 in the middle of writing: the destination is the earlier file, whole, and the
+    next write removes the partial file left beside it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    target = zoo.export(model, tmp_path / "m.gguf", layout="gguf")
+    before = target.read_bytes()
+    child = subprocess.Popen(
+        [sys.executable, "-c", KILLED, str(target)], stdout=subprocess.PIPE, text=True
+    )
+    assert child.stdout is not None and child.stdout.readline().strip() == "writing"
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob(".m.gguf.*.partial")) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.3)
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    assert target.read_bytes() == before and list(tmp_path.glob(".m.gguf.*.partial"))
+    zoo.export(model, target, layout="gguf", type="q8_0")
+    assert not list(tmp_path.glob(".m.gguf.*.partial"))
+    assert zoo.load(target, tokenizer=False).config == zoo.load(f32_copy(before, tmp_path)).config
+
+
+def f32_copy(data: bytes, tmp_path: Path) -> Path:
+    path = tmp_path / "copy.gguf"
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_the_file_honours_the_umask(model: Any, tmp_path: Path, umask: int) -> None:
+    import os
+    import stat
+
+    old = os.umask(umask)
+    try:
+        path = zoo.export(model, tmp_path / "m.gguf", layout="gguf")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask

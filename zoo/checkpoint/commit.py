@@ -40,7 +40,14 @@ try:
 except ImportError:  # Windows: no pins; a replaced version is removed at once
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["CURRENT", "atomic_directory", "clean_stale", "current_version", "pinned_version"]
+__all__ = [
+    "CURRENT",
+    "atomic_directory",
+    "clean_stale",
+    "current_version",
+    "pinned_version",
+    "process_umask",
+]
 
 #: The link naming the current version folder.
 CURRENT = ".zoo-current"
@@ -217,7 +224,7 @@ def _fsync(path: Path) -> None:
             os.close(fd)
 
 
-def _umask() -> int:
+def process_umask() -> int:
     """The process umask, read without changing it where the platform allows."""
     with contextlib.suppress(OSError, ValueError):
         for line in Path("/proc/self/status").read_text().splitlines():
@@ -275,7 +282,7 @@ def _write(target: Path) -> Iterator[Path]:
     try:
         yield version
         names = {p.name for p in version.iterdir()}
-        mode = 0o666 & ~_umask()
+        mode = 0o666 & ~process_umask()
         for name in names:
             if (version / name).is_file():
                 os.chmod(version / name, mode)

@@ -8,8 +8,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from .layout import GPT2_KEYS
-from .model import ToyConfig
+from zoo_toy.layout import GPT2_KEYS
+from zoo_toy.model import ToyConfig
 
 _ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}
 

@@ -92,5 +92,5 @@ def _say_requantized(path: Path, model: Any, types: Mapping[str, str], quantize:
             "without quantize= to keep the file's values exactly (a q4_0 file's linear "
             "layers are held as they are by quantize='int4')",
             RuntimeWarning,
-            stacklevel=3,
+            stacklevel=5,  # the caller of zoo.load
         )

@@ -11,22 +11,25 @@ weight in the type asked (a quantized type whose blocks do not divide a row fall
 float16, as the converter's does). q8_0 and q4_0 blocks are the ``gguf`` package's
 quantizers, the ones llama.cpp's converter calls.
 
-The file is written beside its destination and renamed into place: a killed write leaves
-the destination as it was.
+The file is written beside its destination and renamed into place, with the permissions
+the process's umask gives: a killed write leaves the destination as it was, and the next
+write of it removes the partial file the killed one left.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 import tempfile
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import CheckpointError
+from ..commit import process_umask
 from .families import Family, family_for_model_type
 
 if TYPE_CHECKING:
@@ -54,6 +57,7 @@ def write_gguf(model: nn.Module, path: str | os.PathLike[str], *, type: str = "f
         ValueError: ``type`` is not one of :data:`GGUF_TYPES`.
     """
     import gguf
+    import numpy as np
 
     from ..hf_form import foreign_form
 
@@ -66,24 +70,54 @@ def write_gguf(model: nn.Module, path: str | os.PathLike[str], *, type: str = "f
     except ValueError as exc:
         raise CheckpointError(f"zoo writes no GGUF of this model: {exc}") from None
     target = Path(path)
-    fd, partial = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
+    _sweep(target)
+    fd, partial = tempfile.mkstemp(
+        prefix=f".{target.name}.{os.getpid()}.", suffix=".partial", dir=target.parent
+    )
     os.close(fd)
     try:
         writer = gguf.GGUFWriter(partial, family.arch)
         _write_metadata(writer, model, family, hf, type)
-        for name, data, qtype in _tensors(family, hf, state, type):
-            writer.add_tensor(name, data, raw_dtype=qtype)
+        planned = _tensors(family, hf, state, type)
+        for tensor in planned:
+            info = (tensor.name, tensor.shape, np.dtype(np.float32), _nbytes(tensor))
+            writer.add_tensor_info(*info, raw_dtype=tensor.qtype)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
+        writer.write_ti_data_to_file()
+        for tensor in planned:
+            writer.write_tensor_data(_typed(tensor))
         writer.close()
         with open(partial, "rb+") as f:
             os.fsync(f.fileno())
+        os.chmod(partial, 0o666 & ~process_umask())  # as a file opened for writing gets (not 0600)
         os.replace(partial, target)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(partial)
     return target
+
+
+def _sweep(target: Path) -> None:
+    """Remove what a killed write of ``target`` left beside it: its partial files whose
+    writing process is gone (a live one's is its own, still being written)."""
+    import glob
+
+    for partial in target.parent.glob(f".{glob.escape(target.name)}.*.partial"):
+        pid = partial.name[len(target.name) + 2 :].split(".", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            with contextlib.suppress(FileNotFoundError):
+                partial.unlink()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
 
 
 def _check_held(family: Family, hf: Mapping[str, Any]) -> None:
@@ -178,33 +212,52 @@ def _add(writer: Any, key: str, value: Any) -> None:
         raise CheckpointError(f"{key}: a value GGUF metadata does not hold here: {value!r}")
 
 
+@dataclasses.dataclass(frozen=True)
+class _Planned:
+    """One tensor of the file: its GGUF name, how to make its data (llama.cpp's layout,
+    float), its shape and its ggml type. The data is made as it is written, one tensor at a
+    time, so that the whole model never exists twice."""
+
+    name: str
+    make: Callable[[], Tensor]
+    shape: tuple[int, ...]
+    qtype: Any
+
+
 def _tensors(
     family: Family, hf: Mapping[str, Any], state: Mapping[str, Tensor], kind: str
-) -> list[tuple[str, np.ndarray, Any]]:
-    """``(GGUF name, data, ggml type)`` for each tensor, in llama.cpp's order of blocks."""
+) -> list[_Planned]:
+    """Each tensor of the file, in llama.cpp's order of blocks."""
     import torch
 
     table = family.names(hf)
-    experts: dict[str, dict[int, Tensor]] = {}
-    named: dict[str, Tensor] = {}
+    sources: dict[str, dict[int, Tensor]] = {}  # GGUF name -> expert (-1: none) -> tensor
     for key, tensor in state.items():
         expert = re.search(r"\.experts\.(\d+)\.", key)
         merged = key if expert is None else key.replace(expert.group(0), ".experts.", 1)
         name = table.get_name(merged, try_suffixes=(".weight", ".bias"))
         if name is None:
             raise CheckpointError(f"{key}: no GGUF name for it in llama.cpp's {family.arch} map")
-        if expert is None:
-            named[name] = tensor
-        else:
-            experts.setdefault(name, {})[int(expert[1])] = tensor
-    for name, by_index in experts.items():
-        named[name] = torch.stack([by_index[i] for i in sorted(by_index)])  # (E, out, in)
-    if family.tied_head_copy and "output.weight" not in named:
-        named["output.weight"] = named["token_embd.weight"]
-    return [
-        (name, *_typed(name, family.tensor_to_gguf(name, tensor, hf), kind))
-        for name, tensor in sorted(named.items(), key=lambda item: _order(item[0]))
-    ]
+        sources.setdefault(name, {})[-1 if expert is None else int(expert[1])] = tensor
+    if family.tied_head_copy and "output.weight" not in sources:
+        sources["output.weight"] = sources["token_embd.weight"]
+
+    def source(parts: dict[int, Tensor]) -> Tensor:
+        if -1 in parts:
+            return parts[-1]
+        return torch.stack([parts[i] for i in sorted(parts)])  # (E, out, in)
+
+    planned = []
+    for name in sorted(sources, key=_order):
+        parts = sources[name]
+        meta = source({i: t.to("meta") for i, t in parts.items()})
+        shape = tuple(family.tensor_to_gguf(name, meta, hf).shape)
+
+        def make(name: str = name, parts: dict[int, Tensor] = parts) -> Tensor:
+            return family.tensor_to_gguf(name, source(parts), hf)
+
+        planned.append(_Planned(name, make, shape, _type_for(name, shape, kind)))
+    return planned
 
 
 def _order(name: str) -> tuple[int, int, str]:
@@ -215,21 +268,36 @@ def _order(name: str) -> tuple[int, int, str]:
     return (0 if name.startswith(("token_embd", "position_embd")) else 2, 0, name)
 
 
-def _typed(name: str, tensor: Tensor, kind: str) -> tuple[np.ndarray, Any]:
-    """The tensor's data in the type llama.cpp's converter would choose for it."""
+def _type_for(name: str, shape: tuple[int, ...], kind: str) -> Any:
+    """The ggml type llama.cpp's converter gives a tensor: float32 for one-dimensional ones,
+    norms, biases, position tables and routers, else ``kind``, float16 where ``kind``'s blocks
+    do not divide a row."""
+    import gguf
+
+    types = gguf.GGMLQuantizationType
+    if len(shape) <= 1 or _ALWAYS_F32.search(name):
+        return types.F32
+    qtype = getattr(types, kind.upper())
+    return qtype if shape[-1] % gguf.GGML_QUANT_SIZES[qtype][0] == 0 else types.F16
+
+
+def _typed(planned: _Planned) -> np.ndarray:
+    """The tensor's bytes (or float32 values) in its ggml type."""
     import gguf
     import numpy as np
     import torch
 
-    data = tensor.detach().to(torch.float32).contiguous().numpy()
-    types = gguf.GGMLQuantizationType
-    qtype = {"f32": types.F32, "f16": types.F16, "bf16": types.BF16,
-             "q8_0": types.Q8_0, "q4_0": types.Q4_0}[kind]  # fmt: skip
-    if data.ndim <= 1 or _ALWAYS_F32.search(name):
-        qtype = types.F32
-    if qtype == types.F32:
-        return np.ascontiguousarray(data), types.F32
-    try:
-        return gguf.quants.quantize(data, qtype), qtype
-    except gguf.QuantError:  # a row its blocks do not divide
-        return gguf.quants.quantize(data, types.F16), types.F16
+    data = planned.make().detach().to(torch.float32).contiguous().numpy()
+    if planned.qtype == gguf.GGMLQuantizationType.F32:
+        return np.ascontiguousarray(data)
+    return gguf.quants.quantize(data, planned.qtype)
+
+
+def _nbytes(planned: _Planned) -> int:
+    import gguf
+
+    block, size = gguf.GGML_QUANT_SIZES[planned.qtype]
+    count = 1
+    for dim in planned.shape:
+        count *= dim
+    return count // block * size
