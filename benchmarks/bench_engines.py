@@ -11,9 +11,16 @@ PyTorch CPU kernels are slower than float32 on machines without AVX-512 (the REA
 per-layer timings), so they are not in the default set.
 
 gpt2-124m with identical random weights in every engine (zoo's checkpoint, its Hugging Face
-export, CTranslate2's conversion of that export, and the export written as GGUF in f32 and
-q8_0 by ``gguf_gpt2.py``); the report says whether each engine's greedy tokens equal zoo
-float32's. Every engine runs in its own fresh process (so peak RSS is that engine's alone),
+export, CTranslate2's conversion of that export, and the model written as GGUF in f32, q8_0
+and q4_0 by zoo's writer, ``zoo.export(..., layout="gguf")``, with GPT-2's tokenizer); the
+report says whether each engine's greedy tokens equal zoo float32's. ``zoo int4+gguf``
+loads the q4_0 file with ``quantize="int4"`` (its blocks are zoo's int4 groups, held as they
+are), against ``llama.cpp q4_0`` on the same file:
+
+    python benchmarks/bench_engines.py --decode-only --new-tokens 64 --repeats 3 --inner 2 \
+        --engines 'zoo int4+gguf' 'llama.cpp q4_0' 'llama.cpp q4_0+own-threads'
+
+Every engine runs in its own fresh process (so peak RSS is that engine's alone),
 the engines in a different order each round; each figure is the median over rounds of the
 median of ``--inner`` timings in a process. Decoding: a 16-token prompt and 128 new tokens
 (every engine made to emit all of them). The "per-step overhead" row decodes with a model of
@@ -52,8 +59,11 @@ from pathlib import Path
 
 from busy import busy
 from common import machine_facts, publish
-from gguf_gpt2 import TYPES as GGUF_TYPES
-from gguf_gpt2 import convert
+
+#: The GGUF files made for llama.cpp (and for ``zoo ...+gguf``), by zoo's own GGUF writer.
+GGUF_TYPES = ("f32", "q8_0", "q4_0")
+#: ``zoo PRECISION+gguf`` loads the GGUF file of this type: q4_0's blocks are zoo's int4.
+GGUF_OF = {"float32": "f32", "int8": "q8_0", "int4": "q4_0"}
 
 ENGINES = [
     "zoo float32",
@@ -104,7 +114,8 @@ CHILD = PEAK_MIB + textwrap.dedent(
     engine, precision = spec["engine"].split()  # "zoo int8-weight", "ct2 int8_float32"...
     own_threads = precision.endswith("+own-threads")  # llama-cpp-python's default count
     per_module = precision.endswith("+per-module")
-    for suffix in ("+own-threads", "+torch-kernels", "+per-module"):
+    from_gguf = precision.endswith("+gguf")
+    for suffix in ("+own-threads", "+torch-kernels", "+per-module", "+gguf"):
         precision = precision.removesuffix(suffix)
     precision, compiled = precision.removesuffix("+compile"), precision.endswith("+compile")
     inner, new, vocab = spec["inner"], spec["new_tokens"], spec["vocab"]
@@ -126,7 +137,8 @@ CHILD = PEAK_MIB + textwrap.dedent(
         import zoo
         dtype = torch.bfloat16 if precision == "bfloat16" else None
         quantize = precision if precision.startswith("int") else None
-        model = zoo.load(spec["zoo"], dtype=dtype, quantize=quantize, tokenizer=False)
+        source = spec["gguf_" + spec["gguf_of"][precision]] if from_gguf else spec["zoo"]
+        model = zoo.load(source, dtype=dtype, quantize=quantize, tokenizer=False)
         if per_module:  # every block module by module: no one-call block step
             import zoo.runtime.native_block
             zoo.runtime.native_block.decode = lambda *args: None
@@ -198,7 +210,7 @@ IMPORT_TORCH = PEAK_MIB + "import torch\nprint(peak_mib())\n"
 def prepare(folder: Path, sizes: dict[str, int], gguf: bool) -> dict[str, str]:
     """Random gpt2-124m weights as a zoo checkpoint, its HF export, CTranslate2's
     conversion of the export (with a stand-in vocabulary of tokens ``t0`` .. ``t50256``),
-    and, when ``gguf``, the export as GGUF in f32 and q8_0."""
+    and, when ``gguf``, the model as GGUF in f32, q8_0 and q4_0 (zoo's writer)."""
     import torch
 
     import zoo
@@ -208,8 +220,10 @@ def prepare(folder: Path, sizes: dict[str, int], gguf: bool) -> dict[str, str]:
     paths = {"zoo": str(folder / "zoo"), "hf": str(folder / "hf"), "ct2": str(folder / "ct2")}
     zoo.save(model, paths["zoo"])
     zoo.export(model, paths["hf"], layout="hf-gpt2")
+    model.tokenizer = zoo.tokenizer("gpt2-124m")  # llama.cpp loads no GGUF without one
     for kind in GGUF_TYPES if gguf else ():
-        paths[f"gguf_{kind}"] = str(convert(Path(paths["hf"]), folder / f"{kind}.gguf", kind))
+        path = folder / f"{kind}.gguf"
+        paths[f"gguf_{kind}"] = str(zoo.export(model, path, layout="gguf", type=kind))
     try:
         import ctranslate2  # noqa: F401
     except ImportError:
@@ -236,7 +250,8 @@ def prepare(folder: Path, sizes: dict[str, int], gguf: bool) -> dict[str, str]:
 
 def run(engine: str, paths: dict[str, str], args: argparse.Namespace, tiny: bool) -> dict:
     spec = {**paths, "engine": engine, "inner": args.inner, "new_tokens": args.new_tokens,
-            "vocab": 50257, "tiny": tiny, "decode_only": args.decode_only}  # fmt: skip
+            "vocab": 50257, "tiny": tiny, "decode_only": args.decode_only,
+            "gguf_of": GGUF_OF}  # fmt: skip
     env = dict(os.environ)
     if engine.endswith("+torch-kernels"):  # zoo without its own CPU kernels (zoo.kernels.native)
         env["ZOO_NATIVE_KERNELS"] = "0"
@@ -266,7 +281,7 @@ def measure(args: argparse.Namespace) -> tuple[dict[str, list[dict]], dict[str, 
     """Every engine's results, a list of rounds each, on the full and the tiny model."""
     full: dict[str, list[dict]] = {e: [] for e in args.engines}
     tiny: dict[str, list[dict]] = {e: [] for e in args.engines}
-    gguf = any(e.startswith("llama.cpp") for e in args.engines)
+    gguf = any(e.startswith("llama.cpp") or e.endswith("+gguf") for e in args.engines)
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "full").mkdir()
         (Path(tmp) / "tiny").mkdir()
@@ -285,21 +300,29 @@ def measure(args: argparse.Namespace) -> tuple[dict[str, list[dict]], dict[str, 
     return full, tiny
 
 
+#: Greedy tokens compared (leading run, batch 1, first round): each reference's against the
+#: engines of its precision (int8 and q8_0 quantize differently: not expected to match).
+SAME_TOKENS = {
+    "zoo float32": ("float32", "f32"),
+    "zoo int4+gguf": ("q4_0",),  # the same q4_0 blocks; llama.cpp rounds activations to 8 bits
+}
+
+
 def same_tokens(full: dict[str, list[dict]]) -> str:
-    """How many of each float32 engine's greedy tokens (first round) equal zoo float32's
-    (int8 and q8_0 quantize differently: their tokens are not expected to match)."""
-    if "zoo float32" not in full:
-        return ""
-    ours = full["zoo float32"][0]["ids"]
+    """How many of each engine's greedy tokens (first round) equal its reference's."""
     counts = []
-    for engine, results in full.items():
-        if engine.split()[1].split("+")[0] not in ("float32", "f32"):
+    for reference, precisions in SAME_TOKENS.items():
+        if reference not in full:
             continue
-        theirs = results[0]["ids"]
-        pairs = enumerate(zip(ours, theirs, strict=False))
-        same = next((i for i, (a, b) in pairs if a != b), min(len(ours), len(theirs)))
-        counts.append(f"{engine} {same}/{len(ours)}")
-    return f" Greedy tokens equal to zoo float32's (leading run, batch 1): {', '.join(counts)}."
+        ours = full[reference][0]["ids"]
+        for engine, results in full.items():
+            if engine == reference or engine.split()[1].split("+")[0] not in precisions:
+                continue
+            theirs = results[0]["ids"]
+            pairs = enumerate(zip(ours, theirs, strict=False))
+            same = next((i for i, (a, b) in pairs if a != b), min(len(ours), len(theirs)))
+            counts.append(f"{engine} {same}/{len(ours)} of {reference}'s")
+    return f" Greedy tokens equal (leading run, batch 1): {', '.join(counts)}." if counts else ""
 
 
 RATIOS = [  # the issue's goals: (ours, theirs), and zoo's kernels against PyTorch's
@@ -314,6 +337,8 @@ RATIOS = [  # the issue's goals: (ours, theirs), and zoo's kernels against PyTor
     ("zoo int8", "llama.cpp q8_0+own-threads"),
     ("zoo int8", "ct2 int8"),
     ("zoo int8", "ct2 int8_float32"),
+    ("zoo int4+gguf", "llama.cpp q4_0"),
+    ("zoo int4+gguf", "llama.cpp q4_0+own-threads"),
 ]
 
 

@@ -72,6 +72,73 @@ def rewrite(
     return target
 
 
+#: Each k-quant's block: (bytes, the offsets of its float16 scales). Random bytes elsewhere are
+#: valid codes; the scales are set small so that the weights stay of order one.
+K_QUANTS = {
+    "Q2_K": (84, (80, 82)),
+    "Q3_K": (110, (108,)),
+    "Q4_K": (144, (0, 2)),
+    "Q5_K": (176, (0, 2)),
+    "Q6_K": (210, (208,)),
+}
+
+
+def _blocks(kind: str, rows: int, columns: int, rng: Any) -> Any:
+    """``rows`` rows of random ``kind`` blocks, ``(rows, bytes per row)`` uint8."""
+    import numpy as np
+
+    size, scales = K_QUANTS[kind]
+    blocks = rng.integers(0, 256, (rows * columns // 256, size), dtype=np.uint8)
+    for offset in scales:
+        blocks[:, offset : offset + 2] = np.frombuffer(np.float16(0.0002).tobytes(), np.uint8)
+    return blocks.reshape(rows, -1)
+
+
+@pytest.mark.parametrize("kind", ["Q4_1", "Q5_0", "Q5_1", *K_QUANTS])
+def test_every_block_type_reads_as_transformers_reads_it(tmp_path: Path, kind: str) -> None:
+    """A Llama file whose matrices are ``kind`` blocks (the legacy types quantized by the
+    ``gguf`` package, the k-quants random blocks: it has no quantizer for them) gives
+    transformers' GGUF reader's logits within 1e-4."""
+    import numpy as np
+
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    sizes = reference_overrides(NAMED) | {"d_model": 256, "d_ff": 512, "vocab_size": 1024}
+    built = zoo.build(NAMED, **sizes)
+    randomize_parameters(built)
+    f32 = zoo.export(built.eval(), tmp_path / "f32.gguf", layout="gguf")
+    reader = gguf.GGUFReader(str(f32))
+    path = tmp_path / f"{kind}.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    for key, field in reader.fields.items():
+        if not key.startswith("GGUF.") and key != "general.architecture":
+            writer.add_key_value(key, field.contents(), field.types[0])
+    qtype, rng = getattr(gguf.GGMLQuantizationType, kind), np.random.default_rng(0)
+    for tensor in reader.tensors:
+        values = np.array(tensor.data)
+        if values.ndim != 2:
+            writer.add_tensor(tensor.name, values)
+        elif kind in K_QUANTS:
+            blocks = _blocks(kind, *values.shape, rng)
+            writer.add_tensor(tensor.name, blocks, raw_dtype=qtype)
+        else:
+            writer.add_tensor(tensor.name, gguf.quants.quantize(values, qtype), raw_dtype=qtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    ids = torch.tensor([[5, 9, 2, 7, 1, 3, 8]])
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(
+        tmp_path, gguf_file=path.name, dtype=torch.float32
+    ).eval()
+    with torch.no_grad():
+        want = theirs(ids).logits
+        got = zoo.load(path, tokenizer=False)(ids)
+    assert zoo.checkpoint.gguf.read.read_gguf(path).types["blk.0.ffn_up.weight"] == kind.lower()
+    assert float(want.abs().max()) > 0.3  # logits of order one: the blocks count
+    assert float((got - want).abs().max()) <= 1e-4
+
+
 def test_the_rewrite_helper_changes_nothing_by_itself(f32: Path, tmp_path: Path) -> None:
     copy = rewrite(f32, tmp_path / "copy.gguf")
     ids = torch.tensor([[1, 2, 3, 4]])

@@ -65,7 +65,8 @@ def load_gguf(
             hasher.verify()
     if hasher is not None:
         hasher.remember()
-    quantized(model, quantize, target=target, dtype=dtype)
+    checkpoint.state.clear()  # the model holds the tensors now: each float weight quantized
+    quantized(model, quantize, target=target, dtype=dtype)  # below is freed as it goes
     if quantize is not None:
         _say_requantized(path, model, checkpoint.types, quantize)
     model.tokenizer, model.tokenizer_error = None, "loaded with tokenizer=False"
