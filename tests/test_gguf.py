@@ -296,3 +296,107 @@ def test_llama_cpp_decodes_zoos_file_as_zoo_does(tmp_path: Path, name: str) -> N
         if len(theirs) == len(ours):  # zoo stops at an end token; llama.cpp's loop does not
             break
     assert ours == theirs and len(ours) >= 4, (ours, theirs)
+
+
+# -- a run zoo trained, and its LoRA, as files llama.cpp runs ----------------------------------
+SMALL_GPT2 = ["--set", "n_layers=2", "--set", "d_model=64", "--set", "n_heads=4",
+              "--set", "d_ff=128", "--set", "context_length=64"]  # fmt: skip
+
+
+def _zoo(*argv: str) -> None:
+    from zoo.cli import main
+
+    assert main(list(argv)) == 0, argv
+
+
+def _llama_cpp_tokens(path: Path, prompt: list[int], count: int) -> list[int] | None:
+    """llama.cpp's greedy tokens after ``prompt``, or ``None`` where it is not installed."""
+    try:
+        import llama_cpp
+    except ImportError:
+        return None
+    engine = llama_cpp.Llama(str(path), n_ctx=64, n_threads=2, verbose=False)
+    out: list[int] = []
+    for token in engine.generate(prompt, top_k=1, temp=0.0, repeat_penalty=1.0):
+        out.append(token)
+        if len(out) == count:
+            return out
+    return out
+
+
+def test_a_trained_run_and_its_lora_become_files_llama_cpp_runs(tmp_path: Path) -> None:
+    """``zoo train`` (GPT-2's tokenizer), then a LoRA on that run: ``zoo convert RUN
+    OUT.gguf --to gguf`` writes the model, ``zoo merge RUN LORA OUT.gguf --to gguf`` the base
+    with the adapter merged; zoo reads each back as the run computes, and llama.cpp decodes
+    each as zoo does."""
+    from zoo.adapters.lora import merge_lora
+
+    data = tmp_path / "data.txt"
+    text = Path(zoo.__file__).parents[1] / "plugins/shakespeare/data/tinyshakespeare.txt"
+    data.write_text(text.read_text()[:20_000])
+    run, lora = tmp_path / "run", tmp_path / "lora"
+    _zoo("train", "gpt2-124m", *SMALL_GPT2, "--data", str(data), "--out", str(run),
+         "--steps", "3", "--batch-size", "2", "--eval-batches", "1")  # fmt: skip
+    _zoo("train", str(run), "--lora", "4", "--data", str(data), "--out", str(lora),
+         "--steps", "3", "--batch-size", "2", "--eval-batches", "1")  # fmt: skip
+    _zoo("convert", str(run), str(tmp_path / "run.gguf"), "--to", "gguf")
+    _zoo("merge", str(run), str(lora), str(tmp_path / "lora.gguf"), "--to", "gguf")
+    merged = zoo.load(run, adapter=lora)
+    merge_lora(merged)
+    prompt = zoo.tokenizer("gpt2-124m").encode("ROMEO: speak")
+    ids = torch.tensor([prompt])
+    for name, expected in (("run", zoo.load(run)), ("lora", merged)):
+        path = tmp_path / f"{name}.gguf"
+        loaded = zoo.load(path)
+        with torch.no_grad():
+            assert float((loaded(ids) - expected(ids)).abs().max()) <= ATOL
+        ours = zoo.generate(loaded, ids, max_new_tokens=8, temperature=0)[0, len(prompt) :]
+        theirs = _llama_cpp_tokens(path, prompt, len(ours))
+        assert theirs is None or theirs == ours.tolist(), (name, ours, theirs)
+        assert loaded.tokenizer is not None and loaded.tokenizer.encode("ROMEO") == prompt[:2]
+
+
+def test_converting_a_lora_run_merges_it_into_its_recorded_base(tmp_path: Path) -> None:
+    """``zoo convert LORA_RUN OUT.gguf --to gguf``: the base the run records (shakespeare-byte,
+    shipped) with the adapter folded in; its byte tokenizer has no GGUF form, which is said."""
+    from zoo.adapters.lora import merge_lora
+
+    data = tmp_path / "data.txt"
+    text = Path(zoo.__file__).parents[1] / "plugins/shakespeare/data/tinyshakespeare.txt"
+    data.write_text(text.read_text()[:20_000])
+    lora = tmp_path / "lora"
+    _zoo("train", "shakespeare-byte", "--lora", "4", "--data", str(data), "--out", str(lora),
+         "--steps", "3", "--batch-size", "2", "--eval-batches", "1", "--lr", "0.05")  # fmt: skip
+    path = tmp_path / "merged.gguf"
+    with pytest.warns(RuntimeWarning, match="written without a tokenizer"):
+        _zoo("convert", str(lora), str(path), "--to", "gguf", "--type", "f16")
+    merged = zoo.load(lora)
+    merge_lora(merged)
+    ids = torch.tensor([[72, 101, 108, 108, 111]])
+    with torch.no_grad():
+        got, want = zoo.load(path)(ids), merged(ids)
+        base = zoo.load("shakespeare-byte")(ids)
+    assert float((got - want).abs().max()) <= 5e-2  # f16 weights
+    assert float((want - base).abs().max()) > 0.1  # the adapter changed the model
+
+
+def test_zoo_chat_takes_a_gguf_file_with_its_template(tmp_path: Path) -> None:
+    """``zoo chat FILE.gguf``: the chat template comes from the file's metadata."""
+    import subprocess
+    import sys
+
+    import test_gguf_vocab as vocabularies
+
+    tokenizer = vocabularies._smollm2(tmp_path)
+    named = "smollm2-135m-instruct"
+    sizes = reference_overrides(named) | {"vocab_size": tokenizer.vocab_size, "context_length": 256}
+    model = zoo.build(named, **sizes)
+    model.tokenizer = tokenizer
+    path = zoo.export(model.eval(), tmp_path / "chat.gguf", layout="gguf", type="q8_0")
+    assert zoo.load(path).tokenizer.chat_template is not None
+    run = subprocess.run(
+        [sys.executable, "-m", "zoo.cli", "chat", str(path), "--max-new-tokens", "4",
+         "--temperature", "0"],
+        input="Hello!\n/exit\n", capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr[-2000:]
