@@ -338,3 +338,32 @@ def test_the_file_honours_the_umask(model: Any, tmp_path: Path, umask: int) -> N
     finally:
         os.umask(old)
     assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask
+
+
+@pytest.mark.parametrize(
+    ("named", "change", "says"),
+    [
+        ("mistral-7b-v0.3", {"sliding_window": 16},
+         r"sliding_window is 16: llama\.cpp's 'llama' holds none"),
+        ("gemma-2-2b-it", {"head_dim": 32}, r"query_pre_attn_scalar is 256, not the head width 32"),
+        ("gemma-3-1b-it", {"head_dim": 32, "attn_scale": 32**-0.5, "layer_types": None,
+                           "layer_pattern": ("sliding_attention", "full_attention")},
+         r"llama\.cpp's 'gemma3' slides all layers but one in every 6"),
+    ],
+)  # fmt: skip
+def test_what_llama_cpp_cannot_compute_is_not_written(
+    tmp_path: Path, named: str, change: dict[str, Any], says: str
+) -> None:
+    model = zoo.build(named, **(reference_overrides(named) | change))
+    with pytest.raises(CheckpointError, match=says):
+        zoo.export(model, tmp_path / "m.gguf", layout="gguf")
+    assert not list(tmp_path.iterdir())  # nothing written, no partial file
+
+
+def test_a_tokenizer_zoo_cannot_build_leaves_the_model_loadable(f32: Path, tmp_path: Path) -> None:
+    """llama.cpp's T5 files carry a unigram vocabulary (``tokenizer.ggml.model = "t5"``) zoo
+    does not build: the weights load, with a warning and the reason in tokenizer_error."""
+    path = rewrite(f32, tmp_path / "t5-vocab.gguf", add={"tokenizer.ggml.model": "t5"})
+    with pytest.warns(UserWarning, match=r"tokenizer\.ggml\.model.*'t5'.*without a tokenizer"):
+        model = zoo.load(path)
+    assert model.tokenizer is None and "t5" in str(model.tokenizer_error)

@@ -53,7 +53,6 @@ class Family:
         arch: its ``general.architecture`` (``"llama"``).
         model_type: the Hugging Face ``model_type`` whose zoo layout reads it.
         keys: ``(GGUF key without the arch prefix, config.json key)`` pairs, both ways.
-        implied: ``config.json`` values the architecture implies (GPT-2's activation).
         derived: the keys computed rather than copied: ``(GGUF key, read, write)``, where
             ``read(value, hf)`` sets what the value means in the Hugging Face config and
             ``write(hf)`` gives the value (``None``: not written).
@@ -66,12 +65,11 @@ class Family:
         tied_head_copy: llama.cpp writes the tied head as its own ``output.weight`` (GPT-2).
         choose_model_type: the ``model_type`` by the metadata where one GGUF architecture
             stands for several (llama with experts is Mixtral).
-        unheld: ``config.json`` keys whose value (other than null) the architecture cannot
-            hold (llama.cpp's ``llama`` has no sliding window: Mistral with one is refused).
         swa_period: llama.cpp's fixed pattern of sliding-window layers: in each run of this
             many layers, all but the last slide (Gemma 2: 2, Gemma 3: 6); 0 for none.
         held: ``config.json`` keys and the only values llama.cpp's architecture computes
-            with (T5's 128 relative distances), both ways; the first when none is written.
+            with, both ways: T5's 128 relative distances; ``llama``'s lack of a sliding
+            window (a Mistral with one is refused).
         tensor_facts: ``config.json`` values that the file's tensor names say (T5's gated
             feed-forward: its ``ffn_gate`` tensors).
     """
@@ -79,7 +77,6 @@ class Family:
     arch: str
     model_type: str
     keys: tuple[tuple[str, str], ...]
-    implied: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     derived: tuple[tuple[str, Callable[..., None], Callable[..., Any]], ...] = ()
     permute_qk: bool = False
     norm_shift: float = 0.0
@@ -87,7 +84,6 @@ class Family:
     qkv_per_head: bool = False
     tied_head_copy: bool = False
     choose_model_type: Callable[[Mapping[str, Any]], str] | None = None
-    unheld: tuple[str, ...] = ()
     swa_period: int = 0
     held: Mapping[str, tuple[Any, ...]] = dataclasses.field(default_factory=dict)
     tensor_facts: Callable[[set[str]], dict[str, Any]] | None = None
@@ -112,10 +108,8 @@ class Family:
         """A ``ValueError`` naming each ``config.json`` value the architecture cannot hold."""
         for key, values in self.held.items():
             if hf.get(key, values[0]) not in values:
-                raise ValueError(
-                    f"{key} is {hf[key]!r}: llama.cpp's {self.arch!r} computes with "
-                    f"{' or '.join(map(repr, values))} only"
-                )
+                held = " or ".join("none" if v is None else repr(v) for v in values)
+                raise ValueError(f"{key} is {hf[key]!r}: llama.cpp's {self.arch!r} holds {held}")
 
     def model_type_of(self, metadata: Mapping[str, Any]) -> str:
         return (
@@ -282,7 +276,7 @@ FAMILIES: dict[str, Family] = {
             derived=(*_WIDTHS, _ROPE_WHOLE),
             permute_qk=True,
             choose_model_type=_llama_or_mixtral,
-            unheld=("sliding_window",),
+            held={"sliding_window": (None,)},
         ),
         Family("qwen2", "qwen2", _COMMON, derived=(_ROPE_READ, *_WIDTHS_READ)),
         Family("qwen3", "qwen3", _COMMON, derived=(*_WIDTHS, _ROPE_READ)),

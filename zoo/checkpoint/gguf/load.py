@@ -71,11 +71,23 @@ def load_gguf(
         _say_requantized(path, model, checkpoint.types, quantize)
     model.tokenizer, model.tokenizer_error = None, "loaded with tokenizer=False"
     if tokenizer:
-        from .vocab import tokenizer_from_metadata
-
-        model.tokenizer = tokenizer_from_metadata(checkpoint.metadata, where=str(path))
-        model.tokenizer_error = None if model.tokenizer else f"{path} holds no tokenizer"
+        model.tokenizer, model.tokenizer_error = _tokenizer(path, checkpoint.metadata)
     return model
+
+
+def _tokenizer(path: Path, metadata: Mapping[str, Any]) -> tuple[Any, str | None]:
+    """The file's tokenizer, or ``None`` and why: one zoo cannot build (T5's unigram
+    vocabulary, a damaged list) is a warning, and the model loads without it, as a
+    checkpoint's named tokenizer does."""
+    from ...errors import CheckpointError
+    from .vocab import tokenizer_from_metadata
+
+    try:
+        found = tokenizer_from_metadata(metadata, where=str(path))
+    except CheckpointError as exc:
+        warnings.warn(f"{exc}; the model is loaded without a tokenizer", stacklevel=5)
+        return None, str(exc)
+    return found, None if found is not None else f"{path} holds no tokenizer"
 
 
 def _say_requantized(path: Path, model: Any, types: Mapping[str, str], quantize: str) -> None:

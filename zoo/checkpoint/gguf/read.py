@@ -54,7 +54,7 @@ def hf_config(family: Family, header: GGUFHeader) -> dict[str, Any]:
     """The ``config.json`` (as a dict) the file's metadata stands for; a ``ValueError``
     names any key of the architecture that the family does not read."""
     meta = header.metadata
-    hf = {"model_type": family.model_type_of(meta), **family.implied, **_values(family, meta)}
+    hf = {"model_type": family.model_type_of(meta), **_values(family, meta)}
     if family.swa_period:
         hf["layer_types"] = family.layer_types(int(hf["num_hidden_layers"]))
     hf |= {hf_key: meta[key] for key, hf_key in _TOKEN_IDS.items() if key in meta}

@@ -14,10 +14,7 @@ if TYPE_CHECKING:
     import numpy as np
     from torch import Tensor
 
-__all__ = ["STORED", "read_tensors", "type_name"]
-
-#: ggml types kept as stored (no dequantization): F32, F16, BF16.
-STORED = {0: "float32", 1: "float16", 30: "bfloat16"}
+__all__ = ["read_tensors", "type_name"]
 
 
 def type_name(ggml_type: int) -> str:

@@ -67,6 +67,7 @@ def write_gguf(model: nn.Module, path: str | os.PathLike[str], *, type: str = "f
     try:
         family = family_for_model_type(str(hf["model_type"]))
         _check_held(family, hf)
+        values = _metadata_values(family, hf)
     except ValueError as exc:
         raise CheckpointError(f"zoo writes no GGUF of this model: {exc}") from None
     target = Path(path)
@@ -77,7 +78,7 @@ def write_gguf(model: nn.Module, path: str | os.PathLike[str], *, type: str = "f
     os.close(fd)
     try:
         writer = gguf.GGUFWriter(partial, family.arch)
-        _write_metadata(writer, model, family, hf, type)
+        _write_metadata(writer, model, values, type)
         planned = _tensors(family, hf, state, type)
         for tensor in planned:
             info = (tensor.name, tensor.shape, np.dtype(np.float32), _nbytes(tensor))
@@ -123,33 +124,40 @@ def _alive(pid: int) -> bool:
 def _check_held(family: Family, hf: Mapping[str, Any]) -> None:
     """A ``ValueError`` naming what of ``config.json`` the GGUF architecture cannot hold."""
     family.check_held(hf)
-    unheld = [key for key in family.unheld if hf.get(key) is not None]
-    if unheld:
-        raise ValueError(
-            f"llama.cpp's {family.arch!r} architecture has no {', '.join(unheld)} (the model "
-            f"has {', '.join(f'{key} = {hf[key]}' for key in unheld)})"
-        )
     written = hf.get("layer_types")
     if family.swa_period and written is not None:
         pattern = family.layer_types(len(written))
         if list(written) != pattern:
             raise ValueError(
-                f"its layers are {list(written)}; llama.cpp's {family.arch!r} slides all but "
-                f"every {family.swa_period}th ({pattern})"
+                f"its layers are {list(written)}; llama.cpp's {family.arch!r} slides all "
+                f"layers but one in every {family.swa_period} ({pattern})"
             )
-    tables = [hf.get("rope_scaling"), hf.get("rope_parameters")]
-    tables += [t for t in list(tables) if isinstance(t, Mapping) for t in t.values()]  # per layer
-    kinds = {t.get("rope_type", t.get("type")) for t in tables if isinstance(t, Mapping)} - {
-        None,
-        "default",
-    }
+    given = (hf.get("rope_scaling"), hf.get("rope_parameters"))
+    tables = [table for table in given if isinstance(table, Mapping)]
+    tables += [inner for t in tables for inner in t.values() if isinstance(inner, Mapping)]
+    kinds = {table.get("rope_type", table.get("type")) for table in tables} - {None, "default"}
     if kinds:
         raise ValueError(f"its rotary positions are scaled ({', '.join(sorted(kinds))})")
 
 
-def _write_metadata(
-    writer: Any, model: nn.Module, family: Family, hf: Mapping[str, Any], kind: str
-) -> None:
+def _metadata_values(family: Family, hf: Mapping[str, Any]) -> dict[str, Any]:
+    """The architecture's metadata: each key of the family's table from ``config.json``
+    (the first of two naming one GGUF key), then the derived ones; a ``ValueError`` where
+    llama.cpp cannot hold a value."""
+    prefix = f"{family.arch}."
+    values: dict[str, Any] = {}
+    for key, hf_key in family.keys:
+        value = _hf_value(hf, hf_key)
+        if value is not None:
+            values.setdefault(prefix + key, value)
+    for key, _, write in family.derived:
+        value = write(hf)
+        if value is not None:
+            values[prefix + key] = value
+    return values
+
+
+def _write_metadata(writer: Any, model: nn.Module, values: Mapping[str, Any], kind: str) -> None:
     import gguf
 
     name = getattr(model, "name", None)
@@ -158,15 +166,8 @@ def _write_metadata(
     writer.add_file_type(getattr(gguf.LlamaFileType, _FILE_TYPES[kind]))
     if kind.startswith("q"):
         writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
-    prefix = f"{family.arch}."
-    for key, hf_key in family.keys:
-        value = _hf_value(hf, hf_key)
-        if value is not None and not writer_has(writer, prefix + key):
-            _add(writer, prefix + key, value)
-    for key, _, write in family.derived:
-        value = write(hf)
-        if value is not None:
-            _add(writer, prefix + key, value)
+    for key, value in values.items():
+        _add(writer, key, value)
     tokenizer = getattr(model, "tokenizer", None)
     if tokenizer is None:
         return
@@ -181,12 +182,6 @@ def _write_metadata(
             RuntimeWarning,
             stacklevel=4,
         )
-
-
-def writer_has(writer: Any, key: str) -> bool:
-    """Whether ``key`` was added to ``writer`` already (two Hugging Face keys can name one
-    GGUF key: the head width is both ``key_length`` and ``value_length``)."""
-    return any(key in kv for kv in writer.kv_data)
 
 
 def _hf_value(hf: Mapping[str, Any], key: str) -> Any:
