@@ -38,6 +38,7 @@ ALLOWED_SKIPS = (
     "needs /proc/self/maps",
     "needs a C++ compiler",
     "needs zoo's native kernels",  # tests/test_native.py fails where they could be built
+    "needs llama-cpp-python",  # llama.cpp itself on zoo's GGUF files: the bench extra builds it
 )
 
 _site: Path | None = None

@@ -28,7 +28,7 @@ from typing import Any
 
 from ..errors import CheckpointError
 
-__all__ = ["TokenizerExportError", "hf_tokenizer_files"]
+__all__ = ["TokenizerExportError", "hf_tokenizer_files", "library_of"]
 
 
 class TokenizerExportError(CheckpointError):
@@ -94,7 +94,7 @@ def _byte_level_bpe(
     return library, vocab, merges
 
 
-def _library_of(tokenizer: Any, what: str) -> tuple[Any, dict[str, bytes]]:
+def library_of(tokenizer: Any, what: str) -> tuple[Any, dict[str, bytes]]:
     """The ``tokenizers.Tokenizer`` equal to ``tokenizer`` (without sequence tokens), and the
     extra files (``vocab.json``, ``merges.txt``) a byte-level BPE is also read from."""
     from tokenizers import Tokenizer
@@ -148,7 +148,7 @@ def _library_files(tokenizer: Any, model_max_length: int | None) -> dict[str, by
     from tokenizers import processors
 
     what = f"tokenizer {getattr(tokenizer, 'name', '?')!r}"
-    library, files = _library_of(tokenizer, what)
+    library, files = library_of(tokenizer, what)
     specials = tokenizer.special_tokens
     library.add_special_tokens([t for t in specials if library.token_to_id(t) is None])
     # the sequence tokens zoo adds with add_special_tokens=True (transformers' default)

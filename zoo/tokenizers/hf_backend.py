@@ -19,7 +19,7 @@ from .vocab_files import MANIFEST, sha256_bytes, write_manifest
 
 T = TypeVar("T")
 
-__all__ = ["CHUNK_CHARS", "TOKENIZER_FILE", "HFTokenizer"]
+__all__ = ["CHUNK_CHARS", "TOKENIZER_FILE", "HFTokenizer", "call_library"]
 
 #: Long texts are encoded in pieces of about this many characters, this many pieces at a
 #: time: the memory an encode needs stays near CHUNK_CHARS * CHUNKS_AT_ONCE * ~70 bytes.
@@ -100,7 +100,7 @@ def _word_pre_tokenizer(pre: Mapping[str, Any] | None) -> bool:
 _pieces = pieces
 
 
-def _library(call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+def call_library(call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Call into the Rust library; a panic there (``pyo3_runtime.PanicException``, which is a
     ``BaseException``: e.g. a hostile regex in a tokenizer.json) becomes a TokenizerError."""
     try:
@@ -243,11 +243,11 @@ class HFTokenizer(Tokenizer):
 
     @staticmethod
     def _encode_library(library: tokenizers.Tokenizer, batch: list[str]) -> list[int]:
-        encodings = _library(library.encode_batch_fast, batch, add_special_tokens=False)
+        encodings = call_library(library.encode_batch_fast, batch, add_special_tokens=False)
         return [i for encoding in encodings for i in encoding.ids]
 
     def _decode(self, ids: list[int], skip_special_tokens: bool) -> str:
-        return _library(self.tokenizer.decode, ids, skip_special_tokens=skip_special_tokens)
+        return call_library(self.tokenizer.decode, ids, skip_special_tokens=skip_special_tokens)
 
     def save(self, directory: str | Path) -> list[str]:
         directory = Path(directory)
@@ -276,7 +276,9 @@ class HFTokenizer(Tokenizer):
     def from_manifest(cls, directory: Path, manifest: Mapping[str, Any]) -> Any:
         """Rebuild from a directory written by :meth:`save` (manifest already verified)."""
         try:
-            tokenizer = _library(tokenizers.Tokenizer.from_file, str(directory / TOKENIZER_FILE))
+            tokenizer = call_library(
+                tokenizers.Tokenizer.from_file, str(directory / TOKENIZER_FILE)
+            )
         except Exception as exc:  # the library raises plain Exception on a bad file
             raise VocabularyFileError(
                 f"{directory / TOKENIZER_FILE} is not a valid tokenizers file: {exc}"

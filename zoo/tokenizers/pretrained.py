@@ -219,7 +219,7 @@ def _read_library(directory: Path) -> Any:
     """
     import tokenizers
 
-    from .hf_backend import TOKENIZER_FILE, _library
+    from .hf_backend import TOKENIZER_FILE, call_library
 
     if not (directory / TOKENIZER_FILE).is_file():
         present = sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
@@ -229,7 +229,7 @@ def _read_library(directory: Path) -> Any:
             "tokenizer.save_pretrained(DIR), or copy the model repo's tokenizer files"
         )
     try:
-        return _library(tokenizers.Tokenizer.from_file, str(directory / TOKENIZER_FILE))
+        return call_library(tokenizers.Tokenizer.from_file, str(directory / TOKENIZER_FILE))
     except Exception as exc:  # the library raises plain Exception on a bad file
         raise VocabularyFileError(
             f"{directory / TOKENIZER_FILE} is not a valid tokenizers file: {exc}"

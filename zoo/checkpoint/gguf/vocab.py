@@ -151,7 +151,7 @@ def add_vocab(writer: gguf.GGUFWriter, tokenizer: Any, *, where: str) -> None:
 
 def _calls(tokenizer: Any, name: Any, what: str) -> list[tuple[str, Any]]:
     """The ``GGUFWriter`` calls that write ``tokenizer``, in the converter's order."""
-    library, config, kind = _library(tokenizer, what)
+    library, config, kind = _as_library(tokenizer, what)
     tokens, types = _token_list(library, kind, tokenizer.unk_id, what)
     added = library.get_added_tokens_decoder()
     context = any(a.lstrip or a.single_word for a in added.values())
@@ -177,12 +177,12 @@ def _calls(tokenizer: Any, name: Any, what: str) -> list[tuple[str, Any]]:
     return calls + ([] if source is None else [("add_chat_template", source)])
 
 
-def _library(tokenizer: Any, what: str) -> tuple[Any, dict[str, Any], str]:
+def _as_library(tokenizer: Any, what: str) -> tuple[Any, dict[str, Any], str]:
     """``tokenizer`` as a ``tokenizers`` library, its ``tokenizer.json`` and llama.cpp model."""
-    from ..hf_tokenizer import TokenizerExportError, _library_of
+    from ..hf_tokenizer import TokenizerExportError, library_of
 
     try:
-        library, _ = _library_of(tokenizer, what)
+        library, _ = library_of(tokenizer, what)
     except TokenizerExportError as exc:
         raise CheckpointError(f"{exc}; nor, then, as GGUF") from None
     config = jsonfile.loads(library.to_str())
@@ -437,10 +437,10 @@ def _llama_library(meta: Mapping[str, Any], tokens: list[str], unk: int | None, 
 
 def _build(where: str, make: Any, *args: Any, **kwargs: Any) -> Any:
     """``make(*args, **kwargs)`` in the library, what it refuses as a CheckpointError."""
-    from ...tokenizers.hf_backend import _library
+    from ...tokenizers.hf_backend import call_library
 
     try:
-        return _library(make, *args, **kwargs)
+        return call_library(make, *args, **kwargs)
     except Exception as exc:  # the library raises plain Exception on what it refuses
         raise _fail(where, f"the tokenizers library refused the vocabulary: {exc}") from None
 
