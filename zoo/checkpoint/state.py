@@ -162,9 +162,12 @@ def _owner(model: nn.Module, key: str) -> tuple[nn.Module, str]:
 
 
 def _convert(tensor: Tensor, device: torch.device, dtype: torch.dtype | None) -> Tensor:
+    """``tensor`` on ``device`` in ``dtype``, contiguous: a foreign layout's view (GPT-2's
+    Conv1D weights, transposed) is copied once into zoo's row order, which zoo's kernels read
+    (a contiguous memory-mapped tensor stays mapped: no copy)."""
     if dtype is not None and tensor.is_floating_point():
-        return tensor.to(device=device, dtype=dtype)
-    return tensor.to(device=device)
+        return tensor.to(device=device, dtype=dtype).contiguous()
+    return tensor.to(device=device).contiguous()
 
 
 def assemble(
