@@ -13,9 +13,10 @@ per-layer timings), so they are not in the default set.
 gpt2-124m with identical random weights in every engine (zoo's checkpoint, its Hugging Face
 export, CTranslate2's conversion of that export, and the model written as GGUF in f32, q8_0
 and q4_0 by zoo's writer, ``zoo.export(..., layout="gguf")``, with GPT-2's tokenizer); the
-report says whether each engine's greedy tokens equal zoo float32's. ``zoo int4+gguf``
-loads the q4_0 file with ``quantize="int4"`` (its blocks are zoo's int4 groups, held as they
-are), against ``llama.cpp q4_0`` on the same file:
+report says whether each engine's greedy tokens equal zoo float32's. ``zoo ...+hf`` loads
+the Hugging Face export (what ``zoo generate gpt2-124m`` loads from the Hub); ``zoo
+int4+gguf`` loads the q4_0 file with ``quantize="int4"`` (its blocks are zoo's int4 groups,
+held as they are), against ``llama.cpp q4_0`` on the same file:
 
     python benchmarks/bench_engines.py --decode-only --new-tokens 64 --repeats 3 --inner 2 \
         --engines 'zoo int4+gguf' 'llama.cpp q4_0' 'llama.cpp q4_0+own-threads'
@@ -80,6 +81,8 @@ ENGINES = [
 DECODE_ENGINES = [  # --decode-only's default: the issue's goals, both thread choices of llama.cpp
     "zoo float32",
     "zoo int8",
+    "zoo float32+hf",
+    "zoo int8+hf",
     "zoo float32+torch-kernels",
     "zoo int8+torch-kernels",
     "zoo float32+per-module",
@@ -114,8 +117,8 @@ CHILD = PEAK_MIB + textwrap.dedent(
     engine, precision = spec["engine"].split()  # "zoo int8-weight", "ct2 int8_float32"...
     own_threads = precision.endswith("+own-threads")  # llama-cpp-python's default count
     per_module = precision.endswith("+per-module")
-    from_gguf = precision.endswith("+gguf")
-    for suffix in ("+own-threads", "+torch-kernels", "+per-module", "+gguf"):
+    from_gguf, from_hf = precision.endswith("+gguf"), precision.endswith("+hf")
+    for suffix in ("+own-threads", "+torch-kernels", "+per-module", "+gguf", "+hf"):
         precision = precision.removesuffix(suffix)
     precision, compiled = precision.removesuffix("+compile"), precision.endswith("+compile")
     inner, new, vocab = spec["inner"], spec["new_tokens"], spec["vocab"]
@@ -138,6 +141,7 @@ CHILD = PEAK_MIB + textwrap.dedent(
         dtype = torch.bfloat16 if precision == "bfloat16" else None
         quantize = precision if precision.startswith("int") else None
         source = spec["gguf_" + spec["gguf_of"][precision]] if from_gguf else spec["zoo"]
+        source = spec["hf"] if from_hf else source  # the path users take: a Hub/HF folder
         model = zoo.load(source, dtype=dtype, quantize=quantize, tokenizer=False)
         if per_module:  # every block module by module: no one-call block step
             import zoo.runtime.native_block
@@ -330,7 +334,9 @@ RATIOS = [  # the issue's goals: (ours, theirs), and zoo's kernels against PyTor
     ("zoo int8", "zoo int8+torch-kernels"),
     ("zoo float32", "zoo float32+per-module"),
     ("zoo int8", "zoo int8+per-module"),
+    ("zoo float32+hf", "zoo float32"),
     ("zoo float32", "ct2 float32"),
+    ("zoo float32+hf", "ct2 float32"),
     ("zoo float32", "llama.cpp f32"),
     ("zoo float32", "llama.cpp f32+own-threads"),
     ("zoo int8", "llama.cpp q8_0"),

@@ -163,11 +163,20 @@ def _owner(model: nn.Module, key: str) -> tuple[nn.Module, str]:
 
 def _convert(tensor: Tensor, device: torch.device, dtype: torch.dtype | None) -> Tensor:
     """``tensor`` on ``device`` in ``dtype``, contiguous: a foreign layout's view (GPT-2's
-    Conv1D weights, transposed) is copied once into zoo's row order, which zoo's kernels read
-    (a contiguous memory-mapped tensor stays mapped: no copy)."""
+    Conv1D weights, transposed) is copied once into zoo's row order, which zoo's kernels read,
+    on the CPU into the process's own memory with the file's pages given back
+    (:func:`zoo.kernels.pages.resident`); a contiguous memory-mapped tensor stays mapped."""
     if dtype is not None and tensor.is_floating_point():
-        return tensor.to(device=device, dtype=dtype).contiguous()
-    return tensor.to(device=device).contiguous()
+        tensor = tensor.to(device=device, dtype=dtype)
+    else:
+        tensor = tensor.to(device=device)
+    if tensor.is_contiguous():
+        return tensor
+    if tensor.is_cpu:
+        from ..kernels.pages import resident
+
+        return resident(tensor)
+    return tensor.contiguous()
 
 
 def assemble(
