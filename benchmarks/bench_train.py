@@ -5,6 +5,12 @@
     python benchmarks/bench_train.py --repeats 3 --markdown benchmarks/RESULTS-train.md
     python benchmarks/bench_train.py --device cuda --size gpt2-124m --batch 16 --bf16 \\
         --markdown benchmarks/RESULTS-train-cuda.md      # adds tokens/s and MFU
+    python benchmarks/bench_train.py --threads --busy 1 \\
+        --markdown benchmarks/RESULTS-train-threads.md
+
+``--threads`` compares zoo's own choice of threads per step (``threads="auto"``: the cores
+other processes leave free, what ``zoo train`` does) with each fixed count from 1 to the
+machine's cores, beside ``--busy N`` neighbour processes that each keep a core busy.
 
 Each measurement is a fresh process (peak RSS is per process) that trains ``--steps`` steps on
 Tiny Shakespeare tokenized with GPT-2's BPE; the first ``--warmup`` steps are not timed. The
@@ -26,6 +32,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
+from busy import busy
 from common import machine_facts, publish
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,11 +61,12 @@ CHILD = textwrap.dedent(
         # time per step from the loop's own clock, warm-up steps excluded: two runs
         short = TrainConfig(**{**config.__dict__, "steps": warmup})
         model = zoo.build("gpt2-124m", dropout=0.0, **size)
+        threads = spec.get("threads")
         first = train(model, spec["data"], spec["out"] + "-a", config=short, device=device,
-                      log=None)
+                      log=None, threads=threads)
         model = zoo.build("gpt2-124m", dropout=0.0, **size)
         full = train(model, spec["data"], spec["out"] + "-b", config=config, device=device,
-                     log=None)
+                     log=None, threads=threads)
         seconds = full.seconds - first.seconds
         parameters = full.model.num_parameters()
     else:
@@ -102,8 +110,11 @@ CHILD = textwrap.dedent(
 )
 
 
-def run(engine: str, args: argparse.Namespace, out: Path, processes: int = 1) -> dict:
+def run(
+    engine: str, args: argparse.Namespace, out: Path, processes: int = 1, threads: object = None
+) -> dict:
     spec = {
+        "threads": threads,
         "engine": engine,
         "steps": args.steps,
         "warmup": args.warmup,
@@ -119,13 +130,46 @@ def run(engine: str, args: argparse.Namespace, out: Path, processes: int = 1) ->
     launch = [sys.executable]
     if processes > 1:  # torchrun, as a user would launch it
         launch += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
-    env = {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // processes))}
+    cores = os.cpu_count() or 1
+    env = {**os.environ, "OMP_NUM_THREADS": str(max(1, cores // processes))}
+    if isinstance(threads, int):  # a fixed count: torch's own, as a user would set it
+        env["OMP_NUM_THREADS"] = str(threads)
     result = subprocess.run(
         [*launch, str(script), json.dumps(spec)], capture_output=True, text=True, env=env
     )
     if result.returncode != 0:
         raise RuntimeError(f"{engine} x{processes} failed:\n{result.stderr[-3000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def threads_table(args: argparse.Namespace) -> None:
+    """zoo's trainer with its own choice of threads against each fixed count, interleaved,
+    beside ``args.busy`` busy neighbours."""
+    choices: list[object] = ["auto", *range(1, (os.cpu_count() or 1) + 1)]
+    results: dict[object, list[dict]] = {choice: [] for choice in choices}
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as tmp, busy(args.busy):
+        for repeat in range(args.repeats):
+            for choice in choices if repeat % 2 == 0 else choices[::-1]:
+                folder = Path(tmp) / f"{choice}-{repeat}"
+                folder.mkdir()
+                results[choice].append(run("zoo", args, folder / "run", threads=choice))
+    medians = {c: statistics.median(r["tok_s"] for r in results[c]) for c in choices}
+    best = max(v for c, v in medians.items() if c != "auto")
+    rows = ["| threads | tokens/s | vs the best fixed count |", "|---|---:|---:|"]
+    for choice in choices:
+        label = "auto (zoo train's default)" if choice == "auto" else f"{choice} (fixed)"
+        rows.append(f"| {label} | {medians[choice]:,.0f} | {medians[choice] / best:.2f}x |")
+    size = ", ".join(f"{k} {v}" for k, v in SIZES[args.size].items())
+    report = "\n".join(rows) + (
+        f"\n\nzoo.train.train, GPT-2 layout ({size}), batch {args.batch}, float32 CPU, "
+        f"{args.steps} steps of which {args.warmup} untimed, medians of {args.repeats} "
+        f"interleaved repeats; {args.busy} busy neighbour process(es) (each a Python loop "
+        f"spinning one core). Load (1 min) {load_before:.2f} before, "
+        f"{os.getloadavg()[0]:.2f} after. Machine: {machine_facts('torch')}."
+    )
+    publish(report, title="Training threads: zoo's choice against fixed counts",
+            markdown=args.markdown)  # fmt: skip
 
 
 def flops_per_token(size: dict, parameters: int) -> float:
@@ -143,8 +187,12 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast in both loops")
     parser.add_argument("--no-ddp", action="store_true", help="skip the 2-process row")
+    parser.add_argument("--threads", action="store_true", help="zoo's thread choice vs fixed")
+    parser.add_argument("--busy", type=int, default=0, help="neighbours spinning a core each")
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args()
+    if args.threads:
+        return threads_table(args)
     runs = [("transformers", 1), ("zoo", 1)]
     if not args.no_ddp and args.device == "cpu":
         runs.append(("zoo", 2))

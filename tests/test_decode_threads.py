@@ -367,3 +367,72 @@ def test_the_native_kernels_openmp_check_leaves_the_callers_threads_alone():
     _, on_main, threads, total = line.split(" ", 3)
     assert on_main == "[]" and threads == "3"
     assert int(total) <= 3  # one check: two counts tried and the caller's put back
+
+
+# -- training steps under the same policy ------------------------------------------------------
+def _record_train_steps(monkeypatch) -> list[int]:
+    """The thread count each optimizer step of zoo.train runs with."""
+    from zoo.train import loop
+
+    seen: list[int] = []
+    real = loop.optimizer_step
+
+    def counting(run, lr):
+        seen.append(torch.get_num_threads())
+        return real(run, lr)
+
+    monkeypatch.setattr(loop, "optimizer_step", counting)
+    return seen
+
+
+def test_training_steps_take_the_cores_other_processes_leave(monkeypatch, tmp_path):
+    """``train(threads="auto")`` (zoo train's default) sizes each optimizer step as decoding
+    does (a neighbour holds one of two cores: one thread once the first interval is read),
+    ``threads=N`` runs N, the default leaves torch's count alone; torch's count is back after
+    each step, and the losses are those of torch's own count."""
+    from zoo.tokenizers.byte import ByteTokenizer
+    from zoo.train import TrainConfig, train
+
+    data = tmp_path / "text.txt"
+    data.write_text("the quick brown fox jumps over the lazy dog. " * 400)
+    config = TrainConfig(steps=4, batch_size=2, eval_every=0, eval_batches=1, warmup=1)
+    seen = _record_train_steps(monkeypatch)
+    monkeypatch.setattr(policy, "CpuClock", lambda: FakeClock(others=1.0))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    losses = {}
+    try:
+        for threads in (None, "auto", 1):
+            seen.clear()
+            result = train(_tiny_model(), data, tmp_path / f"run-{threads}", config=config,
+                           tokenizer=ByteTokenizer(), log=None, threads=threads)  # fmt: skip
+            losses[threads] = result.losses
+            expected = {None: [2] * 4, "auto": [2, 1, 1, 1], 1: [1] * 4}[threads]
+            assert seen == expected and torch.get_num_threads() == 2, (threads, seen)
+    finally:
+        torch.set_num_threads(before)
+    assert losses[None] == losses["auto"] == losses[1]
+
+
+@pytest.mark.parametrize("threads", [0, -2, "many", 1.5, True])
+def test_a_bad_training_threads_choice_is_refused(threads, tmp_path):
+    from zoo.train import TrainConfig, train
+
+    data = tmp_path / "text.txt"
+    data.write_text("the quick brown fox. " * 400)
+    with pytest.raises(ValueError, match="threads must be None, 'auto' or a count"):
+        train(_tiny_model(), data, tmp_path / "run", config=TrainConfig(steps=1, batch_size=2),
+              log=None, threads=threads)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("env", "chosen"), [(None, "auto"), ("auto", "auto"), ("0", None), ("3", 3)]
+)
+def test_zoo_train_asks_for_the_policy_zoo_train_threads_names(monkeypatch, env, chosen):
+    from zoo.cli.train import _threads
+
+    if env is None:
+        monkeypatch.delenv("ZOO_TRAIN_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("ZOO_TRAIN_THREADS", env)
+    assert _threads() == chosen

@@ -114,6 +114,10 @@ class Settings:
             (default, ``None``: the cores other processes leave free, at most torch's count;
             :class:`zoo.kernels.threads.DecodeThreads`), ``0`` (torch's count, untouched) or a
             count.
+        train_threads: ``ZOO_TRAIN_THREADS``: threads of a CPU training step of ``zoo
+            train`` (``zoo.train.train`` leaves torch's count alone unless passed
+            ``threads=``): ``auto`` (default, ``None``: the cores other processes leave free,
+            re-read as the run goes, as decoding chooses), ``0`` (torch's count) or a count.
         native_kernels: ``ZOO_NATIVE_KERNELS``: batch-1 CPU decoding (one row's products,
             norms and attention) on zoo's own kernels where they are built (default on;
             :mod:`zoo.kernels.native`); ``0`` keeps PyTorch's.
@@ -134,6 +138,7 @@ class Settings:
     api_key: str | None = dataclasses.field(default=None, repr=False)
     xdg_cache_home: str | None = None
     decode_threads: int | None = None
+    train_threads: int | None = None
     native_kernels: bool = True
 
     @property
@@ -180,5 +185,6 @@ VARIABLES: Mapping[str, tuple[str, Callable[[str], Any]]] = {
     "api_key": ("ZOO_API_KEY", _secret),
     "xdg_cache_home": ("XDG_CACHE_HOME", str),
     "decode_threads": ("ZOO_DECODE_THREADS", _threads),
+    "train_threads": ("ZOO_TRAIN_THREADS", _threads),
     "native_kernels": ("ZOO_NATIVE_KERNELS", _flag),
 }

@@ -60,11 +60,21 @@ def cmd_train(args: argparse.Namespace) -> int:
         adapter=_lora(args),
         quantize=args.quantize,
         base=_base_record(args, model) if args.lora else None,
+        threads=_threads(),
     )
     if result.val_loss is not None:
         print(f"val loss {result.val_loss:.4f} after {result.steps} steps")
     print(f"{'adapter' if args.lora else 'model'}: {result.checkpoint}")
     return 128 + result.signal if result.signal else 0  # 130 (SIGINT), 143 (SIGTERM)
+
+
+def _threads() -> int | str | None:
+    """Each step's threads: ``ZOO_TRAIN_THREADS`` (unset: ``auto``, the cores other processes
+    leave free; ``0``: torch's count, untouched; a count)."""
+    from ..settings import Settings
+
+    setting = Settings.from_env().train_threads
+    return "auto" if setting is None else (setting or None)
 
 
 def _tokenizer(args: argparse.Namespace, overrides: dict[str, Any]) -> Tokenizer | None:

@@ -20,7 +20,10 @@ CPUs)`` threads (at least one), putting torch's count back after the step. On a 
 it changes nothing. It is opt-in: ``zoo generate``, ``zoo chat`` and ``zoo serve`` use it,
 ``zoo.generate`` only with ``threads="auto"`` (a library call leaves the process's thread
 count alone). ``ZOO_DECODE_THREADS`` (:class:`zoo.settings.Settings`) overrides the command
-line's: ``0`` leaves torch's count alone, ``N`` decodes with ``N`` threads.
+line's: ``0`` leaves torch's count alone, ``N`` decodes with ``N`` threads. ``zoo train``
+runs each optimizer step under the same policy (``zoo.train.train(threads="auto")``;
+``ZOO_TRAIN_THREADS`` as ``ZOO_DECODE_THREADS``): a training step's parallel regions wait
+behind a busy core as a decoding step's do.
 
 Tokens: the thread count does not change the matrix products (oneDNN's, PyTorch's and the
 int8 kernels give the same bits with 1 or 2 threads), but PyTorch's CPU attention kernel for

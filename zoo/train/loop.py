@@ -48,6 +48,7 @@ from .world import World, any_rank, barrier, join, max_rank
 if TYPE_CHECKING:
     from ..adapters import BaseRecord
     from ..adapters.lora import LoRA, PartPlan
+    from ..kernels.threads import DecodeThreads
     from .adapter import AdapterRun
 
 __all__ = ["TrainResult", "train"]
@@ -125,6 +126,7 @@ def train(
     adapter: LoRA | None = None,
     quantize: str | None = None,
     base: BaseRecord | None = None,
+    threads: int | str | None = None,
 ) -> TrainResult:
     """Train a zoo model: a decoder LM on text (random windows of ``context_length + 1``
     tokens), a classifier on labelled texts, or an encoder-decoder on source/target pairs
@@ -163,6 +165,10 @@ def train(
             (QLoRA; the fingerprint is of the float weights, taken before).
         base: with ``adapter``, the base's name, repo and revision to record (its sha256 is
             computed here); default: the model's name.
+        threads: each CPU step's thread count: ``None`` leaves torch's alone (a library
+            call does not change the process's), ``"auto"`` takes the cores other processes
+            leave free, re-read as the run goes (:class:`zoo.kernels.threads.DecodeThreads`:
+            ``zoo train``'s default, as decoding's), a number fixes it.
 
     Raises:
         zoo.train.DataError: the data is missing, empty, not UTF-8 or shorter than a window.
@@ -179,6 +185,8 @@ def train(
             fit one step with the final evaluation and checkpoint (said before step 1).
     """
     clock = time.monotonic()  # the time budget counts from here
+    if threads is not None and threads != "auto" and not _a_count(threads):
+        raise ValueError(f"threads must be None, 'auto' or a count >= 1, got {threads!r}")
     if strategy not in ("ddp", "fsdp"):
         raise ValueError(f"strategy must be 'ddp' or 'fsdp', got {strategy!r}")
     config = config or TrainConfig()
@@ -207,11 +215,26 @@ def train(
         run = start(
             model, data, out, config, tokenizer, world, strategy, log, clock, stack, adapting
         )
+        run.threads = _step_threads(threads, run)
         return _train(run)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
 _LOCK = ".zoo-train-lock"
+
+
+def _a_count(threads: object) -> bool:
+    return isinstance(threads, int) and not isinstance(threads, bool) and threads >= 1
+
+
+def _step_threads(threads: int | str | None, run: Run) -> DecodeThreads | None:
+    """The thread policy of ``run``'s steps (:func:`train`'s ``threads``), off the CPU none."""
+    from ..kernels.threads import DecodeThreads
+
+    if threads is None:
+        return None
+    device = next(run.model.parameters()).device
+    return DecodeThreads.for_device(device, None if threads == "auto" else int(threads))
 
 
 def _adapt(
@@ -281,7 +304,8 @@ def _advance(run: Run, stop_asked: Callable[[], int]) -> tuple[str, int | None]:
     config, world = run.config, run.world
     lr = config.lr_at(run.step)
     step_began = time.monotonic()
-    loss = optimizer_step(run, lr)
+    with run.threads.step() if run.threads is not None else contextlib.nullcontext():
+        loss = optimizer_step(run, lr)
     run.step += 1
     step = run.step
     run.budget.stepped(time.monotonic() - step_began)

@@ -23,6 +23,7 @@ from .time_budget import Budget
 from .world import World, any_rank
 
 if TYPE_CHECKING:
+    from ..kernels.threads import DecodeThreads
     from .adapter import AdapterRun
 
 __all__ = ["Run", "diverged", "finite", "open_record", "seed", "write_record"]
@@ -61,6 +62,7 @@ class Run:
     record: dict[str, Any] = dataclasses.field(default_factory=dict)  # run.json
     earlier: float = 0.0  # wall seconds of the earlier calls this run resumed
     adapter: AdapterRun | None = None  # a LoRA run: what it adapts (zoo.train.adapter)
+    threads: DecodeThreads | None = None  # each step's CPU threads (None: torch's, untouched)
 
     @property
     def micro(self) -> int:
