@@ -33,7 +33,7 @@ _TOKEN_IDS = {
     "tokenizer.ggml.eos_token_id": "eos_token_id",
     "tokenizer.ggml.padding_token_id": "pad_token_id",
 }
-#: Keys of the architecture that change nothing zoo computes.
+#: Keys of the architecture checked rather than copied (rope scaling must be none).
 _INERT = ("rope.scaling.type",)
 
 
@@ -46,7 +46,7 @@ class GGUFCheckpoint:
     config: Any
     state: dict[str, Tensor]
     metadata: Mapping[str, Any]
-    types: Mapping[str, str]  # zoo-independent: GGUF tensor name -> "q8_0", "f16", ...
+    types: Mapping[str, str]  # GGUF tensor name -> its type: "q8_0", "f16", ...
     unexpected: tuple[str, ...] = ()
 
 
