@@ -70,7 +70,9 @@ def write_gguf(model: nn.Module, path: str | os.PathLike[str], *, type: str = "f
         values = _metadata_values(family, hf)
     except ValueError as exc:
         raise CheckpointError(f"zoo writes no GGUF of this model: {exc}") from None
+    planned = _tensors(family, hf, state, type)  # every name and shape before any file
     target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
     _sweep(target)
     fd, partial = tempfile.mkstemp(
         prefix=f".{target.name}.{os.getpid()}.", suffix=".partial", dir=target.parent
@@ -79,7 +81,6 @@ def write_gguf(model: nn.Module, path: str | os.PathLike[str], *, type: str = "f
     try:
         writer = gguf.GGUFWriter(partial, family.arch)
         _write_metadata(writer, model, values, type)
-        planned = _tensors(family, hf, state, type)
         for tensor in planned:
             info = (tensor.name, tensor.shape, np.dtype(np.float32), _nbytes(tensor))
             writer.add_tensor_info(*info, raw_dtype=tensor.qtype)
