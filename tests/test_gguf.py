@@ -403,3 +403,28 @@ def test_zoo_chat_takes_a_gguf_file_with_its_template(tmp_path: Path) -> None:
         input="Hello!\n/exit\n", capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr[-2000:]
+
+
+def test_zoo_serve_takes_a_gguf_file(tmp_path: Path) -> None:
+    """``zoo serve FILE.gguf``: the file's model and tokenizer answer as zoo.generate does."""
+    import test_gguf_vocab as vocabularies
+    from test_serve import Server
+
+    tokenizer = vocabularies._smollm2(tmp_path)
+    named = "smollm2-135m-instruct"
+    sizes = reference_overrides(named) | {"vocab_size": tokenizer.vocab_size, "context_length": 256}
+    torch.manual_seed(0)
+    model = zoo.build(named, **sizes)
+    randomize_parameters(model)
+    model.tokenizer = tokenizer
+    path = zoo.export(model.eval(), tmp_path / "served.gguf", layout="gguf")
+    loaded = zoo.load(path)
+    want = zoo.generate(loaded, "Once upon a time", max_new_tokens=6, temperature=0)
+    server = Server(tmp_path / "server", str(path), "--served-model-name", "tiny")
+    try:
+        out = server.client().completions.create(
+            model="tiny", prompt="Once upon a time", max_tokens=6, temperature=0
+        )
+    finally:
+        server.stop()
+    assert out.choices[0].text == want
