@@ -212,7 +212,7 @@ def _load_files(
         model = assembled(
             arch, config, tensors,
             target=target, dtype=dtype, strict=strict, unexpected=unexpected,
-            what=str(shown / weights.name), model_name=model_name,
+            what=str(shown / weights.name), model_name=model_name, quantize=quantize,
         )  # fmt: skip
     finally:
         del tensors
@@ -243,10 +243,12 @@ def assembled(
     unexpected: tuple[str, ...],
     what: str,
     model_name: str | None,
+    quantize: str | None = None,
 ) -> Any:
     """The model ``arch`` builds from ``config`` with ``tensors`` (zoo keys) assigned, named
     ``model_name``, its :class:`LoadReport` in ``model.load_report`` (a :class:`ZooModel`,
-    or whatever the plugin's class is)."""
+    or whatever the plugin's class is). Weights to ``quantize`` keep a foreign layout's views:
+    quantizing copies them one at a time."""
     import torch
 
     from .state import assemble
@@ -261,6 +263,7 @@ def assembled(
             strict=strict,
             unexpected=unexpected,
             what=what,
+            contiguous=quantize is None,
         )
     if model_name is not None and hasattr(model, "name"):
         model.name = model_name

@@ -161,7 +161,9 @@ def _owner(model: nn.Module, key: str) -> tuple[nn.Module, str]:
     return (model.get_submodule(path) if path else model), leaf
 
 
-def _convert(tensor: Tensor, device: torch.device, dtype: torch.dtype | None) -> Tensor:
+def _convert(
+    tensor: Tensor, device: torch.device, dtype: torch.dtype | None, contiguous: bool = True
+) -> Tensor:
     """``tensor`` on ``device`` in ``dtype``, contiguous: a foreign layout's view (GPT-2's
     Conv1D weights, transposed) is copied once into zoo's row order, which zoo's kernels read,
     on the CPU into the process's own memory with the file's pages given back
@@ -170,7 +172,7 @@ def _convert(tensor: Tensor, device: torch.device, dtype: torch.dtype | None) ->
         tensor = tensor.to(device=device, dtype=dtype)
     else:
         tensor = tensor.to(device=device)
-    if tensor.is_contiguous():
+    if tensor.is_contiguous() or not contiguous:
         return tensor
     if tensor.is_cpu:
         from ..kernels.pages import resident
@@ -189,6 +191,7 @@ def assemble(
     strict: bool,
     unexpected: tuple[str, ...] = (),
     what: str = "checkpoint",
+    contiguous: bool = True,
 ) -> tuple[Any, LoadReport]:
     """Build ``make(config)`` on ``meta`` and assign ``state`` (zoo keys) to it.
 
@@ -200,6 +203,9 @@ def assemble(
     Args:
         unexpected: foreign keys a layout conversion could not place, reported as unexpected.
         what: the checkpoint, as error messages should name it.
+        contiguous: store each tensor in row order (a strided view copied once; see
+            ``_convert``); ``False`` keeps views, for weights quantized right after (their
+            quantized copies are made one weight at a time, with no float copy of them all).
 
     Returns:
         the model (eval mode) and the :class:`LoadReport`.
@@ -223,7 +229,7 @@ def assemble(
             "pass strict=False to load what matches (the rest is freshly initialised).",
             report,
         )
-    converted = {key: _convert(tensor, device, dtype) for key, tensor in state.items()}
+    converted = {key: _convert(tensor, device, dtype, contiguous) for key, tensor in state.items()}
     model.load_state_dict(converted, strict=False, assign=True)
     del converted
 

@@ -58,7 +58,7 @@ def load_gguf(
         model = assembled(
             checkpoint.architecture, checkpoint.config, checkpoint.state,
             target=target, dtype=dtype, strict=strict, unexpected=checkpoint.unexpected,
-            what=str(path), model_name=model_name,
+            what=str(path), model_name=model_name, quantize=quantize,
         )  # fmt: skip
     finally:
         if hasher is not None:
