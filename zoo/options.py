@@ -5,6 +5,8 @@
 - :data:`SEED_RANGE`: the seeds a ``torch.Generator`` takes;
 - :data:`QUANTIZE_MODES`: what ``zoo.load(..., quantize=...)`` and ``--quantize`` accept,
   with a line on each;
+- :data:`GGUF_TYPES`: the tensor types ``zoo.export(..., layout="gguf", type=...)`` and
+  ``zoo convert --to gguf --type`` write;
 - :data:`MAX_DISTINCT_BYTES`: how much distinct text a tokenizer is trained on by default
   (``SubwordBPE.train``, ``zoo train --tokenizer-max-distinct``).
 """
@@ -16,6 +18,7 @@ from types import MappingProxyType
 
 __all__ = [
     "GENERATION_DEFAULTS",
+    "GGUF_TYPES",
     "MAX_DISTINCT_BYTES",
     "QUANTIZE_MODES",
     "QUANTIZE_MODE_HELP",
@@ -23,6 +26,9 @@ __all__ = [
     "GenerationDefaults",
 ]
 
+
+#: The tensor types a GGUF file is written in (llama.cpp's converter's, and its q4_0).
+GGUF_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0")
 
 #: Default of ``SubwordBPE.train``'s ``max_distinct_bytes``: what the trainer holds grows
 #: with the distinct words it has seen, up to ~120 bytes per byte of them on text made of

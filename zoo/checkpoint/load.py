@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 __all__ = [
     "WEIGHTS_DIR_ENV",
     "assembled",
+    "checked_target",
     "load_local",
     "local_weights_path",
     "quantized",
@@ -149,12 +150,7 @@ def load_local(
         shard_sha256: the expected sha256 of each shard (the Hub's, for a download); it
             overrides the ones in ``config.json``.
     """
-    from ..quant.layers import QUANTIZE_MODES
-
-    check_dtype(dtype)
-    if quantize is not None and quantize not in QUANTIZE_MODES:
-        raise ValueError(f"quantize must be one of {', '.join(QUANTIZE_MODES)}, got {quantize!r}")
-    target = check_device(device)
+    target = checked_target(device, dtype, quantize)
     path = existing_checkpoint(Path(path))  # a training run's folder stands for its model
     folder = path.parent if path.is_file() else path
     clean_stale(folder)  # versions a killed zoo.save left behind (never one in progress)
@@ -230,6 +226,19 @@ def _load_files(
     )
     model.generation_config = generation
     return model
+
+
+def checked_target(
+    device: str | torch.device | None, dtype: torch.dtype | None, quantize: str | None
+) -> torch.device:
+    """The device a load puts the weights on, once ``dtype`` and ``quantize`` are checked
+    (refused before anything is read)."""
+    from ..quant.layers import QUANTIZE_MODES
+
+    check_dtype(dtype)
+    if quantize is not None and quantize not in QUANTIZE_MODES:
+        raise ValueError(f"quantize must be one of {', '.join(QUANTIZE_MODES)}, got {quantize!r}")
+    return check_device(device)
 
 
 def assembled(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..options import GGUF_TYPES
 from .parser import Command
 
 __all__ = ["COMMANDS"]
@@ -164,7 +165,7 @@ def _convert_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--type",
-        choices=("f32", "f16", "bf16", "q8_0", "q4_0"),
+        choices=GGUF_TYPES,
         help="with --to gguf: the tensors' type (default f32)",
     )
     _add_max_shard_size(p)

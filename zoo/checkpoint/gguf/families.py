@@ -111,6 +111,19 @@ class Family:
                 held = " or ".join("none" if v is None else repr(v) for v in values)
                 raise ValueError(f"{key} is {hf[key]!r}: llama.cpp's {self.arch!r} holds {held}")
 
+    def gguf_name(self, table: Any, key: str) -> tuple[str, int | None]:
+        """The GGUF tensor holding the Hugging Face ``key`` in ``table`` (:meth:`names`), and
+        the expert index where it is one expert of a mixture's stacked tensor; a
+        ``CheckpointError`` where llama.cpp's map has no name for it."""
+        from ...errors import CheckpointError
+
+        expert = re.search(r"\.experts\.(\d+)\.", key)
+        merged = key if expert is None else key.replace(expert.group(0), ".experts.", 1)
+        name = table.get_name(merged, try_suffixes=(".weight", ".bias"))
+        if name is None:
+            raise CheckpointError(f"{key}: no GGUF name for it in llama.cpp's {self.arch} map")
+        return name, None if expert is None else int(expert[1])
+
     def model_type_of(self, metadata: Mapping[str, Any]) -> str:
         return (
             self.model_type if self.choose_model_type is None else self.choose_model_type(metadata)

@@ -16,6 +16,7 @@ loop bound as it stands). Reading the data is :mod:`zoo.checkpoint.gguf.tensors`
 from __future__ import annotations
 
 import dataclasses
+import math
 import mmap
 import struct
 from collections.abc import Mapping
@@ -218,10 +219,7 @@ def _placed(
                 f"tensor {name!r} has the shape {list(shape)}: every dimension must be at "
                 f"least 1 and the innermost a multiple of {block} for its type"
             )
-        numel = 1
-        for dim in shape:
-            numel *= dim
-        nbytes = numel // block * block_bytes
+        nbytes = math.prod(shape) // block * block_bytes
         if offset % alignment or start + offset + nbytes > size:
             raise cur.fail(
                 f"tensor {name!r} ({nbytes} bytes at data offset {offset}) is misaligned or "

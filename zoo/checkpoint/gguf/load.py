@@ -9,9 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ...devices import check_device, check_dtype
 from ..files import BackgroundHash
-from ..load import assembled, quantized, to_hash
+from ..load import assembled, checked_target, quantized, to_hash
 
 if TYPE_CHECKING:
     import torch
@@ -41,14 +40,10 @@ def load_gguf(
     checked as the model is built."""
     import torch
 
-    from ...quant.layers import QUANTIZE_MODES
     from .read import read_gguf
 
-    check_dtype(dtype)
+    target = checked_target(device, dtype, quantize)
     dtype = dtype or torch.float32
-    if quantize is not None and quantize not in QUANTIZE_MODES:
-        raise ValueError(f"quantize must be one of {', '.join(QUANTIZE_MODES)}, got {quantize!r}")
-    target = check_device(device)
     path = Path(path)
     hasher = None
     if sha256 and to_hash(path, sha256, verify):

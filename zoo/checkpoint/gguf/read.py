@@ -10,14 +10,13 @@ Hugging Face layout then reads both, exactly as it reads a ``transformers`` fold
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import CheckpointError
 from .families import Family, family_of
-from .header import GGUFHeader, read_header
+from .header import GGUFHeader, TensorInfo, read_header
 from .tensors import read_tensors, type_name
 
 if TYPE_CHECKING:
@@ -62,7 +61,9 @@ def hf_config(family: Family, header: GGUFHeader) -> dict[str, Any]:
     embedding = names.get("token_embd.weight")
     if embedding is not None:  # llama.cpp writes no vocabulary size for most families
         hf.setdefault("vocab_size", embedding.shape[0])
-    hf["tie_word_embeddings"] = "output.weight" not in names or _head_is_a_copy(family, header)
+    hf["tie_word_embeddings"] = "output.weight" not in names or _head_is_a_copy(
+        family, names, header.path
+    )
     if family.tensor_facts is not None:
         hf |= family.tensor_facts(set(names))
     family.check_held(hf)
@@ -94,15 +95,14 @@ def _values(family: Family, meta: Mapping[str, Any]) -> dict[str, Any]:
     return hf
 
 
-def _head_is_a_copy(family: Family, header: GGUFHeader) -> bool:
+def _head_is_a_copy(family: Family, records: Mapping[str, TensorInfo], path: Path) -> bool:
     """Whether ``output.weight`` holds the token embedding's bytes (GPT-2's tied head)."""
     if not family.tied_head_copy:
         return False
-    by_name = {t.name: t for t in header.tensors}
-    head, embedding = by_name["output.weight"], by_name.get("token_embd.weight")
+    head, embedding = records["output.weight"], records.get("token_embd.weight")
     if embedding is None or (head.shape, head.ggml_type) != (embedding.shape, embedding.ggml_type):
         return False
-    with open(header.path, "rb") as f:
+    with open(path, "rb") as f:
         f.seek(head.start)
         a = f.read(head.nbytes)
         f.seek(embedding.start)
@@ -171,12 +171,8 @@ def _hf_names(
     table = family.names(hf)
     names: dict[str, list[tuple[str, int | None]]] = {}
     for key in foreign:
-        expert = re.search(r"\.experts\.(\d+)\.", key)
-        merged = key if expert is None else key.replace(expert.group(0), ".experts.", 1)
-        name = table.get_name(merged, try_suffixes=(".weight", ".bias"))
-        if name is None:
-            raise CheckpointError(f"{key}: no GGUF name for it in llama.cpp's {family.arch} map")
-        names.setdefault(name, []).append((key, None if expert is None else int(expert[1])))
+        name, expert = family.gguf_name(table, key)
+        names.setdefault(name, []).append((key, expert))
     return names
 
 
@@ -201,9 +197,7 @@ def _hf_state(
             f"{', '.join(unknown[:8])}",
             path=header.path,
         )
-    for info, tensor in read_tensors(header):
-        if info.name not in names:
-            continue  # the tied head's copy
+    for info, tensor in read_tensors(header, names):  # not the tied head's copy
         types[info.name] = type_name(info.ggml_type)
         tensor = family.tensor_from_gguf(info.name, tensor, hf)
         for key, expert in names[info.name]:

@@ -5,7 +5,8 @@ decodes). The header is :mod:`zoo.checkpoint.gguf.header`'s, already checked aga
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import math
+from collections.abc import Container, Iterator
 from typing import TYPE_CHECKING
 
 from .header import GGUFHeader, TensorInfo
@@ -24,13 +25,17 @@ def type_name(ggml_type: int) -> str:
     return GGMLQuantizationType(ggml_type).name.lower()
 
 
-def read_tensors(header: GGUFHeader) -> Iterator[tuple[TensorInfo, Tensor]]:
-    """Each tensor of ``header``'s file, in file order, with its record."""
+def read_tensors(
+    header: GGUFHeader, wanted: Container[str] | None = None
+) -> Iterator[tuple[TensorInfo, Tensor]]:
+    """Each tensor of ``header``'s file (of those named in ``wanted``, where given), in file
+    order, with its record; a tensor not wanted is not read."""
     import numpy as np
 
     data = np.memmap(header.path, dtype=np.uint8, mode="c")
     for info in header.tensors:
-        yield info, _tensor(data, info)
+        if wanted is None or info.name in wanted:
+            yield info, _tensor(data, info)
 
 
 def _tensor(data: np.ndarray, info: TensorInfo) -> Tensor:
@@ -46,14 +51,6 @@ def _tensor(data: np.ndarray, info: TensorInfo) -> Tensor:
         return torch.from_numpy(raw.view(np.float16).reshape(info.shape))
     if info.ggml_type == 30:
         return torch.from_numpy(raw.view(np.int16).reshape(info.shape)).view(torch.bfloat16)
-    rows = raw.reshape(_rows(info), -1)  # (rows, bytes per row)
+    rows = raw.reshape(math.prod(info.shape[:-1]), -1)  # (rows, bytes per row)
     values = dequantize(rows, GGMLQuantizationType(info.ggml_type))  # (rows, innermost)
     return torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32).reshape(info.shape))
-
-
-def _rows(info: TensorInfo) -> int:
-    """The number of rows (all dimensions but the innermost)."""
-    rows = 1
-    for dim in info.shape[:-1]:
-        rows *= dim
-    return rows

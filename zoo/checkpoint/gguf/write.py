@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 import re
 import tempfile
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import CheckpointError
+from ...options import GGUF_TYPES
 from ..commit import process_umask
 from .families import Family, family_for_model_type
 
@@ -38,8 +40,7 @@ if TYPE_CHECKING:
 
 __all__ = ["GGUF_TYPES", "write_gguf"]
 
-#: The types a GGUF file is written in, and llama.cpp's file type for each.
-GGUF_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0")
+#: llama.cpp's file type for each of :data:`GGUF_TYPES`.
 _FILE_TYPES = {"f32": "ALL_F32", "f16": "MOSTLY_F16", "bf16": "MOSTLY_BF16",
                "q8_0": "MOSTLY_Q8_0", "q4_0": "MOSTLY_Q4_0"}  # fmt: skip
 #: GGUF tensors kept in float32 whatever the type (as llama.cpp's converter keeps them).
@@ -229,12 +230,8 @@ def _tensors(
     table = family.names(hf)
     sources: dict[str, dict[int, Tensor]] = {}  # GGUF name -> expert (-1: none) -> tensor
     for key, tensor in state.items():
-        expert = re.search(r"\.experts\.(\d+)\.", key)
-        merged = key if expert is None else key.replace(expert.group(0), ".experts.", 1)
-        name = table.get_name(merged, try_suffixes=(".weight", ".bias"))
-        if name is None:
-            raise CheckpointError(f"{key}: no GGUF name for it in llama.cpp's {family.arch} map")
-        sources.setdefault(name, {})[-1 if expert is None else int(expert[1])] = tensor
+        name, expert = family.gguf_name(table, key)
+        sources.setdefault(name, {})[-1 if expert is None else expert] = tensor
     if family.tied_head_copy and "output.weight" not in sources:
         sources["output.weight"] = sources["token_embd.weight"]
 
@@ -293,7 +290,4 @@ def _nbytes(planned: _Planned) -> int:
     import gguf
 
     block, size = gguf.GGML_QUANT_SIZES[planned.qtype]
-    count = 1
-    for dim in planned.shape:
-        count *= dim
-    return count // block * size
+    return math.prod(planned.shape) // block * size
