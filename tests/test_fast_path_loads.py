@@ -2,12 +2,12 @@
 or its GGUF file decodes at batch 1 through the one-call step (``zoo.runtime.native_block``)
 at every step where the same model loaded from zoo's own checkpoint does.
 
-GPT-2's Hugging Face layout stores its projections transposed (Conv1D); loaded as views, 48
-of gpt2-124m's 49 matrices were not in zoo's row order, the one-call step declined them and
-the model decoded at 26-28 tok/s against 39-45 from zoo's own file (the step ran, on
-strided weights). Loading now stores every tensor contiguously (copied once, at load). Each
-family runs in a child process (zoo's C kernels: a crash fails the test, not the run),
-counting the step's calls as the batch-1 guard does and the tensors not in row order.
+GPT-2's Hugging Face layout stores its projections transposed (Conv1D); loaded as views,
+they reached zoo's kernels only once the first decoding session had copied them (that
+process's first generation paid for it; docs/benchmarks.md has the figures). Loading now
+stores every tensor contiguously (copied once, at load). Each family runs in a child process
+(zoo's C kernels: a crash fails the test, not the run), counting the step's calls as the
+batch-1 guard does and the tensors not in row order.
 """
 
 from __future__ import annotations
