@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import itertools
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -38,7 +39,7 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
         [_P, _I, _I] * 3 + [_P, _P] + [_I] * 5 + [_P] + [_I] * 4 + [_F, _P, _C],
     ),
     "zoo_gemv_int8": (_C, [_P] * 6 + [_I, _I, _C]),
-    "zoo_decode_step_f32": (_C, [_P, _I, _I] + [_P] * 3 + [_I] * 3 + [_P, _P, _C]),
+    "zoo_decode_rows_f32": (_C, [_P, _I] + [_P] * 7 + [_I, _I, _P, _P, _C]),
 }
 
 
@@ -241,7 +242,8 @@ class _Model:
 
 def decode_step(lib: ctypes.CDLL) -> Iterator[tuple[str, str]]:
     """Six steps of small decoders of every block layout, activation, gating, rotary width
-    and weight kind, their logits and key/value caches after each."""
+    and weight kind, their logits and key/value caches after each: one sequence, and three
+    in slots 2, 0 and 1 of four, each at its own position."""
     steps, max_len = 6, 8
     configs = [
         ((0, 0), 0, False, False, 0),  # pre-norm, GELU (erf), learned positions (no rotary)
@@ -251,26 +253,29 @@ def decode_step(lib: ctypes.CDLL) -> Iterator[tuple[str, str]]:
         ((0, 0, 0), 3, True, False, 6),  # SiLU, gated (Llama-like)
         ((0, 0), 3, True, True, 2),  # the same in int8, a narrow rotary
     ]
-    for number, (layouts, act, gated, int8, rot) in enumerate(configs):
+    for (number, config), slots in itertools.product(enumerate(configs), ([0], [2, 0, 1])):
+        layouts, act, gated, int8, rot = config
         model = _Model(number, layouts, act, gated, int8, rot)
-        caches = [
-            np.zeros((model.kv, max_len, model.hd), np.float32) for _ in range(2 * len(layouts))
-        ]
+        shape = (max(slots) + 1, model.kv, max_len, model.hd)
+        caches = [np.zeros(shape, np.float32) for _ in range(2 * len(layouts))]
         ck = (ctypes.c_void_p * len(layouts))(*[c.ctypes.data for c in caches[: len(layouts)]])
         cv = (ctypes.c_void_p * len(layouts))(*[c.ctypes.data for c in caches[len(layouts) :]])
-        outs = []
-        for pos in range(steps):
-            angles = np.arange(max(rot, 1), dtype=np.float64) * (pos + 1) / 3.0
+        rows, outs, places = len(slots), [], np.array(slots, np.int64)
+        for step in range(steps):
+            pos = np.array([max(step - r, 0) for r in range(rows)], np.int64)  # rows lag behind
+            tokens = (step * 5 + number + np.arange(rows, dtype=np.int64)) % model.vocab
+            angles = np.arange(max(rot, 1), dtype=np.float64) * (pos[:, None] + 1) / 3.0
             cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
-            logits = np.zeros(model.vocab, np.float32)
-            status = lib.zoo_decode_step_f32(
-                ctypes.addressof(model.decoder), (pos * 5 + number) % model.vocab, pos,
-                _at(logits), ck, cv, max_len, pos, rot, _at(cos), _at(sin), 2,
+            logits = np.zeros((rows, model.vocab), np.float32)
+            status = lib.zoo_decode_rows_f32(
+                ctypes.addressof(model.decoder), rows, _at(tokens), _at(pos), _at(places), _at(pos),
+                _at(logits), ck, cv, max_len, rot,
+                _at(cos), _at(sin), 2,
             )  # fmt: skip
-            assert status == 0, f"decode step {number} at {pos} returned {status}"
+            assert status == 0, f"decode step {number} at {step} returned {status}"
             outs.append(logits)
         name = f"decode_step layouts={layouts} act={act} gated={gated} int8={int8} rot={rot}"
-        yield name, _digest(*outs, *caches)
+        yield f"{name} slots={slots}", _digest(*outs, *caches)
 
 
 CASES: list[Callable[[ctypes.CDLL], Iterator[tuple[str, str]]]] = [

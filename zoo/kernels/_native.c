@@ -348,6 +348,42 @@ void zoo_attend_rows_f32(const float *q, int64_t q_row, int64_t q_head, const fl
 #endif
 }
 
+/* One decoding step's self-attention for `rows` sequences, each at its own position in its own
+ * slot of the caches: row b's query, key and value are one row of qkv (qkv_row floats apart:
+ * `heads` query heads of hd floats, then `kv_heads` key heads, then as many value heads); its
+ * key and value heads are first written at position pos[b] of slot slot[b] (head j of slot s,
+ * position p at s * c_slot + j * c_head + p * hd in ck, cv), then each of its query heads
+ * attends to positions [0, pos[b]] of its key/value head j = h / (heads / kv_heads); y is
+ * (rows, heads, hd). The slots must differ. Each head's result is attend_head's, as
+ * zoo_attend_rows_f32 computes it, whatever the other rows and the thread count. */
+void zoo_attend_slots_f32(const float *qkv, int64_t qkv_row, float *ck, float *cv,
+                          int64_t c_slot, int64_t c_head, const int64_t *slot,
+                          const int64_t *pos, int64_t rows, int64_t heads, int64_t kv_heads,
+                          int64_t hd, float scale, float *y, int threads) {
+#ifdef ZOO_X86
+    size_t bytes = (size_t)hd * sizeof(float);
+    for (int64_t b = 0; b < rows; b++) {
+        const float *k = qkv + b * qkv_row + heads * hd, *v = k + kv_heads * hd;
+        for (int64_t j = 0; j < kv_heads; j++) {
+            int64_t at = slot[b] * c_slot + j * c_head + pos[b] * hd;
+            memcpy(ck + at, k + j * hd, bytes);
+            memcpy(cv + at, v + j * hd, bytes);
+        }
+    }
+    int64_t group = heads / kv_heads;
+#pragma omp parallel for schedule(dynamic) num_threads(threads)
+    for (int64_t i = 0; i < rows * heads; i++) {
+        int64_t b = i / heads, h = i % heads, at = slot[b] * c_slot + (h / group) * c_head;
+        attend_head(qkv + b * qkv_row + h * hd, ck + at, cv + at, hd, NULL, y + i * hd,
+                    pos[b] + 1, hd, scale);
+    }
+#else
+    (void)qkv, (void)qkv_row, (void)ck, (void)cv, (void)c_slot, (void)c_head, (void)slot;
+    (void)pos, (void)rows, (void)heads, (void)kv_heads, (void)hd, (void)scale, (void)y;
+    (void)threads;
+#endif
+}
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, .m_name = "_native", .m_doc = NULL, .m_size = -1};
 

@@ -1,5 +1,6 @@
-/* One batch-1 decoding step of a whole decoder in one call (zoo_decode_step_f32): the token
- * embedding; for every block its norms, the query/key/value product, rotary positions,
+/* One decoding step of a whole decoder in one call (zoo_decode_rows_f32), for one sequence or
+ * for several each at its own position in its own slot of the caches (continuous batching): the
+ * token embedding; for every block its norms, the query/key/value product, rotary positions,
  * attention over the key/value cache, the output product, the feed-forward and the residual
  * sums; the final norm and the head.
  *
@@ -17,9 +18,11 @@
  * into a fused multiply-add, as PyTorch's is not: -ffp-contract=off, see _native.c). The
  * activations are computed here: GELU's tanh form and SiLU as x / (1 + exp(-z)) with an
  * eight-lane exp accurate to about 2 ulp, GELU's erf form with the C library's erff, so they
- * differ from PyTorch's in the last bits.
- * zoo/nn/native_plan.py builds the descriptions (zoo_decoder, zoo_block...) from a model's
- * modules, and zoo/nn/native_block.py checks every shape before it calls.
+ * differ from PyTorch's in the last bits. Each row of a batch has the bits it has alone: the
+ * float32 products read each weight once for all rows (zoo_gemm_f32), and every other step
+ * runs row by row.
+ * zoo/runtime/native_plan.py builds the descriptions (zoo_decoder, zoo_block...) from a model's
+ * modules, and zoo/runtime/native_block.py checks every shape before it calls.
  */
 #include <math.h>
 #include <stddef.h>
@@ -33,20 +36,18 @@
 #endif
 
 /* The kernels of _native.c and _native_int8.c this file composes. */
-void zoo_gemv_f32(const float *W, const float *x, const float *b, float *y, int64_t N, int64_t K,
-                  int threads);
+void zoo_gemm_f32(const float *W, const float *X, const float *b, float *Y, int64_t M, int64_t N,
+                  int64_t K, int threads);
 int zoo_gemv_int8(const float *x, const int8_t *W, const float *w_scale, const int32_t *colsum,
                   const float *bias, float *y, int64_t N, int64_t K, int threads);
 void zoo_layer_norm_f32(const float *x, const float *w, const float *b, float *y, int64_t d,
                         float eps);
 void zoo_rms_norm_f32(const float *x, const float *w, float *y, int64_t d, float eps,
                       float offset);
-void zoo_attend_rows_f32(const float *q, int64_t q_row, int64_t q_head, const float *k,
-                         int64_t k_row, int64_t k_head, const float *v, int64_t v_row,
-                         int64_t v_head, float *ck, float *cv, int64_t c_row, int64_t c_head,
-                         int64_t c_pos, int64_t pos, int64_t len, const uint8_t *keep,
-                         int64_t rows, int64_t heads, int64_t kv_heads, int64_t hd, float scale,
-                         float *y, int threads);
+void zoo_attend_slots_f32(const float *qkv, int64_t qkv_row, float *ck, float *cv,
+                          int64_t c_slot, int64_t c_head, const int64_t *slot,
+                          const int64_t *pos, int64_t rows, int64_t heads, int64_t kv_heads,
+                          int64_t hd, float scale, float *y, int threads);
 
 enum { LINEAR_F32 = 0, LINEAR_INT8 = 1 };
 enum { NORM_LAYER = 0, NORM_RMS = 1 };
@@ -54,7 +55,7 @@ enum { ACT_GELU = 0, ACT_GELU_TANH = 1, ACT_RELU = 2, ACT_SILU = 3 };
 enum { PRE_NORM = 0, POST_NORM = 1, PARALLEL = 2 };
 
 /* One product: float32 rows, or int8 rows with per-row scales and row sums
- * (zoo_gemv_int8's). Mirrored by zoo/nn/native_plan.py's _Linear, as each structure here is. */
+ * (zoo_gemv_int8's). Mirrored by zoo/kernels/native_abi.py's Linear, as each structure here is. */
 typedef struct {
     int64_t kind, n, k;
     const void *w;
@@ -80,19 +81,28 @@ typedef struct {
     zoo_linear qkv, out, fc, proj;
 } zoo_block;
 
-static int linear(const zoo_linear *l, const float *x, float *y, int threads) {
-    if (l->kind == LINEAR_INT8)
-        return zoo_gemv_int8(x, (const int8_t *)l->w, l->scale, l->colsum, l->bias, y, l->n,
-                             l->k, threads);
-    zoo_gemv_f32((const float *)l->w, x, l->bias, y, l->n, l->k, threads);
+/* y (rows, n) = x (rows, k) W^T + b: float32 weights are read once for all rows (zoo_gemm_f32,
+ * each row with the bits zoo_gemv_f32 gives it alone); int8 ones once per row. */
+static int linear(const zoo_linear *l, const float *x, float *y, int64_t rows, int threads) {
+    if (l->kind == LINEAR_INT8) {
+        for (int64_t r = 0; r < rows; r++)
+            if (zoo_gemv_int8(x + r * l->k, (const int8_t *)l->w, l->scale, l->colsum, l->bias,
+                              y + r * l->n, l->n, l->k, threads))
+                return -1;
+        return 0;
+    }
+    zoo_gemm_f32((const float *)l->w, x, l->bias, y, rows, l->n, l->k, threads);
     return 0;
 }
 
-static void norm(const zoo_norm *m, const float *x, float *y, int64_t d) {
-    if (m->kind == NORM_LAYER)
-        zoo_layer_norm_f32(x, m->w, m->b, y, d, m->eps);
-    else
-        zoo_rms_norm_f32(x, m->w, y, d, m->eps, m->offset);
+/* y (rows, d) = the norm of each row of x (rows, d). */
+static void norm(const zoo_norm *m, const float *x, float *y, int64_t d, int64_t rows) {
+    for (int64_t r = 0; r < rows; r++) {
+        if (m->kind == NORM_LAYER)
+            zoo_layer_norm_f32(x + r * d, m->w, m->b, y + r * d, d, m->eps);
+        else
+            zoo_rms_norm_f32(x + r * d, m->w, y + r * d, d, m->eps, m->offset);
+    }
 }
 
 /* y = a + b, one float addition each (PyTorch's `x + h`). */
@@ -191,101 +201,111 @@ __attribute__((target("avx2,fma"))) static void activate(float *f, int64_t n, in
 }
 #endif
 
-/* The attention branch of normed input h (d): a (d). */
-static int attention(const zoo_block *b, const float *h, float *qkv, float *att, float *a,
-                     float *ck, float *cv, int64_t max_len, int64_t pos, int64_t rot,
-                     const float *cos, const float *sin, int threads) {
-    int64_t hd = b->head_dim, q_width = b->heads * hd, kv_width = b->kv_heads * hd;
-    if (linear(&b->qkv, h, qkv, threads)) return -1;
-    float *q = qkv, *k = qkv + q_width, *v = k + kv_width;
-    if (rot) {
-        rotate(q, b->heads, hd, rot, cos, sin);
-        rotate(k, b->kv_heads, hd, rot, cos, sin);
+/* Where a step's rows are: `n` sequences, row r in slot slot[r] of every layer's caches
+ * (slot s of a layer: its kv_heads x max_len x head_dim floats, s such blocks in), its new key
+ * at position pos[r]; the first `rot` features of each of its query and key heads turn by its
+ * cos and sin (rot values each, row r's at r * rot; rot 0: no rotary positions). */
+typedef struct {
+    int64_t n;
+    const int64_t *slot, *pos;
+    int64_t max_len, rot;
+    const float *cos, *sin;
+} zoo_rows;
+
+/* The attention branch of normed inputs h (rows, d): a (rows, d). */
+static int attention(const zoo_block *b, const zoo_rows *at, const float *h, float *qkv,
+                     float *att, float *a, float *ck, float *cv, int threads) {
+    int64_t hd = b->head_dim, width = b->qkv.n;
+    if (linear(&b->qkv, h, qkv, at->n, threads)) return -1;
+    for (int64_t r = 0; at->rot && r < at->n; r++) {
+        float *q = qkv + r * width, *k = q + b->heads * hd;
+        const float *cos = at->cos + r * at->rot, *sin = at->sin + r * at->rot;
+        rotate(q, b->heads, hd, at->rot, cos, sin);
+        rotate(k, b->kv_heads, hd, at->rot, cos, sin);
     }
-    /* one sequence: its caches (kv_heads, max_len, hd) */
-    zoo_attend_rows_f32(q, 0, hd, k, 0, hd, v, 0, hd, ck, cv, 0, max_len * hd, hd, pos, pos + 1,
-                        NULL, 1, b->heads, b->kv_heads, hd, b->scale, att, threads);
-    return linear(&b->out, att, a, threads);
+    int64_t head = at->max_len * hd;
+    zoo_attend_slots_f32(qkv, width, ck, cv, b->kv_heads * head, head, at->slot, at->pos, at->n,
+                         b->heads, b->kv_heads, hd, b->scale, att, threads);
+    return linear(&b->out, att, a, at->n, threads);
 }
 
-/* The feed-forward branch of normed input h (d): m (d); f is fc's output. */
-static int feed_forward(const zoo_block *b, const float *h, float *f, float *m, int threads) {
-    if (linear(&b->fc, h, f, threads)) return -1;
+/* The feed-forward branch of normed inputs h (rows, d): m (rows, d); f is fc's output (rows,
+ * fc.n), whose rows are then packed at proj.k apart (a gated row's activation fills its first
+ * half) for proj to read. */
+static int feed_forward(const zoo_block *b, const float *h, float *f, float *m, int64_t rows,
+                        int threads) {
+    if (linear(&b->fc, h, f, rows, threads)) return -1;
+    int64_t n = b->gated ? b->fc.n / 2 : b->fc.n;
 #ifdef ZOO_X86
-    activate(f, b->gated ? b->fc.n / 2 : b->fc.n, b->act, b->gated, threads);
+    for (int64_t r = 0; r < rows; r++) activate(f + r * b->fc.n, n, b->act, b->gated, threads);
 #endif
-    return linear(&b->proj, f, m, threads);
+    for (int64_t r = 1; r < rows && n != b->fc.n; r++)
+        memmove(f + r * n, f + r * b->fc.n, (size_t)n * sizeof(float));
+    return linear(&b->proj, f, m, rows, threads);
 }
 
-/* y (d) = the block of x (d) at position pos: the new key and value are written to the caches
- * ck, cv (kv_heads, max_len, head_dim); the first `rot` features of each query and key head
- * turn by cos and sin (`rot` values each; rot 0: no rotary positions). Returns 0,
- * or -1 where an int8 product met a row holding NaN or infinity (or no memory was left): y is
- * then unset, and the caller computes the block otherwise (writing the same cache position
- * again). Only call where zoo_native_supported() is 1. */
-static int block_step(const zoo_block *b, const float *x, float *y, float *ck, float *cv,
-                       int64_t max_len, int64_t pos, int64_t rot, const float *cos,
-                       const float *sin, int threads) {
+/* y (rows, d) = the block of x (rows, d), each row at its place `at`: the new keys and values
+ * are written to the caches ck, cv. Returns 0, or -1 where an int8 product met a row holding
+ * NaN or infinity (or no memory was left): y is then unset, and the caller computes the block
+ * otherwise (writing the same cache positions again). Only call where zoo_native_supported()
+ * is 1. */
+static int block_step(const zoo_block *b, const zoo_rows *at, const float *x, float *y,
+                      float *ck, float *cv, int threads) {
 #ifdef ZOO_X86
-    int64_t d = b->d_model;
-    size_t floats = (size_t)(4 * d + b->qkv.n + b->heads * b->head_dim + b->fc.n + 16);
+    int64_t d = b->d_model, n = at->n, rows_d = n * d;
+    size_t floats = (size_t)(n * (4 * d + b->qkv.n + b->heads * b->head_dim + b->fc.n) + 16);
     float *scratch = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
     if (!scratch) return -1;
-    float *h = scratch, *a = h + d, *x1 = a + d, *m = x1 + d;
-    float *qkv = m + d, *att = qkv + b->qkv.n, *f = att + b->heads * b->head_dim;
+    float *h = scratch, *a = h + rows_d, *x1 = a + rows_d, *m = x1 + rows_d;
+    float *qkv = m + rows_d, *att = qkv + n * b->qkv.n, *f = att + n * b->heads * b->head_dim;
     int status = -1;
     if (b->layout == PRE_NORM) { /* x1 = x + attn(n1(x)); y = x1 + ffn(n2(x1)) */
-        norm(&b->norm1, x, h, d);
-        if (attention(b, h, qkv, att, a, ck, cv, max_len, pos, rot, cos, sin, threads)) goto done;
-        add(x, a, x1, d);
-        norm(&b->norm2, x1, h, d);
-        if (feed_forward(b, h, f, m, threads)) goto done;
-        add(x1, m, y, d);
+        norm(&b->norm1, x, h, d, n);
+        if (attention(b, at, h, qkv, att, a, ck, cv, threads)) goto done;
+        add(x, a, x1, rows_d);
+        norm(&b->norm2, x1, h, d, n);
+        if (feed_forward(b, h, f, m, n, threads)) goto done;
+        add(x1, m, y, rows_d);
     } else if (b->layout == POST_NORM) { /* x1 = n1(x + attn(x)); y = n2(x1 + ffn(x1)) */
-        if (attention(b, x, qkv, att, a, ck, cv, max_len, pos, rot, cos, sin, threads)) goto done;
-        add(x, a, h, d);
-        norm(&b->norm1, h, x1, d);
-        if (feed_forward(b, x1, f, m, threads)) goto done;
-        add(x1, m, h, d);
-        norm(&b->norm2, h, y, d);
+        if (attention(b, at, x, qkv, att, a, ck, cv, threads)) goto done;
+        add(x, a, h, rows_d);
+        norm(&b->norm1, h, x1, d, n);
+        if (feed_forward(b, x1, f, m, n, threads)) goto done;
+        add(x1, m, h, rows_d);
+        norm(&b->norm2, h, y, d, n);
     } else { /* y = x + (attn(n1(x)) + ffn(n2(x))) */
-        norm(&b->norm1, x, h, d);
-        if (attention(b, h, qkv, att, a, ck, cv, max_len, pos, rot, cos, sin, threads)) goto done;
-        norm(&b->norm2, x, h, d);
-        if (feed_forward(b, h, f, m, threads)) goto done;
-        add(a, m, x1, d);
-        add(x, x1, y, d);
+        norm(&b->norm1, x, h, d, n);
+        if (attention(b, at, h, qkv, att, a, ck, cv, threads)) goto done;
+        norm(&b->norm2, x, h, d, n);
+        if (feed_forward(b, h, f, m, n, threads)) goto done;
+        add(a, m, x1, rows_d);
+        add(x, x1, y, rows_d);
     }
     status = 0;
 done:
     free(scratch);
     return status;
 #else
-    (void)b, (void)x, (void)y, (void)ck, (void)cv, (void)max_len, (void)pos, (void)rot;
-    (void)cos;
-    (void)sin, (void)threads;
+    (void)b, (void)at, (void)x, (void)y, (void)ck, (void)cv, (void)threads;
     return -1;
 #endif
 }
 
-/* y (d) = blocks[n - 1](... blocks[0](x)) at position pos, the whole stack of a decoder in one
- * call: layer i writes its key and value to ck[i], cv[i] (kv_heads, max_len, head_dim); every
- * layer turns by the same cos and sin. Returns 0, or -1 as block_step does (some
- * layers may then have written their caches at pos: the caller computes the stack otherwise,
+/* y (rows, d) = blocks[n - 1](... blocks[0](x)), the whole stack of a decoder in one call: layer
+ * i writes its keys and values to ck[i], cv[i]. Returns 0, or -1 as block_step does (some
+ * layers may then have written their caches: the caller computes the stack otherwise,
  * writing them again). */
-static int stack_step(const zoo_block *blocks, int64_t n, const float *x, float *y,
-                       float *const *ck, float *const *cv, int64_t max_len, int64_t pos,
-                       int64_t rot, const float *cos, const float *sin, int threads) {
+static int stack_step(const zoo_block *blocks, int64_t n, const zoo_rows *at, const float *x,
+                      float *y, float *const *ck, float *const *cv, int threads) {
     if (n <= 0) return -1;
-    int64_t d = blocks[0].d_model;
-    float *between = aligned_alloc(64, (size_t)(2 * d * sizeof(float) + 63) / 64 * 64);
+    int64_t rows_d = at->n * blocks[0].d_model;
+    float *between = aligned_alloc(64, (size_t)(2 * rows_d * sizeof(float) + 63) / 64 * 64);
     if (!between) return -1;
     const float *in = x;
     int status = 0;
     for (int64_t i = 0; i < n && status == 0; i++) {
-        float *out = i == n - 1 ? y : between + (i % 2) * d;
-        status = block_step(blocks + i, in, out, ck[i], cv[i], max_len, pos, rot, cos,
-                                    sin, threads);
+        float *out = i == n - 1 ? y : between + (i % 2) * rows_d;
+        status = block_step(blocks + i, at, in, out, ck[i], cv[i], threads);
         in = out;
     }
     free(between);
@@ -312,33 +332,44 @@ typedef struct {
     zoo_linear head;
 } zoo_decoder;
 
-/* logits (head.n) of token `token` at position `position` (its cache index pos): the
- * embedding, every block (stack_step), the final norm and the head, as the
- * per-module path computes them (the embedding: rows to float, times the row's scale, times
- * `scale`, plus the position's row, each one float operation). Returns 0, or -1 for a token
- * or position out of range or as stack_step does: logits is then unset. */
-int zoo_decode_step_f32(const zoo_decoder *m, int64_t token, int64_t position, float *logits,
-                        float *const *ck, float *const *cv, int64_t max_len, int64_t pos,
-                        int64_t rot, const float *cos, const float *sin, int threads) {
-    const zoo_embedding *e = &m->embedding;
-    if (m->n_blocks <= 0 || token < 0 || token >= e->vocab || position < 0 ||
-        (e->positions && position >= e->max_positions))
-        return -1;
-    int64_t d = m->blocks[0].d_model;
-    float *x = aligned_alloc(64, (size_t)(2 * d * sizeof(float) + 63) / 64 * 64);
-    if (!x) return -1;
-    float *h = x + d;
+/* The embedding of one token at `position` into x (d): rows to float, times the row's scale,
+ * times `scale`, plus the position's row, each one float operation (as the per-module path). */
+static void embed(const zoo_embedding *e, int64_t token, int64_t position, float *x, int64_t d) {
     for (int64_t i = 0; i < d; i++) {
         float v = e->kind == 1 ? (float)((const int8_t *)e->rows)[token * d + i] * e->row_scale[token]
                                : ((const float *)e->rows)[token * d + i];
         v = v * e->scale;
         x[i] = e->positions ? v + e->positions[position * d + i] : v;
     }
-    int status = stack_step(m->blocks, m->n_blocks, x, h, ck, cv, max_len, pos, rot,
-                                    cos, sin, threads);
+}
+
+/* logits (rows, head.n) of one new token for each of `rows` sequences: row r's token tokens[r]
+ * at position positions[r], its keys and values written at cache position pos[r] of slot
+ * slot[r] (zoo_rows; the slots must differ): the embedding, every block (stack_step), the
+ * final norm and the head, as the per-module path computes them for each row alone. One
+ * sequence decoding on its own is rows 1, slot 0. Returns 0, or -1 for a token, position or
+ * cache position out of range or as stack_step does: logits is then unset. */
+int zoo_decode_rows_f32(const zoo_decoder *m, int64_t rows, const int64_t *tokens,
+                        const int64_t *positions, const int64_t *slot, const int64_t *pos,
+                        float *logits, float *const *ck, float *const *cv, int64_t max_len,
+                        int64_t rot, const float *cos, const float *sin, int threads) {
+    const zoo_embedding *e = &m->embedding;
+    if (m->n_blocks <= 0 || rows <= 0) return -1;
+    for (int64_t r = 0; r < rows; r++)
+        if (tokens[r] < 0 || tokens[r] >= e->vocab || positions[r] < 0 ||
+            (e->positions && positions[r] >= e->max_positions) || slot[r] < 0 || pos[r] < 0 ||
+            pos[r] >= max_len)
+            return -1;
+    int64_t d = m->blocks[0].d_model;
+    float *x = aligned_alloc(64, (size_t)(2 * rows * d * sizeof(float) + 63) / 64 * 64);
+    if (!x) return -1;
+    float *h = x + rows * d;
+    for (int64_t r = 0; r < rows; r++) embed(e, tokens[r], positions[r], x + r * d, d);
+    zoo_rows at = {rows, slot, pos, max_len, rot, cos, sin};
+    int status = stack_step(m->blocks, m->n_blocks, &at, x, h, ck, cv, threads);
     if (status == 0) {
-        if (m->has_final) norm(&m->final_norm, h, x, d);
-        status = linear(&m->head, m->has_final ? x : h, logits, threads);
+        if (m->has_final) norm(&m->final_norm, h, x, d, rows);
+        status = linear(&m->head, m->has_final ? x : h, logits, rows, threads);
     }
     free(x);
     return status;
@@ -350,7 +381,7 @@ int zoo_decode_step_f32(const zoo_decoder *m, int64_t token, int64_t position, f
  * not its mirrors' (a stale build, or one of other sources). ZOO_ABI_VERSION goes up, here and
  * in native_abi.py, whenever a structure or a kernel's arguments change. Writes up to
  * `capacity` values to `out` (NULL to ask only the count); returns the count. */
-#define ZOO_ABI_VERSION 1
+#define ZOO_ABI_VERSION 2
 #define AT(type, field) (int64_t) offsetof(type, field)
 
 int64_t zoo_abi(int64_t *out, int64_t capacity) {

@@ -21,7 +21,7 @@ from typing import Any
 __all__ = ["VERSION", "Block", "Decoder", "Embedding", "Linear", "Norm", "built_layout", "layout"]
 
 #: The version macro of ``_native_block.c``: the structures and the kernels' arguments.
-VERSION = 1
+VERSION = 2
 
 _I, _P, _F = ctypes.c_int64, ctypes.c_void_p, ctypes.c_float
 

@@ -64,19 +64,24 @@ def one_call(
     Shape:
         ``ids (1, 1) -> (1, 1, vocab_size)``.
     """
-    if (
-        keep is not None
-        or ids.shape != (1, 1)
-        or model._other_positions
-        or model.pos_emb.adds_score_bias
-        or any(window is not None for window in model.layer_windows)
-    ):
+    if keep is not None or ids.shape != (1, 1) or not sees_every_key(model):
         return None
     logits = decode(model, ids, positions, cache, model.pos_emb.rotation)
     if logits is None:
         return None
     cache.advance(1)
     return model.finish_logits(logits)
+
+
+def sees_every_key(model: DecoderLM) -> bool:
+    """Whether every layer of ``model`` sees every key before its query (no sliding window,
+    no score bias) and turns by the model's one rotation: the attention the kernel
+    computes."""
+    return not (
+        model._other_positions
+        or model.pos_emb.adds_score_bias
+        or any(window is not None for window in model.layer_windows)
+    )
 
 
 def decode(
@@ -96,25 +101,62 @@ def decode(
     Shape:
         ``ids (1, 1) -> (1, 1, vocab_size)``.
     """
+    if not _one_token(ids, positions, cache) or not _plain_layers(cache):
+        return None
+    keys = [layer.k for layer in cache.layers]
+    values = [layer.v for layer in cache.layers]
+    logits = decode_rows(
+        model, [int(ids)], [int(positions)], [0], [cache.length], keys, values,
+        lambda: rotation(positions),
+    )  # fmt: skip
+    return None if logits is None else logits.view(1, 1, -1)
+
+
+def decode_rows(
+    model: nn.Module,
+    tokens: list[int],
+    positions: list[int],
+    slots: list[int],
+    starts: list[int],
+    keys: list[Tensor],
+    values: list[Tensor],
+    rotation: Callable[[], Rotation | None],
+) -> Tensor | None:
+    """The logits of ``model`` (a :class:`~zoo.nn.decoder.DecoderLM`) for one new token of
+    each of ``N`` sequences, in one call to zoo's kernels: sequence ``i``'s token
+    ``tokens[i]`` at position ``positions[i]``, its keys and values written at position
+    ``starts[i]`` of slot ``slots[i]`` (all different) of every layer's caches ``keys``,
+    ``values`` (``(R, H_kv, L, hd)`` each, ``R`` slots of ``L`` positions), each query
+    attending to positions ``[0, starts[i]]`` of its slot. ``rotation()`` gives the rotary
+    rotation of the ``N`` positions (``cos``/``sin`` ``(N, 1, 1, rot)``), called only once
+    the step applies. ``None`` (nothing computed or written) where the module docstring's
+    conditions do not hold; each row's logits are those it has decoding alone.
+
+    Shape:
+        ``N`` tokens -> ``(N, vocab_size)``.
+    """
     lib = _kernels()
-    if lib is None or not _one_token(ids, positions, cache) or _records_grad(model):
+    if lib is None or _records_grad(model):
         return None
     plan = _PLANS.get(model)
     if plan is None or not plan.checks.current():
         plan = _PLANS[model] = read_plan(model)
     if plan.decoder is None or plan.checks.hooked():
         return None
-    start = cache.length
-    caches = _caches(cache, plan.geometry, start)
-    turn = rotation(positions)  # held here: the kernel reads its cos and sin
-    angles = _angles(turn, min(hd for _, hd in plan.geometry))
-    if caches is None or angles is None:
+    rows = len(tokens)
+    caches = _caches(keys, values, plan.geometry)
+    if caches is None or not _placed(slots, starts, rows, keys[0].shape):
         return None
-    keys, values, length = caches  # the layers' cache addresses, alive through the call
-    logits = torch.empty(1, 1, plan.decoder.head.n)
-    status = lib.zoo_decode_step_f32(
-        ctypes.byref(plan.decoder), int(ids), int(positions), logits.data_ptr(),
-        ctypes.addressof(keys), ctypes.addressof(values), length, start,
+    turn = rotation()  # held here: the kernel reads its cos and sin
+    angles = _angles(turn, min(hd for _, hd in plan.geometry), rows)
+    if angles is None:
+        return None
+    key_addresses, value_addresses = caches  # alive through the call
+    numbers = [torch.tensor(v, dtype=torch.int64) for v in (tokens, positions, slots, starts)]
+    logits = torch.empty(rows, plan.decoder.head.n)
+    status = lib.zoo_decode_rows_f32(
+        ctypes.byref(plan.decoder), rows, *(t.data_ptr() for t in numbers), logits.data_ptr(),
+        ctypes.addressof(key_addresses), ctypes.addressof(value_addresses), keys[0].shape[2],
         *angles, torch.get_num_threads(),
     )  # fmt: skip
     return logits if status == 0 else None
@@ -132,37 +174,55 @@ def _one_token(ids: Tensor, positions: Tensor, cache: KVCache) -> bool:
     )
 
 
+def _plain_layers(cache: KVCache) -> bool:
+    """Whether every layer of ``cache`` is a plain :class:`LayerCache` (its own buffers)."""
+    return all(type(layer) is LayerCache for layer in cache.layers)
+
+
 def _records_grad(model: nn.Module) -> bool:
     """Whether autograd would record this step (zoo's kernels record nothing)."""
     return torch.is_grad_enabled() and any(p.requires_grad for p in model.parameters())
 
 
-def _caches(cache: KVCache, geometry: tuple[tuple[int, int], ...], start: int) -> Any:
-    """Two arrays of the addresses of every layer's keys and values, and the caches' length,
-    where each layer's cache is one contiguous float32 block of its key/value heads with room
-    at ``start`` (the same length for all), a plain tensor inside its storage
+def _caches(
+    keys: list[Tensor], values: list[Tensor], geometry: tuple[tuple[int, int], ...]
+) -> tuple[Any, Any] | None:
+    """Two arrays of the addresses of every layer's keys and values, where each layer's
+    cache is one contiguous float32 block ``(R, H_kv, L, hd)`` of its geometry (the same
+    ``R`` and ``L`` for all), a plain tensor inside its storage
     (:func:`zoo.kernels.native._plain_blocks`); ``None`` otherwise."""
-    layers = cache.layers
-    if len(layers) != len(geometry) or not all(type(layer) is LayerCache for layer in layers):
+    if len(keys) != len(geometry) or len(values) != len(geometry):
         return None
-    keys = [layer.k for layer in layers]
-    values = [layer.v for layer in layers]
-    length = keys[0].shape[2]
-    shapes = [(1, heads, length, hd) for heads, hd in geometry]
+    slots, _, length, _ = keys[0].shape
+    shapes = [(slots, heads, length, hd) for heads, hd in geometry]
     if not (
-        0 <= start < length
-        and list(map(Tensor.size, keys)) == shapes == list(map(Tensor.size, values))
+        list(map(Tensor.size, keys)) == shapes == list(map(Tensor.size, values))
         and _plain_blocks(keys + values)
     ):
         return None
-    addresses = ctypes.c_void_p * len(layers)
-    return addresses(*map(Tensor.data_ptr, keys)), addresses(*map(Tensor.data_ptr, values)), length
+    addresses = ctypes.c_void_p * len(keys)
+    return addresses(*map(Tensor.data_ptr, keys)), addresses(*map(Tensor.data_ptr, values))
 
 
-def _angles(rotation: Rotation | None, head_dim: int) -> tuple[int, int | None, int | None] | None:
+def _placed(slots: list[int], starts: list[int], rows: int, shape: torch.Size) -> bool:
+    """Whether ``rows`` sequences sit in different slots of a cache of ``shape``
+    ``(R, H_kv, L, hd)``, each with room at its start."""
+    return (
+        rows > 0
+        and len(slots) == len(starts) == rows
+        and len(set(slots)) == rows
+        and all(0 <= slot < shape[0] for slot in slots)
+        and all(0 <= start < shape[2] for start in starts)
+    )
+
+
+def _angles(
+    rotation: Rotation | None, head_dim: int, rows: int
+) -> tuple[int, int | None, int | None] | None:
     """The rotary width and the addresses of the rotation's ``cos`` and ``sin`` for the
     kernel (``0, None, None`` without rotary positions); ``None`` where the rotation is not
-    :class:`~zoo.nn.positions.Rotation` of one float32 position at most ``head_dim`` wide."""
+    :class:`~zoo.nn.positions.Rotation` of one float32 position per row, at most
+    ``head_dim`` wide."""
     if rotation is None:
         return 0, None, None
     if type(rotation) is not Rotation:
@@ -170,11 +230,11 @@ def _angles(rotation: Rotation | None, head_dim: int) -> tuple[int, int | None, 
     cos, sin = rotation.cos, rotation.sin
     rot = cos.shape[-1]
     if not (
-        cos.shape == sin.shape == (1, 1, 1, rot)
+        cos.shape == sin.shape == (rows, 1, 1, rot)
         and 0 < rot <= head_dim
         and rot % 2 == 0
-        and _vector(cos, rot)
-        and _vector(sin, rot)
+        and _vector(cos, rows * rot)
+        and _vector(sin, rows * rot)
     ):
         return None
     return rot, cos.data_ptr(), sin.data_ptr()

@@ -29,6 +29,7 @@ from ..memory import ALLOW_LARGE_ENV, allow_large, available_memory, format_byte
 from ..nn.base import activation_dtype, check_token_ids
 from ..nn.decoder import DecoderLM
 from .cache import KVCache, LayerCache
+from .native_block import decode_rows, sees_every_key
 
 __all__ = ["SlotBatch", "SlotKVCache", "SlotLayerCache", "check_batchable"]
 
@@ -336,6 +337,9 @@ class SlotBatch(Generic[K]):
     def _step_logits(self, rows: list[int], tokens: Tensor) -> Tensor:
         """:meth:`step`'s forward pass over rows ``[0, max(rows)]``, ``tokens`` ``(N,)`` for
         ``rows``: their next-token logits ``(N, vocab)`` (lengths not yet advanced)."""
+        fused = self._one_call(rows, tokens)
+        if fused is not None:
+            return fused
         used = max(rows) + 1
         inputs = torch.zeros(used, dtype=torch.long, device=self.device)
         inputs[rows] = tokens.to(self.device)
@@ -343,6 +347,21 @@ class SlotBatch(Generic[K]):
         span = int(lengths.max()) + 1  # positions any row reads this step
         logits = self._forward_rows(inputs, lengths, span)  # (U, vocab)
         return logits if rows == list(range(used)) else logits[rows]
+
+    def _one_call(self, rows: list[int], tokens: Tensor) -> Tensor | None:
+        """:meth:`step`'s logits ``(N, vocab)`` for ``rows`` alone, in one call to zoo's CPU
+        kernels (:func:`~zoo.runtime.native_block.decode_rows`: each row as it decodes alone,
+        the weights read once for all); ``None`` (nothing computed) where it does not apply,
+        and the model's own pass runs."""
+        if self.device.type != "cpu" or not sees_every_key(self.model):
+            return None
+        starts = [self._lengths[row] for row in rows]
+        positions = torch.tensor(starts)[:, None]  # (N, 1): each new token's position
+        logits = decode_rows(
+            self.model, tokens.tolist(), starts, rows, starts, self._k, self._v,
+            lambda: self.model.pos_emb.rotation(positions),
+        )  # fmt: skip
+        return None if logits is None else self.model.finish_logits(logits)
 
     def _forward_rows(self, inputs: Tensor, lengths: Tensor, span: int) -> Tensor:
         """One token ``inputs`` ``(U,)`` for each of rows ``[0, U)`` at positions ``lengths``

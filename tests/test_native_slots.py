@@ -1,0 +1,121 @@
+"""zoo's one-call CPU step over a slot batch (:func:`zoo.runtime.native_block.decode_rows`,
+``zoo_decode_rows_f32``), which :class:`~zoo.runtime.slots.SlotBatch` runs for continuous
+batching (``zoo serve``): over joins, leaves, rows not stepped and slots filled by copy, its
+logits equal the per-module pass's to 1e-5 with the same greedy tokens, every row's logits
+have the bits that row has decoding alone (zoo.generate's batch-1 step), and it runs at every
+step of the families the batch-1 step computes (counted), float32 and int8. Each case runs
+in a child process (zoo's C kernels: a crash fails the test, not the run)."""
+
+from __future__ import annotations
+
+import pytest
+from native_child import run_native
+from test_fast_path_loads import FAMILIES, ONE_CALL
+
+CHILD = """
+import warnings
+import torch, zoo
+from zoo.runtime import native_block, slots
+from zoo.runtime.decoding import DecoderSession
+from zoo.testing.reference import randomize_parameters
+from zoo.testing.small import reference_overrides
+warnings.simplefilter("ignore")
+named, quantize = NAMED, QUANTIZE
+torch.manual_seed(0)
+model = zoo.build(named, **reference_overrides(named))
+randomize_parameters(model)
+model = model.eval()
+if quantize:
+    from zoo.quant.layers import quantize_
+    model = quantize_(model, quantize)
+fused, calls = native_block.decode_rows, []
+
+def counted(*args):
+    out = fused(*args)
+    calls.append(out is not None)
+    return out
+
+slots.decode_rows = counted
+vocab = model.config.vocab_size
+PROMPTS = {"a": 5, "b": 9, "c": 3, "d": 12}
+
+def prompt(n, seed):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(1, vocab, (n,), generator=g).tolist()
+
+def drive(batch):
+    # every row's tokens so far (prompt + greedy) and every step's logits per key
+    got, seen = {}, {}
+    def step(keys):
+        logits = batch.step(torch.tensor([got[k][-1] for k in keys]), keys)
+        for key, row in zip(keys, logits):
+            got[key].append(int(row.argmax()))
+            seen.setdefault(key, []).append(row)
+    with torch.inference_mode():
+        for i, key in enumerate("abc"):
+            got[key] = prompt(PROMPTS[key], i)
+            got[key].append(int(batch.add(key, got[key]).argmax()))
+        for _ in range(3):
+            step(["a", "b", "c"])
+        batch.open("d")  # row 3 prefills in two chunks while a and c decode
+        got["d"] = prompt(PROMPTS["d"], 3)
+        batch.extend([("d", got["d"][:6])])
+        step(["a", "c"])
+        got["d"].append(int(batch.extend([("d", got["d"][6:])])[0].argmax()))
+        batch.remove("b")  # d moves into row 1
+        for _ in range(3):
+            step(["c", "d", "a"])
+        batch.remove("a")
+        for _ in range(2):
+            step(["d"])  # a row past the first stepped alone
+    return got, seen
+
+calls.clear()
+plain = slots.SlotBatch(model, max_rows=4, max_len=48)
+tokens, logits = drive(plain)
+ran = sum(calls)
+worst = 0.0
+if not quantize:  # (int8: the per-module pass quantizes the rows together, the step each alone)
+    per_module = slots.SlotBatch(model, max_rows=4, max_len=48)
+    per_module._one_call = lambda rows, tokens: None
+    tokens_pm, logits_pm = drive(per_module)
+    assert tokens == tokens_pm, (tokens, tokens_pm)
+    pairs = [(x, y) for k in logits for x, y in zip(logits[k], logits_pm[k])]
+    worst = max(float((x - y).abs().max() / max(1.0, float(y.abs().max()))) for x, y in pairs)
+    assert worst <= 1e-5, worst
+# each row prefilled whole, alone: the batch-1 session's steps on the same tokens
+alone_equal = True
+with torch.inference_mode():
+    for key in "abc":
+        ids, n, row_logits = tokens[key], PROMPTS[key], logits[key]
+        session = DecoderSession(model, torch.tensor([ids[:n]]), None, n + len(row_logits))
+        session.prefill()
+        for i, expected in enumerate(row_logits):
+            out = session.step(torch.tensor([ids[n + i]]))
+            alone_equal &= torch.equal(out.reshape(-1), expected)
+print("ok", ran, len(calls), int(alone_equal), f"{worst:.2e}")
+"""
+
+
+def _run(named: str, quantize: str | None) -> tuple[int, int, int]:
+    code = CHILD.replace("NAMED", repr(named)).replace("QUANTIZE", repr(quantize))
+    (line,) = run_native(code, timeout=300)
+    ran, steps, alone, _ = line.split()[1:]
+    return int(ran), int(steps), int(alone)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_the_slot_step_runs_in_one_call_and_equals_the_per_module_pass(family: str) -> None:
+    ran, steps, alone = _run(FAMILIES[family], None)
+    if family in ONE_CALL:
+        assert ran == steps == 9, (ran, steps)  # every step of the batch in one call
+        assert alone == 1  # each row with the bits it has decoding alone
+    else:
+        assert ran == 0  # declined (and the per-module pass gave the same tokens)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_the_int8_slot_step_runs_in_one_call(family: str) -> None:
+    ran, steps, alone = _run(FAMILIES[family], "int8")
+    assert ran == steps == 9
+    assert alone == 1
