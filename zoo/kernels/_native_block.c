@@ -19,8 +19,8 @@
  * activations are computed here: GELU's tanh form and SiLU as x / (1 + exp(-z)) with an
  * eight-lane exp accurate to about 2 ulp, GELU's erf form with the C library's erff, so they
  * differ from PyTorch's in the last bits. Each row of a batch has the bits it has alone: the
- * float32 products read each weight once for all rows (zoo_gemm_f32), and every other step
- * runs row by row.
+ * products read each weight once for all rows (zoo_gemm_f32, zoo_gemm_int8), and every
+ * other step runs row by row.
  * zoo/runtime/native_plan.py builds the descriptions (zoo_decoder, zoo_block...) from a model's
  * modules, and zoo/runtime/native_block.py checks every shape before it calls.
  */
@@ -38,8 +38,8 @@
 /* The kernels of _native.c and _native_int8.c this file composes. */
 void zoo_gemm_f32(const float *W, const float *X, const float *b, float *Y, int64_t M, int64_t N,
                   int64_t K, int threads);
-int zoo_gemv_int8(const float *x, const int8_t *W, const float *w_scale, const int32_t *colsum,
-                  const float *bias, float *y, int64_t N, int64_t K, int threads);
+int zoo_gemm_int8(const float *X, const int8_t *W, const float *w_scale, const int32_t *colsum,
+                  const float *bias, float *Y, int64_t M, int64_t N, int64_t K, int threads);
 void zoo_layer_norm_f32(const float *x, const float *w, const float *b, float *y, int64_t d,
                         float eps);
 void zoo_rms_norm_f32(const float *x, const float *w, float *y, int64_t d, float eps,
@@ -81,16 +81,12 @@ typedef struct {
     zoo_linear qkv, out, fc, proj;
 } zoo_block;
 
-/* y (rows, n) = x (rows, k) W^T + b: float32 weights are read once for all rows (zoo_gemm_f32,
- * each row with the bits zoo_gemv_f32 gives it alone); int8 ones once per row. */
+/* y (rows, n) = x (rows, k) W^T + b, the weights read once for all rows, each row with the
+ * bits the one-row kernel gives it alone (zoo_gemm_f32, zoo_gemm_int8). */
 static int linear(const zoo_linear *l, const float *x, float *y, int64_t rows, int threads) {
-    if (l->kind == LINEAR_INT8) {
-        for (int64_t r = 0; r < rows; r++)
-            if (zoo_gemv_int8(x + r * l->k, (const int8_t *)l->w, l->scale, l->colsum, l->bias,
-                              y + r * l->n, l->n, l->k, threads))
-                return -1;
-        return 0;
-    }
+    if (l->kind == LINEAR_INT8)
+        return zoo_gemm_int8(x, (const int8_t *)l->w, l->scale, l->colsum, l->bias, y, rows,
+                             l->n, l->k, threads);
     zoo_gemm_f32((const float *)l->w, x, l->bias, y, rows, l->n, l->k, threads);
     return 0;
 }

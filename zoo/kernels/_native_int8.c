@@ -117,6 +117,11 @@ __attribute__((target("avx2,fma"))) static inline __m256i dot32(__m256i xv, cons
     return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
 }
 
+/* The same for 32 weights already loaded. */
+__attribute__((target("avx2,fma"))) static inline __m256i dot32v(__m256i xv, __m256i wv) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(xv, wv), _mm256_set1_epi16(1));
+}
+
 /* The integer tail of a row past the last whole 32 values. */
 static inline int32_t dot_tail(const uint8_t *xq, const int8_t *w, int64_t k, int64_t K) {
     int32_t s = 0;
@@ -164,7 +169,52 @@ __attribute__((target("avx2,fma"))) static void int8_task(
     for (int64_t n = n0; n < n1; n++)
         y[n] = epilogue(acc[n - n0], zero, colsum[n], x_scale, w_scale[n], bias, n);
 }
+
+/* Y[m, n] for weight rows n in [n0, n1) and the M rows of xq (each quantized with its own
+ * x_scale[m] and zero[m], `padded` bytes apart): steps 3 and 4 for every row, each weight
+ * row read from memory once and from the first level cache for each further pair of rows.
+ * The sums are exact integers, so each output has the bits int8_task gives its row alone. */
+__attribute__((target("avx2,fma"))) static void int8_task_many(
+    const int8_t *W, const uint8_t *xq, int64_t padded, int64_t M, float *Y, int64_t N,
+    int64_t n0, int64_t n1, int64_t K, const int32_t *zero, const int32_t *colsum,
+    const float *x_scale, const float *w_scale, const float *bias) {
+    for (int64_t n = n0; n < n1; n++) {
+        const int8_t *w = W + n * K;
+        for (int64_t m = 0; m < M; m += 2) {
+            int pair = m + 1 < M;
+            const uint8_t *x0 = xq + m * padded, *x1 = pair ? x0 + padded : x0;
+            __m256i a0 = _mm256_setzero_si256(), a1 = _mm256_setzero_si256();
+            int64_t k = 0;
+            for (; k + 32 <= K; k += 32) {
+                if (m == 0) _mm_prefetch((const char *)(w + k + PREFETCH), _MM_HINT_T0);
+                __m256i wv = _mm256_loadu_si256((const __m256i *)(w + k));
+                a0 = _mm256_add_epi32(a0, dot32v(_mm256_loadu_si256((const __m256i *)(x0 + k)), wv));
+                a1 = _mm256_add_epi32(a1, dot32v(_mm256_loadu_si256((const __m256i *)(x1 + k)), wv));
+            }
+            int32_t acc0 = hsum_epi32(a0) + dot_tail(x0, w, k, K);
+            Y[m * N + n] = epilogue(acc0, zero[m], colsum[n], x_scale[m], w_scale[n], bias, n);
+            if (pair) {
+                int32_t acc1 = hsum_epi32(a1) + dot_tail(x1, w, k, K);
+                Y[(m + 1) * N + n] =
+                    epilogue(acc1, zero[m + 1], colsum[n], x_scale[m + 1], w_scale[n], bias, n);
+            }
+        }
+    }
+}
 #endif
+
+/* Step 1 for x (K): its scale and zero point; -1 where x holds NaN or infinity, else 0. */
+static int row_params(const float *x, int64_t K, float *x_scale, int32_t *zero) {
+    float lo = 0.f, hi = 0.f;
+    if (K > 0) lo = hi = x[0];
+    for (int64_t k = 0; k < K; k++) {
+        if (!isfinite(x[k])) return -1;
+        lo = x[k] < lo ? x[k] : lo;
+        hi = x[k] > hi ? x[k] : hi;
+    }
+    choose_params(lo, hi, x_scale, zero);
+    return 0;
+}
 
 /* y (N) = the dynamic int8 product of x (K) and W (N, K, row-major int8) with per-row scales
  * w_scale (N), row sums colsum (N: sum_k W[n, k]) and bias (N, or NULL), on `threads`
@@ -173,16 +223,9 @@ __attribute__((target("avx2,fma"))) static void int8_task(
 int zoo_gemv_int8(const float *x, const int8_t *W, const float *w_scale, const int32_t *colsum,
                   const float *bias, float *y, int64_t N, int64_t K, int threads) {
 #ifdef ZOO_X86
-    float lo = 0.f, hi = 0.f;
-    if (K > 0) lo = hi = x[0];
-    for (int64_t k = 0; k < K; k++) {
-        if (!isfinite(x[k])) return -1;
-        lo = x[k] < lo ? x[k] : lo;
-        hi = x[k] > hi ? x[k] : hi;
-    }
     float x_scale;
     int32_t zero;
-    choose_params(lo, hi, &x_scale, &zero);
+    if (row_params(x, K, &x_scale, &zero)) return -1;
     int64_t padded = (K + 31) / 32 * 32;
     uint8_t *xq = aligned_alloc(32, (size_t)(padded > 0 ? padded : 32));
     if (!xq) return -1;
@@ -199,6 +242,46 @@ int zoo_gemv_int8(const float *x, const int8_t *W, const float *w_scale, const i
 #else
     (void)x, (void)W, (void)w_scale, (void)colsum, (void)bias, (void)y, (void)N, (void)K;
     (void)threads;
+    return -1;
+#endif
+}
+
+/* Y (M, N) = the dynamic int8 product of each row of X (M, K) and W as zoo_gemv_int8 computes
+ * it for that row alone (each row quantized with its own scale and zero point, as FBGEMM
+ * quantizes one row), the weights read from memory once for all rows. Returns 0, or -1 (Y
+ * untouched) where a row holds NaN or infinity or no memory was left. Only call where
+ * zoo_native_supported() is 1. */
+int zoo_gemm_int8(const float *X, const int8_t *W, const float *w_scale, const int32_t *colsum,
+                  const float *bias, float *Y, int64_t M, int64_t N, int64_t K, int threads) {
+#ifdef ZOO_X86
+    if (M == 1) return zoo_gemv_int8(X, W, w_scale, colsum, bias, Y, N, K, threads);
+    int64_t padded = (K + 31) / 32 * 32;
+    size_t bytes = (size_t)(M * (padded > 0 ? padded : 32));
+    uint8_t *xq = aligned_alloc(32, (bytes + 31) / 32 * 32);
+    float *x_scale = malloc((size_t)M * sizeof(float));
+    int32_t *zero = malloc((size_t)M * sizeof(int32_t));
+    int status = xq && x_scale && zero ? 0 : -1;
+    for (int64_t m = 0; m < M && status == 0; m++) {
+        status = row_params(X + m * K, K, x_scale + m, zero + m);
+        if (status == 0) quantize_row(X + m * K, xq + m * padded, K, padded, x_scale[m], zero[m]);
+    }
+    if (status == 0) {
+        int64_t tasks = (N + INT8_ROWS_PER_TASK - 1) / INT8_ROWS_PER_TASK;
+#pragma omp parallel for schedule(static) num_threads(threads)
+        for (int64_t t = 0; t < tasks; t++) {
+            int64_t n0 = t * INT8_ROWS_PER_TASK;
+            int64_t n1 = n0 + INT8_ROWS_PER_TASK < N ? n0 + INT8_ROWS_PER_TASK : N;
+            int8_task_many(W, xq, padded, M, Y, N, n0, n1, K, zero, colsum, x_scale, w_scale,
+                           bias);
+        }
+    }
+    free(xq);
+    free(x_scale);
+    free(zero);
+    return status;
+#else
+    (void)X, (void)W, (void)w_scale, (void)colsum, (void)bias, (void)Y, (void)M, (void)N;
+    (void)K, (void)threads;
     return -1;
 #endif
 }
