@@ -30,6 +30,7 @@ _P, _I, _F, _C = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int
 #: The exported kernels' result and argument types (the C signatures, unchanged).
 SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "zoo_native_supported": (_C, []),
+    "zoo_native_set_isa": (_C, [_C]),
     "zoo_gemv_f32": (None, [_P, _P, _P, _P, _I, _I, _C]),
     "zoo_gemm_f32": (None, [_P, _P, _P, _P, _I, _I, _I, _C]),
     "zoo_layer_norm_f32": (None, [_P, _P, _P, _P, _I, _F]),
@@ -79,7 +80,8 @@ def gemv_f32(lib: ctypes.CDLL) -> Iterator[tuple[str, str]]:
 
 
 def gemm_f32(lib: ctypes.CDLL) -> Iterator[tuple[str, str]]:
-    for m, n, k in [(2, 1, 1), (3, 7, 9), (4, 17, 100), (5, 37, 257), (7, 33, 31), (8, 70, 771)]:
+    shapes = [(2, 1, 1), (3, 7, 9), (4, 17, 100), (5, 37, 257), (7, 33, 31), (8, 70, 771)]
+    for m, n, k in [*shapes, (9, 5, 33), (14, 19, 64), (16, 6, 130)]:  # 4 x 4 tiles, and rest
         for bias in (False, True):
             rng = np.random.RandomState(m * 100_000 + n * 1000 + k)
             w, x = _f32(rng, n, k), _f32(rng, m, k)
@@ -292,6 +294,10 @@ def main(path: str) -> None:
     lib = open_library(path)
     if not lib.zoo_native_supported():
         print("unsupported")  # a CPU without AVX2 and FMA: the kernels must not be called
+        return
+    isa = os.environ.get("ZOO_NATIVE_ISA")  # the kernels' variant, forced (default: widest)
+    if isa and lib.zoo_native_set_isa(("avx2", "avx512").index(isa)) != 0:
+        print("unsupported")  # a CPU without that instruction set
         return
     for cases in CASES:
         for name, digest in cases(lib):

@@ -26,11 +26,12 @@ if not native.available():
 """
 
 
-def run_native(code: str, timeout: float = 600) -> list[str]:
-    """``code`` (after :data:`PREAMBLE`) in a child interpreter: the ``ok`` lines it
-    printed; the test fails on a non-zero exit and is skipped where the kernels do not
-    run."""
-    env = {k: v for k, v in os.environ.items() if k != "ZOO_NATIVE_KERNELS"}
+def run_native(code: str, timeout: float = 600, **variables: str) -> list[str]:
+    """``code`` (after :data:`PREAMBLE`) in a child interpreter, with ``variables`` set in
+    its environment: the ``ok`` lines it printed; the test fails on a non-zero exit and is
+    skipped where the kernels do not run."""
+    env = {k: v for k, v in os.environ.items() if k not in ("ZOO_NATIVE_KERNELS", "ZOO_NATIVE_ISA")}
+    env.update(variables)
     run = subprocess.run(
         [sys.executable, "-c", PREAMBLE + code],
         capture_output=True,

@@ -202,19 +202,22 @@ def _direct_build(out: Path, cc: str, contract: str) -> Path:
     return library
 
 
-def bits(library: Path) -> dict[str, str]:
-    """Case name -> digest of its outputs, from ``tests/native_bits.py`` in a child."""
+def bits(library: Path, isa: str | None = None) -> dict[str, str]:
+    """Case name -> digest of its outputs, from ``tests/native_bits.py`` in a child (its
+    kernels' variant forced to ``isa``, else the widest this CPU has)."""
+    env = {k: v for k, v in os.environ.items() if k != "ZOO_NATIVE_ISA"}
     done = subprocess.run(
         [sys.executable, str(BITS), str(library)],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=300,
+        env=env if isa is None else {**env, "ZOO_NATIVE_ISA": isa},
     )
     assert done.returncode == 0, f"{library} crashed or failed ({done.returncode}): {done.stderr}"
     lines = done.stdout.splitlines()
     if lines == ["unsupported"]:
-        pytest.skip(f"{NEEDS}: a CPU without AVX2 and FMA")
+        pytest.skip(f"{NEEDS}: a CPU without AVX2 and FMA" + (f" or {isa}" if isa else ""))
     cases = dict(line.rsplit(": ", 1) for line in lines)
     assert len(cases) == len(lines) > 90, lines  # every case ran, each under its own name
     kernels = {name.split()[0] for name in cases}
@@ -251,6 +254,12 @@ def test_clang_gives_gccs_bits(gcc_library: Path, clang_library: Path) -> None:
     """The library clang builds (``setup.py`` with ``CC=clang``; clang links LLVM's libomp
     where gcc links libgomp) computes every kernel to the same bits as gcc's."""
     assert differing(bits(gcc_library), bits(clang_library)) == []
+
+
+def test_every_instruction_set_gives_the_same_bits(gcc_library: Path) -> None:
+    """Each variant of the kernels (``ZOO_NATIVE_ISA``: AVX2, AVX-512), forced in a child,
+    computes every kernel to the same bits: a wider set runs larger tiles of the same sums."""
+    assert differing(bits(gcc_library, "avx2"), bits(gcc_library, "avx512")) == []
 
 
 @pytest.mark.parametrize("cc", ["gcc", "clang"])

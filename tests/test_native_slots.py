@@ -13,8 +13,9 @@ from native_child import run_native
 from test_fast_path_loads import FAMILIES, ONE_CALL
 
 CHILD = """
-import warnings
+import hashlib, warnings
 import torch, zoo
+from zoo.kernels.native_load import isa_name
 from zoo.runtime import native_block, slots
 from zoo.runtime.decoding import DecoderSession
 from zoo.testing.reference import randomize_parameters
@@ -93,14 +94,22 @@ with torch.inference_mode():
         for i, expected in enumerate(row_logits):
             out = session.step(torch.tensor([ids[n + i]]))
             alone_equal &= torch.equal(out.reshape(-1), expected)
-print("ok", ran, len(calls), int(alone_equal), f"{worst:.2e}")
+digest = hashlib.sha256(b"".join(x.numpy().tobytes() for k in sorted(logits) for x in logits[k]))
+print("ok", ran, len(calls), int(alone_equal), f"{worst:.2e}", isa_name(), digest.hexdigest())
 """
 
 
-def _run(named: str, quantize: str | None) -> tuple[int, int, int]:
+def _drive(named: str, quantize: str | None, **variables: str) -> list[str]:
+    """The child's figures: one-call steps, steps, whether each row had its alone bits, the
+    largest difference from the per-module pass, the kernels' instruction set, a digest of
+    every logit."""
     code = CHILD.replace("NAMED", repr(named)).replace("QUANTIZE", repr(quantize))
-    (line,) = run_native(code, timeout=300)
-    ran, steps, alone, _ = line.split()[1:]
+    (line,) = run_native(code, timeout=300, **variables)
+    return line.split()[1:]
+
+
+def _run(named: str, quantize: str | None) -> tuple[int, int, int]:
+    ran, steps, alone, *_ = _drive(named, quantize)
     return int(ran), int(steps), int(alone)
 
 
@@ -119,3 +128,13 @@ def test_the_int8_slot_step_runs_in_one_call(family: str) -> None:
     ran, steps, alone = _run(FAMILIES[family], "int8")
     assert ran == steps == 9
     assert alone == 1
+
+
+def test_each_instruction_set_steps_to_the_same_bits() -> None:
+    """``ZOO_NATIVE_ISA`` forces the kernels' variant (AVX2's 4 x 2 tiles, AVX-512's 4 x 4),
+    each in a child: the slot step's logits are the same bits under each."""
+    runs = {isa: _drive(FAMILIES["llama"], None, ZOO_NATIVE_ISA=isa) for isa in ("avx2", "avx512")}
+    if runs["avx512"][4] != "avx512":
+        pytest.skip("needs zoo's native kernels on AVX-512: only AVX2's variant runs here")
+    assert runs["avx2"][4] == "avx2"
+    assert runs["avx2"][5] == runs["avx512"][5]

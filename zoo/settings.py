@@ -58,6 +58,19 @@ def _bytes(text: str) -> int:
     return value
 
 
+#: ``ZOO_NATIVE_ISA``'s words: the instruction sets zoo's kernels have a variant for.
+NATIVE_ISAS = ("avx2", "avx512")
+
+
+def _isa(text: str) -> str | None:
+    word = text.strip().lower()
+    if word == "auto":
+        return None
+    if word not in NATIVE_ISAS:
+        raise _Refused(f"must be auto or one of {', '.join(NATIVE_ISAS)}")
+    return word
+
+
 def _threads(text: str) -> int | None:
     word = text.strip().lower()
     if word == "auto":
@@ -121,6 +134,9 @@ class Settings:
         native_kernels: ``ZOO_NATIVE_KERNELS``: batch-1 CPU decoding (one row's products,
             norms and attention) on zoo's own kernels where they are built (default on;
             :mod:`zoo.kernels.native`); ``0`` keeps PyTorch's.
+        native_isa: ``ZOO_NATIVE_ISA``: the instruction set zoo's float32 products run on:
+            ``auto`` (default, ``None``: the widest this CPU has), ``avx2`` or ``avx512`` (a
+            set this CPU lacks is refused with a warning, and ``auto``'s runs).
     """
 
     cuda_graphs: bool = True
@@ -140,6 +156,7 @@ class Settings:
     decode_threads: int | None = None
     train_threads: int | None = None
     native_kernels: bool = True
+    native_isa: str | None = None
 
     @property
     def cache_root(self) -> str:
@@ -187,4 +204,5 @@ VARIABLES: Mapping[str, tuple[str, Callable[[str], Any]]] = {
     "decode_threads": ("ZOO_DECODE_THREADS", _threads),
     "train_threads": ("ZOO_TRAIN_THREADS", _threads),
     "native_kernels": ("ZOO_NATIVE_KERNELS", _flag),
+    "native_isa": ("ZOO_NATIVE_ISA", _isa),
 }

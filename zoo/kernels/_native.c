@@ -46,12 +46,14 @@
 /* Weight rows a thread takes at a time: 16 rows of 768 floats are 48 KiB, a few pages. */
 #define ROWS_PER_TASK 16
 
-/* How far ahead of its reads zoo_gemm_f32 asks for each weight row, in floats (a prefetch
- * hint, which never faults, even past the matrix): with a few input rows the products take
- * long enough per byte that the hardware's own prefetching falls behind; for rows of 512
- * floats this is the next four rows' matching place (docs/benchmarks.md). One row's kernel
- * streams faster without it. */
-#define PREFETCH_AHEAD 2048
+/* How far ahead of its reads zoo_gemm_f32 asks for each weight row into the second level
+ * cache, in floats (a prefetch hint, which never faults, even past the matrix): 32 KiB per
+ * row of the tile. With a few input rows the products take long enough per byte that the
+ * hardware's own prefetching falls behind and the cores wait for memory, then compute; asked
+ * this far ahead, the weights arrive while the tile computes (gpt2-124m's blocks, 8 rows:
+ * docs/benchmarks.md, "Figures behind design choices"). One row's kernel streams faster
+ * without it. */
+#define PREFETCH_AHEAD 8192
 
 /* 1 where this CPU has AVX2 and FMA (the kernels below need both), else 0. */
 int zoo_native_supported(void) {
@@ -61,6 +63,41 @@ int zoo_native_supported(void) {
 #else
     return 0;
 #endif
+}
+
+/* The instruction sets the float32 products may run on: AVX2 with FMA (eight lanes), or
+ * AVX-512F (sixteen lanes, and twice the registers for a batch's tiles). */
+enum { ISA_AVX2 = 0, ISA_AVX512 = 1 };
+
+/* The set the products run on: the widest this CPU has, unless zoo_native_set_isa chose. */
+static int chosen_isa = -1;
+
+static int isa_supported(int isa) {
+#ifdef ZOO_X86
+    __builtin_cpu_init();
+    if (isa == ISA_AVX2) return zoo_native_supported();
+    if (isa == ISA_AVX512) return zoo_native_supported() && __builtin_cpu_supports("avx512f");
+#endif
+    (void)isa;
+    return 0;
+}
+
+/* The instruction set the float32 products run on (ISA_AVX2 or ISA_AVX512): what
+ * zoo_native_set_isa chose, else the widest this CPU has. Each output's bits depend on it
+ * (eight or sixteen partial sums per dot product), never on the thread count or on the
+ * other rows of a batch: the one-row and the few-row kernels of a set sum alike. */
+int zoo_native_isa(void) {
+    if (chosen_isa < 0) chosen_isa = isa_supported(ISA_AVX512) ? ISA_AVX512 : ISA_AVX2;
+    return chosen_isa;
+}
+
+/* Run the float32 products on `isa` from now on (zoo/kernels/native_load.py calls it once, as
+ * the library opens, from ZOO_NATIVE_ISA); returns 0, or -1 (nothing changed) where this CPU
+ * lacks it. */
+int zoo_native_set_isa(int isa) {
+    if (!isa_supported(isa)) return -1;
+    chosen_isa = isa;
+    return 0;
 }
 
 /* The number of OpenMP threads a parallel region here would start with: zoo/kernels/native.py
@@ -128,25 +165,26 @@ __attribute__((target("avx2,fma"))) static void f32_rows(
 #endif
 
 #ifdef ZOO_X86
-/* Y[m + r, n + i] = W[n + i, :] . X[m + r, :] + b[n + i] for r < R (R <= 2) and i < w_rows
+/* Y[m + r, n + i] = W[n + i, :] . X[m + r, :] + b[n + i] for r < R (R <= 4) and i < w_rows
  * (w_rows <= 4; rows past them are not read): each load of a weight row serves R input rows,
  * each dot product summed as f32_rows sums it (eight lanes of fused multiply-adds in k's
  * order, the lanes, the rest, the bias), so every output has the bits zoo_gemv_f32 gives its
- * row alone. */
+ * row alone, on every instruction set. Inlined into its callers, it is compiled for theirs:
+ * AVX2's 16 registers hold a 4 x 2 tile's sums beside its inputs, AVX-512's 32 a 4 x 4 one. */
 __attribute__((always_inline, target("avx2,fma"))) static inline void f32_tile(
     const float *W, const float *X, const float *b, float *Y, int64_t N, int64_t K, int64_t n,
     int w_rows, int64_t m, int R) {
     const float *w[4];
     for (int i = 0; i < 4; i++) w[i] = W + (n + (i < w_rows ? i : 0)) * K;
-    __m256 acc[4][2];
+    __m256 acc[4][4];
     for (int i = 0; i < 4; i++)
         for (int r = 0; r < R; r++) acc[i][r] = _mm256_setzero_ps();
     int64_t k = 0;
     for (; k + 8 <= K; k += 8) {
-        __m256 xv[2];
+        __m256 xv[4];
         for (int r = 0; r < R; r++) xv[r] = _mm256_loadu_ps(X + (m + r) * K + k);
         for (int i = 0; i < 4; i++) {
-            _mm_prefetch((const char *)(w[i] + k + PREFETCH_AHEAD), _MM_HINT_T0);
+            _mm_prefetch((const char *)(w[i] + k + PREFETCH_AHEAD), _MM_HINT_T1);
             __m256 wv = _mm256_loadu_ps(w[i] + k);
             for (int r = 0; r < R; r++) acc[i][r] = _mm256_fmadd_ps(wv, xv[r], acc[i][r]);
         }
@@ -162,18 +200,28 @@ __attribute__((always_inline, target("avx2,fma"))) static inline void f32_tile(
     }
 }
 
-/* Y[:, n] for weight rows n in [n0, n1) and all M rows of X, four weight rows at a time (read
- * from memory once, then from the first level cache for each further pair of input rows).
- * The rows of the thread's next task (static schedule: the rows after n1) are first asked
- * into the second level cache: with a few input rows the products take long enough per byte
- * that memory stays idle between the row-ahead hints of f32_tile; the whole next task asked
- * at once keeps it reading (docs/benchmarks.md, "Figures behind design choices"). */
+/* Y[:, n] for weight rows n in [n0, n1) and all M rows of X on AVX-512 (VL), four weight rows
+ * by up to four input rows at a time (each weight row read from memory once, then from the
+ * first level cache for each further four input rows). */
+__attribute__((target("avx512f,avx512vl,avx2,fma"))) static void f32_rows_wide(
+    const float *W, const float *X, const float *b, float *Y, int64_t M, int64_t N, int64_t K,
+    int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; n += 4) {
+        int w_rows = n1 - n < 4 ? (int)(n1 - n) : 4;
+        int64_t m = 0;
+        for (; m + 4 <= M; m += 4) f32_tile(W, X, b, Y, N, K, n, w_rows, m, 4);
+        if (M - m == 3) f32_tile(W, X, b, Y, N, K, n, w_rows, m, 3);
+        if (M - m == 2) f32_tile(W, X, b, Y, N, K, n, w_rows, m, 2);
+        if (M - m == 1) f32_tile(W, X, b, Y, N, K, n, w_rows, m, 1);
+    }
+}
+
+/* Y[:, n] for weight rows n in [n0, n1) and all M rows of X on AVX2, four weight rows by two
+ * input rows at a time (each weight row read from memory once, then from the first level
+ * cache for each further pair of input rows). */
 __attribute__((target("avx2,fma"))) static void f32_rows_many(
     const float *W, const float *X, const float *b, float *Y, int64_t M, int64_t N, int64_t K,
     int64_t n0, int64_t n1) {
-    const char *next = (const char *)(W + n1 * K); /* hints never fault, even past W */
-    for (int64_t o = 0; o < (n1 - n0) * K * (int64_t)sizeof(float); o += 64)
-        _mm_prefetch(next + o, _MM_HINT_T1);
     for (int64_t n = n0; n < n1; n += 4) {
         int w_rows = n1 - n < 4 ? (int)(n1 - n) : 4;
         int64_t m = 0;
@@ -211,12 +259,16 @@ void zoo_gemm_f32(const float *W, const float *X, const float *b, float *Y, int6
         zoo_gemv_f32(W, X, b, Y, N, K, threads);
         return;
     }
+    int wide = zoo_native_isa() == ISA_AVX512;
     int64_t tasks = (N + ROWS_PER_TASK - 1) / ROWS_PER_TASK;
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t t = 0; t < tasks; t++) {
         int64_t n0 = t * ROWS_PER_TASK;
         int64_t n1 = n0 + ROWS_PER_TASK < N ? n0 + ROWS_PER_TASK : N;
-        f32_rows_many(W, X, b, Y, M, N, K, n0, n1);
+        if (wide)
+            f32_rows_wide(W, X, b, Y, M, N, K, n0, n1);
+        else
+            f32_rows_many(W, X, b, Y, M, N, K, n0, n1);
     }
 #else
     (void)W, (void)X, (void)b, (void)Y, (void)M, (void)N, (void)K, (void)threads;

@@ -31,10 +31,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..settings import Settings
+from ..settings import NATIVE_ISAS, Settings
 from . import native_abi
 
-__all__ = ["available"]
+__all__ = ["available", "isa_name"]
 
 _SOURCE = "zoo.kernels._native"  # the extension setuptools builds from zoo/kernels/_native.c
 
@@ -43,6 +43,9 @@ _P, _I, _F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
 _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "zoo_native_supported": (ctypes.c_int, []),
     "zoo_native_max_threads": (ctypes.c_int, []),
+    # the instruction set the float32 products run on (0 AVX2, 1 AVX-512F); choose one
+    "zoo_native_isa": (ctypes.c_int, []),
+    "zoo_native_set_isa": (ctypes.c_int, [ctypes.c_int]),
     "zoo_gemv_f32": (None, [_P, _P, _P, _P, _I, _I, ctypes.c_int]),
     # W, X, b, Y, M, N, K, threads
     "zoo_gemm_f32": (None, [_P, _P, _P, _P, _I, _I, _I, ctypes.c_int]),
@@ -78,7 +81,8 @@ _REBUILD = (
 def _library() -> ctypes.CDLL | None:
     """The built kernels, opened once; ``None`` where any condition in this module's docstring
     fails."""
-    if not Settings.from_env().native_kernels:
+    settings = Settings.from_env()
+    if not settings.native_kernels:
         return None
     try:
         spec = importlib.util.find_spec(_SOURCE)
@@ -98,7 +102,27 @@ def _library() -> ctypes.CDLL | None:
         return None
     if not lib.zoo_native_supported() or not _one_openmp(lib):
         return None
+    _choose_isa(lib, settings.native_isa)
     return lib
+
+
+def _choose_isa(lib: ctypes.CDLL, isa: str | None) -> None:
+    """Run the float32 products on ``isa`` (``ZOO_NATIVE_ISA``; ``None``: the widest this CPU
+    has), or warn that this CPU lacks it and keep the widest."""
+    if isa is not None and lib.zoo_native_set_isa(NATIVE_ISAS.index(isa)) != 0:
+        warnings.warn(
+            f"ZOO_NATIVE_ISA={isa}: this CPU lacks {isa}; zoo's kernels run on "
+            f"{NATIVE_ISAS[lib.zoo_native_isa()]}",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+
+
+def isa_name() -> str | None:
+    """The instruction set zoo's float32 products run on (``"avx2"`` or ``"avx512"``), or
+    ``None`` where zoo's kernels do not run."""
+    lib = _library()
+    return None if lib is None else NATIVE_ISAS[lib.zoo_native_isa()]
 
 
 def _same_sources(lib: ctypes.CDLL, path: str) -> bool:
