@@ -40,7 +40,7 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
         [_P, _I, _I] * 3 + [_P, _P] + [_I] * 5 + [_P] + [_I] * 4 + [_F, _P, _C],
     ),
     "zoo_gemv_int8": (_C, [_P] * 6 + [_I, _I, _C]),
-    "zoo_decode_rows_f32": (_C, [_P, _I] + [_P] * 7 + [_I, _I, _P, _P, _C]),
+    "zoo_decode_rows_f32": (_C, [_P, _I] + [_P] * 4 + [_I] + [_P] * 4 + [_I, _I, _P, _P, _C]),
 }
 
 
@@ -244,8 +244,9 @@ class _Model:
 
 def decode_step(lib: ctypes.CDLL) -> Iterator[tuple[str, str]]:
     """Six steps of small decoders of every block layout, activation, gating, rotary width
-    and weight kind, their logits and key/value caches after each: one sequence, and three
-    in slots 2, 0 and 1 of four, each at its own position."""
+    and weight kind, their logits and key/value caches after each: one sequence; three in
+    slots 2, 0 and 1 of four, each at its own position; one in slot 1 beside two tokens of a
+    prompt in slot 0 (the logits of the first and the last row)."""
     steps, max_len = 6, 8
     configs = [
         ((0, 0), 0, False, False, 0),  # pre-norm, GELU (erf), learned positions (no rotary)
@@ -255,7 +256,8 @@ def decode_step(lib: ctypes.CDLL) -> Iterator[tuple[str, str]]:
         ((0, 0, 0), 3, True, False, 6),  # SiLU, gated (Llama-like)
         ((0, 0), 3, True, True, 2),  # the same in int8, a narrow rotary
     ]
-    for (number, config), slots in itertools.product(enumerate(configs), ([0], [2, 0, 1])):
+    placements = ([0], [2, 0, 1], [1, 0, 0])
+    for (number, config), slots in itertools.product(enumerate(configs), placements):
         layouts, act, gated, int8, rot = config
         model = _Model(number, layouts, act, gated, int8, rot)
         shape = (max(slots) + 1, model.kv, max_len, model.hd)
@@ -263,16 +265,20 @@ def decode_step(lib: ctypes.CDLL) -> Iterator[tuple[str, str]]:
         ck = (ctypes.c_void_p * len(layouts))(*[c.ctypes.data for c in caches[: len(layouts)]])
         cv = (ctypes.c_void_p * len(layouts))(*[c.ctypes.data for c in caches[len(layouts) :]])
         rows, outs, places = len(slots), [], np.array(slots, np.int64)
+        prompt = slots == [1, 0, 0]
+        wanted = np.array([0, 2] if prompt else range(rows), np.int64)
         for step in range(steps):
-            pos = np.array([max(step - r, 0) for r in range(rows)], np.int64)  # rows lag behind
+            if prompt:  # the prompt's two tokens at successive positions
+                pos = np.array([step, step % 4 * 2, step % 4 * 2 + 1], np.int64)
+            else:
+                pos = np.array([max(step - r, 0) for r in range(rows)], np.int64)  # rows lag
             tokens = (step * 5 + number + np.arange(rows, dtype=np.int64)) % model.vocab
             angles = np.arange(max(rot, 1), dtype=np.float64) * (pos[:, None] + 1) / 3.0
             cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
-            logits = np.zeros((rows, model.vocab), np.float32)
+            logits = np.zeros((len(wanted), model.vocab), np.float32)
             status = lib.zoo_decode_rows_f32(
                 ctypes.addressof(model.decoder), rows, _at(tokens), _at(pos), _at(places), _at(pos),
-                _at(logits), ck, cv, max_len, rot,
-                _at(cos), _at(sin), 2,
+                len(wanted), _at(wanted), _at(logits), ck, cv, max_len, rot, _at(cos), _at(sin), 2,
             )  # fmt: skip
             assert status == 0, f"decode step {number} at {step} returned {status}"
             outs.append(logits)

@@ -29,14 +29,27 @@ model = model.eval()
 if quantize:
     from zoo.quant.layers import quantize_
     model = quantize_(model, quantize)
-fused, calls = native_block.decode_rows, []
+steps, prefills = [], []  # whether each step's and each prompt pass's one call ran
+step_call, prefill_call = slots.SlotBatch._one_call, slots.SlotBatch._extend_one_call
 
-def counted(*args):
-    out = fused(*args)
-    calls.append(out is not None)
-    return out
+def counted(record, call):
+    def run(*args):
+        out = call(*args)
+        record.append(out is not None)
+        return out
+    return run
 
-slots.decode_rows = counted
+slots.SlotBatch._one_call = counted(steps, step_call)
+slots.SlotBatch._extend_one_call = counted(prefills, prefill_call)
+
+def batch(one_call_steps=True, one_call_prompts=True):
+    b = slots.SlotBatch(model, max_rows=4, max_len=48)
+    if not one_call_steps:
+        b._one_call = lambda rows, tokens: None
+    if not one_call_prompts:
+        b._extend_one_call = lambda rows, chunks: None
+    return b
+
 vocab = model.config.vocab_size
 PROMPTS = {"a": 5, "b": 9, "c": 3, "d": 12}
 
@@ -71,62 +84,63 @@ def drive(batch):
             step(["d"])  # a row past the first stepped alone
     return got, seen
 
-calls.clear()
-plain = slots.SlotBatch(model, max_rows=4, max_len=48)
-tokens, logits = drive(plain)
-ran = sum(calls)
+tokens, logits = drive(batch())
+counts = sum(steps), len(steps), sum(prefills), len(prefills)  # of the first drive
 worst = 0.0
 if not quantize:  # (int8: the per-module pass quantizes the rows together, the step each alone)
-    per_module = slots.SlotBatch(model, max_rows=4, max_len=48)
-    per_module._one_call = lambda rows, tokens: None
-    tokens_pm, logits_pm = drive(per_module)
+    tokens_pm, logits_pm = drive(batch(False, False))
     assert tokens == tokens_pm, (tokens, tokens_pm)
     pairs = [(x, y) for k in logits for x, y in zip(logits[k], logits_pm[k])]
     worst = max(float((x - y).abs().max() / max(1.0, float(y.abs().max()))) for x, y in pairs)
     assert worst <= 1e-5, worst
-# each row prefilled whole, alone: the batch-1 session's steps on the same tokens
+# each row prefilled whole, alone: the batch-1 session's steps on the same tokens (the batch's
+# prompts prefilled as the session prefills them, by the model's own pass)
+tokens_alone, logits_alone = drive(batch(True, False))
 alone_equal = True
 with torch.inference_mode():
     for key in "abc":
-        ids, n, row_logits = tokens[key], PROMPTS[key], logits[key]
+        ids, n, row_logits = tokens_alone[key], PROMPTS[key], logits_alone[key]
         session = DecoderSession(model, torch.tensor([ids[:n]]), None, n + len(row_logits))
         session.prefill()
         for i, expected in enumerate(row_logits):
             out = session.step(torch.tensor([ids[n + i]]))
             alone_equal &= torch.equal(out.reshape(-1), expected)
 digest = hashlib.sha256(b"".join(x.numpy().tobytes() for k in sorted(logits) for x in logits[k]))
-print("ok", ran, len(calls), int(alone_equal), f"{worst:.2e}", isa_name(), digest.hexdigest())
+print("ok", *counts, int(alone_equal), f"{worst:.2e}",
+      isa_name(), digest.hexdigest())
 """
 
 
 def _drive(named: str, quantize: str | None, **variables: str) -> list[str]:
-    """The child's figures: one-call steps, steps, whether each row had its alone bits, the
-    largest difference from the per-module pass, the kernels' instruction set, a digest of
-    every logit."""
+    """The child's figures: steps in one call, steps, prompt passes in one call, prompt
+    passes, whether each row stepped with its alone bits, the largest difference from the
+    per-module pass, the kernels' instruction set, a digest of every logit."""
     code = CHILD.replace("NAMED", repr(named)).replace("QUANTIZE", repr(quantize))
     (line,) = run_native(code, timeout=300, **variables)
     return line.split()[1:]
 
 
-def _run(named: str, quantize: str | None) -> tuple[int, int, int]:
-    ran, steps, alone, *_ = _drive(named, quantize)
-    return int(ran), int(steps), int(alone)
+def _run(named: str, quantize: str | None) -> tuple[int, int, int, int, int]:
+    ran, steps, ran_prompts, prompts, alone, *_ = _drive(named, quantize)
+    return int(ran), int(steps), int(ran_prompts), int(prompts), int(alone)
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_the_slot_step_runs_in_one_call_and_equals_the_per_module_pass(family: str) -> None:
-    ran, steps, alone = _run(FAMILIES[family], None)
+    ran, steps, ran_prompts, prompts, alone = _run(FAMILIES[family], None)
     if family in ONE_CALL:
         assert ran == steps == 9, (ran, steps)  # every step of the batch in one call
+        assert ran_prompts == prompts == 5  # every prompt pass (short ones) too
         assert alone == 1  # each row with the bits it has decoding alone
     else:
-        assert ran == 0  # declined (and the per-module pass gave the same tokens)
+        assert ran == ran_prompts == 0  # declined (and the per-module pass gave the same tokens)
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
 def test_the_int8_slot_step_runs_in_one_call(family: str) -> None:
-    ran, steps, alone = _run(FAMILIES[family], "int8")
+    ran, steps, ran_prompts, prompts, alone = _run(FAMILIES[family], "int8")
     assert ran == steps == 9
+    assert ran_prompts == prompts == 5
     assert alone == 1
 
 
@@ -134,7 +148,7 @@ def test_each_instruction_set_steps_to_the_same_bits() -> None:
     """``ZOO_NATIVE_ISA`` forces the kernels' variant (AVX2's 4 x 2 tiles, AVX-512's 4 x 4),
     each in a child: the slot step's logits are the same bits under each."""
     runs = {isa: _drive(FAMILIES["llama"], None, ZOO_NATIVE_ISA=isa) for isa in ("avx2", "avx512")}
-    if runs["avx512"][4] != "avx512":
+    if runs["avx512"][6] != "avx512":
         pytest.skip("needs zoo's native kernels on AVX-512: only AVX2's variant runs here")
-    assert runs["avx2"][4] == "avx2"
-    assert runs["avx2"][5] == runs["avx512"][5]
+    assert runs["avx2"][6] == "avx2"
+    assert runs["avx2"][7] == runs["avx512"][7]

@@ -339,22 +339,32 @@ static void embed(const zoo_embedding *e, int64_t token, int64_t position, float
     }
 }
 
-/* logits (rows, head.n) of one new token for each of `rows` sequences: row r's token tokens[r]
- * at position positions[r], its keys and values written at cache position pos[r] of slot
- * slot[r] (zoo_rows; the slots must differ): the embedding, every block (stack_step), the
- * final norm and the head, as the per-module path computes them for each row alone. One
- * sequence decoding on its own is rows 1, slot 0. Returns 0, or -1 for a token, position or
- * cache position out of range or as stack_step does: logits is then unset. */
+/* The logits of one new token for each of `rows` rows: row r's token tokens[r] at position
+ * positions[r], its key and value written at cache position pos[r] of slot slot[r] (zoo_rows),
+ * its queries attending to positions [0, pos[r]] of its slot: the embedding, every block
+ * (stack_step), the final norm and the head, as the per-module path computes them for each
+ * row alone. Rows of different sequences sit in different slots; a prompt's tokens may be
+ * rows of one slot at successive positions (every row's key and value are written before any
+ * row attends, so each token sees those before it). logits (outputs, head.n) holds the rows
+ * output_rows[0..outputs), in increasing order (NULL: every row, outputs = rows). One sequence decoding on its own
+ * is rows 1, slot 0. Returns 0, or -1 for a token, position or cache position out of range
+ * or as stack_step does: logits is then unset. */
 int zoo_decode_rows_f32(const zoo_decoder *m, int64_t rows, const int64_t *tokens,
                         const int64_t *positions, const int64_t *slot, const int64_t *pos,
-                        float *logits, float *const *ck, float *const *cv, int64_t max_len,
-                        int64_t rot, const float *cos, const float *sin, int threads) {
+                        int64_t outputs, const int64_t *output_rows, float *logits,
+                        float *const *ck, float *const *cv, int64_t max_len, int64_t rot,
+                        const float *cos, const float *sin, int threads) {
     const zoo_embedding *e = &m->embedding;
-    if (m->n_blocks <= 0 || rows <= 0) return -1;
+    if (m->n_blocks <= 0 || rows <= 0 || outputs <= 0 || outputs > rows ||
+        (!output_rows && outputs != rows))
+        return -1;
     for (int64_t r = 0; r < rows; r++)
         if (tokens[r] < 0 || tokens[r] >= e->vocab || positions[r] < 0 ||
             (e->positions && positions[r] >= e->max_positions) || slot[r] < 0 || pos[r] < 0 ||
             pos[r] >= max_len)
+            return -1;
+    for (int64_t o = 0; output_rows && o < outputs; o++) /* increasing: packed in place */
+        if (output_rows[o] < (o ? output_rows[o - 1] + 1 : 0) || output_rows[o] >= rows)
             return -1;
     int64_t d = m->blocks[0].d_model;
     float *x = aligned_alloc(64, (size_t)(2 * rows * d * sizeof(float) + 63) / 64 * 64);
@@ -364,8 +374,10 @@ int zoo_decode_rows_f32(const zoo_decoder *m, int64_t rows, const int64_t *token
     zoo_rows at = {rows, slot, pos, max_len, rot, cos, sin};
     int status = stack_step(m->blocks, m->n_blocks, &at, x, h, ck, cv, threads);
     if (status == 0) {
-        if (m->has_final) norm(&m->final_norm, h, x, d, rows);
-        status = linear(&m->head, m->has_final ? x : h, logits, rows, threads);
+        for (int64_t o = 0; output_rows && o < outputs; o++) /* the rows wanted, packed */
+            memmove(h + o * d, h + output_rows[o] * d, (size_t)d * sizeof(float));
+        if (m->has_final) norm(&m->final_norm, h, x, d, outputs);
+        status = linear(&m->head, m->has_final ? x : h, logits, outputs, threads);
     }
     free(x);
     return status;

@@ -59,12 +59,12 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     ),
     # x, int8 rows, their scales, their sums, bias, y, N, K, threads -> 0 or -1 (not finite)
     "zoo_gemv_int8": (ctypes.c_int, [_P] * 6 + [_I, _I, ctypes.c_int]),
-    # a zoo_decoder, rows, their tokens, positions, slots and cache positions [rows], logits,
-    # the key and value caches' addresses [layers], max_len, rotary width, cos, sin, threads
-    # -> 0 or -1
+    # a zoo_decoder, rows, their tokens, positions, slots and cache positions [rows], the
+    # rows output and which [outputs], logits, the key and value caches' addresses [layers],
+    # max_len, rotary width, cos, sin, threads -> 0 or -1
     "zoo_decode_rows_f32": (
         ctypes.c_int,
-        [_P, _I] + [_P] * 7 + [_I, _I, _P, _P, ctypes.c_int],
+        [_P, _I] + [_P] * 4 + [_I] + [_P] * 4 + [_I, _I, _P, _P, ctypes.c_int],
     ),
     # where to write the layout of the C structures (NULL: none), its room -> its length
     "zoo_abi": (_I, [_P, _I]),

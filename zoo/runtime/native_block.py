@@ -121,19 +121,23 @@ def decode_rows(
     keys: list[Tensor],
     values: list[Tensor],
     rotation: Callable[[], Rotation | None],
+    outputs: list[int] | None = None,
 ) -> Tensor | None:
-    """The logits of ``model`` (a :class:`~zoo.nn.decoder.DecoderLM`) for one new token of
-    each of ``N`` sequences, in one call to zoo's kernels: sequence ``i``'s token
-    ``tokens[i]`` at position ``positions[i]``, its keys and values written at position
-    ``starts[i]`` of slot ``slots[i]`` (all different) of every layer's caches ``keys``,
-    ``values`` (``(R, H_kv, L, hd)`` each, ``R`` slots of ``L`` positions), each query
-    attending to positions ``[0, starts[i]]`` of its slot. ``rotation()`` gives the rotary
-    rotation of the ``N`` positions (``cos``/``sin`` ``(N, 1, 1, rot)``), called only once
-    the step applies. ``None`` (nothing computed or written) where the module docstring's
-    conditions do not hold; each row's logits are those it has decoding alone.
+    """The logits of ``model`` (a :class:`~zoo.nn.decoder.DecoderLM`) for ``N`` new tokens,
+    in one call to zoo's kernels: row ``i``'s token ``tokens[i]`` at position
+    ``positions[i]``, its keys and values written at position ``starts[i]`` of slot
+    ``slots[i]`` of every layer's caches ``keys``, ``values`` (``(R, H_kv, L, hd)`` each,
+    ``R`` slots of ``L`` positions), its queries attending to positions ``[0, starts[i]]`` of
+    its slot. Each row is one new token of a sequence decoding (each in its own slot), or of
+    a prompt whose tokens are rows of one slot at successive positions (each sees those
+    before it). ``rotation()`` gives the rotary rotation of the ``N`` positions
+    (``cos``/``sin`` ``(N, 1, 1, rot)``), called only once the step applies. ``None``
+    (nothing computed or written) where the module docstring's conditions do not hold; each
+    row's logits are those it has computed alone.
 
     Shape:
-        ``N`` tokens -> ``(N, vocab_size)``.
+        ``N`` tokens -> ``(N, vocab_size)``, or ``(len(outputs), vocab_size)``: the rows
+        ``outputs`` (increasing) alone.
     """
     lib = _kernels()
     if lib is None or _records_grad(model):
@@ -152,12 +156,15 @@ def decode_rows(
     if angles is None:
         return None
     key_addresses, value_addresses = caches  # alive through the call
-    numbers = [torch.tensor(v, dtype=torch.int64) for v in (tokens, positions, slots, starts)]
-    logits = torch.empty(rows, plan.decoder.head.n)
+    wanted = list(range(rows)) if outputs is None else outputs
+    numbers = [
+        torch.tensor(v, dtype=torch.int64) for v in (tokens, positions, slots, starts, wanted)
+    ]
+    logits = torch.empty(len(wanted), plan.decoder.head.n)
     status = lib.zoo_decode_rows_f32(
-        ctypes.byref(plan.decoder), rows, *(t.data_ptr() for t in numbers), logits.data_ptr(),
-        ctypes.addressof(key_addresses), ctypes.addressof(value_addresses), keys[0].shape[2],
-        *angles, torch.get_num_threads(),
+        ctypes.byref(plan.decoder), rows, *(t.data_ptr() for t in numbers[:4]), len(wanted),
+        numbers[4].data_ptr(), logits.data_ptr(), ctypes.addressof(key_addresses),
+        ctypes.addressof(value_addresses), keys[0].shape[2], *angles, torch.get_num_threads(),
     )  # fmt: skip
     return logits if status == 0 else None
 
@@ -205,12 +212,12 @@ def _caches(
 
 
 def _placed(slots: list[int], starts: list[int], rows: int, shape: torch.Size) -> bool:
-    """Whether ``rows`` sequences sit in different slots of a cache of ``shape``
-    ``(R, H_kv, L, hd)``, each with room at its start."""
+    """Whether ``rows`` tokens sit at different places (slot, position) of a cache of
+    ``shape`` ``(R, H_kv, L, hd)``."""
     return (
         rows > 0
         and len(slots) == len(starts) == rows
-        and len(set(slots)) == rows
+        and len(set(zip(slots, starts, strict=True))) == rows
         and all(0 <= slot < shape[0] for slot in slots)
         and all(0 <= start < shape[2] for start in starts)
     )

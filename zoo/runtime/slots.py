@@ -31,7 +31,12 @@ from ..nn.decoder import DecoderLM
 from .cache import KVCache, LayerCache
 from .native_block import decode_rows, sees_every_key
 
-__all__ = ["SlotBatch", "SlotKVCache", "SlotLayerCache", "check_batchable"]
+__all__ = ["ONE_CALL_PROMPT_ROWS", "SlotBatch", "SlotKVCache", "SlotLayerCache", "check_batchable"]
+
+#: The most prompt tokens a prefill pass runs through zoo's one-call CPU step, each a row of
+#: its weights' products; longer passes run the model's own, whose kernels (made for many
+#: rows) are faster there (docs/benchmarks.md, "Figures behind design choices").
+ONE_CALL_PROMPT_ROWS = 64
 
 K = TypeVar("K", bound=Hashable)
 
@@ -238,6 +243,9 @@ class SlotBatch(Generic[K]):
             raise ValueError("extend takes at most one chunk per sequence")
         ids = [self._checked(key, chunk) for key, chunk in chunks]
         self._prepare([key for key, _ in chunks])
+        fused = self._extend_one_call(rows, ids)
+        if fused is not None:
+            return fused
         if len(ids) == 1:
             return self._extend_one(rows[0], ids[0])
         return self._extend_many(rows, ids)
@@ -257,6 +265,38 @@ class SlotBatch(Generic[K]):
                 "positions: no room for a new token"
             )
         return ids
+
+    def _extend_one_call(self, rows: list[int], chunks: list[Tensor]) -> Tensor | None:
+        """:meth:`extend`'s logits ``(M, vocab)`` in one call to zoo's CPU kernels, each
+        chunk's tokens rows of its slot at successive positions
+        (:func:`~zoo.runtime.native_block.decode_rows`), for chunks of at most
+        :data:`ONE_CALL_PROMPT_ROWS` tokens in all; ``None`` (nothing computed) otherwise,
+        and the model's own pass runs."""
+        size = sum(len(chunk) for chunk in chunks)
+        if size > ONE_CALL_PROMPT_ROWS or self.device.type != "cpu":
+            return None
+        if not sees_every_key(self.model):
+            return None
+        tokens: list[int] = []
+        places: list[int] = []
+        slots: list[int] = []
+        ends: list[int] = []  # each chunk's last row: its logits
+        for row, chunk in zip(rows, chunks, strict=True):
+            start = self._lengths[row]
+            tokens += chunk.tolist()
+            places += range(start, start + len(chunk))
+            slots += [row] * len(chunk)
+            ends.append(len(tokens) - 1)
+        positions = torch.tensor(places)[:, None]  # (T, 1): each token's position
+        logits = decode_rows(
+            self.model, tokens, places, slots, places, self._k, self._v,
+            lambda: self.model.pos_emb.rotation(positions), ends,
+        )  # fmt: skip
+        if logits is None:
+            return None
+        for row, chunk in zip(rows, chunks, strict=True):
+            self._lengths[row] += len(chunk)
+        return self.model.finish_logits(logits)
 
     def _extend_one(self, row: int, ids: Tensor) -> Tensor:
         """One chunk, as a decoding session runs it: ``(1, vocab)``."""
