@@ -152,3 +152,45 @@ def test_each_instruction_set_steps_to_the_same_bits() -> None:
         pytest.skip("needs zoo's native kernels on AVX-512: only AVX2's variant runs here")
     assert runs["avx2"][6] == "avx2"
     assert runs["avx2"][7] == runs["avx512"][7]
+
+
+MIXED = """
+import torch, zoo
+from zoo.runtime import slots
+from zoo.testing.reference import randomize_parameters
+from zoo.testing.small import reference_overrides
+torch.manual_seed(0)
+model = zoo.build(NAMED, **reference_overrides(NAMED))
+randomize_parameters(model)
+model = model.eval()
+
+def started():
+    batch = slots.SlotBatch(model, max_rows=3, max_len=32)
+    with torch.inference_mode():
+        batch.add("a", [5, 6, 7])
+        batch.add("b", [8, 9])
+        batch.open("c")
+    return batch
+
+chunk = [3, 1, 4, 1, 5]
+with torch.inference_mode():
+    mixed = started()
+    both = mixed.step_and_extend(torch.tensor([11, 12]), ["a", "b"], [("c", chunk)])
+    apart = started()
+    stepped = apart.step(torch.tensor([11, 12]), ["a", "b"])
+    prefilled = apart.extend([("c", chunk)])
+    again = [b.step(torch.tensor([1, 2, 3])) for b in (mixed, apart)]
+assert both is not None
+assert torch.equal(both[0], stepped) and torch.equal(both[1], prefilled)
+assert torch.equal(again[0], again[1])  # the caches hold the same keys and values
+slots.ONE_CALL_PROMPT_ROWS = len(chunk) - 1
+late = started()
+assert late.step_and_extend(torch.tensor([1, 2]), ["a", "b"], [("c", chunk)]) is None
+assert [late.length(key) for key in "abc"] == [3, 2, 0]  # more prompt than one call takes: none ran
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_a_step_and_a_prompt_chunk_in_one_call_equal_the_two_calls(family: str) -> None:
+    assert run_native(MIXED.replace("NAMED", repr(FAMILIES[family])), timeout=300) == ["ok"]

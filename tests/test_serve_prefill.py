@@ -141,6 +141,15 @@ def test_the_first_step_that_streams_decode_in_carries_the_least_chunk(model):
         return extend(chunks)
 
     engine.runner.batch.extend = logged_extend  # type: ignore[method-assign]
+    both = engine.runner.batch.step_and_extend
+
+    def logged_both(tokens: torch.Tensor, keys: list[Request], chunks: list) -> object:
+        out = both(tokens, keys, chunks)
+        if out is not None:  # (None: nothing ran, and extend runs)
+            sizes.append(len(chunks) * max(len(ids) for _, ids in chunks))
+        return out
+
+    engine.runner.batch.step_and_extend = logged_both  # type: ignore[method-assign]
     sinks = run(engine, ["ROMEO:", PROMPTS[3][:-1]], 2)  # 6 and 80 tokens
     assert sizes[:2] == [64, MIN_CHUNK]  # 6 + 32 in rows of 32; then "ROMEO:" decodes
     long_reply = zoo.generate(model, PROMPTS[3][:-1], max_new_tokens=2, temperature=0)
@@ -175,8 +184,18 @@ def test_a_long_prompt_enters_over_steps_while_the_streams_keep_emitting(model):
         log.append(("extend", len(chunks) * max(len(ids) for _, ids in chunks)))
         return extend(chunks)
 
+    both = engine.runner.batch.step_and_extend
+
+    def logged_both(tokens: torch.Tensor, keys: list[Request], chunks: list) -> object:
+        out = both(tokens, keys, chunks)
+        if out is not None:  # one pass: the step's tokens, then the chunks (None: they run)
+            log.append(("step", len(keys)))
+            log.append(("extend", len(chunks) * max(len(ids) for _, ids in chunks)))
+        return out
+
     engine.runner.batch.step = logged_step  # type: ignore[method-assign]
     engine.runner.batch.extend = logged_extend  # type: ignore[method-assign]
+    engine.runner.batch.step_and_extend = logged_both  # type: ignore[method-assign]
     streams = [Collect(), Collect()]
     engine.submit(
         [Request(tok.encode(p), greedy(40), tok, s, ()) for p, s in zip("AB", streams, strict=True)]

@@ -46,7 +46,7 @@ from .native_plan import Plan, read_plan
 if TYPE_CHECKING:
     from ..nn.decoder import DecoderLM
 
-__all__ = ["decode", "one_call"]
+__all__ = ["decode", "decode_parts", "decode_rows", "one_call", "sees_every_key"]
 
 #: Each model's plan, held beside it (a ctypes structure in a module's own attributes would
 #: make the model impossible to copy or pickle) and dropped with it.
@@ -167,6 +167,39 @@ def decode_rows(
         ctypes.addressof(value_addresses), keys[0].shape[2], *angles, torch.get_num_threads(),
     )  # fmt: skip
     return logits if status == 0 else None
+
+
+def decode_parts(
+    model: DecoderLM,
+    keys: list[Tensor],
+    values: list[Tensor],
+    parts: list[tuple[int, int, list[int]]],
+) -> Tensor | None:
+    """The logits of the last token of each part ``(slot, start, tokens)`` (a sequence's
+    next token, or a chunk of its prompt, appended from position ``start`` of its slot of the
+    caches ``keys``, ``values``: see :func:`decode_rows`), all in one call to zoo's kernels;
+    ``None`` (nothing computed) where it does not apply.
+
+    Shape:
+        ``P`` parts -> ``(P, vocab_size)``.
+    """
+    if not sees_every_key(model):
+        return None
+    tokens: list[int] = []
+    places: list[int] = []
+    slots: list[int] = []
+    ends: list[int] = []  # each part's last row
+    for slot, start, ids in parts:
+        tokens += ids
+        places += range(start, start + len(ids))
+        slots += [slot] * len(ids)
+        ends.append(len(tokens) - 1)
+    positions = torch.tensor(places)[:, None]  # (T, 1): each token's position
+    logits = decode_rows(
+        model, tokens, places, slots, places, keys, values,
+        lambda: model.pos_emb.rotation(positions), ends,
+    )  # fmt: skip
+    return None if logits is None else model.finish_logits(logits)
 
 
 def _one_token(ids: Tensor, positions: Tensor, cache: KVCache) -> bool:

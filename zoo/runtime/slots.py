@@ -29,7 +29,7 @@ from ..memory import ALLOW_LARGE_ENV, allow_large, available_memory, format_byte
 from ..nn.base import activation_dtype, check_token_ids
 from ..nn.decoder import DecoderLM
 from .cache import KVCache, LayerCache
-from .native_block import decode_rows, sees_every_key
+from .native_block import decode_parts
 
 __all__ = ["ONE_CALL_PROMPT_ROWS", "SlotBatch", "SlotKVCache", "SlotLayerCache", "check_batchable"]
 
@@ -267,36 +267,29 @@ class SlotBatch(Generic[K]):
         return ids
 
     def _extend_one_call(self, rows: list[int], chunks: list[Tensor]) -> Tensor | None:
-        """:meth:`extend`'s logits ``(M, vocab)`` in one call to zoo's CPU kernels, each
-        chunk's tokens rows of its slot at successive positions
-        (:func:`~zoo.runtime.native_block.decode_rows`), for chunks of at most
-        :data:`ONE_CALL_PROMPT_ROWS` tokens in all; ``None`` (nothing computed) otherwise,
-        and the model's own pass runs."""
-        size = sum(len(chunk) for chunk in chunks)
-        if size > ONE_CALL_PROMPT_ROWS or self.device.type != "cpu":
+        """:meth:`extend`'s logits ``(M, vocab)`` in one call to zoo's CPU kernels (each
+        chunk's tokens rows of its slot at successive positions: :meth:`_in_one_call`), for
+        chunks of at most :data:`ONE_CALL_PROMPT_ROWS` tokens in all; ``None`` (nothing
+        computed) otherwise, and the model's own pass runs."""
+        if sum(len(chunk) for chunk in chunks) > ONE_CALL_PROMPT_ROWS:
             return None
-        if not sees_every_key(self.model):
+        parts = [(row, chunk.tolist()) for row, chunk in zip(rows, chunks, strict=True)]
+        logits = self._in_one_call(parts)
+        if logits is not None:
+            for row, chunk in zip(rows, chunks, strict=True):
+                self._lengths[row] += len(chunk)
+        return logits
+
+    def _in_one_call(self, parts: list[tuple[int, list[int]]]) -> Tensor | None:
+        """The logits ``(P, vocab)`` of the last token of each part ``(row, tokens)``, the
+        tokens appended to the row's cache (lengths not advanced), in one call to zoo's CPU
+        kernels (:func:`~zoo.runtime.native_block.decode_parts`: the weights read once for
+        all, each row as it is computed alone); ``None`` (nothing computed) where it does not
+        apply, and the model's own pass runs."""
+        if self.device.type != "cpu" or self._before_forward is not None:
             return None
-        tokens: list[int] = []
-        places: list[int] = []
-        slots: list[int] = []
-        ends: list[int] = []  # each chunk's last row: its logits
-        for row, chunk in zip(rows, chunks, strict=True):
-            start = self._lengths[row]
-            tokens += chunk.tolist()
-            places += range(start, start + len(chunk))
-            slots += [row] * len(chunk)
-            ends.append(len(tokens) - 1)
-        positions = torch.tensor(places)[:, None]  # (T, 1): each token's position
-        logits = decode_rows(
-            self.model, tokens, places, slots, places, self._k, self._v,
-            lambda: self.model.pos_emb.rotation(positions), ends,
-        )  # fmt: skip
-        if logits is None:
-            return None
-        for row, chunk in zip(rows, chunks, strict=True):
-            self._lengths[row] += len(chunk)
-        return self.model.finish_logits(logits)
+        places = [(row, self._lengths[row], tokens) for row, tokens in parts]
+        return decode_parts(self.model, self._k, self._v, places)
 
     def _extend_one(self, row: int, ids: Tensor) -> Tensor:
         """One chunk, as a decoding session runs it: ``(1, vocab)``."""
@@ -374,6 +367,38 @@ class SlotBatch(Generic[K]):
             self._lengths[row] += 1
         return logits
 
+    def step_and_extend(
+        self,
+        tokens: Tensor,
+        keys: Sequence[K],
+        chunks: Sequence[tuple[K, Tensor | Sequence[int]]],
+    ) -> tuple[Tensor, Tensor] | None:
+        """:meth:`step` for ``keys`` and :meth:`extend` for ``chunks`` (of other sequences)
+        in one call to zoo's CPU kernels (continuous batching's mixed step: the weights read
+        once for both, each token computed as it is alone), where it applies: prompt chunks
+        of at most :data:`ONE_CALL_PROMPT_ROWS` tokens in all. Returns the step's logits
+        ``(N, vocab)`` and the chunks' ``(M, vocab)``, or ``None`` (nothing computed: run
+        :meth:`step` and :meth:`extend`)."""
+        n = len(keys)
+        if tokens.shape != (n,):
+            raise ValueError(f"step takes one token per sequence, shape ({n},); got {tokens.shape}")
+        rows = [self.keys.index(key) for key in keys]
+        chunk_rows = [self.keys.index(key) for key, _ in chunks]
+        if len({*rows, *chunk_rows}) != n + len(chunk_rows):
+            raise ValueError("a sequence steps or takes a chunk at most once a call")
+        ids = [self._checked(key, chunk) for key, chunk in chunks]
+        room = all(self._lengths[row] < self.max_len for row in rows)
+        if not (n and ids and room and sum(map(len, ids)) <= ONE_CALL_PROMPT_ROWS):
+            return None
+        parts = [(row, [token]) for row, token in zip(rows, tokens.tolist(), strict=True)]
+        parts += [(row, chunk.tolist()) for row, chunk in zip(chunk_rows, ids, strict=True)]
+        logits = self._in_one_call(parts)  # (N + M, vocab)
+        if logits is None:
+            return None
+        for row, size in zip(rows + chunk_rows, [1] * n + list(map(len, ids)), strict=True):
+            self._lengths[row] += size
+        return logits[:n], logits[n:]
+
     def _step_logits(self, rows: list[int], tokens: Tensor) -> Tensor:
         """:meth:`step`'s forward pass over rows ``[0, max(rows)]``, ``tokens`` ``(N,)`` for
         ``rows``: their next-token logits ``(N, vocab)`` (lengths not yet advanced)."""
@@ -389,19 +414,10 @@ class SlotBatch(Generic[K]):
         return logits if rows == list(range(used)) else logits[rows]
 
     def _one_call(self, rows: list[int], tokens: Tensor) -> Tensor | None:
-        """:meth:`step`'s logits ``(N, vocab)`` for ``rows`` alone, in one call to zoo's CPU
-        kernels (:func:`~zoo.runtime.native_block.decode_rows`: each row as it decodes alone,
-        the weights read once for all); ``None`` (nothing computed) where it does not apply,
-        and the model's own pass runs."""
-        if self.device.type != "cpu" or not sees_every_key(self.model):
-            return None
-        starts = [self._lengths[row] for row in rows]
-        positions = torch.tensor(starts)[:, None]  # (N, 1): each new token's position
-        logits = decode_rows(
-            self.model, tokens.tolist(), starts, rows, starts, self._k, self._v,
-            lambda: self.model.pos_emb.rotation(positions),
-        )  # fmt: skip
-        return None if logits is None else self.model.finish_logits(logits)
+        """:meth:`step`'s logits ``(N, vocab)`` for ``rows`` alone in one call to zoo's CPU
+        kernels (:meth:`_in_one_call`); ``None`` where it does not apply."""
+        parts = [(row, [token]) for row, token in zip(rows, tokens.tolist(), strict=True)]
+        return self._in_one_call(parts)
 
     def _forward_rows(self, inputs: Tensor, lengths: Tensor, span: int) -> Tensor:
         """One token ``inputs`` ``(U,)`` for each of rows ``[0, U)`` at positions ``lengths``

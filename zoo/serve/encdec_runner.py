@@ -135,13 +135,26 @@ class EncoderDecoderRunner:
     def prefill(self, chunks: Sequence[Chunk[Request]]) -> list[int]:
         """Step the start token of each of ``chunks``' requests (each chunk is a request's
         whole one-token prompt); return each one's first token, in ``chunks`` order."""
+        self._check(chunks)
+        return self.step([c.request for c in chunks])
+
+    def step_and_prefill(
+        self, requests: Sequence[Request], chunks: Sequence[Chunk[Request]]
+    ) -> tuple[list[int], list[int]]:
+        """:meth:`step` for ``requests`` and :meth:`prefill` for ``chunks`` in one step of
+        the batch (a prefill steps the start token): the tokens each picked, and each chunk's
+        request's first token."""
+        self._check(chunks)
+        picked = self.step([*requests, *(c.request for c in chunks)])
+        return picked[: len(requests)], picked[len(requests) :]
+
+    def _check(self, chunks: Sequence[Chunk[Request]]) -> None:
         for c in chunks:
             if (c.start, c.length) != (0, 1) or self.batch.length(c.request) != 0:
                 raise ValueError(
                     f"an encoder-decoder's request prefills its start token alone; got a chunk "
                     f"of {c.length} tokens from {c.start}: plan chunks with the scheduler"
                 )
-        return self.step([c.request for c in chunks])
 
     def step(self, requests: Sequence[Request]) -> list[int]:
         """One token for every request in ``requests``: the token each picked."""

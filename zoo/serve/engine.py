@@ -218,6 +218,12 @@ class Engine:
         failed = [r for r in schedule.admitted if not self._admit(r)]
         _flush([*failed, *schedule.cancelled])
         plan = self.scheduler.plan()
+        if plan.decodes and plan.chunks:
+            with self._threads.step():
+                both = self._step_and_prefill(plan)
+            if both is not None:
+                _flush(both)
+                return
         if plan.decodes:
             with self._threads.step():
                 decoded = self._decode(list(plan.decodes))
@@ -251,6 +257,29 @@ class Engine:
         self.scheduler.budget.prefilled(plan.padded, self._clock() - start)
         self._update([c.request for c in plan.chunks if c.last], tokens)
         return requests
+
+    def _step_and_prefill(self, plan: StepPlan[Request]) -> list[Request] | None:
+        """The plan's decoding step and its prompt chunks in one pass where the runner can
+        (``None``: nothing run, and they run in turn); returns their requests. The pass's
+        time is shared between the two in the budget by their rows (a token each: the
+        products are most of a pass, and they take time by rows)."""
+        requests = list(plan.decodes)
+        prefilling = [c.request for c in plan.chunks]
+        start = self._clock()
+        try:
+            both = self.runner.step_and_prefill(requests, plan.chunks)
+        except Exception as exc:  # e.g. out of memory: these requests fail, the server stays
+            self._fail(requests + prefilling, exc)
+            return requests + prefilling
+        if both is None:
+            return None
+        seconds = self._clock() - start
+        share = len(requests) / (len(requests) + sum(c.length for c in plan.chunks))
+        self.scheduler.budget.decoded(seconds * share)
+        self.scheduler.budget.prefilled(plan.padded, seconds * (1 - share))
+        self._update(requests, both[0])
+        self._update([c.request for c in plan.chunks if c.last], both[1])
+        return requests + prefilling
 
     def _decode(self, requests: list[Request]) -> list[Request]:
         """One token for each of ``requests`` (past their prompts); returns them."""

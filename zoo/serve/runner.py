@@ -30,6 +30,8 @@ from ..generation.sampling import pick_each, seeded_generator
 from ..runtime.slot_step import slot_batch
 
 if TYPE_CHECKING:
+    from torch import Tensor
+
     from ..adapters.lora_bank import AdapterRows
     from ..nn.decoder import DecoderLM
     from ..runtime.prefix_cache import PrefixCache
@@ -130,6 +132,35 @@ class Runner:
         Raises:
             ValueError: a chunk does not continue its request's prompt where it stands.
         """
+        self._check(chunks)
+        return self._prefilled_tokens(chunks, self.batch.extend(self._pieces(chunks)))
+
+    def step(self, requests: Sequence[Request]) -> list[int]:
+        """One token for every request in ``requests`` (a plan's decodes, past their
+        prompts): the token each picked."""
+        tokens = [r.last for r in requests]
+        logits = self.batch.step(torch.tensor(tokens), requests)  # (N, vocab)
+        return self._stepped_tokens(requests, tokens, logits)
+
+    def step_and_prefill(
+        self, requests: Sequence[Request], chunks: Sequence[Chunk[Request]]
+    ) -> tuple[list[int], list[int]] | None:
+        """:meth:`step` for ``requests`` and :meth:`prefill` for ``chunks`` in one pass, where
+        the slot batch's one-call step applies (:meth:`SlotBatch.step_and_extend
+        <zoo.runtime.slots.SlotBatch.step_and_extend>`): the tokens each picked, and the
+        first tokens of the prompts the chunks end; ``None`` (nothing run) elsewhere."""
+        self._check(chunks)
+        tokens = [r.last for r in requests]
+        both = self.batch.step_and_extend(torch.tensor(tokens), requests, self._pieces(chunks))
+        if both is None:
+            return None
+        stepped, prefilled = both
+        return (
+            self._stepped_tokens(requests, tokens, stepped),
+            self._prefilled_tokens(chunks, prefilled),
+        )
+
+    def _check(self, chunks: Sequence[Chunk[Request]]) -> None:
         for c in chunks:
             if c.start != self._prefilled.get(c.request) or c.start + c.length > len(
                 c.request.prompt
@@ -139,9 +170,14 @@ class Runner:
                     f"of {len(c.request.prompt)} tokens with "
                     f"{self._prefilled.get(c.request)} in: plan chunks with the scheduler"
                 )
-        logits = self.batch.extend(
-            [(c.request, c.request.prompt[c.start : c.start + c.length]) for c in chunks]
-        )  # (M, vocab)
+
+    @staticmethod
+    def _pieces(chunks: Sequence[Chunk[Request]]) -> list[tuple[Request, list[int]]]:
+        return [(c.request, c.request.prompt[c.start : c.start + c.length]) for c in chunks]
+
+    def _prefilled_tokens(self, chunks: Sequence[Chunk[Request]], logits: Tensor) -> list[int]:
+        """Count the chunks in (``logits`` ``(M, vocab)``, theirs) and pick the first token
+        of each request whose prompt they end."""
         ended = [i for i, c in enumerate(chunks) if c.last]
         for c in chunks:
             self._prefilled[c.request] += c.length
@@ -154,11 +190,11 @@ class Runner:
             logits[ended], [r.config for r in requests], [r.generator for r in requests]
         )  # the host waits for the device here: the caller's timing is the pass's
 
-    def step(self, requests: Sequence[Request]) -> list[int]:
-        """One token for every request in ``requests`` (a plan's decodes, past their
-        prompts): the token each picked."""
-        tokens = [r.last for r in requests]
-        logits = self.batch.step(torch.tensor(tokens), requests)  # (N, vocab)
+    def _stepped_tokens(
+        self, requests: Sequence[Request], tokens: list[int | None], logits: Tensor
+    ) -> list[int]:
+        """Record the tokens fed to ``requests`` and pick each one's next from ``logits``
+        ``(N, vocab)``."""
         for request, token in zip(requests, tokens, strict=True):
             self._fed[request].append(token)  # type: ignore[arg-type]
         configs = [r.config for r in requests]
