@@ -183,7 +183,7 @@ with torch.inference_mode():
 assert both is not None
 assert torch.equal(both[0], stepped) and torch.equal(both[1], prefilled)
 assert torch.equal(again[0], again[1])  # the caches hold the same keys and values
-slots.ONE_CALL_PROMPT_ROWS = len(chunk) - 1
+slots.ONE_CALL_PROMPT_ROWS = len(chunk) - 1  # (one chunk: nothing padded)
 late = started()
 assert late.step_and_extend(torch.tensor([1, 2]), ["a", "b"], [("c", chunk)]) is None
 assert [late.length(key) for key in "abc"] == [3, 2, 0]  # more prompt than one call takes: none ran

@@ -89,6 +89,24 @@ def test_the_budget_sizes_a_chunk_to_the_decoding_steps_it_may_take():
         PrefillBudget(10, float("nan"))
 
 
+def test_a_pass_that_decodes_and_prefills_at_once_sizes_the_next_chunk():
+    """Mixed passes (the streams' step and prompt chunks in one call): before any plain step
+    is timed, the pass bounds one and the chunk doubles; after, the chunk is charged what the
+    pass took beyond a plain step."""
+    budget = PrefillBudget(512, max_stall=2.0)
+    assert budget.tokens(decoding=True) == MIN_CHUNK
+    budget.mixed(MIN_CHUNK, 0.05)
+    assert budget.tokens(decoding=True) == 2 * MIN_CHUNK  # 16 in (at most) 50 - 0: 32 in 100
+    budget.mixed(2 * MIN_CHUNK, 0.07)  # 20 ms beyond the 50 ms bound: 160 tokens in 100 ms
+    assert budget.tokens(decoding=True) == 160
+    timed = PrefillBudget(512, max_stall=2.0)
+    timed.decoded(0.02)
+    timed.mixed(40, 0.03)  # 10 ms beyond the 20 ms step: 40 tokens in 10 ms, 160 in 40
+    assert timed.tokens(decoding=True) == 160
+    timed.mixed(160, 0.0201)  # no more than a plain step (noise): charged a tenth of the pass
+    assert timed.tokens(decoding=True) == 512
+
+
 def test_a_chunk_that_costs_a_fixed_part_climbs_to_its_target():
     """Passes that cost 40 ms plus 1 ms a token, decoding steps of 100 ms, a target of 2
     steps: the aim settles at the 160 tokens that take 200 ms, from a first pass of 16."""

@@ -31,12 +31,31 @@ from ..nn.decoder import DecoderLM
 from .cache import KVCache, LayerCache
 from .native_block import decode_parts
 
-__all__ = ["ONE_CALL_PROMPT_ROWS", "SlotBatch", "SlotKVCache", "SlotLayerCache", "check_batchable"]
+__all__ = [
+    "ONE_CALL_PROMPT_ROWS",
+    "SlotBatch",
+    "SlotKVCache",
+    "SlotLayerCache",
+    "check_batchable",
+    "one_call_fits",
+]
 
-#: The most prompt tokens a prefill pass runs through zoo's one-call CPU step, each a row of
-#: its weights' products; longer passes run the model's own, whose kernels (made for many
-#: rows) are faster there (docs/benchmarks.md, "Figures behind design choices").
+#: The prompt tokens a prefill pass runs through zoo's one-call CPU step (each a row of its
+#: weights' products) whatever their chunks; see :func:`one_call_fits`.
 ONE_CALL_PROMPT_ROWS = 64
+
+
+def one_call_fits(sizes: Sequence[int]) -> bool:
+    """Whether prompt chunks of ``sizes`` tokens run best through the one-call step: up to
+    :data:`ONE_CALL_PROMPT_ROWS` tokens in all, or up to four times that where the model's
+    own pass, which pads every chunk to the longest, would run a fifth more tokens than
+    they hold. A token costs the one call a little more than a padded token costs the
+    model's pass, whose kernels are made for many rows (docs/benchmarks.md, "Figures behind
+    design choices")."""
+    real, padded = sum(sizes), len(sizes) * max(sizes, default=0)
+    most = 4 * ONE_CALL_PROMPT_ROWS
+    return real <= ONE_CALL_PROMPT_ROWS or (real <= most and 6 * real <= 5 * padded)
+
 
 K = TypeVar("K", bound=Hashable)
 
@@ -269,9 +288,9 @@ class SlotBatch(Generic[K]):
     def _extend_one_call(self, rows: list[int], chunks: list[Tensor]) -> Tensor | None:
         """:meth:`extend`'s logits ``(M, vocab)`` in one call to zoo's CPU kernels (each
         chunk's tokens rows of its slot at successive positions: :meth:`_in_one_call`), for
-        chunks of at most :data:`ONE_CALL_PROMPT_ROWS` tokens in all; ``None`` (nothing
-        computed) otherwise, and the model's own pass runs."""
-        if sum(len(chunk) for chunk in chunks) > ONE_CALL_PROMPT_ROWS:
+        chunks it fits (:func:`one_call_fits`); ``None`` (nothing computed) otherwise, and
+        the model's own pass runs."""
+        if not one_call_fits([len(chunk) for chunk in chunks]):
             return None
         parts = [(row, chunk.tolist()) for row, chunk in zip(rows, chunks, strict=True)]
         logits = self._in_one_call(parts)
@@ -376,7 +395,7 @@ class SlotBatch(Generic[K]):
         """:meth:`step` for ``keys`` and :meth:`extend` for ``chunks`` (of other sequences)
         in one call to zoo's CPU kernels (continuous batching's mixed step: the weights read
         once for both, each token computed as it is alone), where it applies: prompt chunks
-        of at most :data:`ONE_CALL_PROMPT_ROWS` tokens in all. Returns the step's logits
+        it fits (:func:`one_call_fits`). Returns the step's logits
         ``(N, vocab)`` and the chunks' ``(M, vocab)``, or ``None`` (nothing computed: run
         :meth:`step` and :meth:`extend`)."""
         n = len(keys)
@@ -388,7 +407,7 @@ class SlotBatch(Generic[K]):
             raise ValueError("a sequence steps or takes a chunk at most once a call")
         ids = [self._checked(key, chunk) for key, chunk in chunks]
         room = all(self._lengths[row] < self.max_len for row in rows)
-        if not (n and ids and room and sum(map(len, ids)) <= ONE_CALL_PROMPT_ROWS):
+        if not (n and ids and room and one_call_fits(list(map(len, ids)))):
             return None
         parts = [(row, [token]) for row, token in zip(rows, tokens.tolist(), strict=True)]
         parts += [(row, chunk.tolist()) for row, chunk in zip(chunk_rows, ids, strict=True)]

@@ -260,9 +260,7 @@ class Engine:
 
     def _step_and_prefill(self, plan: StepPlan[Request]) -> list[Request] | None:
         """The plan's decoding step and its prompt chunks in one pass where the runner can
-        (``None``: nothing run, and they run in turn); returns their requests. The pass's
-        time is shared between the two in the budget by their rows (a token each: the
-        products are most of a pass, and they take time by rows)."""
+        (``None``: nothing run, and they run in turn); returns their requests."""
         requests = list(plan.decodes)
         prefilling = [c.request for c in plan.chunks]
         start = self._clock()
@@ -273,10 +271,7 @@ class Engine:
             return requests + prefilling
         if both is None:
             return None
-        seconds = self._clock() - start
-        share = len(requests) / (len(requests) + sum(c.length for c in plan.chunks))
-        self.scheduler.budget.decoded(seconds * share)
-        self.scheduler.budget.prefilled(plan.padded, seconds * (1 - share))
+        self.scheduler.budget.mixed(plan.padded, self._clock() - start)
         self._update(requests, both[0])
         self._update([c.request for c in plan.chunks if c.last], both[1])
         return requests + prefilling

@@ -69,6 +69,18 @@ class PrefillBudget:
         if first and self._pass is not None:
             self._retarget(*self._pass)
 
+    def mixed(self, tokens: int, seconds: float) -> None:
+        """A pass that ran the streams' decoding step and ``tokens`` of prompt chunks
+        (padding included) at once took ``seconds``: the chunks took what it took beyond a
+        plain decoding step (at least a tenth of it). Before any plain step has been timed,
+        the pass is the bound of one (a plain step reads the same weights, for fewer rows),
+        so the chunks double from pass to pass instead of staying the least."""
+        if self._step is None:
+            self.decoded(seconds)
+            self.prefilled(tokens, seconds)
+            return
+        self.prefilled(tokens, max(seconds - self._step, seconds / 10))
+
     def prefilled(self, tokens: int, seconds: float) -> None:
         """A prefill pass of ``tokens`` (padding included) took ``seconds``."""
         if tokens > 0 and seconds > 0:
