@@ -95,15 +95,15 @@ def test_a_pass_that_decodes_and_prefills_at_once_sizes_the_next_chunk():
     pass took beyond a plain step."""
     budget = PrefillBudget(512, max_stall=2.0)
     assert budget.tokens(decoding=True) == MIN_CHUNK
-    budget.mixed(MIN_CHUNK, 0.05)
-    assert budget.tokens(decoding=True) == 2 * MIN_CHUNK  # 16 in (at most) 50 - 0: 32 in 100
-    budget.mixed(2 * MIN_CHUNK, 0.07)  # 20 ms beyond the 50 ms bound: 160 tokens in 100 ms
-    assert budget.tokens(decoding=True) == 160
+    budget.mixed(MIN_CHUNK, 0.25)
+    assert budget.tokens(decoding=True) == 2 * MIN_CHUNK  # 16 in (at most) 250 ms: 32 in 500
+    budget.mixed(2 * MIN_CHUNK, 0.375)  # 125 ms beyond the 250 ms bound: 128 tokens in 500
+    assert budget.tokens(decoding=True) == 128
     timed = PrefillBudget(512, max_stall=2.0)
-    timed.decoded(0.02)
-    timed.mixed(40, 0.03)  # 10 ms beyond the 20 ms step: 40 tokens in 10 ms, 160 in 40
+    timed.decoded(0.25)
+    timed.mixed(40, 0.375)  # 125 ms beyond the 250 ms step: 40 tokens in 125 ms, 160 in 500
     assert timed.tokens(decoding=True) == 160
-    timed.mixed(160, 0.0201)  # no more than a plain step (noise): charged a tenth of the pass
+    timed.mixed(160, 0.25)  # no more than a plain step (noise): charged a tenth of the pass
     assert timed.tokens(decoding=True) == 512
 
 

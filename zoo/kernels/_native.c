@@ -65,8 +65,9 @@ int zoo_native_supported(void) {
 #endif
 }
 
-/* The instruction sets the float32 products may run on: AVX2 with FMA (eight lanes), or
- * AVX-512F (sixteen lanes, and twice the registers for a batch's tiles). */
+/* The instruction sets the kernels may run on: AVX2 with FMA, or AVX-512 (twice the
+ * registers for a batch's float32 tiles; VNNI's one-instruction byte products for int8,
+ * where the CPU has it). Every variant computes the same bits. */
 enum { ISA_AVX2 = 0, ISA_AVX512 = 1 };
 
 /* The set the products run on: the widest this CPU has, unless zoo_native_set_isa chose. */
@@ -89,6 +90,17 @@ static int isa_supported(int isa) {
 int zoo_native_isa(void) {
     if (chosen_isa < 0) chosen_isa = isa_supported(ISA_AVX512) ? ISA_AVX512 : ISA_AVX2;
     return chosen_isa;
+}
+
+/* 1 where the int8 products run on AVX-512 VNNI (the instruction set chosen is AVX-512 and the
+ * CPU has VNNI, with BW and VL for its byte loads and eight-lane forms), else 0 (AVX2's). */
+int zoo_native_vnni(void) {
+#ifdef ZOO_X86
+    return zoo_native_isa() == ISA_AVX512 && __builtin_cpu_supports("avx512vnni") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+#else
+    return 0;
+#endif
 }
 
 /* Run the float32 products on `isa` from now on (zoo/kernels/native_load.py calls it once, as

@@ -30,6 +30,8 @@
 #include <immintrin.h>
 #endif
 
+int zoo_native_vnni(void); /* _native.c: whether the int8 products run on AVX-512 VNNI */
+
 /* Rows a thread takes at a time: 32 rows of 768 int8 values are 24 KiB. */
 #define INT8_ROWS_PER_TASK 32
 
@@ -160,6 +162,25 @@ __attribute__((target("avx2,fma"))) static void int8_rows(
     }
 }
 
+#define VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
+
+/* The sums of one weight row w with two quantized rows x0, x1 (x1 may be x0) on AVX-512 VNNI:
+ * 64 byte products a row summed into sixteen int32 lanes by one instruction (vpdpbusd; exact,
+ * as int8_rows' sums are), the rest one by one. One row alone gained nothing from it (its
+ * products wait on memory), a few rows did: int8_task_many uses it, zoo_gemv_int8 does not. */
+VNNI static inline void dot_two_vnni(const int8_t *w, const uint8_t *x0, const uint8_t *x1,
+                                     int64_t K, int32_t *s0, int32_t *s1) {
+    __m512i a0 = _mm512_setzero_si512(), a1 = _mm512_setzero_si512();
+    int64_t k = 0;
+    for (; k + 64 <= K; k += 64) {
+        __m512i wv = _mm512_loadu_si512(w + k);
+        a0 = _mm512_dpbusd_epi32(a0, _mm512_loadu_si512(x0 + k), wv);
+        a1 = _mm512_dpbusd_epi32(a1, _mm512_loadu_si512(x1 + k), wv);
+    }
+    *s0 = _mm512_reduce_add_epi32(a0) + dot_tail(x0, w, k, K);
+    *s1 = _mm512_reduce_add_epi32(a1) + dot_tail(x1, w, k, K);
+}
+
 /* y[n] for n in [n0, n1), at most INT8_ROWS_PER_TASK rows: steps 3 and 4. */
 __attribute__((target("avx2,fma"))) static void int8_task(
     const int8_t *W, const uint8_t *xq, float *y, int64_t n0, int64_t n1, int64_t K,
@@ -177,24 +198,29 @@ __attribute__((target("avx2,fma"))) static void int8_task(
 __attribute__((target("avx2,fma"))) static void int8_task_many(
     const int8_t *W, const uint8_t *xq, int64_t padded, int64_t M, float *Y, int64_t N,
     int64_t n0, int64_t n1, int64_t K, const int32_t *zero, const int32_t *colsum,
-    const float *x_scale, const float *w_scale, const float *bias) {
+    const float *x_scale, const float *w_scale, const float *bias, int vnni) {
     for (int64_t n = n0; n < n1; n++) {
         const int8_t *w = W + n * K;
+        for (int64_t o = 0; o < K; o += 64) _mm_prefetch((const char *)(w + o + PREFETCH), _MM_HINT_T0);
         for (int64_t m = 0; m < M; m += 2) {
             int pair = m + 1 < M;
             const uint8_t *x0 = xq + m * padded, *x1 = pair ? x0 + padded : x0;
-            __m256i a0 = _mm256_setzero_si256(), a1 = _mm256_setzero_si256();
-            int64_t k = 0;
-            for (; k + 32 <= K; k += 32) {
-                if (m == 0) _mm_prefetch((const char *)(w + k + PREFETCH), _MM_HINT_T0);
-                __m256i wv = _mm256_loadu_si256((const __m256i *)(w + k));
-                a0 = _mm256_add_epi32(a0, dot32v(_mm256_loadu_si256((const __m256i *)(x0 + k)), wv));
-                a1 = _mm256_add_epi32(a1, dot32v(_mm256_loadu_si256((const __m256i *)(x1 + k)), wv));
+            int32_t acc0, acc1;
+            if (vnni) {
+                dot_two_vnni(w, x0, x1, K, &acc0, &acc1);
+            } else {
+                __m256i a0 = _mm256_setzero_si256(), a1 = _mm256_setzero_si256();
+                int64_t k = 0;
+                for (; k + 32 <= K; k += 32) {
+                    __m256i wv = _mm256_loadu_si256((const __m256i *)(w + k));
+                    a0 = _mm256_add_epi32(a0, dot32v(_mm256_loadu_si256((const __m256i *)(x0 + k)), wv));
+                    a1 = _mm256_add_epi32(a1, dot32v(_mm256_loadu_si256((const __m256i *)(x1 + k)), wv));
+                }
+                acc0 = hsum_epi32(a0) + dot_tail(x0, w, k, K);
+                acc1 = hsum_epi32(a1) + dot_tail(x1, w, k, K);
             }
-            int32_t acc0 = hsum_epi32(a0) + dot_tail(x0, w, k, K);
             Y[m * N + n] = epilogue(acc0, zero[m], colsum[n], x_scale[m], w_scale[n], bias, n);
             if (pair) {
-                int32_t acc1 = hsum_epi32(a1) + dot_tail(x1, w, k, K);
                 Y[(m + 1) * N + n] =
                     epilogue(acc1, zero[m + 1], colsum[n], x_scale[m + 1], w_scale[n], bias, n);
             }
@@ -266,13 +292,14 @@ int zoo_gemm_int8(const float *X, const int8_t *W, const float *w_scale, const i
         if (status == 0) quantize_row(X + m * K, xq + m * padded, K, padded, x_scale[m], zero[m]);
     }
     if (status == 0) {
+        int vnni = zoo_native_vnni();
         int64_t tasks = (N + INT8_ROWS_PER_TASK - 1) / INT8_ROWS_PER_TASK;
 #pragma omp parallel for schedule(static) num_threads(threads)
         for (int64_t t = 0; t < tasks; t++) {
             int64_t n0 = t * INT8_ROWS_PER_TASK;
             int64_t n1 = n0 + INT8_ROWS_PER_TASK < N ? n0 + INT8_ROWS_PER_TASK : N;
             int8_task_many(W, xq, padded, M, Y, N, n0, n1, K, zero, colsum, x_scale, w_scale,
-                           bias);
+                           bias, vnni);
         }
     }
     free(xq);

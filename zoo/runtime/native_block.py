@@ -1,6 +1,8 @@
-"""One batch-1 decoding step of a whole :class:`~zoo.nn.decoder.DecoderLM` in one call to
-zoo's CPU kernels (``zoo/kernels/_native_block.c``): the token embedding, every block, the final
-norm and the head.
+"""One decoding step of a whole :class:`~zoo.nn.decoder.DecoderLM` in one call to zoo's CPU
+kernels (``zoo/kernels/_native_block.c``): the token embedding, every block, the final norm
+and the head, for one sequence (:func:`decode`, batch 1) or for rows of many
+(:func:`decode_rows`, :func:`decode_parts`: a slot batch's step, its prompt chunks, or both
+at once; each row at its own position in its own slot, the weights read once for all rows).
 
 Why: with :mod:`zoo.kernels.native`'s kernels a batch-1 step's matrix products stream the weights
 at the memory's rate, and what was left of a gpt2-124m token (a sizeable share of a float32
@@ -22,10 +24,13 @@ no forward hooks on any of these modules; every tensor it points into a plain CP
 (no subclass) inside its storage, re-checked at every step. Anything else (LoRA adapters,
 which are hooks; a plugin's own block) takes the per-module path, unchanged.
 :mod:`zoo.runtime.native_plan` reads the modules; :class:`~zoo.runtime.decoding.DecoderSession`
-tries :func:`one_call` before the model's own forward pass at every prefill and step.
+tries :func:`one_call` before the model's own forward pass at every prefill and step, and
+:class:`~zoo.runtime.slots.SlotBatch` tries :func:`decode_parts` at every step and short
+prompt pass.
 
 Numerics: the per-module path's, except the activation (computed in C, within a few ulp of
 PyTorch's; ReLU is exact), so greedy tokens stay the same (``tests/test_native_block.py``).
+Each row of a batch has the bits it has alone (``tests/test_native_slots.py``).
 """
 
 from __future__ import annotations
