@@ -46,13 +46,13 @@
 /* Weight rows a thread takes at a time: 16 rows of 768 floats are 48 KiB, a few pages. */
 #define ROWS_PER_TASK 16
 
-/* How far ahead of its reads zoo_gemm_f32 asks for each weight row into the second level
- * cache, in floats (a prefetch hint, which never faults, even past the matrix): 32 KiB per
- * row of the tile. With a few input rows the products take long enough per byte that the
- * hardware's own prefetching falls behind and the cores wait for memory, then compute; asked
- * this far ahead, the weights arrive while the tile computes (gpt2-124m's blocks, 8 rows:
- * docs/benchmarks.md, "Figures behind design choices"). One row's kernel streams faster
- * without it. */
+/* How far ahead of its reads each float32 kernel asks for each weight row into the second
+ * level cache, in floats (a prefetch hint, which never faults, even past the matrix): 32 KiB
+ * per row it reads. With a few input rows the products take long enough per byte that the
+ * hardware's own prefetching falls behind and the cores wait for memory, then compute; and
+ * one thread alone (beside a busy core) cannot keep enough reads in flight by itself. Asked
+ * this far ahead, the weights arrive while the rows compute (docs/benchmarks.md, "Figures
+ * behind design choices"). */
 #define PREFETCH_AHEAD 8192
 
 /* 1 where this CPU has AVX2 and FMA (the kernels below need both), else 0. */
@@ -140,6 +140,12 @@ __attribute__((target("avx2,fma"))) static void f32_rows(
         __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
         int64_t k = 0;
         for (; k + 8 <= K; k += 8) {
+            if ((k & 15) == 0) { /* a line of each row, 32 KiB ahead */
+                _mm_prefetch((const char *)(w0 + k + PREFETCH_AHEAD), _MM_HINT_T1);
+                _mm_prefetch((const char *)(w1 + k + PREFETCH_AHEAD), _MM_HINT_T1);
+                _mm_prefetch((const char *)(w2 + k + PREFETCH_AHEAD), _MM_HINT_T1);
+                _mm_prefetch((const char *)(w3 + k + PREFETCH_AHEAD), _MM_HINT_T1);
+            }
             __m256 xv = _mm256_loadu_ps(x + k);
             a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + k), xv, a0);
             a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w1 + k), xv, a1);

@@ -35,8 +35,10 @@ int zoo_native_vnni(void); /* _native.c: whether the int8 products run on AVX-51
 /* Rows a thread takes at a time: 32 rows of 768 int8 values are 24 KiB. */
 #define INT8_ROWS_PER_TASK 32
 
-/* How far ahead of the row being summed its bytes are prefetched. */
-#define PREFETCH 1024
+/* How far ahead of the row being summed its bytes are asked into the second level cache: 32
+ * KiB (1 KiB into the first level cache kept one thread from reading as fast as it could:
+ * docs/benchmarks.md, "Figures behind design choices"). */
+#define PREFETCH 32768
 
 /* FBGEMM's SMALL_SCALE_THRESHOLD (ATen's QuantUtils.h). */
 #define SMALL_SCALE 6.1e-5f
@@ -149,7 +151,7 @@ __attribute__((target("avx2,fma"))) static void int8_rows(
         __m256i a0 = _mm256_setzero_si256(), a1 = _mm256_setzero_si256();
         int64_t k = 0;
         for (; k + 64 <= K; k += 64) {
-            _mm_prefetch((const char *)(w + k + PREFETCH), _MM_HINT_T0);
+            _mm_prefetch((const char *)(w + k + PREFETCH), _MM_HINT_T1);
             a0 = _mm256_add_epi32(a0, dot32(_mm256_loadu_si256((const __m256i *)(xq + k)), w + k));
             a1 = _mm256_add_epi32(
                 a1, dot32(_mm256_loadu_si256((const __m256i *)(xq + k + 32)), w + k + 32));
@@ -201,7 +203,7 @@ __attribute__((target("avx2,fma"))) static void int8_task_many(
     const float *x_scale, const float *w_scale, const float *bias, int vnni) {
     for (int64_t n = n0; n < n1; n++) {
         const int8_t *w = W + n * K;
-        for (int64_t o = 0; o < K; o += 64) _mm_prefetch((const char *)(w + o + PREFETCH), _MM_HINT_T0);
+        for (int64_t o = 0; o < K; o += 64) _mm_prefetch((const char *)(w + o + PREFETCH), _MM_HINT_T1);
         for (int64_t m = 0; m < M; m += 2) {
             int pair = m + 1 < M;
             const uint8_t *x0 = xq + m * padded, *x1 = pair ? x0 + padded : x0;
