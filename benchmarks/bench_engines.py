@@ -146,8 +146,10 @@ CHILD = PEAK_MIB + textwrap.dedent(
         if per_module:  # every block module by module: no one-call block step
             import zoo.runtime.native_block
             zoo.runtime.native_block.decode = lambda *args: None
-        def decode(ids):
-            return zoo.generate(model, ids, max_new_tokens=new, temperature=0, compile=compiled)
+        def decode(ids):  # the thread policy `zoo generate` decodes with
+            return zoo.generate(
+                model, ids, max_new_tokens=new, temperature=0, compile=compiled, threads="auto"
+            )
         def forward(ids):
             with torch.no_grad():
                 return model(ids)

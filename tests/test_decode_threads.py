@@ -155,6 +155,38 @@ def test_the_neighbour_leaving_gives_the_threads_back():
     assert steps(decode, 2) == [2, 2]
 
 
+def test_a_new_policy_starts_from_this_process_s_last_reading(monkeypatch):
+    """Each generation has its own policy; the next one starts from the last reading and
+    decision of this process (when under ``RECENT`` seconds old) instead of running its
+    first interval blind on torch's count."""
+    monkeypatch.setattr(DecodeThreads, "_latest", None)
+    now = [0.0]  # seconds; a neighbour holds CPU 0 throughout (user ticks grow with time)
+
+    def busy_stat() -> str:
+        return stat(a=int(now[0] * TICK), b=0)
+
+    def policy_at(start: float) -> tuple[DecodeThreads, Threads]:
+        now[0] = start
+        fake = Threads(2)
+        clock = CpuClock([0, 1], stat=busy_stat, wall=lambda: now[0], own=lambda: 0.0)
+        decode = DecodeThreads(clock=clock, get_threads=lambda: fake.count, set_threads=fake.set)
+        return decode, fake
+
+    def timed_steps(decode: DecodeThreads, n: int) -> list[int]:
+        counts = []
+        for _ in range(n):
+            now[0] += 0.3
+            counts += steps(decode, 1)
+        return counts
+
+    first, _ = policy_at(10.0)
+    assert timed_steps(first, 3) == [2, 1, 1]  # blind for its first interval
+    second, _ = policy_at(now[0] + 0.5)
+    assert timed_steps(second, 2) == [1, 1]  # starts from the first one's decision
+    later, _ = policy_at(now[0] + 1 + policy.RECENT)
+    assert timed_steps(later, 2) == [2, 1]  # too old a reading: blind again
+
+
 def test_the_setting_overrides_the_policy():
     decode, fake = policy_for(others=1.0, setting=0)
     assert steps(decode, 3) == [2, 2, 2] and fake.calls == []

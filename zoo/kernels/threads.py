@@ -50,6 +50,9 @@ FREE_SHARE = 0.5
 #: Seconds between two readings of ``/proc/stat`` (it counts in ticks of a hundredth of a
 #: second: 25 per CPU).
 INTERVAL = 0.25
+#: Seconds a decision stays good for the next policy of this process: a new generation
+#: starts from the last one's reading instead of running its first interval blind.
+RECENT = 2.0
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -147,7 +150,10 @@ class DecodeThreads:
     leave free, at most torch's thread count when the step starts), ``0`` leaves torch's count
     alone, ``N`` runs steps with ``N`` threads. One object serves a whole generation (or a
     server's steps); it is not for use from two threads at once. :attr:`threads` is the
-    count the last step ran with.
+    count the last step ran with. A new policy starts from this process's last reading and
+    decision where it is under :data:`RECENT` seconds old, so the next generation does not
+    run its first interval blind on torch's count (a short generation beside a busy core
+    spent much of itself there).
     """
 
     def __init__(
@@ -170,6 +176,15 @@ class DecodeThreads:
         self._last: CpuReading | None = None
         self._free: int | None = None  # CPUs free at the last decision
         self.threads: int | None = None
+        latest = DecodeThreads._latest
+        if type(self._clock) is CpuClock and latest is not None:
+            reading, free, cpus = latest
+            if cpus == self._clock.cpus and self._clock.wall() - reading.wall < RECENT:
+                self._last, self._free = reading, free
+
+    #: The last reading and decision of any policy on this process's CPUs (with the CPUs
+    #: read), which the next policy starts from.
+    _latest: tuple[CpuReading, int | None, tuple[int, ...]] | None = None
 
     @classmethod
     def for_device(cls, device: torch.device, setting: int | None) -> DecodeThreads:
@@ -190,6 +205,8 @@ class DecodeThreads:
             if last is not None:
                 self._free = free_cpus(last, now, len(clock.cpus))
             self._last = now  # the first step starts the first interval
+            if type(clock) is CpuClock:
+                DecodeThreads._latest = (now, self._free, clock.cpus)
         return torch_threads if self._free is None else max(1, min(torch_threads, self._free))
 
     @contextlib.contextmanager
