@@ -134,9 +134,10 @@ class Settings:
         native_kernels: ``ZOO_NATIVE_KERNELS``: batch-1 CPU decoding (one row's products,
             norms and attention) on zoo's own kernels where they are built (default on;
             :mod:`zoo.kernels.native`); ``0`` keeps PyTorch's.
-        native_isa: ``ZOO_NATIVE_ISA``: the instruction set zoo's float32 products run on:
-            ``auto`` (default, ``None``: the widest this CPU has), ``avx2`` or ``avx512`` (a
-            set this CPU lacks is refused with a warning, and ``auto``'s runs).
+        native_isa: ``ZOO_NATIVE_ISA``: the instruction set zoo's kernels run on (every
+            variant computes the same bits): ``auto`` (default, ``None``: the widest this CPU
+            has), ``avx2`` or ``avx512`` (a set this CPU lacks is refused with a warning, and
+            ``auto``'s runs).
     """
 
     cuda_graphs: bool = True

@@ -43,7 +43,7 @@ _P, _I, _F = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float
 _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "zoo_native_supported": (ctypes.c_int, []),
     "zoo_native_max_threads": (ctypes.c_int, []),
-    # the instruction set the float32 products run on (0 AVX2, 1 AVX-512F); choose one
+    # the instruction set the kernels run on (0 AVX2, 1 AVX-512); choose one
     "zoo_native_isa": (ctypes.c_int, []),
     "zoo_native_set_isa": (ctypes.c_int, [ctypes.c_int]),
     "zoo_gemv_f32": (None, [_P, _P, _P, _P, _I, _I, ctypes.c_int]),
@@ -107,7 +107,7 @@ def _library() -> ctypes.CDLL | None:
 
 
 def _choose_isa(lib: ctypes.CDLL, isa: str | None) -> None:
-    """Run the float32 products on ``isa`` (``ZOO_NATIVE_ISA``; ``None``: the widest this CPU
+    """Run the kernels' variant for ``isa`` (``ZOO_NATIVE_ISA``; ``None``: the widest this CPU
     has), or warn that this CPU lacks it and keep the widest."""
     if isa is not None and lib.zoo_native_set_isa(NATIVE_ISAS.index(isa)) != 0:
         warnings.warn(
@@ -119,7 +119,8 @@ def _choose_isa(lib: ctypes.CDLL, isa: str | None) -> None:
 
 
 def isa_name() -> str | None:
-    """The instruction set zoo's float32 products run on (``"avx2"`` or ``"avx512"``), or
+    """The instruction set zoo's kernels run on (``"avx2"`` or ``"avx512"``: the few-row
+    float32 products' larger tiles, and VNNI's int8 products where the CPU has it), or
     ``None`` where zoo's kernels do not run."""
     lib = _library()
     return None if lib is None else NATIVE_ISAS[lib.zoo_native_isa()]
