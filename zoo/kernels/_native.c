@@ -218,34 +218,31 @@ __attribute__((always_inline, target("avx2,fma"))) static inline void f32_tile(
     }
 }
 
-/* Y[:, n] for weight rows n in [n0, n1) and all M rows of X on AVX-512 (VL), four weight rows
- * by up to four input rows at a time (each weight row read from memory once, then from the
- * first level cache for each further four input rows). */
-__attribute__((target("avx512f,avx512vl,avx2,fma"))) static void f32_rows_wide(
+/* Y[:, n] for weight rows n in [n0, n1) and all M rows of X, four weight rows by `tall` input
+ * rows at a time (each weight row read from memory once, then from the first level cache for
+ * each further tile of input rows): tall 4 where AVX-512's registers hold the tile, else 2. */
+__attribute__((always_inline, target("avx2,fma"))) static inline void f32_tiles(
     const float *W, const float *X, const float *b, float *Y, int64_t M, int64_t N, int64_t K,
-    int64_t n0, int64_t n1) {
+    int64_t n0, int64_t n1, int tall) {
     for (int64_t n = n0; n < n1; n += 4) {
         int w_rows = n1 - n < 4 ? (int)(n1 - n) : 4;
         int64_t m = 0;
-        for (; m + 4 <= M; m += 4) f32_tile(W, X, b, Y, N, K, n, w_rows, m, 4);
-        if (M - m == 3) f32_tile(W, X, b, Y, N, K, n, w_rows, m, 3);
-        if (M - m == 2) f32_tile(W, X, b, Y, N, K, n, w_rows, m, 2);
-        if (M - m == 1) f32_tile(W, X, b, Y, N, K, n, w_rows, m, 1);
-    }
-}
-
-/* Y[:, n] for weight rows n in [n0, n1) and all M rows of X on AVX2, four weight rows by two
- * input rows at a time (each weight row read from memory once, then from the first level
- * cache for each further pair of input rows). */
-__attribute__((target("avx2,fma"))) static void f32_rows_many(
-    const float *W, const float *X, const float *b, float *Y, int64_t M, int64_t N, int64_t K,
-    int64_t n0, int64_t n1) {
-    for (int64_t n = n0; n < n1; n += 4) {
-        int w_rows = n1 - n < 4 ? (int)(n1 - n) : 4;
-        int64_t m = 0;
+        for (; tall == 4 && m + 4 <= M; m += 4) f32_tile(W, X, b, Y, N, K, n, w_rows, m, 4);
         for (; m + 2 <= M; m += 2) f32_tile(W, X, b, Y, N, K, n, w_rows, m, 2);
         if (m < M) f32_tile(W, X, b, Y, N, K, n, w_rows, m, 1);
     }
+}
+
+__attribute__((target("avx512f,avx512vl,avx2,fma"))) static void f32_rows_wide(
+    const float *W, const float *X, const float *b, float *Y, int64_t M, int64_t N, int64_t K,
+    int64_t n0, int64_t n1) {
+    f32_tiles(W, X, b, Y, M, N, K, n0, n1, 4);
+}
+
+__attribute__((target("avx2,fma"))) static void f32_rows_many(
+    const float *W, const float *X, const float *b, float *Y, int64_t M, int64_t N, int64_t K,
+    int64_t n0, int64_t n1) {
+    f32_tiles(W, X, b, Y, M, N, K, n0, n1, 2);
 }
 #endif
 
