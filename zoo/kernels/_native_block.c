@@ -55,7 +55,8 @@ enum { ACT_GELU = 0, ACT_GELU_TANH = 1, ACT_RELU = 2, ACT_SILU = 3 };
 enum { PRE_NORM = 0, POST_NORM = 1, PARALLEL = 2 };
 
 /* One product: float32 rows, or int8 rows with per-row scales and row sums
- * (zoo_gemv_int8's). Mirrored by zoo/kernels/native_abi.py's Linear, as each structure here is. */
+ * (zoo_gemv_int8's). Mirrored by zoo/kernels/native_abi.py's Linear, as each structure here
+ * is. */
 typedef struct {
     int64_t kind, n, k;
     const void *w;
@@ -346,9 +347,9 @@ static void embed(const zoo_embedding *e, int64_t token, int64_t position, float
  * row alone. Rows of different sequences sit in different slots; a prompt's tokens may be
  * rows of one slot at successive positions (every row's key and value are written before any
  * row attends, so each token sees those before it). logits (outputs, head.n) holds the rows
- * output_rows[0..outputs), in increasing order (NULL: every row, outputs = rows). One sequence decoding on its own
- * is rows 1, slot 0. Returns 0, or -1 for a token, position or cache position out of range
- * or as stack_step does: logits is then unset. */
+ * output_rows[0..outputs), in increasing order (NULL: every row, outputs = rows). One
+ * sequence decoding on its own is rows 1, slot 0. Returns 0, or -1 for a token, position or
+ * cache position out of range or as stack_step does: logits is then unset. */
 int zoo_decode_rows_f32(const zoo_decoder *m, int64_t rows, const int64_t *tokens,
                         const int64_t *positions, const int64_t *slot, const int64_t *pos,
                         int64_t outputs, const int64_t *output_rows, float *logits,

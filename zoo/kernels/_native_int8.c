@@ -143,7 +143,8 @@ __attribute__((target("avx2,fma"))) static inline float epilogue(
 }
 
 /* acc[n - n0] for n in [n0, n1), one row after another: the weights are read as one
- * sequential stream (four rows read side by side streamed slower: docs/benchmarks.md), prefetched PREFETCH bytes ahead; xq stays in L1. */
+ * sequential stream (four rows read side by side streamed slower: docs/benchmarks.md), asked
+ * for PREFETCH bytes ahead; xq stays in L1. */
 __attribute__((target("avx2,fma"))) static void int8_rows(
     const int8_t *W, const uint8_t *xq, int32_t *acc, int64_t n0, int64_t n1, int64_t K) {
     for (int64_t n = n0; n < n1; n++) {
@@ -203,7 +204,8 @@ __attribute__((target("avx2,fma"))) static void int8_task_many(
     const float *x_scale, const float *w_scale, const float *bias, int vnni) {
     for (int64_t n = n0; n < n1; n++) {
         const int8_t *w = W + n * K;
-        for (int64_t o = 0; o < K; o += 64) _mm_prefetch((const char *)(w + o + PREFETCH), _MM_HINT_T1);
+        for (int64_t o = 0; o < K; o += 64) /* the row PREFETCH bytes on */
+            _mm_prefetch((const char *)(w + o + PREFETCH), _MM_HINT_T1);
         for (int64_t m = 0; m < M; m += 2) {
             int pair = m + 1 < M;
             const uint8_t *x0 = xq + m * padded, *x1 = pair ? x0 + padded : x0;
@@ -215,8 +217,10 @@ __attribute__((target("avx2,fma"))) static void int8_task_many(
                 int64_t k = 0;
                 for (; k + 32 <= K; k += 32) {
                     __m256i wv = _mm256_loadu_si256((const __m256i *)(w + k));
-                    a0 = _mm256_add_epi32(a0, dot32v(_mm256_loadu_si256((const __m256i *)(x0 + k)), wv));
-                    a1 = _mm256_add_epi32(a1, dot32v(_mm256_loadu_si256((const __m256i *)(x1 + k)), wv));
+                    __m256i v0 = _mm256_loadu_si256((const __m256i *)(x0 + k));
+                    __m256i v1 = _mm256_loadu_si256((const __m256i *)(x1 + k));
+                    a0 = _mm256_add_epi32(a0, dot32v(v0, wv));
+                    a1 = _mm256_add_epi32(a1, dot32v(v1, wv));
                 }
                 acc0 = hsum_epi32(a0) + dot_tail(x0, w, k, K);
                 acc1 = hsum_epi32(a1) + dot_tail(x1, w, k, K);
