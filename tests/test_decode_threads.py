@@ -187,6 +187,18 @@ def test_a_new_policy_starts_from_this_process_s_last_reading(monkeypatch):
     assert timed_steps(later, 2) == [2, 1]  # too old a reading: blind again
 
 
+def test_after_an_idle_spell_the_first_step_runs_torch_count():
+    """A server between bursts reads nothing for a while; what other processes did over that
+    spell says nothing of the next step, which runs torch's count and starts a new interval
+    (a burst's prefill ran on one thread because a client had been busy while it waited)."""
+    decode, _ = policy_for(others=1.0)
+    assert steps(decode, 3) == [2, 1, 1]
+    decode._clock.step = 4 * policy.STALE  # the wall clock jumps: an idle spell
+    assert steps(decode, 1) == [2]
+    decode._clock.step = 0.3
+    assert steps(decode, 2) == [1, 1]  # the neighbour is still there
+
+
 def test_the_setting_overrides_the_policy():
     decode, fake = policy_for(others=1.0, setting=0)
     assert steps(decode, 3) == [2, 2, 2] and fake.calls == []

@@ -17,7 +17,10 @@ process's CPUs were since its last reading (``/proc/stat``, the time of processe
 not niced, less this process's own time: :class:`CpuClock`), counts a CPU as free when other
 processes left at least half of it, and runs the step with ``min(torch's thread count, free
 CPUs)`` threads (at least one), putting torch's count back after the step. On a quiet machine
-it changes nothing. It is opt-in: ``zoo generate``, ``zoo chat`` and ``zoo serve`` use it,
+it changes nothing. After an idle spell (no step for :data:`STALE` seconds: a server between
+bursts) the first step runs torch's count: what others did while this process slept says
+nothing of now (a burst's prefill had run on one thread because a client had been busy).
+It is opt-in: ``zoo generate``, ``zoo chat`` and ``zoo serve`` use it,
 ``zoo.generate`` only with ``threads="auto"`` (a library call leaves the process's thread
 count alone). ``ZOO_DECODE_THREADS`` (:class:`zoo.settings.Settings`) overrides the command
 line's: ``0`` leaves torch's count alone, ``N`` decodes with ``N`` threads. ``zoo train``
@@ -53,6 +56,9 @@ INTERVAL = 0.25
 #: Seconds a decision stays good for the next policy of this process: a new generation
 #: starts from the last one's reading instead of running its first interval blind.
 RECENT = 2.0
+#: Seconds between two readings past which the busy time between them says nothing of the
+#: next step (the policy was idle: a server between bursts); the step runs torch's count.
+STALE = 4 * INTERVAL
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -202,8 +208,9 @@ class DecodeThreads:
             now = clock.read()
             if now is None:
                 return torch_threads
-            if last is not None:
-                self._free = free_cpus(last, now, len(clock.cpus))
+            if last is not None:  # (an idle spell says nothing of now: torch's count)
+                stale = now.wall - last.wall > STALE
+                self._free = None if stale else free_cpus(last, now, len(clock.cpus))
             self._last = now  # the first step starts the first interval
             if type(clock) is CpuClock:
                 DecodeThreads._latest = (now, self._free, clock.cpus)
