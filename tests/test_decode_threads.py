@@ -157,7 +157,7 @@ def test_the_neighbour_leaving_gives_the_threads_back():
 
 def test_a_new_policy_starts_from_this_process_s_last_reading(monkeypatch):
     """Each generation has its own policy; the next one starts from the last reading and
-    decision of this process (when under ``RECENT`` seconds old) instead of running its
+    decision of this process (when under ``STALE`` seconds old) instead of running its
     first interval blind on torch's count."""
     monkeypatch.setattr(DecodeThreads, "_latest", None)
     now = [0.0]  # seconds; a neighbour holds CPU 0 throughout (user ticks grow with time)
@@ -183,7 +183,7 @@ def test_a_new_policy_starts_from_this_process_s_last_reading(monkeypatch):
     assert timed_steps(first, 3) == [2, 1, 1]  # blind for its first interval
     second, _ = policy_at(now[0] + 0.5)
     assert timed_steps(second, 2) == [1, 1]  # starts from the first one's decision
-    later, _ = policy_at(now[0] + 1 + policy.RECENT)
+    later, _ = policy_at(now[0] + 1 + policy.STALE)
     assert timed_steps(later, 2) == [2, 1]  # too old a reading: blind again
 
 

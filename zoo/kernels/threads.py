@@ -53,11 +53,10 @@ FREE_SHARE = 0.5
 #: Seconds between two readings of ``/proc/stat`` (it counts in ticks of a hundredth of a
 #: second: 25 per CPU).
 INTERVAL = 0.25
-#: Seconds a decision stays good for the next policy of this process: a new generation
-#: starts from the last one's reading instead of running its first interval blind.
-RECENT = 2.0
 #: Seconds between two readings past which the busy time between them says nothing of the
-#: next step (the policy was idle: a server between bursts); the step runs torch's count.
+#: next step (the policy was idle: a server between bursts); the step runs torch's count. A
+#: new policy (the next generation) starts from this process's last reading younger than this
+#: instead of running its first interval blind.
 STALE = 4 * INTERVAL
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -157,7 +156,7 @@ class DecodeThreads:
     alone, ``N`` runs steps with ``N`` threads. One object serves a whole generation (or a
     server's steps); it is not for use from two threads at once. :attr:`threads` is the
     count the last step ran with. A new policy starts from this process's last reading and
-    decision where it is under :data:`RECENT` seconds old, so the next generation does not
+    decision where it is under :data:`STALE` seconds old, so the next generation does not
     run its first interval blind on torch's count (a short generation beside a busy core
     spent much of itself there).
     """
@@ -185,7 +184,7 @@ class DecodeThreads:
         latest = DecodeThreads._latest
         if type(self._clock) is CpuClock and latest is not None:
             reading, free, cpus = latest
-            if cpus == self._clock.cpus and self._clock.wall() - reading.wall < RECENT:
+            if cpus == self._clock.cpus and self._clock.wall() - reading.wall < STALE:
                 self._last, self._free = reading, free
 
     #: The last reading and decision of any policy on this process's CPUs (with the CPUs
