@@ -58,7 +58,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from busy import busy
+from busy import busy, described
 from common import machine_facts, publish
 
 #: The GGUF files made for llama.cpp (and for ``zoo ...+gguf``), by zoo's own GGUF writer.
@@ -401,12 +401,8 @@ def main() -> None:
         for a, b in RATIOS
         if a in full and b in full
     ]
-    neighbours = (
-        f"{args.busy} busy neighbour process(es) (each a Python loop spinning one core) ran "
-        "during the measurements"
-        if args.busy
-        else "No busy neighbour started"
-    )
+    neighbours = described(args.busy) + " ran during the measurements"
+    neighbours = neighbours[0].upper() + neighbours[1:]
     report = "\n".join(lines) + (
         (f"\n\nBatch-1 decoding, zoo against its peers: {'; '.join(ratios)}." if ratios else "")
         + f"\n\ngpt2-124m, random weights identical in every engine; 16-token prompts, "

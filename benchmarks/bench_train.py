@@ -32,7 +32,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from busy import busy
+from busy import busy, described
 from common import machine_facts, publish
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -164,8 +164,7 @@ def threads_table(args: argparse.Namespace) -> None:
     report = "\n".join(rows) + (
         f"\n\nzoo.train.train, GPT-2 layout ({size}), batch {args.batch}, float32 CPU, "
         f"{args.steps} steps of which {args.warmup} untimed, medians of {args.repeats} "
-        f"interleaved repeats; {args.busy} busy neighbour process(es) (each a Python loop "
-        f"spinning one core). Load (1 min) {load_before:.2f} before, "
+        f"interleaved repeats; {described(args.busy)}. Load (1 min) {load_before:.2f} before, "
         f"{os.getloadavg()[0]:.2f} after. Machine: {machine_facts('torch')}."
     )
     publish(report, title="Training threads: zoo's choice against fixed counts",

@@ -37,3 +37,10 @@ def busy(n: int) -> Iterator[list[subprocess.Popen[bytes]]]:
             proc.kill()
         for proc in procs:
             proc.wait()
+
+
+def described(n: int) -> str:
+    """``n`` neighbours as a report's notes name them."""
+    if not n:
+        return "no busy neighbour process"
+    return f"{n} busy neighbour process(es) (each a Python loop spinning one core)"

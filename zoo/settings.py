@@ -14,11 +14,11 @@ import dataclasses
 import math
 import os
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from .errors import ConfigError
 
-__all__ = ["VARIABLES", "Settings"]
+__all__ = ["VARIABLES", "Settings", "threads_argument"]
 
 
 class _Refused(ValueError):
@@ -69,6 +69,13 @@ def _isa(text: str) -> str | None:
     if word not in NATIVE_ISAS:
         raise _Refused(f"must be auto or one of {', '.join(NATIVE_ISAS)}")
     return word
+
+
+def threads_argument(setting: int | None) -> int | Literal["auto"] | None:
+    """A threads setting (``decode_threads``, ``train_threads``) as the ``threads=`` argument
+    of ``zoo.generate`` and ``zoo.train.train``: unset is ``"auto"`` (the cores other
+    processes leave free), ``0`` is ``None`` (torch's count, untouched), ``N`` is ``N``."""
+    return "auto" if setting is None else (setting or None)
 
 
 def _threads(text: str) -> int | None:

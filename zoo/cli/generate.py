@@ -62,10 +62,9 @@ def generation_config(
     leave free, :class:`zoo.kernels.threads.DecodeThreads`). A ``--max-new-tokens`` left unset
     (``None``) is ``default_max_new_tokens``."""
     from ..generation import GenerationConfig
-    from ..settings import Settings
+    from ..settings import Settings, threads_argument
 
     check_counts(args, generation_bounds())
-    setting = Settings.from_env().decode_threads  # None: choose, 0: torch's count
     return GenerationConfig(
         max_new_tokens=(
             default_max_new_tokens if args.max_new_tokens is None else args.max_new_tokens
@@ -76,7 +75,7 @@ def generation_config(
         seed=args.seed,
         stop=stop,
         compile=args.compile,
-        threads="auto" if setting is None else setting or None,
+        threads=threads_argument(Settings.from_env().decode_threads),
     )
 
 

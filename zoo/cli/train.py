@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from .. import api, jsonfile
 from ..options import MAX_DISTINCT_BYTES, QUANTIZE_MODES
@@ -68,13 +68,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 128 + result.signal if result.signal else 0  # 130 (SIGINT), 143 (SIGTERM)
 
 
-def _threads() -> int | str | None:
-    """Each step's threads: ``ZOO_TRAIN_THREADS`` (unset: ``auto``, the cores other processes
-    leave free; ``0``: torch's count, untouched; a count)."""
-    from ..settings import Settings
+def _threads() -> int | Literal["auto"] | None:
+    """Each step's threads: ``ZOO_TRAIN_THREADS`` (:func:`zoo.settings.threads_argument`)."""
+    from ..settings import Settings, threads_argument
 
-    setting = Settings.from_env().train_threads
-    return "auto" if setting is None else (setting or None)
+    return threads_argument(Settings.from_env().train_threads)
 
 
 def _tokenizer(args: argparse.Namespace, overrides: dict[str, Any]) -> Tokenizer | None:
