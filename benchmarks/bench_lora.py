@@ -33,6 +33,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
+from busy import busy, described
 from common import machine_facts, publish
 
 SIZES = {
@@ -205,6 +206,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     parser.add_argument("--engines", default=",".join(ENGINES), help="comma-separated subset")
+    parser.add_argument("--busy", type=int, default=0, help="neighbours spinning a core each")
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args()
     engines = [e for e in ENGINES if e in args.engines.split(",")]
@@ -212,7 +214,7 @@ def main() -> None:
         parser.error("--engines must include hf-full (the baseline of the ratios)")
     results: dict[str, list[dict]] = {e: [] for e in engines}
     loads = []
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, busy(args.busy):
         folder = Path(tmp) / "model"
         parameters = make_model(args.size, folder)
         for repeat in range(args.repeats):
@@ -226,7 +228,8 @@ def main() -> None:
         f"float32, CPU ({args.threads or os.cpu_count()} threads), batch {args.batch} x "
         f"{args.seq} tokens, LoRA rank {args.rank} "
         f"(alpha {2 * args.rank}) on all 7 projections, AdamW; {args.steps} steps of which "
-        f"{args.warmup} untimed, medians of {args.repeats} interleaved repeats. QLoRA int8 "
+        f"{args.warmup} untimed, medians of {args.repeats} interleaved repeats; "
+        f"{described(args.busy)}. QLoRA int8 "
         "on the CPU is torch.ao's dynamic int8 (activations quantized per call too); int4 "
         "puts int4 on the layers the kernels take (input features a multiple of 128) and "
         "weight-only int8 on the others and on the tied head. Machine: "

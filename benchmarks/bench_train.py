@@ -1,8 +1,12 @@
 """Training speed: zoo's trainer vs a plain loop over ``transformers.GPT2LMHeadModel`` with
 ``torch.optim.AdamW``, on an identical GPT-2 config, batch and data; and zoo under
-``torchrun`` with 2 DDP processes against 1 process at the same global batch.
+``torchrun`` with 2 DDP processes against 1 process at the same global batch. ``--layout
+llama``: a random ``LlamaForCausalLM`` saved as a Hugging Face folder, which zoo loads
+(``zoo.load``) and transformers loads (``from_pretrained``): the same weights in both loops.
 
     python benchmarks/bench_train.py --repeats 3 --markdown benchmarks/RESULTS-train.md
+    python benchmarks/bench_train.py --layout llama --size medium --no-ddp \
+        --markdown benchmarks/RESULTS-train-llama.md
     python benchmarks/bench_train.py --device cuda --size gpt2-124m --batch 16 --bf16 \\
         --markdown benchmarks/RESULTS-train-cuda.md      # adds tokens/s and MFU
     python benchmarks/bench_train.py --threads --busy 1 \\
@@ -42,6 +46,13 @@ SIZES = {
     "gpt2-124m": {"n_layers": 12, "d_model": 768, "n_heads": 12, "d_ff": 3072,
                   "context_length": 1024},
 }  # fmt: skip
+#: Llama layouts (``--layout llama``): transformers' ``LlamaConfig`` fields, GPT-2's vocabulary.
+LLAMA_SIZES = {
+    "small": {"hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 4,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "context_length": 128},
+    "medium": {"hidden_size": 512, "intermediate_size": 2048, "num_hidden_layers": 8,
+               "num_attention_heads": 8, "num_key_value_heads": 4, "context_length": 128},
+}  # fmt: skip
 #: Dense bf16 tensor-core peaks (FLOP/s) from the vendors' data sheets, by device-name part.
 PEAKS = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12, "A100": 312e12}
 
@@ -60,22 +71,31 @@ CHILD = textwrap.dedent(
                              eval_batches=1, bf16=bf16)
         # time per step from the loop's own clock, warm-up steps excluded: two runs
         short = TrainConfig(**{**config.__dict__, "steps": warmup})
-        model = zoo.build("gpt2-124m", dropout=0.0, **size)
-        threads = spec.get("threads")
-        first = train(model, spec["data"], spec["out"] + "-a", config=short, device=device,
-                      log=None, threads=threads)
-        model = zoo.build("gpt2-124m", dropout=0.0, **size)
-        full = train(model, spec["data"], spec["out"] + "-b", config=config, device=device,
-                     log=None, threads=threads)
+        def model():  # GPT-2: built at random; Llama: the Hugging Face folder, loaded
+            if spec["folder"]:
+                return zoo.load(spec["folder"], tokenizer=False)
+            return zoo.build("gpt2-124m", dropout=0.0, **size)
+
+        threads, tokenizer = spec.get("threads"), zoo.tokenizer("gpt2-124m")
+        first = train(model(), spec["data"], spec["out"] + "-a", config=short, device=device,
+                      log=None, threads=threads, tokenizer=tokenizer)
+        full = train(model(), spec["data"], spec["out"] + "-b", config=config, device=device,
+                     log=None, threads=threads, tokenizer=tokenizer)
         seconds = full.seconds - first.seconds
         parameters = full.model.num_parameters()
     else:
         import numpy as np
         import transformers, zoo
-        cfg = transformers.GPT2Config(n_layer=size["n_layers"], n_embd=size["d_model"],
-            n_head=size["n_heads"], n_inner=size["d_ff"], n_positions=size["context_length"],
-            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-        model = transformers.GPT2LMHeadModel(cfg).to(device).train()
+        if spec["folder"]:
+            model = transformers.AutoModelForCausalLM.from_pretrained(
+                spec["folder"], dtype=torch.float32)
+        else:
+            cfg = transformers.GPT2Config(n_layer=size["n_layers"], n_embd=size["d_model"],
+                n_head=size["n_heads"], n_inner=size["d_ff"],
+                n_positions=size["context_length"], resid_pdrop=0.0, embd_pdrop=0.0,
+                attn_pdrop=0.0)
+            model = transformers.GPT2LMHeadModel(cfg)
+        model = model.to(device).train()
         parameters = sum(p.numel() for p in model.parameters())
         ids = np.array(zoo.tokenizer("gpt2-124m").encode(open(spec["data"]).read()))
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
@@ -110,16 +130,35 @@ CHILD = textwrap.dedent(
 )
 
 
+def llama_folder(size: dict, folder: Path) -> Path:
+    """A random ``transformers.LlamaForCausalLM`` of ``size`` (GPT-2's vocabulary, tied
+    embeddings) saved to ``folder``: both loops train these weights."""
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    fields = {k: v for k, v in size.items() if k != "context_length"}
+    config = transformers.LlamaConfig(  # zoo trains on windows of max_position_embeddings
+        **fields,
+        vocab_size=50257,
+        max_position_embeddings=size["context_length"],
+        tie_word_embeddings=True,
+    )
+    transformers.LlamaForCausalLM(config).save_pretrained(folder)
+    return folder
+
+
 def run(
     engine: str, args: argparse.Namespace, out: Path, processes: int = 1, threads: object = None
 ) -> dict:
     spec = {
+        "folder": str(args.folder) if args.folder else "",
         "threads": threads,
         "engine": engine,
         "steps": args.steps,
         "warmup": args.warmup,
         "batch": args.batch,
-        "size": SIZES[args.size],
+        "size": sizes(args)[args.size],
         "device": args.device,
         "bf16": args.bf16,
         "out": str(out),
@@ -160,9 +199,8 @@ def threads_table(args: argparse.Namespace) -> None:
     for choice in choices:
         label = "auto (zoo train's default)" if choice == "auto" else f"{choice} (fixed)"
         rows.append(f"| {label} | {medians[choice]:,.0f} | {medians[choice] / best:.2f}x |")
-    size = ", ".join(f"{k} {v}" for k, v in SIZES[args.size].items())
     report = "\n".join(rows) + (
-        f"\n\nzoo.train.train, GPT-2 layout ({size}), batch {args.batch}, float32 CPU, "
+        f"\n\nzoo.train.train, {layout_words(args)}, batch {args.batch}, float32 CPU, "
         f"{args.steps} steps of which {args.warmup} untimed, medians of {args.repeats} "
         f"interleaved repeats; {described(args.busy)}. Load (1 min) {load_before:.2f} before, "
         f"{os.getloadavg()[0]:.2f} after. Machine: {machine_facts('torch')}."
@@ -171,9 +209,24 @@ def threads_table(args: argparse.Namespace) -> None:
             markdown=args.markdown)  # fmt: skip
 
 
+def sizes(args: argparse.Namespace) -> dict[str, dict]:
+    """The sizes of ``--layout``."""
+    return LLAMA_SIZES if args.layout == "llama" else SIZES
+
+
+def layout_words(args: argparse.Namespace) -> str:
+    """The model's layout for a report's note."""
+    size = ", ".join(f"{k} {v}" for k, v in sizes(args)[args.size].items())
+    if args.layout == "llama":
+        return f"Llama layout ({size}, vocabulary 50257, tied embeddings; a Hugging Face folder)"
+    return f"GPT-2 layout ({size}, vocabulary 50257, dropout 0)"
+
+
 def flops_per_token(size: dict, parameters: int) -> float:
     """Training FLOPs per token: 6N for the matrices plus the attention scores and values."""
-    return 6 * parameters + 12 * size["n_layers"] * size["context_length"] * size["d_model"]
+    layers = size.get("n_layers", size.get("num_hidden_layers"))
+    width = size.get("d_model", size.get("hidden_size"))
+    return 6 * parameters + 12 * layers * size["context_length"] * width
 
 
 def main() -> None:
@@ -182,7 +235,13 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--size", choices=sorted(SIZES), default="small")
+    parser.add_argument("--size", choices=sorted({*SIZES, *LLAMA_SIZES}), default="small")
+    parser.add_argument(
+        "--layout",
+        choices=["gpt2", "llama"],
+        default="gpt2",
+        help="llama: a random LlamaForCausalLM's folder, loaded by both loops",
+    )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--bf16", action="store_true", help="bfloat16 autocast in both loops")
     parser.add_argument("--no-ddp", action="store_true", help="skip the 2-process row")
@@ -190,23 +249,38 @@ def main() -> None:
     parser.add_argument("--busy", type=int, default=0, help="neighbours spinning a core each")
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args()
-    if args.threads:
-        return threads_table(args)
+    if args.size not in sizes(args):
+        parser.error(f"--layout {args.layout} has sizes {', '.join(sorted(sizes(args)))}")
+    with tempfile.TemporaryDirectory() as tmp:
+        args.folder = None
+        if args.layout == "llama":
+            args.folder = llama_folder(sizes(args)[args.size], Path(tmp) / "llama")
+        if args.threads:
+            return threads_table(args)
+        return compare(args)
+
+
+def compare(args: argparse.Namespace) -> None:
+    """transformers' plain loop, zoo's trainer and zoo under torchrun, interleaved."""
     runs = [("transformers", 1), ("zoo", 1)]
     if not args.no_ddp and args.device == "cpu":
         runs.append(("zoo", 2))
     results: dict[tuple[str, int], list[dict]] = {key: [] for key in runs}
-    with tempfile.TemporaryDirectory() as tmp:
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as tmp, busy(args.busy):
         for repeat in range(args.repeats):
             order = runs if repeat % 2 == 0 else runs[::-1]
             for engine, processes in order:
                 folder = Path(tmp) / f"{engine}-{processes}-{repeat}"
                 folder.mkdir()
-                results[engine, processes].append(run(engine, args, folder / "run", processes))
+                threads = "auto" if (engine, processes) == ("zoo", 1) else None
+                result = run(engine, args, folder / "run", processes, threads=threads)
+                results[engine, processes].append(result)
     base = statistics.median(r["tok_s"] for r in results["transformers", 1])
+    model_class = "LlamaForCausalLM" if args.layout == "llama" else "GPT2LMHeadModel"
     labels = {
-        ("transformers", 1): "plain loop over `GPT2LMHeadModel` + AdamW",
-        ("zoo", 1): "`zoo.train.train`",
+        ("transformers", 1): f"plain loop over `{model_class}` + AdamW",
+        ("zoo", 1): '`zoo.train.train`, threads="auto" (`zoo train`\'s default)',
         ("zoo", 2): "`zoo.train.train`, 2 DDP processes (torchrun, gloo, 1 thread each)",
     }
     cuda = args.device.startswith("cuda")
@@ -225,18 +299,19 @@ def main() -> None:
         row = f"| {labels[key]} | {tok_s:,.0f} | {tok_s / base:.2f}x | {peak:,.0f} |"
         if cuda:
             gpu = statistics.median(r["gpu_mb"] for r in results[key])
-            flops = flops_per_token(SIZES[args.size], results[key][0]["parameters"]) * tok_s
+            flops = flops_per_token(sizes(args)[args.size], results[key][0]["parameters"])
+            flops *= tok_s
             mfu = f"{flops / peak_flops:.1%}" if peak_flops else "-"
             row += f" {gpu:,.0f} | {mfu} |"
         rows.append(row)
-    size = ", ".join(f"{k} {v}" for k, v in SIZES[args.size].items())
     where = f"CUDA ({name})" if cuda else "CPU"
     report = "\n".join(rows) + (
-        f"\n\nGPT-2 layout ({size}, vocabulary 50257, dropout 0), batch {args.batch}, "
+        f"\n\n{layout_words(args)}, batch {args.batch}, "
         f"{'bf16 autocast, ' if args.bf16 else 'float32, '}{where}, "
         f"{args.steps} steps of which {args.warmup} untimed, medians of {args.repeats} "
-        f"interleaved repeats. Machine: {machine_facts('torch', 'transformers')}; "
-        f"load {os.getloadavg()[0]:.2f}."
+        f"interleaved repeats; {described(args.busy)}. Machine: "
+        f"{machine_facts('torch', 'transformers')}; load (1 min) {load_before:.2f} before, "
+        f"{os.getloadavg()[0]:.2f} after."
     )
     if cuda and peak_flops:
         report += f" MFU against a dense bf16 peak of {peak_flops / 1e12:.0f} TFLOP/s."
