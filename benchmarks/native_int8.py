@@ -2,11 +2,12 @@
 (:func:`zoo.kernels.native_int8.int8_linear`, ``zoo_gemv_int8``) against FBGEMM's, which it
 matches bit for bit, on gpt2-124m as ``quantize="int8"`` makes it.
 
-``chain``: one row through each of gpt2-124m's 49 int8 linears (torch.ao's dynamic int8
-layers: 124 M int8 weights, 124 MB) in model order, timed as a chain: the time a batch-1
-int8 decoding step spends in its matrix-vector products. Kernels:
+``chain``: one row through each of gpt2-124m's 49 int8 linears (zoo's dynamic int8 layers:
+124 M int8 weights, 124 MB) in model order, timed as a chain: the time a batch-1 int8
+decoding step spends in its matrix-vector products. Kernels:
 
-- ``FBGEMM``: torch.ao's own forward (``quantize="int8"`` before zoo's kernel),
+- ``FBGEMM``: torch.ao's dynamic linear on the same weights packed for FBGEMM once (what
+  ``quantize="int8"`` ran before zoo's kernels),
 - ``zoo``: :func:`zoo.kernels.native_int8.int8_linear`,
 - ``sum``: a float32 ``sum()`` over the same int8 bytes: no product, only the stream of the
   weights through the cores (the memory-streaming ceiling).
@@ -38,8 +39,8 @@ import gc, json, os, resource, sys, time
 import torch, zoo
 from zoo.quant import layers as quant
 spec = json.loads(sys.argv[1])
-if not spec["int8_kernel"]:  # zoo's other kernels, FBGEMM's int8
-    quant.int8_linear = lambda layer, x: None
+if not spec["int8_kernel"]:  # zoo's other kernels, torch.ao's int8 layers (FBGEMM)
+    quant._library = lambda: None
 torch.manual_seed(0)
 model = zoo.build("gpt2-124m")
 quant.quantize_(model, "int8")
@@ -76,27 +77,39 @@ LABELS = {
 def int8_layers() -> list[Any]:
     """gpt2-124m's linears as ``quantize="int8"`` makes them, in model order (seed 0)."""
     import torch
-    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 
     import zoo
+    from zoo.quant.dynamic import DynamicInt8Linear
     from zoo.quant.layers import quantize_
 
     torch.manual_seed(0)
     model = quantize_(zoo.build("gpt2-124m"), "int8")
-    return [m for m in model.modules() if isinstance(m, DynamicLinear)]
+    return [m for m in model.modules() if isinstance(m, DynamicInt8Linear)]
 
 
 def int8_kernels(layers: list[Any]) -> dict[str, Callable[[Any, Any], Any]]:
     """The kernels timed, each ``step(layer, x)``; zoo's only where it runs."""
+    import warnings
+
     import torch
-    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 
     from zoo.kernels import native_int8
 
-    kernels: dict[str, Callable[[Any, Any], Any]] = {"FBGEMM": DynamicLinear.forward}
+    packed = {}
+    for m in layers:  # FBGEMM's layout, packed once as torch.ao's layer holds it
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            zeros = torch.zeros(m.out_features, dtype=torch.long)
+            w = torch._make_per_channel_quantized_tensor(m.qweight, m.scale.double(), zeros, 0)
+        packed[id(m)] = torch.ops.quantized.linear_prepack(w, m.bias)
+
+    def fbgemm(layer: Any, x: Any) -> Any:
+        return torch.ops.quantized.linear_dynamic(x, packed[id(layer)], reduce_range=True)
+
+    kernels: dict[str, Callable[[Any, Any], Any]] = {"FBGEMM": fbgemm}
     if native_int8._kernel() is not None:
         kernels["zoo"] = native_int8.int8_linear
-        flat = {id(m): native_int8._rows_of(m).q.view(-1).view(torch.float32) for m in layers}
+        flat = {id(m): native_int8.rows_of(m).q.view(-1).view(torch.float32) for m in layers}
         kernels["sum"] = lambda layer, x: flat[id(layer)].sum()
     return kernels
 

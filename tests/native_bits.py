@@ -40,6 +40,7 @@ SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
         [_P, _I, _I] * 3 + [_P, _P] + [_I] * 5 + [_P] + [_I] * 4 + [_F, _P, _C],
     ),
     "zoo_gemv_int8": (_C, [_P] * 6 + [_I, _I, _C]),
+    "zoo_linear_int8": (_C, [_P] * 6 + [_I, _I, _I, _C]),
     "zoo_decode_rows_f32": (_C, [_P, _I] + [_P] * 4 + [_I] + [_P] * 4 + [_I, _I, _P, _P, _C]),
 }
 
@@ -169,6 +170,21 @@ def gemv_int8(lib: ctypes.CDLL) -> Iterator[tuple[str, str]]:
                 yield f"gemv_int8 n={n} k={k} bias={bias} spread={spread}", f"{status} {_digest(y)}"
 
 
+def linear_int8(lib: ctypes.CDLL) -> Iterator[tuple[str, str]]:
+    """Many rows (a few: pairs; from 8: tiles of weight rows by input rows, and their rests)."""
+    for m, n, k in [(2, 7, 65), (5, 19, 100), (8, 8, 64), (13, 33, 255), (67, 40, 771)]:
+        for bias in (False, True):
+            rng = np.random.RandomState(m * 31 + n * 7 + k)
+            q, scale, colsum = _int8_weights(rng, n, k)
+            x = _f32(rng, m, k, scale=3.0)
+            b = _f32(rng, n) if bias else None
+            y = np.zeros((m, n), np.float32)
+            status = lib.zoo_linear_int8(
+                _at(x), _at(q), _at(scale), _at(colsum), _at(b), _at(y), m, n, k, 2
+            )
+            yield f"linear_int8 m={m} n={n} k={k} bias={bias}", f"{status} {_digest(y)}"
+
+
 class _Model:
     """A small decoder's weights and the C structures that describe it (kept alive here)."""
 
@@ -292,6 +308,7 @@ CASES: list[Callable[[ctypes.CDLL], Iterator[tuple[str, str]]]] = [
     norms,
     attend_rows,
     gemv_int8,
+    linear_int8,
     decode_step,
 ]
 

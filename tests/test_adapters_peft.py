@@ -361,15 +361,18 @@ def test_gpt2_names_carry_the_lm_models_prefix_and_bare_names_are_read(tmp_path:
     assert read_adapter(bare, model=base).plans.keys() == {"blocks.0.attn.qkv", "head"}
 
 
+@pytest.mark.parametrize("mode", ["int8", "int8-weight", "int4"])
 def test_a_quantized_base_takes_the_fingerprint_of_its_float_weights(
-    saved: tuple[Path, torch.nn.Module],
+    saved: tuple[Path, torch.nn.Module], mode: str
 ) -> None:
+    """Every mode: int8's layer holds plain int8 tensors, as int8-weight's and int4's do, so
+    the refusal reads the model's mode, not its tensors' kind."""
     from zoo.quant.layers import quantize_
 
     base = zoo.build("llama-tiny", **SMALL).eval()
     base.load_state_dict(saved[1].state_dict())
     fingerprint = base_fingerprint(base)
-    quantize_(base, "int8")
+    quantize_(base, mode)
     adapter = read_adapter(saved[0], model=base)  # the layers keep their names and shapes
     with pytest.raises(ValueError, match="before quantizing"):
         apply_adapter(base, adapter)

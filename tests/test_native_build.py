@@ -50,6 +50,7 @@ KERNELS = (
     "rms_norm",
     "attend_rows",
     "gemv_int8",
+    "linear_int8",
     "decode_step",
 )
 

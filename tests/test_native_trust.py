@@ -288,10 +288,10 @@ SUBCLASS = COMMON + textwrap.dedent(
     model = tiny()
     quantize_(model, "int8")
     layer = model.blocks[0].attn.qkv
-    from zoo.kernels.native_int8 import int8_linear, _rows_of
+    from zoo.kernels.native_int8 import int8_linear, rows_of
     assert int8_linear(layer, x.new_ones(1, 32)) is not None
     assert int8_linear(layer, two(x.new_ones(1, 32))) is None
-    _rows_of(layer).colsum.untyped_storage().resize_(0)
+    rows_of(layer).colsum.untyped_storage().resize_(0)
     assert int8_linear(layer, x.new_ones(1, 32)) is None
     print("ok int8")
     """

@@ -22,9 +22,17 @@ def base_fingerprint(model: nn.Module) -> str:
     weights are not the base's.
 
     Raises:
-        ValueError: weights on the meta device or quantized tensors (take the fingerprint
-            of the float model).
+        ValueError: a quantized model (any mode of :func:`zoo.quant.layers.quantize_`),
+            weights on the meta device or quantized tensors (take the fingerprint of the
+            float model).
     """
+    mode = getattr(model, "quantized", None)  # set by zoo.quant.layers.quantize_
+    if mode:
+        raise ValueError(
+            f"cannot fingerprint a model quantized to {mode}: its weights are not the base's; "
+            "take base_fingerprint of the loaded float model, before quantizing "
+            "(apply_adapter(..., fingerprint=))"
+        )
     skip = tuple(f"{path}.lora." for path in adapted_layers(model))
     digest = hashlib.sha256()
     state = model.state_dict()

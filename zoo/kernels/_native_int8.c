@@ -194,43 +194,195 @@ __attribute__((target("avx2,fma"))) static void int8_task(
         y[n] = epilogue(acc[n - n0], zero, colsum[n], x_scale, w_scale[n], bias, n);
 }
 
-/* Y[m, n] for weight rows n in [n0, n1) and the M rows of xq (each quantized with its own
- * x_scale[m] and zero[m], `padded` bytes apart): steps 3 and 4 for every row, each weight
- * row read from memory once and from the first level cache for each further pair of rows.
- * The sums are exact integers, so each output has the bits int8_task gives its row alone. */
-__attribute__((target("avx2,fma"))) static void int8_task_many(
-    const int8_t *W, const uint8_t *xq, int64_t padded, int64_t M, float *Y, int64_t N,
-    int64_t n0, int64_t n1, int64_t K, const int32_t *zero, const int32_t *colsum,
-    const float *x_scale, const float *w_scale, const float *bias, int vnni) {
-    for (int64_t n = n0; n < n1; n++) {
-        const int8_t *w = W + n * K;
-        for (int64_t o = 0; o < K; o += 64) /* the row PREFETCH bytes on */
-            _mm_prefetch((const char *)(w + o + PREFETCH), _MM_HINT_T1);
-        for (int64_t m = 0; m < M; m += 2) {
-            int pair = m + 1 < M;
-            const uint8_t *x0 = xq + m * padded, *x1 = pair ? x0 + padded : x0;
-            int32_t acc0, acc1;
-            if (vnni) {
-                dot_two_vnni(w, x0, x1, K, &acc0, &acc1);
-            } else {
-                __m256i a0 = _mm256_setzero_si256(), a1 = _mm256_setzero_si256();
-                int64_t k = 0;
-                for (; k + 32 <= K; k += 32) {
-                    __m256i wv = _mm256_loadu_si256((const __m256i *)(w + k));
-                    __m256i v0 = _mm256_loadu_si256((const __m256i *)(x0 + k));
-                    __m256i v1 = _mm256_loadu_si256((const __m256i *)(x1 + k));
-                    a0 = _mm256_add_epi32(a0, dot32v(v0, wv));
-                    a1 = _mm256_add_epi32(a1, dot32v(v1, wv));
-                }
-                acc0 = hsum_epi32(a0) + dot_tail(x0, w, k, K);
-                acc1 = hsum_epi32(a1) + dot_tail(x1, w, k, K);
+/* What the products of many rows share: the quantized rows xq (M of them, `padded` bytes
+ * apart, row m with its x_scale[m] and zero[m]), the weights and the output. */
+typedef struct {
+    const int8_t *W;
+    const uint8_t *xq;
+    int64_t padded, M, N, K;
+    float *Y;
+    const int32_t *zero, *colsum;
+    const float *x_scale, *w_scale, *bias;
+    int vnni;
+} int8_many;
+
+/* Step 4 of output (m, n) from its sum. */
+__attribute__((target("avx2,fma"))) static inline void put(const int8_many *p, int64_t m,
+                                                           int64_t n, int32_t acc) {
+    p->Y[m * p->N + n] =
+        epilogue(acc, p->zero[m], p->colsum[n], p->x_scale[m], p->w_scale[n], p->bias, n);
+}
+
+/* Y[m, n] for weight row n and the rows m in [m0, M) of xq, two rows at a time: steps 3 and
+ * 4, the weight row read from memory once and from the first level cache for each further
+ * pair of rows. */
+__attribute__((target("avx2,fma"))) static void int8_pairs(const int8_many *p, int64_t n,
+                                                           int64_t m0) {
+    const int64_t K = p->K, M = p->M, padded = p->padded;
+    const int8_t *w = p->W + n * K;
+    for (int64_t m = m0; m < M; m += 2) {
+        int pair = m + 1 < M;
+        const uint8_t *x0 = p->xq + m * padded, *x1 = pair ? x0 + padded : x0;
+        int32_t acc0, acc1;
+        if (p->vnni) {
+            dot_two_vnni(w, x0, x1, K, &acc0, &acc1);
+        } else {
+            __m256i a0 = _mm256_setzero_si256(), a1 = _mm256_setzero_si256();
+            int64_t k = 0;
+            for (; k + 32 <= K; k += 32) {
+                __m256i wv = _mm256_loadu_si256((const __m256i *)(w + k));
+                __m256i v0 = _mm256_loadu_si256((const __m256i *)(x0 + k));
+                __m256i v1 = _mm256_loadu_si256((const __m256i *)(x1 + k));
+                a0 = _mm256_add_epi32(a0, dot32v(v0, wv));
+                a1 = _mm256_add_epi32(a1, dot32v(v1, wv));
             }
-            Y[m * N + n] = epilogue(acc0, zero[m], colsum[n], x_scale[m], w_scale[n], bias, n);
-            if (pair) {
-                Y[(m + 1) * N + n] =
-                    epilogue(acc1, zero[m + 1], colsum[n], x_scale[m + 1], w_scale[n], bias, n);
-            }
+            acc0 = hsum_epi32(a0) + dot_tail(x0, w, k, K);
+            acc1 = hsum_epi32(a1) + dot_tail(x1, w, k, K);
         }
+        put(p, m, n, acc0);
+        if (pair) put(p, m + 1, n, acc1);
+    }
+}
+
+/* The four sums of eight int32 lanes each of a, b, c and d, in that order. */
+__attribute__((target("avx2,fma"))) static inline __m128i sum4_avx2(__m256i a, __m256i b,
+                                                                    __m256i c, __m256i d) {
+    __m256i abcd = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
+    return _mm_add_epi32(_mm256_castsi256_si128(abcd), _mm256_extracti128_si256(abcd, 1));
+}
+
+/* The same of sixteen lanes each. */
+VNNI static inline __m128i sum4_vnni(__m512i a, __m512i b, __m512i c, __m512i d) {
+#define HALVES(v) _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1))
+    return sum4_avx2(HALVES(a), HALVES(b), HALVES(c), HALVES(d));
+#undef HALVES
+}
+
+/* Step 4 of outputs (m, n..n+3) from their sums, four lanes at once: epilogue's operations
+ * lane by lane (so its bits). */
+__attribute__((target("avx2,fma"))) static inline void put4(const int8_many *p, int64_t m,
+                                                            int64_t n, __m128i acc) {
+    __m128i colsum = _mm_loadu_si128((const __m128i *)(p->colsum + n));
+    __m128i raw = _mm_sub_epi32(acc, _mm_mullo_epi32(_mm_set1_epi32(p->zero[m]), colsum));
+    __m128 scale = _mm_mul_ps(_mm_set1_ps(p->x_scale[m]), _mm_loadu_ps(p->w_scale + n));
+    __m128 y = _mm_cvtepi32_ps(raw);
+    y = p->bias ? _mm_fmadd_ps(y, scale, _mm_loadu_ps(p->bias + n)) : _mm_mul_ps(y, scale);
+    _mm_storeu_ps(p->Y + m * p->N + n, y);
+}
+
+/* The sums past the vectors' end (K's tail) of weight rows n..n+3 with input row m. */
+static inline __m128i tails(const int8_many *p, int64_t m, int64_t n, int64_t k) {
+    const uint8_t *x = p->xq + m * p->padded;
+    const int8_t *w = p->W + n * p->K;
+    int64_t K = p->K;
+    return _mm_setr_epi32(dot_tail(x, w, k, K), dot_tail(x, w + K, k, K),
+                          dot_tail(x, w + 2 * K, k, K), dot_tail(x, w + 3 * K, k, K));
+}
+
+/* Outputs (m..m+3, n..n+3) on AVX-512 VNNI: each step loads four input rows and four weight
+ * rows once for their sixteen products, which sum in lanes (vpdpbusd, written out: gcc 12
+ * copied each accumulator twice a step around its builtin); the lanes are summed at the end. */
+#define DP(a, xv, wv) __asm__("vpdpbusd %2, %1, %0" : "+v"(a) : "v"(xv), "v"(wv))
+VNNI static inline void tile_vnni(const int8_many *p, int64_t m, int64_t n) {
+    const int64_t K = p->K, padded = p->padded;
+    __m512i a00 = _mm512_setzero_si512(), a01 = a00, a02 = a00, a03 = a00;
+    __m512i a10 = a00, a11 = a00, a12 = a00, a13 = a00, a20 = a00, a21 = a00, a22 = a00;
+    __m512i a23 = a00, a30 = a00, a31 = a00, a32 = a00, a33 = a00;
+    const uint8_t *x0 = p->xq + m * padded, *x1 = x0 + padded, *x2 = x1 + padded;
+    const uint8_t *x3 = x2 + padded;
+    const int8_t *w0 = p->W + n * K, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
+    int64_t k = 0;
+    for (; k + 64 <= K; k += 64) { /* a_ij: weight row i, input row j */
+        __m512i v0 = _mm512_loadu_si512(x0 + k), v1 = _mm512_loadu_si512(x1 + k);
+        __m512i v2 = _mm512_loadu_si512(x2 + k), v3 = _mm512_loadu_si512(x3 + k);
+        __m512i wv = _mm512_loadu_si512(w0 + k);
+        DP(a00, v0, wv); DP(a01, v1, wv); DP(a02, v2, wv); DP(a03, v3, wv);
+        wv = _mm512_loadu_si512(w1 + k);
+        DP(a10, v0, wv); DP(a11, v1, wv); DP(a12, v2, wv); DP(a13, v3, wv);
+        wv = _mm512_loadu_si512(w2 + k);
+        DP(a20, v0, wv); DP(a21, v1, wv); DP(a22, v2, wv); DP(a23, v3, wv);
+        wv = _mm512_loadu_si512(w3 + k);
+        DP(a30, v0, wv); DP(a31, v1, wv); DP(a32, v2, wv); DP(a33, v3, wv);
+    }
+    int tail = k < K;
+    __m128i s0 = sum4_vnni(a00, a10, a20, a30), s1 = sum4_vnni(a01, a11, a21, a31);
+    __m128i s2 = sum4_vnni(a02, a12, a22, a32), s3 = sum4_vnni(a03, a13, a23, a33);
+    put4(p, m, n, tail ? _mm_add_epi32(s0, tails(p, m, n, k)) : s0);
+    put4(p, m + 1, n, tail ? _mm_add_epi32(s1, tails(p, m + 1, n, k)) : s1);
+    put4(p, m + 2, n, tail ? _mm_add_epi32(s2, tails(p, m + 2, n, k)) : s2);
+    put4(p, m + 3, n, tail ? _mm_add_epi32(s3, tails(p, m + 3, n, k)) : s3);
+}
+#undef DP
+
+/* Outputs (m..m+1, n..n+3) on AVX2: four weight rows by two input rows (its sixteen
+ * registers), the products summed as int8_rows sums them. */
+#define DP(a, xv, wv) a = _mm256_add_epi32(a, dot32v(xv, wv))
+__attribute__((target("avx2,fma"))) static inline void tile_avx2(const int8_many *p, int64_t m,
+                                                                 int64_t n) {
+    const int64_t K = p->K;
+    __m256i a00 = _mm256_setzero_si256(), a01 = a00, a10 = a00, a11 = a00;
+    __m256i a20 = a00, a21 = a00, a30 = a00, a31 = a00;
+    const uint8_t *x0 = p->xq + m * p->padded, *x1 = x0 + p->padded;
+    const int8_t *w0 = p->W + n * K, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
+    int64_t k = 0;
+    for (; k + 32 <= K; k += 32) {
+        __m256i v0 = _mm256_loadu_si256((const __m256i *)(x0 + k));
+        __m256i v1 = _mm256_loadu_si256((const __m256i *)(x1 + k));
+        __m256i wv = _mm256_loadu_si256((const __m256i *)(w0 + k));
+        DP(a00, v0, wv), DP(a01, v1, wv);
+        wv = _mm256_loadu_si256((const __m256i *)(w1 + k));
+        DP(a10, v0, wv), DP(a11, v1, wv);
+        wv = _mm256_loadu_si256((const __m256i *)(w2 + k));
+        DP(a20, v0, wv), DP(a21, v1, wv);
+        wv = _mm256_loadu_si256((const __m256i *)(w3 + k));
+        DP(a30, v0, wv), DP(a31, v1, wv);
+    }
+    int tail = k < K;
+    __m128i s0 = sum4_avx2(a00, a10, a20, a30), s1 = sum4_avx2(a01, a11, a21, a31);
+    put4(p, m, n, tail ? _mm_add_epi32(s0, tails(p, m, n, k)) : s0);
+    put4(p, m + 1, n, tail ? _mm_add_epi32(s1, tails(p, m + 1, n, k)) : s1);
+}
+#undef DP
+
+/* Input rows a block of tiles takes at a time: 64 rows of 3072 bytes stay in the second level
+ * cache while the task's weight rows pass over them. */
+#define TILE_ROWS 64
+
+/* Y[m, n] for weight rows n in [n0, n1) and every row m: tiles of four weight rows by TX input
+ * rows, the rest by int8_pairs. Each sum is the exact integer, so each output has the bits
+ * its row alone gives (int8_task), whatever the tiling. */
+#define INT8_TILES(NAME, TX, TILE, TARGET)                                                    \
+    TARGET static void NAME(const int8_many *p, int64_t n0, int64_t n1) {                     \
+        const int64_t whole = p->M / TX * TX, tiled = n0 + (n1 - n0) / 4 * 4;                 \
+        for (int64_t b = 0; b < whole; b += TILE_ROWS) {                                      \
+            int64_t end = b + TILE_ROWS < whole ? b + TILE_ROWS : whole;                      \
+            for (int64_t n = n0; n < tiled; n += 4)                                           \
+                for (int64_t m = b; m < end; m += TX) TILE(p, m, n);                          \
+        }                                                                                     \
+        for (int64_t r = n0; r < n1; r++) int8_pairs(p, r, r < tiled ? whole : 0);            \
+    }
+
+INT8_TILES(int8_tiles_vnni, 4, tile_vnni, VNNI)
+INT8_TILES(int8_tiles_avx2, 2, tile_avx2, __attribute__((target("avx2,fma"))))
+
+/* Input rows from which the tiles run: below, each weight row with every pair of rows. */
+#define TILED_FROM 8
+
+/* Y for weight rows [n0, n1): steps 3 and 4 for every row of xq. */
+__attribute__((target("avx2,fma"))) static void int8_task_many(const int8_many *p, int64_t n0,
+                                                                int64_t n1) {
+    if (p->M >= TILED_FROM) {
+        if (p->vnni)
+            int8_tiles_vnni(p, n0, n1);
+        else
+            int8_tiles_avx2(p, n0, n1);
+        return;
+    }
+    for (int64_t n = n0; n < n1; n++) {
+        const int8_t *w = p->W + n * p->K;
+        for (int64_t o = 0; o < p->K; o += 64) /* the row PREFETCH bytes on */
+            _mm_prefetch((const char *)(w + o + PREFETCH), _MM_HINT_T1);
+        int8_pairs(p, n, 0);
     }
 }
 #endif
@@ -278,13 +430,13 @@ int zoo_gemv_int8(const float *x, const int8_t *W, const float *w_scale, const i
 #endif
 }
 
-/* Y (M, N) = the dynamic int8 product of each row of X (M, K) and W as zoo_gemv_int8 computes
- * it for that row alone (each row quantized with its own scale and zero point, as FBGEMM
- * quantizes one row), the weights read from memory once for all rows. Returns 0, or -1 (Y
- * untouched) where a row holds NaN or infinity or no memory was left. Only call where
- * zoo_native_supported() is 1. */
-int zoo_gemm_int8(const float *X, const int8_t *W, const float *w_scale, const int32_t *colsum,
-                  const float *bias, float *Y, int64_t M, int64_t N, int64_t K, int threads) {
+/* Y (M, N) = the dynamic int8 product of the rows of X (M, K) and W, each row quantized with
+ * its own scale and zero point (`shared` 0) or all with those of the whole of X (`shared` 1),
+ * the weights read from memory once for all rows. Returns 0, or -1 (Y untouched) where X holds
+ * NaN or infinity or no memory was left. */
+static int gemm_int8(const float *X, const int8_t *W, const float *w_scale, const int32_t *colsum,
+                     const float *bias, float *Y, int64_t M, int64_t N, int64_t K, int threads,
+                     int shared) {
 #ifdef ZOO_X86
     if (M == 1) return zoo_gemv_int8(X, W, w_scale, colsum, bias, Y, N, K, threads);
     int64_t padded = (K + 31) / 32 * 32;
@@ -293,19 +445,25 @@ int zoo_gemm_int8(const float *X, const int8_t *W, const float *w_scale, const i
     float *x_scale = malloc((size_t)M * sizeof(float));
     int32_t *zero = malloc((size_t)M * sizeof(int32_t));
     int status = xq && x_scale && zero ? 0 : -1;
+    if (status == 0 && shared) status = row_params(X, M * K, x_scale, zero);
     for (int64_t m = 0; m < M && status == 0; m++) {
-        status = row_params(X + m * K, K, x_scale + m, zero + m);
+        if (shared) {
+            x_scale[m] = x_scale[0], zero[m] = zero[0];
+        } else {
+            status = row_params(X + m * K, K, x_scale + m, zero + m);
+        }
         if (status == 0) quantize_row(X + m * K, xq + m * padded, K, padded, x_scale[m], zero[m]);
     }
     if (status == 0) {
-        int vnni = zoo_native_vnni();
+        const int8_many p = {W,    xq,     padded,  M,       N,    K,
+                             Y,    zero,   colsum,  x_scale, w_scale, bias,
+                             zoo_native_vnni()};
         int64_t tasks = (N + INT8_ROWS_PER_TASK - 1) / INT8_ROWS_PER_TASK;
 #pragma omp parallel for schedule(static) num_threads(threads)
         for (int64_t t = 0; t < tasks; t++) {
             int64_t n0 = t * INT8_ROWS_PER_TASK;
             int64_t n1 = n0 + INT8_ROWS_PER_TASK < N ? n0 + INT8_ROWS_PER_TASK : N;
-            int8_task_many(W, xq, padded, M, Y, N, n0, n1, K, zero, colsum, x_scale, w_scale,
-                           bias, vnni);
+            int8_task_many(&p, n0, n1);
         }
     }
     free(xq);
@@ -314,7 +472,28 @@ int zoo_gemm_int8(const float *X, const int8_t *W, const float *w_scale, const i
     return status;
 #else
     (void)X, (void)W, (void)w_scale, (void)colsum, (void)bias, (void)Y, (void)M, (void)N;
-    (void)K, (void)threads;
+    (void)K, (void)threads, (void)shared;
     return -1;
 #endif
+}
+
+/* Y (M, N) = the dynamic int8 product of each row of X (M, K) and W as zoo_gemv_int8 computes
+ * it for that row alone (each row quantized with its own scale and zero point, as FBGEMM
+ * quantizes one row): a slot batch's rows, each with the bits it has alone. Returns 0, or -1
+ * (Y untouched) where a row holds NaN or infinity or no memory was left. Only call where
+ * zoo_native_supported() is 1. */
+int zoo_gemm_int8(const float *X, const int8_t *W, const float *w_scale, const int32_t *colsum,
+                  const float *bias, float *Y, int64_t M, int64_t N, int64_t K, int threads) {
+    return gemm_int8(X, W, w_scale, colsum, bias, Y, M, N, K, threads, 0);
+}
+
+/* Y (M, N) = PyTorch's dynamic int8 linear of X (M, K) on FBGEMM, to the bit: the whole of X
+ * quantized with one scale and zero point (step 1 over all its values), then each output as
+ * zoo_gemv_int8 computes it. What zoo's int8 layer computes for any number of rows, its
+ * weights held once (row-major, the layout every kernel here reads). Returns 0, or -1 (Y
+ * untouched) where X holds NaN or infinity or no memory was left. Only call where
+ * zoo_native_supported() is 1. */
+int zoo_linear_int8(const float *X, const int8_t *W, const float *w_scale, const int32_t *colsum,
+                    const float *bias, float *Y, int64_t M, int64_t N, int64_t K, int threads) {
+    return gemm_int8(X, W, w_scale, colsum, bias, Y, M, N, K, threads, 1);
 }

@@ -1,37 +1,37 @@
-"""zoo's batch-1 int8 kernel: PyTorch's dynamic int8 linear for one row, to the bit.
+"""zoo's int8 kernels: PyTorch's dynamic int8 linear, to the bit, on weights held once.
 
-Why: ``quantize="int8"`` on the CPU is torch.ao's dynamic quantized linear (FBGEMM: int8
-weights with a scale per output row, the input row quantized to uint8 per call). A batch-1
-decoding step reads every weight once, and FBGEMM's kernel, made for many rows, streams
-them for one row more slowly than the cores can read them; ``zoo_gemv_int8``
-(``zoo/kernels/_native_int8.c``, built into the same library as :mod:`zoo.kernels.native`'s float32
-kernel) computes the same thing for one row at the memory's rate.
+Why: ``quantize="int8"`` on the CPU computes torch.ao's dynamic quantized linear (FBGEMM: int8
+weights with a scale per output row, the input quantized to uint8 per call). FBGEMM keeps its
+weights packed in its own layout, which only its kernels read, and its kernel, made for many
+rows, streams the weights for one row more slowly than the cores can read them. zoo's int8
+layer (:class:`zoo.quant.dynamic.DynamicInt8Linear`) holds the int8 weights once, as plain
+``(N, K)`` rows (:class:`Int8Rows`), and its kernels (``zoo/kernels/_native_int8.c``, built
+into the same library as :mod:`zoo.kernels.native`'s float32 kernels) compute FBGEMM's
+numbers from them for any number of rows: ``zoo_gemv_int8`` for one row at the memory's rate,
+``zoo_linear_int8`` for more (tiles of weight rows by input rows, the weights read once for
+all rows). Where zoo's kernels are not built, the layer is torch.ao's own.
 
-Numerics: the same as FBGEMM's, bit for bit, on AVX2 machines: the input's scale and zero
-point are chosen as ``quant_utils::ChooseQuantizationParams`` chooses them (reduce_range),
-the row is quantized as ``QuantizeAvx2`` does, products are summed exactly in int32, and the
-epilogue multiplies and adds in FBGEMM's order (``requantizeForFloatAvx2``); the C file
-lists the steps and ``tests/test_native_int8.py`` checks them against torch on random rows.
-A row holding NaN or infinity is left to FBGEMM.
-
-Memory: FBGEMM keeps its weights packed in its own layout, which this kernel cannot read, so
-the kernel reads a plain ``(N, K)`` int8 copy (:class:`Int8Rows`): the int8 weights are held
-twice (for a head tied to the token embedding, the embedding's rows serve, no copy).
+Numerics: the same as FBGEMM's, bit for bit: the input's scale and zero point are chosen from
+its minimum and maximum as ``quant_utils::ChooseQuantizationParams`` chooses them
+(reduce_range; over the whole input, as FBGEMM quantizes a whole input with one pair), the
+values are quantized as ``QuantizeAvx2`` does, products are summed exactly in int32, and the
+epilogue multiplies and adds in FBGEMM's order (``requantizeForFloatAvx2``); the C file lists
+the steps and ``tests/test_native_int8.py`` checks them against torch on random inputs. An
+input holding NaN or infinity is left to FBGEMM (:func:`zoo.kernels.ops.fbgemm_int8`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import weakref
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from .native import _compile_ready, _kernels, _library, _plain
-from .ops import gemv_int8_kernel
+from .ops import linear_int8_kernel
 
-__all__ = ["Int8Rows", "attach_rows", "int8_linear"]
+__all__ = ["Int8Rows", "int8_linear", "rows_of"]
 
 _ROWS = "_zoo_int8_rows"  # the layer attribute that holds its Int8Rows
 _SUM_ROWS = 64  # rows summed at a time
@@ -39,23 +39,22 @@ _SUM_ROWS = 64  # rows summed at a time
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Int8Rows:
-    """What ``zoo_gemv_int8`` reads of one dynamic int8 layer: ``q`` ``(N, K)`` int8,
-    ``scale`` ``(N,)`` float32 (the per-row scales as FBGEMM rounds them), ``colsum``
-    ``(N,)`` int32 (``q.sum(1)``), ``bias`` ``(N,)`` float32 or ``None``, all contiguous;
-    ``packed`` is a weak reference to the layer's packed weight they were read from (a
-    later ``set_weight_bias`` replaces it, and a copied layer has its own: either way the
-    rows are read again)."""
+    """What zoo's int8 kernels read of one layer: ``q`` ``(N, K)`` int8, ``scale`` ``(N,)``
+    float32 (the per-row scales), ``colsum`` ``(N,)`` int32 (``q.sum(1)``), ``bias``
+    ``(N,)`` float32 or ``None``, all contiguous: the layer's own tensors but ``colsum``,
+    which was summed from ``q`` at its ``version`` (a change in place, as
+    ``load_state_dict`` makes, moves the version: the rows are read again)."""
 
     q: Tensor
     scale: Tensor
     colsum: Tensor
     bias: Tensor | None
-    packed: weakref.ref
+    version: int
 
     def intact(self) -> bool:
         """Whether the kernel may read the rows: each a plain contiguous tensor of its dtype
         and shape inside its storage (:func:`zoo.kernels.native_load._plain`), as
-        :func:`_rows` made them (not changed in place since)."""
+        :func:`rows_of` made them (not changed in place since)."""
         q = self.q
         if q.dim() != 2 or not q.is_contiguous() or not _plain(q, torch.int8):
             return False
@@ -63,7 +62,9 @@ class Int8Rows:
         parts = [(self.scale, torch.float32), (self.colsum, torch.int32)]
         if self.bias is not None:
             parts.append((self.bias, torch.float32))
-        return all(t.shape == (n,) and t.is_contiguous() and _plain(t, dtype) for t, dtype in parts)
+        return q._version == self.version and all(
+            t.shape == (n,) and t.is_contiguous() and _plain(t, dtype) for t, dtype in parts
+        )
 
     def laid_out(self) -> bool:
         """Whether the rows have the dtypes, device, shapes and contiguity the kernel reads,
@@ -87,70 +88,50 @@ class Int8Rows:
 
 
 def _kernel() -> Any:
-    """``zoo_gemv_int8`` (its argument types set by :mod:`zoo.kernels.native_load`), or
+    """``zoo_linear_int8`` (its argument types set by :mod:`zoo.kernels.native_load`), or
     ``None`` where zoo's kernels do not run now (:func:`zoo.kernels.native.available`, or
     inside a ``torch.compile`` trace)."""
     lib = _kernels()
-    return None if lib is None else lib.zoo_gemv_int8
+    return None if lib is None else lib.zoo_linear_int8
 
 
-def _packed(layer: Any) -> Any:
-    return layer._packed_params._packed_params
-
-
-def attach_rows(layer: Any, q: Tensor, scale: Tensor) -> None:
-    """Give ``layer`` (a dynamic int8 linear whose weight was just set from ``q`` ``(N, K)``
-    int8 and ``scale`` ``(N,)``) the :class:`Int8Rows` its kernel reads, sharing ``q``;
-    nothing where the kernel does not run (no second copy of the weights held)."""
-    if _kernel() is None:
-        return
-    bias = layer.bias()
-    setattr(layer, _ROWS, _rows(q, scale.float(), bias, _packed(layer)))
-
-
-def _rows(q: Tensor, scale: Tensor, bias: Tensor | None, packed: Any) -> Int8Rows:
-    q = q.contiguous()
+def rows_of(layer: Any) -> Int8Rows | None:
+    """The :class:`Int8Rows` of ``layer`` (a :class:`zoo.quant.dynamic.DynamicInt8Linear`:
+    ``qweight``, ``scale``, ``bias``), summed again where its weights were replaced or changed
+    in place since; ``None`` where they are not what the kernels read (another dtype or
+    device, not contiguous)."""
+    q, scale, bias = layer.qweight, layer.scale, layer.bias
+    rows = layer.__dict__.get(_ROWS)
+    if (
+        rows is not None
+        and rows.q is q
+        and rows.scale is scale
+        and rows.bias is bias
+        and rows.version == q._version
+    ):
+        return rows
+    layer.__dict__.pop(_ROWS, None)
+    if q.dtype is not torch.int8 or q.dim() != 2 or not q.is_cpu or not q.is_contiguous():
+        return None
     # (N,), 64 rows at a time: the sum widens its rows to int32 first (a whole (N, K) int32
     # temporary would grow the heap by 4x the weight for good)
-    colsum = torch.cat([rows.sum(dim=1, dtype=torch.int32) for rows in q.split(_SUM_ROWS)])
-    bias = bias.detach().float().contiguous() if bias is not None else None
-    return Int8Rows(q, scale.contiguous(), colsum, bias, weakref.ref(packed))
-
-
-def _rows_of(layer: Any) -> Int8Rows | None:
-    """The layer's :class:`Int8Rows`, read from its packed weight where it has none or the
-    weight changed; ``None`` for a weight the kernel does not take (a zero point not 0)."""
-    rows = layer.__dict__.get(_ROWS)
-    packed = _packed(layer)
-    if rows is not None and rows.packed() is packed:
-        return rows
-    weight, bias = layer._weight_bias()  # the int8 weight, unpacked (N, K)
-    if weight.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric):
-        if bool(weight.q_per_channel_zero_points().ne(0).any()):
-            return None
-        scale = weight.q_per_channel_scales().float()  # FBGEMM holds them as float
-    elif weight.qscheme() in (torch.per_tensor_affine, torch.per_tensor_symmetric):
-        if weight.q_zero_point() != 0:
-            return None
-        scale = torch.full((weight.shape[0],), weight.q_scale(), dtype=torch.float32)
-    else:
+    colsum = torch.cat([part.sum(dim=1, dtype=torch.int32) for part in q.split(_SUM_ROWS)])
+    rows = Int8Rows(q, scale, colsum, bias, q._version)
+    if not rows.laid_out():
         return None
-    rows = _rows(weight.int_repr(), scale, bias, packed)
-    setattr(layer, _ROWS, rows)
+    layer.__dict__[_ROWS] = rows
     return rows
 
 
 def int8_linear(layer: Any, x: Tensor) -> Tensor | None:
-    """``layer(x)`` for a dynamic int8 linear (torch.ao's, FBGEMM's numbers) and one row of
-    float32 ``x`` on the CPU (``(*, K)`` with at least two dimensions and one row in all),
-    on zoo's kernel; ``None`` where the kernel does not apply (no kernel, another dtype or
-    device, several rows, a row holding NaN or infinity) and the caller runs the layer's
-    own kernel. No autograd.
+    """``layer(x)`` for zoo's dynamic int8 layer and float32 ``x`` ``(*, K)`` on the CPU, any
+    number of rows, on zoo's kernels (FBGEMM's numbers); ``None`` where the kernels do not
+    apply (no kernels, another dtype or device, an input holding NaN or infinity) and the
+    caller runs FBGEMM. No autograd.
 
-    Under ``torch.compile`` it decides on what traced tensors have (and on the rows
-    :func:`attach_rows` gave the layer: none are read while tracing) and returns the
-    operator ``torch.ops.zoo.gemv_int8``'s result (:mod:`zoo.kernels.ops`), which computes
-    FBGEMM's numbers for whatever it is handed, a row holding NaN or infinity included.
+    Under ``torch.compile`` it decides on what traced tensors have and returns the operator
+    ``torch.ops.zoo.linear_int8``'s result (:mod:`zoo.kernels.ops`), which computes FBGEMM's
+    numbers for whatever it is handed.
 
     Shape:
         ``(*, K) -> (*, N)``.
@@ -160,26 +141,20 @@ def int8_linear(layer: Any, x: Tensor) -> Tensor | None:
     lib = _library()
     if lib is None:
         return None
-    rows = _rows_of(layer)
+    rows = rows_of(layer)
     if rows is None:
         return None
-    return gemv_int8_kernel(lib, x, rows.q, rows.scale, rows.colsum, rows.bias)
+    return linear_int8_kernel(lib, x, rows.q, rows.scale, rows.colsum, rows.bias)
 
 
 def _traced(layer: Any, x: Tensor) -> Tensor | None:
-    """:func:`int8_linear` while compiling: the operator where the layer has rows read from
-    its current weight and the tensors' dtypes, devices and shapes are the kernel's."""
+    """:func:`int8_linear` while compiling: the operator where the layer's rows were read
+    (eagerly, before the trace) from its current weights and the tensors' dtypes, devices and
+    shapes are the kernel's."""
     rows = layer.__dict__.get(_ROWS)
-    if rows is None or rows.packed() is not _packed(layer) or not _compile_ready():
+    if rows is None or rows.q is not layer.qweight or not _compile_ready():
         return None
     k = rows.q.shape[-1]
-    if not (
-        rows.laid_out()
-        and x.dtype is torch.float32
-        and x.is_cpu
-        and x.dim() >= 2
-        and x.numel() == k
-        and x.shape[-1] == k
-    ):
+    if not (rows.laid_out() and x.dtype is torch.float32 and x.is_cpu and x.shape[-1] == k):
         return None
-    return torch.ops.zoo.gemv_int8(x, rows.q, rows.scale, rows.colsum, rows.bias)
+    return torch.ops.zoo.linear_int8(x, rows.q, rows.scale, rows.colsum, rows.bias)

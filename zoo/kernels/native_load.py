@@ -59,6 +59,8 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     ),
     # x, int8 rows, their scales, their sums, bias, y, N, K, threads -> 0 or -1 (not finite)
     "zoo_gemv_int8": (ctypes.c_int, [_P] * 6 + [_I, _I, ctypes.c_int]),
+    # X, int8 rows, their scales, their sums, bias, Y, M, N, K, threads -> 0 or -1
+    "zoo_linear_int8": (ctypes.c_int, [_P] * 6 + [_I, _I, _I, ctypes.c_int]),
     # a zoo_decoder, rows, their tokens, positions, slots and cache positions [rows], the
     # rows output and which [outputs], logits, the key and value caches' addresses [layers],
     # max_len, rotary width, cos, sin, threads -> 0 or -1

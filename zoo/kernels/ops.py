@@ -1,6 +1,6 @@
 """zoo's C kernels as PyTorch operators, so that compiled code calls them:
 ``torch.ops.zoo.gemv_f32``, ``layer_norm``, ``rms_norm``, ``attend_one`` (which also writes
-the key/value cache: its caches are mutated arguments) and ``gemv_int8``.
+the key/value cache: its caches are mutated arguments) and ``linear_int8``.
 
 Why: ``torch.compile`` cannot trace a ctypes call, so compiled code could not call zoo's
 kernels; an operator is one opaque call in its graph, with a fake function that gives the
@@ -25,6 +25,7 @@ without gradients). Importing this module registers them.
 from __future__ import annotations
 
 import ctypes
+import warnings
 from typing import Any
 
 import torch
@@ -36,9 +37,10 @@ from .native_load import _address, _library, _plain, _row, _rows, _vector
 __all__ = [
     "attend_memory_kernel",
     "attend_one_kernel",
+    "fbgemm_int8",
     "gemv_f32_kernel",
-    "gemv_int8_kernel",
     "layer_norm_kernel",
+    "linear_int8_kernel",
     "rms_norm_kernel",
 ]
 
@@ -57,8 +59,8 @@ SCHEMAS = {
         "attend_one(Tensor q, Tensor k, Tensor v, Tensor(a!) cache_k, Tensor(b!) cache_v, "
         "SymInt start, float scale) -> Tensor"
     ),
-    "gemv_int8": (
-        "gemv_int8(Tensor x, Tensor q, Tensor scale, Tensor colsum, Tensor? bias) -> Tensor"
+    "linear_int8": (
+        "linear_int8(Tensor x, Tensor q, Tensor scale, Tensor colsum, Tensor? bias) -> Tensor"
     ),
 }
 
@@ -212,16 +214,16 @@ def _key_mask(keep: Tensor, rows: int, length: int) -> bool:
     return keep.shape == (rows, length) and keep.is_contiguous() and _plain(keep, torch.bool)
 
 
-def gemv_int8_kernel(
+def linear_int8_kernel(
     lib: ctypes.CDLL, x: Tensor, q: Tensor, scale: Tensor, colsum: Tensor, bias: Tensor | None
 ) -> Tensor | None:
-    """A dynamic int8 linear (FBGEMM's numbers, :mod:`zoo.kernels.native_int8`) on
-    ``zoo_gemv_int8`` for one float32 row ``x`` ``(*, K)`` (at least two dimensions) and the
-    rows it reads (:class:`~zoo.kernels.native_int8.Int8Rows`: ``q`` ``(N, K)`` int8,
-    ``scale`` ``(N,)`` float32, ``colsum`` ``(N,)`` int32, ``bias`` ``(N,)`` float32 or
-    none, contiguous), all plain; ``None`` otherwise, and for a row holding NaN or infinity
-    (which the kernel leaves to FBGEMM)."""
-    if not _plain(x) or x.dim() < 2 or q.dim() != 2:
+    """A dynamic int8 linear (FBGEMM's numbers, :mod:`zoo.kernels.native_int8`) of float32
+    ``x`` ``(*, K)``, any number of rows, and the rows it reads
+    (:class:`~zoo.kernels.native_int8.Int8Rows`: ``q`` ``(N, K)`` int8, ``scale`` ``(N,)``
+    float32, ``colsum`` ``(N,)`` int32, ``bias`` ``(N,)`` float32 or none, contiguous), all
+    plain: ``zoo_linear_int8`` (``zoo_gemv_int8`` for one row); ``None`` otherwise, and where
+    ``x`` holds NaN or infinity (which the kernel leaves to FBGEMM)."""
+    if not _plain(x) or x.dim() < 1 or q.dim() != 2:
         return None
     if not q.is_contiguous() or not _plain(q, torch.int8):
         return None
@@ -231,13 +233,16 @@ def gemv_int8_kernel(
         parts.append((bias, torch.float32))
     if not all(t.shape == (n,) and t.is_contiguous() and _plain(t, dtype) for t, dtype in parts):
         return None
-    if x.numel() != k or x.shape[-1] != k:
+    if x.shape[-1] != k or k == 0:
         return None
     x = x.contiguous()
     y = x.new_empty((*x.shape[:-1], n))  # float32, as x is
-    status = lib.zoo_gemv_int8(
+    rows = x.numel() // k
+    if rows == 0:
+        return y
+    status = lib.zoo_linear_int8(
         x.data_ptr(), q.data_ptr(), scale.data_ptr(), colsum.data_ptr(), _address(bias),
-        y.data_ptr(), n, k, torch.get_num_threads(),
+        y.data_ptr(), rows, n, k, torch.get_num_threads(),
     )  # fmt: skip
     return y if status == 0 else None
 
@@ -286,21 +291,27 @@ def _attend_one(
     return y.transpose(1, 2).reshape(q.shape[0], 1, q.shape[1] * q.shape[3])  # (B, 1, H * hd)
 
 
-def _gemv_int8(x: Tensor, q: Tensor, scale: Tensor, colsum: Tensor, bias: Tensor | None) -> Tensor:
+def _linear_int8(
+    x: Tensor, q: Tensor, scale: Tensor, colsum: Tensor, bias: Tensor | None
+) -> Tensor:
     lib = _library()
-    y = None if lib is None else gemv_int8_kernel(lib, x, q, scale, colsum, bias)
-    return _fbgemm_int8(x, q, scale, bias) if y is None else y
+    y = None if lib is None else linear_int8_kernel(lib, x, q, scale, colsum, bias)
+    return fbgemm_int8(x, q, scale, bias) if y is None else y
 
 
-def _fbgemm_int8(x: Tensor, q: Tensor, scale: Tensor, bias: Tensor | None) -> Tensor:
-    """What zoo's dynamic int8 layer computes with FBGEMM for these rows (the kernel's
-    numbers): the weight packed again from ``q`` and ``scale`` (zero points 0), the input
-    quantized per call with ``reduce_range``, NaN where FBGEMM refuses a row holding NaN."""
+def fbgemm_int8(x: Tensor, q: Tensor, scale: Tensor, bias: Tensor | None) -> Tensor:
+    """What zoo's dynamic int8 layer computes, on FBGEMM (torch.ao's dynamic quantized
+    linear): the weight packed from ``q`` and ``scale`` (zero points 0) for this call only,
+    the input quantized with ``reduce_range``, NaN where FBGEMM refuses an input holding
+    NaN. The reference zoo's kernels are tested against, and where they do not run (an input
+    holding NaN or infinity, no kernels), what the layer computes."""
     zeros = torch.zeros(q.shape[0], dtype=torch.long)
-    weight = torch._make_per_channel_quantized_tensor(q, scale.double(), zeros, 0)
-    packed = torch.ops.quantized.linear_prepack(weight, bias)
+    with warnings.catch_warnings():  # torch 2.13 marks quantized tensors as to be replaced
+        warnings.simplefilter("ignore", UserWarning)  # by torchao, whose CPU int8 needs compile
+        weight = torch._make_per_channel_quantized_tensor(q, scale.double(), zeros, 0)
+    packed = torch.ops.quantized.linear_prepack(weight, None if bias is None else bias.float())
     try:
-        y = torch.ops.quantized.linear_dynamic(x, packed, reduce_range=True)
+        y = torch.ops.quantized.linear_dynamic(x.float(), packed, reduce_range=True)
     except RuntimeError as exc:  # as zoo.quant.layers' dynamic int8 layer answers it
         if "ChooseQuantizationParams" not in str(exc):
             raise
@@ -369,7 +380,7 @@ _OPERATORS: dict[str, tuple[Any, Any]] = {
     "layer_norm": (_layer_norm, _norm_fake),
     "rms_norm": (_rms_norm, _rms_fake),
     "attend_one": (_attend_one, _attend_fake),
-    "gemv_int8": (_gemv_int8, _int8_fake),
+    "linear_int8": (_linear_int8, _int8_fake),
 }
 
 

@@ -1,10 +1,11 @@
 """Quantization for inference, on PyTorch's own kernels and, for one row, zoo's:
 
 - ``"int8"``: int8 weights (one scale per output row) and, on the CPU, int8 activations
-  quantized on the fly per call: PyTorch's dynamic quantized linear (FBGEMM/oneDNN through
-  ``torch.ao``), the scheme CTranslate2's ``int8`` uses, and for one row (batch-1
-  decoding) zoo's kernel with FBGEMM's numbers to the bit (:mod:`zoo.kernels.native_int8`); on
-  other devices it is ``"int8-weight"``.
+  quantized on the fly per call: PyTorch's dynamic quantized linear (FBGEMM through
+  ``torch.ao``), the scheme CTranslate2's ``int8`` uses, computed to the bit by zoo's
+  kernels on weights held once (:class:`DynamicInt8Linear`, :mod:`zoo.kernels.native_int8`;
+  torch.ao's own layer where zoo's kernels are not built); on other devices it is
+  ``"int8-weight"``.
 - ``"int8-weight"``: weight-only int8, activations in floating point
   (``torch._weight_int8pack_mm``; more accurate, but that CPU kernel is slower than float32
   on machines without AVX-512: measured in the README).
@@ -20,25 +21,26 @@ one weight at a time; a head tied to the token embedding shares its int8 rows wi
 from __future__ import annotations
 
 import dataclasses
-import functools
 import warnings
-from typing import Any, TypeGuard
+from typing import TypeGuard
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..kernels.native_int8 import attach_rows, int8_linear
+from ..kernels.native_load import _library
 from ..kernels.onednn import cpu_linear as float_linear
 from ..kernels.pages import release_pages
 from ..nn.linear import Linear
 from ..options import QUANTIZE_MODES
 from .blocks import q4_0_codes
+from .dynamic import DynamicInt8Linear, fbgemm_linear
 from .grad import frozen_linear, int4_columns, int8_columns, needs_input_grad
 
 __all__ = [
     "INT4_GROUP",
     "QUANTIZE_MODES",
+    "DynamicInt8Linear",
     "Flaws",
     "Int4Linear",
     "Int8Embedding",
@@ -202,57 +204,24 @@ class Int8Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, int8"
 
 
-@functools.cache
-def _dynamic_linear() -> Any:  # a subclass of torch.ao's dynamic Linear
-    """torch's dynamic int8 linear, answering NaN activations with NaN (as a float layer
-    does) where FBGEMM raises ``RuntimeError: In ChooseQuantizationParams, min should be less
-    than or equal to max`` (an earlier layer overflowed, e.g. weights of 3e38)."""
-    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
-
-    class DynamicInt8Linear(DynamicLinear):
-        lossless = False
-
-        def forward(self, x: Tensor) -> Tensor:
-            return frozen_linear(self, x) if needs_input_grad(x) else self.infer(x)
-
-        def infer(self, x: Tensor) -> Tensor:
-            y = int8_linear(self, x)  # one row: zoo's kernel, FBGEMM's numbers (native_int8)
-            if y is not None:
-                return y
-            try:
-                return super().forward(x)
-            except RuntimeError as exc:
-                if "ChooseQuantizationParams" not in str(exc):
-                    raise
-                nan = float("nan")
-                return x.new_full((*x.shape[:-1], self.out_features), nan)  # (*, N)
-
-        def columns(self, start: int, end: int, dtype: torch.dtype) -> Tensor:
-            weight = self.weight()  # per-channel qint8 (N, K), unpacked
-            scale = weight.q_per_channel_scales().float()  # float32 values, held as float64
-            return int8_columns(weight.int_repr(), scale, start, end, dtype)
-
-    return DynamicInt8Linear
-
-
 def dynamic_int8(
     linear: nn.Linear, *, release: bool = False, rows: tuple[Tensor, Tensor] | None = None
 ) -> nn.Module:
     """``linear`` as PyTorch's dynamic int8 linear (int8 weights per output row, activations
-    quantized per call): :class:`torch.ao.nn.quantized.dynamic.Linear`. ``rows`` are the
+    quantized per call): zoo's :class:`DynamicInt8Linear` (the weights held once, zoo's
+    kernels), or torch.ao's own layer where zoo's kernels are not built. ``rows`` are the
     weight's :func:`int8_rows` when already computed. NaN activations give NaN outputs, as
     in the float layer."""
-    DynamicLinear = _dynamic_linear()
-
     q, scale = rows if rows is not None else int8_rows(linear.weight, release=release)
+    if _library() is not None:
+        return DynamicInt8Linear(q, scale, linear.bias)
     zero = torch.zeros(q.shape[0], dtype=torch.long)
     with warnings.catch_warnings():  # torch 2.13 marks quantized tensors as to be replaced by
         warnings.simplefilter("ignore", UserWarning)  # torchao, whose CPU int8 needs compile
         weight = torch._make_per_channel_quantized_tensor(q, scale.double(), zero, 0)
-    layer = DynamicLinear(linear.in_features, linear.out_features, dtype=torch.qint8)
+    layer = fbgemm_linear()(linear.in_features, linear.out_features, dtype=torch.qint8)
     bias = linear.bias.detach().float() if linear.bias is not None else None
-    layer.set_weight_bias(weight, bias)  # packed for the CPU kernel
-    attach_rows(layer, q, scale)  # and plain for zoo's one-row kernel (no copy of q)
+    layer.set_weight_bias(weight, bias)  # packed for FBGEMM
     return layer
 
 

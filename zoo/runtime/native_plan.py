@@ -37,7 +37,7 @@ from ..kernels.native_abi import Embedding as _Embedding
 from ..kernels.native_abi import Linear as _Linear
 from ..kernels.native_abi import Norm as _Norm
 from ..kernels.native_facts import Facts
-from ..kernels.native_int8 import _ROWS, _rows_of
+from ..kernels.native_int8 import _ROWS, rows_of
 from ..nn.attention import MultiHeadAttention
 from ..nn.blocks import TransformerBlock
 from ..nn.decoder import DecoderLM
@@ -369,14 +369,15 @@ def _linear_of(m: nn.Module, r: Reader) -> _Linear | None:
         if b is not None and not _vector(b, n):
             return None
         return _Linear(0, n, k, w.data_ptr(), None, None, _address(b))
-    if type(m).__name__ != "DynamicInt8Linear":  # zoo.quant.layers' (no torch.ao import)
+    if type(m).__name__ != "DynamicInt8Linear":  # zoo.quant's (a layer above this one)
         return None
-    r.attr(r.module(m, "_packed_params"), "_packed_params")  # set_weight_bias replaces it
-    rows = _rows_of(m)
+    rows = rows_of(m)  # the layer's weights (read as the plan's checks) and their sums
     if rows is None or r.attr(m, _ROWS) is not rows:
         return None
-    for t in (rows.q, rows.scale, rows.colsum, rows.bias):
-        r.tensor(t)  # checked at every step as a parameter is
+    read = (r.buffer(m, "qweight"), r.buffer(m, "scale"), r.param(m, "bias"))
+    if any(t is not u for t, u in zip(read, (rows.q, rows.scale, rows.bias), strict=True)):
+        return None
+    r.tensor(rows.colsum)  # checked at every step as a parameter is
     if not rows.intact():
         return None
     n, k = rows.q.shape
