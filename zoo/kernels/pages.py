@@ -52,8 +52,19 @@ def _give_back(first: int, last: int) -> None:
 
 
 def _extent(tensor: Tensor) -> tuple[int, int]:
+    """The addresses from ``tensor``'s first byte to past its last (a strided view's range
+    holds the bytes between its elements too)."""
     first = tensor.data_ptr()
-    return first, first + tensor.numel() * tensor.element_size()
+    shape, strides = tensor.shape, tensor.stride()
+    last = sum((size - 1) * stride for size, stride in zip(shape, strides, strict=True))
+    return first, first + (last + 1) * tensor.element_size()
+
+
+def _fills(tensor: Tensor) -> bool:
+    """Whether ``tensor``'s elements are every byte of its range (contiguous, or a transpose
+    of a contiguous tensor): its pages hold no other tensor's bytes."""
+    first, last = _extent(tensor)
+    return last - first == tensor.numel() * tensor.element_size()
 
 
 def _file_mappings() -> list[tuple[int, int]]:
@@ -85,10 +96,11 @@ def release_pages(tensor: Tensor) -> None:
     """Give the pages under ``tensor`` back to the OS (``madvise(MADV_DONTNEED)``), for a
     tensor memory-mapped copy-on-write from a weights file that nothing will read again: on
     Linux the process's resident memory then does not keep them. Only whole pages inside the
-    tensor, and only when they belong to a file mapping: on the heap (a tensor a layout
-    concatenated, a converted copy) ``MADV_DONTNEED`` would zero memory the allocator still
-    uses. A no-op elsewhere."""
-    if _libc() is None or not tensor.is_cpu or tensor.numel() == 0:
+    tensor, only where its elements fill its range (contiguous, or a transpose: a strided
+    view's range holds other tensors' bytes), and only when they belong to a file mapping:
+    on the heap (a tensor a layout concatenated, a converted copy) ``MADV_DONTNEED`` would
+    zero memory the allocator still uses. A no-op elsewhere."""
+    if _libc() is None or not tensor.is_cpu or tensor.numel() == 0 or not _fills(tensor):
         return
     first, last = _extent(tensor)
     if in_file_mapping(first, last):
@@ -108,9 +120,7 @@ def resident(tensor: Tensor, mappings: list[tuple[int, int]] | None = None) -> T
     mapped = in_file_mapping(*_extent(tensor), mappings)
     if not tensor.is_contiguous():  # (a transposed view: one weight, copied whole)
         copy.copy_(tensor)
-        # its pages are its own only where its elements fill [first, last) (a transpose);
-        # a strided view's range holds other tensors' bytes too
-        if mapped and tensor.dim() == 2 and tensor.t().is_contiguous():
+        if mapped and _fills(tensor):  # its pages are its own (a transpose)
             _give_back(*_extent(tensor))
         return copy
     source, target = tensor.reshape(-1), copy.view(-1)

@@ -135,7 +135,9 @@ def _int8_rows(weight: Tensor, *, release: bool = False) -> tuple[Tensor, Tensor
         q[start : start + _CHUNK] = torch.round(w / s[:, None]).clamp(-127, 127)
         scale[start : start + _CHUNK] = s
         if release:
-            release_pages(rows)
+            release_pages(rows)  # a chunk of rows of a transpose holds no page alone: kept
+    if release:
+        release_pages(weight)  # a transposed weight (a Conv1D layout's) whole
     return q, scale, _int8_flaws(q, scale, weight.dtype)
 
 
