@@ -79,8 +79,7 @@ def int8_layers() -> list[Any]:
     import torch
 
     import zoo
-    from zoo.quant.dynamic import DynamicInt8Linear
-    from zoo.quant.layers import quantize_
+    from zoo.quant.layers import DynamicInt8Linear, quantize_
 
     torch.manual_seed(0)
     model = quantize_(zoo.build("gpt2-124m"), "int8")

@@ -80,16 +80,18 @@ class FakeClock:
     def __init__(self, others: float, n_cpus: int = 2, step: float = 0.3) -> None:
         self.cpus = tuple(range(n_cpus))
         self.others, self.step, self.now, self.busy = others, step, 0.0, 0.0
+        self.working, self.own = 0.0, 0.0  # this process's CPUs in use, its CPU seconds
         self.reads = 0
 
     def wall(self) -> float:
         self.now += self.step
-        self.busy += self.others * self.step
+        self.busy += (self.others + self.working) * self.step
+        self.own += self.working * self.step
         return self.now
 
     def read(self) -> CpuReading:
         self.reads += 1
-        return CpuReading(self.now, self.busy, 0.0)
+        return CpuReading(self.now, self.busy, self.own)
 
 
 class Threads:
@@ -197,6 +199,18 @@ def test_after_an_idle_spell_the_first_step_runs_torch_count():
     assert steps(decode, 1) == [2]
     decode._clock.step = 0.3
     assert steps(decode, 2) == [1, 1]  # the neighbour is still there
+
+
+def test_a_step_longer_than_stale_keeps_its_reading():
+    """A training step of a larger model (4 s of an 8-layer Llama beside a busy core) is no
+    idle spell: the process computed throughout, so what others did over the step holds and
+    the next step runs one thread (it ran torch's count at every step: 0.77x the best count)."""
+    decode, _ = policy_for(others=1.0)
+    decode._clock.working = 1.0
+    decode._clock.step = 4 * policy.STALE
+    assert steps(decode, 4) == [2, 1, 1, 1]
+    decode._clock.working = 0.2  # a server waiting for requests: idle, torch's count again
+    assert steps(decode, 1) == [2]
 
 
 def test_the_setting_overrides_the_policy():

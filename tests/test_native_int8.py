@@ -26,7 +26,7 @@ CHILD = textwrap.dedent(
 
     import zoo
     from zoo.nn import Linear
-    from zoo.quant import dynamic
+    from zoo.quant import layers as quant
     from zoo.quant.layers import DynamicInt8Linear, dynamic_int8, quantize_
     from zoo.kernels.native_int8 import int8_linear
     from zoo.kernels.ops import fbgemm_int8
@@ -145,7 +145,7 @@ CHILD = textwrap.dedent(
     with torch.no_grad():
         fast = zoo.generate(model, ids, max_new_tokens=12, temperature=0)  # prefill, steps
         torch.ops.quantized.linear_prepack = packed
-        dynamic.int8_linear = lambda layer, x: None  # FBGEMM everywhere
+        quant.int8_linear = lambda layer, x: None  # FBGEMM everywhere
         slow = zoo.generate(model, ids, max_new_tokens=12, temperature=0)
     assert torch.equal(fast, slow), (fast, slow)
     print("ok greedy")

@@ -4,7 +4,7 @@ Why: ``quantize="int8"`` on the CPU computes torch.ao's dynamic quantized linear
 weights with a scale per output row, the input quantized to uint8 per call). FBGEMM keeps its
 weights packed in its own layout, which only its kernels read, and its kernel, made for many
 rows, streams the weights for one row more slowly than the cores can read them. zoo's int8
-layer (:class:`zoo.quant.dynamic.DynamicInt8Linear`) holds the int8 weights once, as plain
+layer (:class:`zoo.quant.layers.DynamicInt8Linear`) holds the int8 weights once, as plain
 ``(N, K)`` rows (:class:`Int8Rows`), and its kernels (``zoo/kernels/_native_int8.c``, built
 into the same library as :mod:`zoo.kernels.native`'s float32 kernels) compute FBGEMM's
 numbers from them for any number of rows: ``zoo_gemv_int8`` for one row at the memory's rate,
@@ -96,7 +96,7 @@ def _kernel() -> Any:
 
 
 def rows_of(layer: Any) -> Int8Rows | None:
-    """The :class:`Int8Rows` of ``layer`` (a :class:`zoo.quant.dynamic.DynamicInt8Linear`:
+    """The :class:`Int8Rows` of ``layer`` (a :class:`zoo.quant.layers.DynamicInt8Linear`:
     ``qweight``, ``scale``, ``bias``), summed again where its weights were replaced or changed
     in place since; ``None`` where they are not what the kernels read (another dtype or
     device, not contiguous)."""

@@ -17,8 +17,9 @@ process's CPUs were since its last reading (``/proc/stat``, the time of processe
 not niced, less this process's own time: :class:`CpuClock`), counts a CPU as free when other
 processes left at least half of it, and runs the step with ``min(torch's thread count, free
 CPUs)`` threads (at least one), putting torch's count back after the step. On a quiet machine
-it changes nothing. After an idle spell (no step for :data:`STALE` seconds: a server between
-bursts) the first step runs torch's count: what others did while this process slept says
+it changes nothing. After an idle spell (no reading for :data:`STALE` seconds, in which this
+process used under half a CPU: a server between bursts, not a long training step) the first
+step runs torch's count: what others did while this process slept says
 nothing of now (a burst's prefill had run on one thread because a client had been busy).
 It is opt-in: ``zoo generate``, ``zoo chat`` and ``zoo serve`` use it,
 ``zoo.generate`` only with ``threads="auto"`` (a library call leaves the process's thread
@@ -46,7 +47,15 @@ from typing import Protocol
 
 import torch
 
-__all__ = ["Clock", "CpuClock", "CpuReading", "DecodeThreads", "free_cpus", "read_busy_seconds"]
+__all__ = [
+    "Clock",
+    "CpuClock",
+    "CpuReading",
+    "DecodeThreads",
+    "free_cpus",
+    "idle",
+    "read_busy_seconds",
+]
 
 #: A CPU counts as free when other processes used at most this much of it.
 FREE_SHARE = 0.5
@@ -148,6 +157,15 @@ def free_cpus(before: CpuReading, after: CpuReading, n_cpus: int) -> int:
     return max(0, min(n_cpus, math.floor(n_cpus - others + FREE_SHARE)))
 
 
+def idle(before: CpuReading, after: CpuReading) -> bool:
+    """Whether this process sat idle between two readings: more than :data:`STALE` seconds
+    apart, and less than :data:`FREE_SHARE` of a CPU of its own time per second between them
+    (a server between bursts). A step longer than that (a training step of a larger model)
+    keeps the process busy, and its reading holds."""
+    wall = after.wall - before.wall
+    return wall > STALE and after.own - before.own < FREE_SHARE * wall
+
+
 class DecodeThreads:
     """The thread count of each CPU decoding step: wrap every step in :meth:`step`.
 
@@ -208,8 +226,7 @@ class DecodeThreads:
             if now is None:
                 return torch_threads
             if last is not None:  # (an idle spell says nothing of now: torch's count)
-                stale = now.wall - last.wall > STALE
-                self._free = None if stale else free_cpus(last, now, len(clock.cpus))
+                self._free = None if idle(last, now) else free_cpus(last, now, len(clock.cpus))
             self._last = now  # the first step starts the first interval
             if type(clock) is CpuClock:
                 DecodeThreads._latest = (now, self._free, clock.cpus)

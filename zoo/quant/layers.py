@@ -22,19 +22,21 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import TypeGuard
+from typing import Any, TypeGuard
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..kernels.native_int8 import _ROWS, int8_linear, rows_of
 from ..kernels.native_load import _library
 from ..kernels.onednn import cpu_linear as float_linear
+from ..kernels.ops import fbgemm_int8
 from ..kernels.pages import release_pages
 from ..nn.linear import Linear
 from ..options import QUANTIZE_MODES
 from .blocks import q4_0_codes
-from .dynamic import DynamicInt8Linear, fbgemm_linear
+from .dynamic import fbgemm_linear
 from .grad import frozen_linear, int4_columns, int8_columns, needs_input_grad
 
 __all__ = [
@@ -177,7 +179,8 @@ class Int8Linear(nn.Module):
         self.out_features, self.in_features = qweight.shape
         self.register_buffer("qweight", qweight)
         self.register_buffer("scale", scale)
-        self.bias = nn.Parameter(bias.detach(), requires_grad=False) if bias is not None else None
+        frozen = None if bias is None else nn.Parameter(bias.detach(), requires_grad=False)
+        self.register_parameter("bias", frozen)
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, *, release: bool = False) -> Int8Linear:
@@ -204,6 +207,34 @@ class Int8Linear(nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8"
+
+
+class DynamicInt8Linear(Int8Linear):
+    """``quantize="int8"``'s layer on the CPU: :class:`Int8Linear`'s weights (float32 scales
+    and bias), the input quantized per call (one scale and zero point for the whole input,
+    uint8 with reduce_range): PyTorch's dynamic int8 linear (torch.ao's, on FBGEMM) to the
+    bit, computed by zoo's kernels from the int8 weights held once
+    (:mod:`zoo.kernels.native_int8`). An input holding NaN or infinity, or one the kernels do
+    not take, runs FBGEMM itself on the same weights (:func:`zoo.kernels.ops.fbgemm_int8`)."""
+
+    def __init__(self, qweight: Tensor, scale: Tensor, bias: Tensor | None) -> None:
+        bias = None if bias is None else bias.detach().float().contiguous()
+        super().__init__(qweight.contiguous(), scale.float().contiguous(), bias)
+        rows_of(self)  # the row sums the kernels read, summed once now
+
+    def _load_from_state_dict(self, *args: Any, **kwargs: Any) -> None:
+        """Load in place as any module does, then sum the new weights' rows (a one-call
+        decoding plan, which checks that the layer's rows are those it read, reads them)."""
+        super()._load_from_state_dict(*args, **kwargs)
+        self.__dict__.pop(_ROWS, None)
+        rows_of(self)
+
+    def infer(self, x: Tensor) -> Tensor:
+        y = int8_linear(self, x)
+        return fbgemm_int8(x, self.qweight, self.scale, self.bias) if y is None else y
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + " (dynamic)"
 
 
 def dynamic_int8(
