@@ -1,8 +1,10 @@
-/* zoo's batch-1 int8 kernel: one float32 row against int8 weight rows, the arithmetic of
- * PyTorch's dynamic quantized linear on FBGEMM (torch.ao.nn.quantized.dynamic.Linear with
- * per-row weight scales), to the bit.
+/* zoo's int8 kernels: float32 rows against int8 weight rows, the arithmetic of PyTorch's
+ * dynamic quantized linear on FBGEMM (torch.ao.nn.quantized.dynamic.Linear with per-row weight
+ * scales), to the bit: one row (zoo_gemv_int8), many rows as FBGEMM quantizes a whole input
+ * (zoo_linear_int8), or each row as it would be alone (zoo_gemm_int8, a slot batch's rows).
  *
- * FBGEMM's steps for one row x (K) and weights q (N, K) int8 with scales s (N), zero points 0:
+ * FBGEMM's steps for one row x (K) and weights q (N, K) int8 with scales s (N), zero points 0
+ * (for several rows, step 1 reads all of them and each row is quantized with the result):
  *   1. min and max of x (FindMinMax), and the activation's scale and zero point from them
  *      (ChooseQuantizationParams over [0, 255] with reduce_range: [0, 127], in double;
  *      the scale is then rounded to float);
