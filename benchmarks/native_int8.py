@@ -88,18 +88,14 @@ def int8_layers() -> list[Any]:
 
 def int8_kernels(layers: list[Any]) -> dict[str, Callable[[Any, Any], Any]]:
     """The kernels timed, each ``step(layer, x)``; zoo's only where it runs."""
-    import warnings
-
     import torch
 
     from zoo.kernels import native_int8
+    from zoo.kernels.ops import per_channel_int8
 
     packed = {}
     for m in layers:  # FBGEMM's layout, packed once as torch.ao's layer holds it
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            zeros = torch.zeros(m.out_features, dtype=torch.long)
-            w = torch._make_per_channel_quantized_tensor(m.qweight, m.scale.double(), zeros, 0)
+        w = per_channel_int8(m.qweight, m.scale)
         packed[id(m)] = torch.ops.quantized.linear_prepack(w, m.bias)
 
     def fbgemm(layer: Any, x: Any) -> Any:

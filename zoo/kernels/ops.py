@@ -41,6 +41,7 @@ __all__ = [
     "gemv_f32_kernel",
     "layer_norm_kernel",
     "linear_int8_kernel",
+    "per_channel_int8",
     "rms_norm_kernel",
 ]
 
@@ -299,17 +300,24 @@ def _linear_int8(
     return fbgemm_int8(x, q, scale, bias) if y is None else y
 
 
+def per_channel_int8(q: Tensor, scale: Tensor) -> Tensor:
+    """int8 rows ``q`` ``(N, K)`` with ``scale`` ``(N,)`` as the quantized tensor torch.ao's
+    int8 linear packs for FBGEMM (per channel, zero points 0)."""
+    zeros = torch.zeros(q.shape[0], dtype=torch.long)
+    with warnings.catch_warnings():  # torch 2.13 marks quantized tensors as to be replaced
+        warnings.simplefilter("ignore", UserWarning)  # by torchao, whose CPU int8 needs compile
+        return torch._make_per_channel_quantized_tensor(q, scale.double(), zeros, 0)
+
+
 def fbgemm_int8(x: Tensor, q: Tensor, scale: Tensor, bias: Tensor | None) -> Tensor:
     """What zoo's dynamic int8 layer computes, on FBGEMM (torch.ao's dynamic quantized
     linear): the weight packed from ``q`` and ``scale`` (zero points 0) for this call only,
     the input quantized with ``reduce_range``, NaN where FBGEMM refuses an input holding
     NaN. The reference zoo's kernels are tested against, and where they do not run (an input
     holding NaN or infinity, no kernels), what the layer computes."""
-    zeros = torch.zeros(q.shape[0], dtype=torch.long)
-    with warnings.catch_warnings():  # torch 2.13 marks quantized tensors as to be replaced
-        warnings.simplefilter("ignore", UserWarning)  # by torchao, whose CPU int8 needs compile
-        weight = torch._make_per_channel_quantized_tensor(q, scale.double(), zeros, 0)
-    packed = torch.ops.quantized.linear_prepack(weight, None if bias is None else bias.float())
+    packed = torch.ops.quantized.linear_prepack(
+        per_channel_int8(q, scale), None if bias is None else bias.float()
+    )
     try:
         y = torch.ops.quantized.linear_dynamic(x.float(), packed, reduce_range=True)
     except RuntimeError as exc:  # as zoo.quant.layers' dynamic int8 layer answers it

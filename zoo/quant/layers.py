@@ -31,7 +31,7 @@ from torch import Tensor, nn
 from ..kernels.native_int8 import _ROWS, int8_linear, rows_of
 from ..kernels.native_load import _library
 from ..kernels.onednn import cpu_linear as float_linear
-from ..kernels.ops import fbgemm_int8
+from ..kernels.ops import fbgemm_int8, per_channel_int8
 from ..kernels.pages import release_pages
 from ..nn.linear import Linear
 from ..options import QUANTIZE_MODES
@@ -248,13 +248,9 @@ def dynamic_int8(
     q, scale = rows if rows is not None else int8_rows(linear.weight, release=release)
     if _library() is not None:
         return DynamicInt8Linear(q, scale, linear.bias)
-    zero = torch.zeros(q.shape[0], dtype=torch.long)
-    with warnings.catch_warnings():  # torch 2.13 marks quantized tensors as to be replaced by
-        warnings.simplefilter("ignore", UserWarning)  # torchao, whose CPU int8 needs compile
-        weight = torch._make_per_channel_quantized_tensor(q, scale.double(), zero, 0)
     layer = fbgemm_linear()(linear.in_features, linear.out_features, dtype=torch.qint8)
     bias = linear.bias.detach().float() if linear.bias is not None else None
-    layer.set_weight_bias(weight, bias)  # packed for FBGEMM
+    layer.set_weight_bias(per_channel_int8(q, scale), bias)  # packed for FBGEMM
     return layer
 
 

@@ -371,12 +371,12 @@ def _linear_of(m: nn.Module, r: Reader) -> _Linear | None:
         return _Linear(0, n, k, w.data_ptr(), None, None, _address(b))
     if type(m).__name__ != "DynamicInt8Linear":  # zoo.quant's (a layer above this one)
         return None
-    rows = rows_of(m)  # the layer's weights (read as the plan's checks) and their sums
+    rows = rows_of(m)  # the layer's own weights (rows.q is its qweight) and their sums
     if rows is None or r.attr(m, _ROWS) is not rows:
         return None
-    read = (r.buffer(m, "qweight"), r.buffer(m, "scale"), r.param(m, "bias"))
-    if any(t is not u for t, u in zip(read, (rows.q, rows.scale, rows.bias), strict=True)):
-        return None
+    for name in ("qweight", "scale"):  # read as the plan's checks (replaced: read again)
+        r.buffer(m, name)
+    r.param(m, "bias")
     r.tensor(rows.colsum)  # checked at every step as a parameter is
     if not rows.intact():
         return None
