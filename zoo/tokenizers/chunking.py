@@ -34,6 +34,9 @@ _BEFORE_SPACE = re.compile(r"(?<=\S)(?=[ \t\n\r])")
 #: Candidates of a cut between a word character and a mark (checked by :func:`_letter_mark`).
 _BEFORE_MARK = re.compile(r"(?<=\w)(?=[^\w\s])")
 _ASCII_PUNCTUATION = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
+#: Unicode 3.2's character database: a letter, digit or mark there is one in every later
+#: version (characters it lacks are unassigned, ``Cn``: no cut next to them).
+_OLD_UNICODE = unicodedata.ucd_3_2_0
 
 #: Cut at word boundaries (the two kinds above): BERT's and GPT-2's pre-tokenizers.
 CUT_WORDS = "words"
@@ -44,11 +47,14 @@ CUT_ANYWHERE = "anywhere"
 def _letter_mark(text: str, p: int) -> bool:
     """Whether ``text[p - 1]`` is a letter or digit (Unicode ``L*`` / ``N*``) and ``text[p]``
     punctuation as BERT defines it (``P*`` or ASCII punctuation) and GPT-2 does (not a letter,
-    digit or whitespace)."""
-    before, after = unicodedata.category(text[p - 1]), text[p]
+    digit or whitespace). Categories are Unicode 3.2's (:data:`_OLD_UNICODE`), which every
+    tokenizer's tables agree on: a character Python's newer tables call punctuation may be
+    unknown to the tokenizers library's (U+2E52, Unicode 14: BERT kept ``00000⹒`` one word,
+    and a cut before the mark changed its ids)."""
+    before, after = _OLD_UNICODE.category(text[p - 1]), text[p]
     if before[0] not in "LN":
         return False
-    return after in _ASCII_PUNCTUATION or unicodedata.category(after).startswith("P")
+    return after in _ASCII_PUNCTUATION or _OLD_UNICODE.category(after).startswith("P")
 
 
 def _inside(text: str, p: int, protected: Iterable[str]) -> bool:
