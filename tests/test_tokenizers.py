@@ -354,6 +354,7 @@ def hf_tokenizers(tmp_path_factory):
     )
 )
 @example(text="00000\u2e52")  # a mark newer than the library's tables: BERT keeps one word
+@example(text="00000\xad0")  # a soft hyphen: punctuation in Unicode 3.2, a format character now
 def test_chunked_encoding_equals_whole_encoding(hf_tokenizers, text):
     """Long texts are encoded in pieces (bounded memory): pieces of a few characters must give
     exactly the ids the library gives for the whole text."""

@@ -34,9 +34,10 @@ _BEFORE_SPACE = re.compile(r"(?<=\S)(?=[ \t\n\r])")
 #: Candidates of a cut between a word character and a mark (checked by :func:`_letter_mark`).
 _BEFORE_MARK = re.compile(r"(?<=\w)(?=[^\w\s])")
 _ASCII_PUNCTUATION = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
-#: Unicode 3.2's character database: a letter, digit or mark there is one in every later
-#: version (characters it lacks are unassigned, ``Cn``: no cut next to them).
+#: Unicode 3.2's character database (characters it lacks are unassigned, ``Cn``), and with
+#: Python's own the two a cut's categories must agree in.
 _OLD_UNICODE = unicodedata.ucd_3_2_0
+_TABLES = (unicodedata, _OLD_UNICODE)
 
 #: Cut at word boundaries (the two kinds above): BERT's and GPT-2's pre-tokenizers.
 CUT_WORDS = "words"
@@ -47,14 +48,17 @@ CUT_ANYWHERE = "anywhere"
 def _letter_mark(text: str, p: int) -> bool:
     """Whether ``text[p - 1]`` is a letter or digit (Unicode ``L*`` / ``N*``) and ``text[p]``
     punctuation as BERT defines it (``P*`` or ASCII punctuation) and GPT-2 does (not a letter,
-    digit or whitespace). Categories are Unicode 3.2's (:data:`_OLD_UNICODE`), which every
-    tokenizer's tables agree on: a character Python's newer tables call punctuation may be
-    unknown to the tokenizers library's (U+2E52, Unicode 14: BERT kept ``00000⹒`` one word,
-    and a cut before the mark changed its ids)."""
-    before, after = _OLD_UNICODE.category(text[p - 1]), text[p]
-    if before[0] not in "LN":
+    digit or whitespace), in both Python's Unicode tables and Unicode 3.2's
+    (:data:`_OLD_UNICODE`): the tokenizers library's tables may be of any version between,
+    and a category that changed (U+00AD, punctuation in 3.2, a format character since) or a
+    character newer than its tables (U+2E52, Unicode 14: BERT kept ``00000⹒`` one word) is
+    no word boundary to rely on."""
+    before, after = text[p - 1], text[p]
+    if any(table.category(before)[0] not in "LN" for table in _TABLES):
         return False
-    return after in _ASCII_PUNCTUATION or _OLD_UNICODE.category(after).startswith("P")
+    return after in _ASCII_PUNCTUATION or all(
+        table.category(after).startswith("P") for table in _TABLES
+    )
 
 
 def _inside(text: str, p: int, protected: Iterable[str]) -> bool:
