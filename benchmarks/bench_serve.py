@@ -11,7 +11,11 @@ long prefix.
 
 Every server runs in its own process, all of them started before the first measurement and
 kept up to the last, so the servers (and zoo serve's settings) take turns within each round
-and a change in the machine's load hits them alike; the turns rotate from round to round.
+and a change in the machine's load hits them alike; the turns rotate from round to round
+(and reverse every other round: no server always follows the same one).
+Each measurement begins once the machine has gone idle (``common.settle``): vLLM's worker
+spins on its queue for a second after its last step, and a server measured right after it
+would share a core with that spin (zoo serve's thread policy would rightly take one thread).
 By default: ``zoo serve`` as it starts, ``zoo serve`` with chunked prefill and the prefix cache
 off (``--prefill-chunk 0 --prefix-cache-mb 0``, when this tree's zoo serve has those flags),
 and ``transformers serve --continuous-batching`` (from ``--transformers-python``, on the model
@@ -59,7 +63,7 @@ from typing import Any, TypeVar
 
 import serve_client
 import torch
-from common import machine_facts, publish
+from common import machine_facts, publish, settle
 from serve_client import (
     Level,
     Result,
@@ -68,6 +72,7 @@ from serve_client import (
     free_port,
     get_json,
     load,
+    median,
     percentile,
     prompts,
     running,
@@ -226,8 +231,10 @@ def round_of(
     texts: RoundTexts,
     sizes: Sizes,
 ) -> None:
-    """One round: every part, the servers taking turns (their order rotated by ``turn``)."""
+    """One round: every part, the servers taking turns (their order rotated by ``turn`` and
+    reversed every other round, so that no server always follows the same one)."""
     order = served[turn % len(served) :] + served[: turn % len(served)]
+    order = order[::-1] if turn % 2 else order
     distinct = prompts(args.requests)
     for clients in args.clients if "levels" in args.parts else ():
         level_texts = [distinct[i % len(distinct)] for i in range(max(args.requests, clients))]
@@ -266,10 +273,12 @@ def round_of(
 
 
 def attempt(served: Served, measure: Callable[..., T], *args: Any) -> T | None:
-    """``measure(port, model, *args)`` on ``served``; None if it failed before, or fails now
+    """``measure(port, model, *args)`` on ``served`` once the machine has gone idle (the
+    server measured before has stopped spinning); None if it failed before, or fails now
     (then it is marked failed, with the reason, and measured no more)."""
     if served.failed is not None:
         return None
+    served.settled.append(settle())
     try:
         return measure(served.server.port, served.model, *args)
     except (RuntimeError, OSError, ValueError) as exc:
@@ -321,6 +330,13 @@ def measure_model(args: argparse.Namespace, model: str, folder: Path, report: Re
     report.notes += level_notes(model, served, args.clients)
     report.stalls += stall_rows(model, served, args.streams, counts[0])
     report.prefixes += prefix_rows(model, served, counts[1])
+    report.notes += [
+        f"{model}: {s.label}: each measurement began once the machine kept under 0.15 CPUs "
+        f"busy over 0.25 s; waits {median(s.settled):.2f} s median, {max(s.settled):.2f} s "
+        "most"
+        for s in served
+        if s.settled
+    ]
     report.notes += [
         f"{model}: {s.label} stopped being measured: {s.failed}" for s in served if s.failed
     ]

@@ -7,6 +7,7 @@ import os
 import platform
 import shlex
 import sys
+import time
 from pathlib import Path
 
 
@@ -42,6 +43,34 @@ def cpu_flags() -> str:
     flags = set((_proc_line("/proc/cpuinfo", "flags") or "").split())
     wanted = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16")
     return " ".join(f for f in wanted if f in flags) or "flags unknown"
+
+
+def busy_cpus(seconds: float = 0.25) -> float:
+    """How many CPUs the whole machine kept busy over the next ``seconds`` (``/proc/stat``;
+    0.0 where it cannot be read)."""
+
+    def ticks() -> tuple[int, int]:
+        try:
+            fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        except (OSError, ValueError):
+            return 0, 0
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+        return sum(fields) - idle, sum(fields)
+
+    busy0, all0 = ticks()
+    time.sleep(seconds)
+    busy1, all1 = ticks()
+    return (os.cpu_count() or 1) * (busy1 - busy0) / max(all1 - all0, 1)
+
+
+def settle(*, under: float = 0.15, timeout: float = 10.0) -> float:
+    """Wait until the machine keeps fewer than ``under`` CPUs busy (what ran before has gone
+    idle: vLLM's worker, for one, spins on its queue for a second after its last step), at
+    most ``timeout`` seconds; return the seconds waited."""
+    start = time.monotonic()
+    while busy_cpus() >= under and time.monotonic() - start < timeout:
+        pass
+    return time.monotonic() - start
 
 
 def publish(report: str, *, title: str, markdown: Path | None) -> None:

@@ -30,6 +30,8 @@ class Served:
     stalls: list[Stall] = field(default_factory=list)
     prefixes: list[tuple[Prefix, Prefix]] = field(default_factory=list)
     failed: str | None = None
+    #: Seconds each measurement waited for the machine to go idle (benchmarks.common.settle).
+    settled: list[float] = field(default_factory=list)
 
     def merged(self, clients: int) -> Level:
         runs = self.levels[clients]

@@ -71,6 +71,9 @@ def test_the_budget_sizes_a_chunk_to_the_decoding_steps_it_may_take():
     budget.decoded(0.1)
     assert budget.tokens(decoding=True) == 80  # 20 tokens in 50 ms: 80 in 2 steps of 100 ms
     assert budget.tokens(decoding=False) == 512  # no stream waits
+    assert budget.tokens(4, waiting=1) == budget.tokens(4, waiting=4) == 80
+    assert budget.tokens(2, waiting=3) == 120  # 2 steps for each of 1.5 prompts per stream
+    assert budget.tokens(1, waiting=7) == 512  # a burst beside one stream: whole, to the most
     budget.prefilled(80, 0.1)  # a pass costs less per token when larger: the aim climbs
     assert budget.tokens(decoding=True) == 160
     budget.prefilled(10, 0.05)  # a prompt's last few tokens: nothing said about 160
@@ -107,6 +110,20 @@ def test_a_pass_that_decodes_and_prefills_at_once_sizes_the_next_chunk():
     assert timed.tokens(decoding=True) == 512
 
 
+def test_a_pass_beside_few_streams_is_charged_beyond_a_step_of_as_many_rows():
+    """Steps of 16 rows take 300 ms and of 1 row 100 ms; a pass that decodes one stream and
+    prefills 40 tokens in 320 ms charges its chunk 220 ms, not the 20 ms beyond the average
+    step (which aimed the next chunk at the whole 512 tokens: a stall of about 30 steps for
+    streams decoding beside a long prompt)."""
+    budget = PrefillBudget(512, max_stall=2.0)
+    for rows, seconds in ((16, 0.3), (1, 0.1)):
+        budget.decoded(seconds, rows)
+    budget.mixed(40, 0.32, rows=1)
+    assert budget.tokens(1) == 36  # 40 tokens in 220 ms: 36 in 2 steps of 100 ms
+    assert budget.tokens(16) == 109  # 2 steps of 300 ms
+    assert budget.tokens(4) == 36  # 4 rows not timed: as the most rows timed below
+
+
 def test_a_chunk_that_costs_a_fixed_part_climbs_to_its_target():
     """Passes that cost 40 ms plus 1 ms a token, decoding steps of 100 ms, a target of 2
     steps: the aim settles at the 160 tokens that take 200 ms, from a first pass of 16."""
@@ -126,24 +143,27 @@ def test_the_engine_times_its_steps_for_the_budget(model):
     calls: list[tuple[str, object]] = []
 
     class Recording(PrefillBudget):
-        def tokens(self, decoding: bool) -> int | None:
-            calls.append(("tokens", decoding))
-            return super().tokens(decoding)
+        def tokens(self, decoding: int, waiting: int = 1) -> int | None:
+            calls.append(("tokens", decoding > 0))
+            return super().tokens(decoding, waiting)
 
-        def decoded(self, seconds: float) -> None:
-            calls.append(("decoded", seconds > 0))
+        def decoded(self, seconds: float, rows: int = 1) -> None:
+            calls.append(("decoded", (seconds > 0, rows)))
 
-        def prefilled(self, tokens: int, seconds: float) -> None:
+        def prefilled(self, tokens: int, seconds: float, rows: int = 1) -> None:
             calls.append(("prefilled", tokens))
+            calls.append(("beside", rows))
 
     engine = Engine(model, max_batch=2, max_queue=2, prefill_chunk=16, prefix_cache_bytes=0)
     engine.scheduler.budget = Recording(16)
     run(engine, ["ROMEO:", PROMPTS[1]], 3)
     # step 1: 6 + 8 tokens, rows of 8; step 2: "ROMEO:" decodes, planned with the rest
-    want = [("tokens", False), ("prefilled", 16), ("tokens", True), ("decoded", True)]
-    assert calls[:4] == want
+    want = [("tokens", False), ("prefilled", 16), ("beside", 0), ("tokens", True)]
+    assert calls[:5] == [*want, ("decoded", (True, 1))]
     left = len(model.tokenizer.encode(PROMPTS[1])) - 8  # 42: 16 + 16 + 10
     assert [n for kind, n in calls if kind == "prefilled"] == [16, 16, 16, left - 32]
+    # "ROMEO:" decodes beside the middle two chunks and has its 3 tokens before the last
+    assert [n for kind, n in calls if kind == "beside"] == [0, 1, 1, 0]
 
 
 def test_the_first_step_that_streams_decode_in_carries_the_least_chunk(model):

@@ -143,6 +143,33 @@ def test_the_step_plan_decodes_every_stream_and_prefills_chunks_under_the_budget
         joined(scheduler, c)
 
 
+def test_a_burst_of_prompts_beside_one_stream_enters_in_one_pass():
+    """Seven 10-token prompts arrive while one stream decodes and a chunk of 40 tokens takes
+    the stall the budget allows one prompt: all seven enter in the next step (before, four
+    of them did, and the rest waited a step for their first token); one long prompt beside
+    four streams still gets the 40 tokens alone."""
+    scheduler: Scheduler[Job] = Scheduler(max_running=8, max_queue=0, prefill_chunk=512)
+    scheduler.budget.decoded(0.1)
+    scheduler.budget.prefilled(40, 0.2)  # 40 tokens take the 2 steps' target
+    stream = Prompt("stream", 3)
+    joined(scheduler, stream)
+    assert [c.length for c in scheduler.plan().chunks] == [3]  # nothing decodes: whole
+    burst = [Prompt(f"p{i}", 10) for i in range(7)]
+    joined(scheduler, *burst)
+    plan = scheduler.plan()
+    assert plan.decodes == (stream,)
+    assert [(c.request, c.length, c.last) for c in plan.chunks] == [(p, 10, True) for p in burst]
+    for p in burst:
+        scheduler.finish(p)
+    streams = [Prompt(f"s{i}", 1) for i in range(3)]
+    joined(scheduler, *streams)
+    scheduler.plan()
+    long = Prompt("long", 900)
+    joined(scheduler, long)
+    plan = scheduler.plan()
+    assert len(plan.decodes) == 4 and [c.length for c in plan.chunks] == [40]
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     left=st.lists(st.integers(1, 600), min_size=1, max_size=12),

@@ -268,8 +268,8 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
         default=2.0,
         metavar="STEPS",
         help="while streams decode, a step's prompt chunk is sized to take at most about this "
-        "many decoding steps (timed as the server runs); 0: only --prefill-chunk bounds it "
-        "(default: 2)",
+        "many decoding steps (timed as the server runs), times the prompts waiting per stream "
+        "where more wait than decode; 0: only --prefill-chunk bounds it (default: 2)",
     )
     p.add_argument(
         "--prefix-cache-mb",

@@ -78,7 +78,8 @@ class Engine:
         prefill_chunk: prompt tokens a step prefills at most, padding included (``None``:
             whole prompts, each in the step after it joins).
         max_stall: while streams decode, a step's prompt chunk is sized to take at most about
-            this many decoding steps, as timed while the engine runs (``None``: only
+            this many decoding steps (times the prompts waiting per stream where more wait
+            than decode), as timed while the engine runs (``None``: only
             ``prefill_chunk`` bounds it).
         prefix_cache_bytes: memory for the keys and values of prompt prefixes kept between
             requests (0: none kept; ``None``: one whole context's).
@@ -254,7 +255,7 @@ class Engine:
         except Exception as exc:  # these prompts only: the others go on
             self._fail(requests, exc)
             return requests
-        self.scheduler.budget.prefilled(plan.padded, self._clock() - start)
+        self.scheduler.budget.prefilled(plan.padded, self._clock() - start, len(plan.decodes))
         self._update([c.request for c in plan.chunks if c.last], tokens)
         return requests
 
@@ -271,7 +272,7 @@ class Engine:
             return requests + prefilling
         if both is None:
             return None
-        self.scheduler.budget.mixed(plan.padded, self._clock() - start)
+        self.scheduler.budget.mixed(plan.padded, self._clock() - start, len(requests))
         self._update(requests, both[0])
         self._update([c.request for c in plan.chunks if c.last], both[1])
         return requests + prefilling
@@ -284,7 +285,7 @@ class Engine:
         except Exception as exc:  # e.g. out of memory: these requests fail, the server stays
             self._fail(requests, exc)
             return requests
-        self.scheduler.budget.decoded(self._clock() - start)
+        self.scheduler.budget.decoded(self._clock() - start, len(requests))
         self._update(requests, tokens)
         return requests
 

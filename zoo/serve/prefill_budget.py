@@ -3,11 +3,15 @@
 A step runs one decoding token for every stream and then a chunk of the prompts still coming
 in; the chunk is what the streams wait for. :class:`PrefillBudget` sizes it: at most
 ``max_tokens``, and while streams decode, as many tokens as the last prefill passes say take
-about ``max_stall`` times the last decoding steps, so a step that carries a chunk takes about
-``1 + max_stall`` times a plain one on any machine, model or load. With nothing decoding, the
-whole ``max_tokens`` go (no stream waits). While streams decode but no decoding step has been
-timed yet (the first step they decode in is planned before its pass runs), the chunk is the
-least one, ``MIN_CHUNK``: nothing says yet what the streams can wait for.
+about ``max_stall`` times the last decoding steps for each prompt waiting per stream decoding
+(at least ``max_stall`` steps), so a step that carries a chunk takes about ``1 + max_stall``
+times a plain one on any machine, model or load, unless more prompts wait than streams
+decode: then the streams' wait buys a first token for more requests than it holds up, and a
+burst of short prompts beside few streams enters in one pass, as vLLM's token budget takes
+it. With nothing decoding, the whole ``max_tokens`` go (no stream waits). While streams
+decode but no decoding step has been timed yet (the first step they decode in is planned
+before its pass runs), the chunk is the least one, ``MIN_CHUNK``: nothing says yet what the
+streams can wait for.
 """
 
 from __future__ import annotations
@@ -28,11 +32,15 @@ class PrefillBudget:
     """The prompt tokens of the next step: see the module.
 
     While streams decode, the chunk is steered to its target time (``max_stall`` times the
-    average decoding step): after a prefill pass of ``n`` tokens that took ``t``, the next
-    chunk aims at ``n * target / t`` tokens. A pass's cost is not proportional to its tokens
-    (a pass has a fixed cost too), so the estimate from a small pass is low; the next pass
-    is larger, and the aim climbs to the size that takes the target time instead of staying
-    where a small first pass put it.
+    average decoding step of as many rows as decode): after a prefill pass of ``n`` tokens
+    that took ``t``, the next chunk aims at ``n * target / t`` tokens. A pass's cost is not
+    proportional to its tokens (a pass has a fixed cost too), so the estimate from a small
+    pass is low; the next pass is larger, and the aim climbs to the size that takes the
+    target time instead of staying where a small first pass put it. Decoding steps are
+    timed by their rows (a step of many rows takes longer than one of few), and a pass that
+    decodes one stream beside its chunks is charged beyond a step of one row, not beyond the
+    average step (which would charge its chunks too little, and aim the next chunk too
+    high).
 
     Args:
         max_tokens: tokens per step at most, padding included (``None``: whole prompts,
@@ -48,55 +56,69 @@ class PrefillBudget:
             raise ValueError(f"max_stall must be a positive number, got {max_stall}")
         self.max_tokens = max_tokens
         self.max_stall = max_stall
-        self._step: float | None = None  # seconds of a decoding step, averaged
-        self._pass: tuple[int, float] | None = None  # the last prefill pass: tokens, seconds
-        self._aim: float | None = None  # the chunk aimed at while streams decode
+        self._steps: dict[int, float] = {}  # seconds of a decoding step by its rows, averaged
+        self._rate: float | None = None  # prompt tokens a second, as the aim extrapolates
 
-    def tokens(self, decoding: bool) -> int | None:
-        """The next step's budget (``None``: no bound), given whether streams decode."""
+    def tokens(self, decoding: int, waiting: int = 1) -> int | None:
+        """The next step's budget (``None``: no bound), given the streams decoding and the
+        prompts waiting for chunks: the aim, times the prompts waiting per stream where
+        more wait than decode (see the module)."""
         if self.max_tokens is None or self.max_stall is None or not decoding:
             return self.max_tokens
-        if self._step is None:  # streams wait, and how long a step of theirs takes is unknown
+        step = self._step(decoding)
+        if step is None:  # streams wait, and how long a step of theirs takes is unknown
             return min(MIN_CHUNK, self.max_tokens)
-        if self._aim is None:
+        if self._rate is None:
             return self.max_tokens
-        return max(min(MIN_CHUNK, self.max_tokens), min(self.max_tokens, int(self._aim)))
+        aim = self._aim(step) * max(1.0, waiting / decoding)
+        return max(min(MIN_CHUNK, self.max_tokens), min(self.max_tokens, int(aim)))
 
-    def decoded(self, seconds: float) -> None:
-        """A decoding step took ``seconds``."""
-        first = self._step is None
-        self._step = _average(self._step, seconds)
-        if first and self._pass is not None:
-            self._retarget(*self._pass)
+    def decoded(self, seconds: float, rows: int = 1) -> None:
+        """A decoding step of ``rows`` streams took ``seconds``."""
+        self._steps[rows] = _average(self._steps.get(rows), seconds)
 
-    def mixed(self, tokens: int, seconds: float) -> None:
-        """A pass that ran the streams' decoding step and ``tokens`` of prompt chunks
-        (padding included) at once took ``seconds``: the chunks took what it took beyond a
-        plain decoding step (at least a tenth of it). Before any plain step has been timed,
-        the pass is the bound of one (a plain step reads the same weights, for fewer rows),
-        so the chunks double from pass to pass instead of staying the least."""
-        if self._step is None:
-            self.decoded(seconds)
-            self.prefilled(tokens, seconds)
+    def mixed(self, tokens: int, seconds: float, rows: int = 1) -> None:
+        """A pass that ran the decoding step of ``rows`` streams and ``tokens`` of prompt
+        chunks (padding included) at once took ``seconds``: the chunks took what it took
+        beyond a plain step of those rows (at least a tenth of it). Before any plain step
+        has been timed, the pass is the bound of one (a plain step reads the same weights,
+        for fewer rows), so the chunks double from pass to pass instead of staying the
+        least."""
+        step = self._step(rows)
+        if step is None:
+            self.decoded(seconds, rows)
+            self.prefilled(tokens, seconds, rows)
             return
-        self.prefilled(tokens, max(seconds - self._step, seconds / 10))
+        self.prefilled(tokens, max(seconds - step, seconds / 10), rows)
 
-    def prefilled(self, tokens: int, seconds: float) -> None:
-        """A prefill pass of ``tokens`` (padding included) took ``seconds``."""
-        if tokens > 0 and seconds > 0:
-            self._pass = (tokens, seconds)
-            self._retarget(tokens, seconds)
+    def prefilled(self, tokens: int, seconds: float, rows: int = 1) -> None:
+        """A prefill pass of ``tokens`` (padding included) took ``seconds`` while ``rows``
+        streams decoded (they waited for it): aim at the chunk that takes the target time
+        for them. A pass well under the aim that kept to the target (a prompt's last few
+        tokens) says little about a larger one and moves nothing."""
+        if tokens <= 0 or seconds <= 0:
+            return
+        step = self._step(rows)
+        if step is not None and self._rate is not None and self.max_stall is not None:
+            target = self.max_stall * step
+            if seconds <= target and tokens < self._aim(step) / 2:
+                return
+        self._rate = tokens / seconds
 
-    def _retarget(self, tokens: int, seconds: float) -> None:
-        """Aim at the chunk that ``tokens`` in ``seconds`` say takes the target time; a pass
-        well under the aim that kept to the target (a prompt's last few tokens) says little
-        about a larger one and moves nothing."""
-        if self._step is None or self.max_stall is None or self.max_tokens is None:
-            return
-        target = self.max_stall * self._step
-        if self._aim is not None and seconds <= target and tokens < self._aim / 2:
-            return
-        self._aim = min(max(tokens * target / seconds, MIN_CHUNK), self.max_tokens)
+    def _aim(self, step: float) -> float:
+        """The chunk that takes ``max_stall`` decoding steps of ``step`` seconds, as the last
+        pass extrapolates (between ``MIN_CHUNK`` and ``max_tokens``)."""
+        assert self._rate is not None and self.max_stall is not None
+        aim = max(self._rate * self.max_stall * step, MIN_CHUNK)
+        return aim if self.max_tokens is None else min(aim, self.max_tokens)
+
+    def _step(self, rows: int) -> float | None:
+        """A decoding step of ``rows`` streams: as timed, else the step of the most rows
+        timed below (a step of fewer rows costs no more), else of the fewest timed."""
+        if not self._steps:
+            return None
+        below = [r for r in self._steps if r <= rows]
+        return self._steps[max(below) if below else min(self._steps)]
 
 
 def _average(mean: float | None, value: float) -> float:

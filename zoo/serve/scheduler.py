@@ -122,7 +122,8 @@ class Scheduler(Generic[R]):
         prefill_chunk: prompt tokens a step prefills at most, padding included (``None``:
             whole prompts).
         max_stall: while streams decode, a step's prompt chunk is sized to take at most about
-            this many decoding steps, as :attr:`budget` is told (``None``: only
+            this many decoding steps (times the prompts waiting per stream where more wait
+            than decode), as :attr:`budget` is told (``None``: only
             ``prefill_chunk`` bounds it).
     """
 
@@ -239,7 +240,7 @@ class Scheduler(Generic[R]):
         with self._cond:
             decodes = tuple(r for r in self._running if r not in self._prompts)
             waiting = list(self._prompts.items())
-            budget = self.budget.tokens(decoding=bool(decodes))
+            budget = self.budget.tokens(len(decodes), len(waiting))
             sizes = plan_chunks([n - done for _, (done, n) in waiting], budget)
             chunks: list[Chunk[R]] = []
             for (request, progress), size in zip(waiting, sizes, strict=False):
