@@ -253,13 +253,6 @@ __attribute__((target("avx2,fma"))) static inline __m128i sum4_avx2(__m256i a, _
     return _mm_add_epi32(_mm256_castsi256_si128(abcd), _mm256_extracti128_si256(abcd, 1));
 }
 
-/* The same of sixteen lanes each. */
-VNNI static inline __m128i sum4_vnni(__m512i a, __m512i b, __m512i c, __m512i d) {
-#define HALVES(v) _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1))
-    return sum4_avx2(HALVES(a), HALVES(b), HALVES(c), HALVES(d));
-#undef HALVES
-}
-
 /* Step 4 of outputs (m, n..n+3) from their sums, four lanes at once: epilogue's operations
  * lane by lane (so its bits). */
 __attribute__((target("avx2,fma"))) static inline void put4(const int8_many *p, int64_t m,
@@ -281,9 +274,50 @@ static inline __m128i tails(const int8_many *p, int64_t m, int64_t n, int64_t k)
                           dot_tail(x, w + 2 * K, k, K), dot_tail(x, w + 3 * K, k, K));
 }
 
+/* The sums of sixteen accumulators of sixteen lanes each, a[i][j] (weight row i, input row j),
+ * as one vector: lane 4j + i holds a[i][j]'s sum. Pairs are summed lane by lane, then
+ * 64-bit, then 128-bit halves: 45 instructions for the sixteen sums (summing each four apart
+ * took 52, and four epilogues of four lanes more). */
+VNNI static inline __m512i sum16_vnni(__m512i a[4][4]) {
+    __m512i u[4];
+    for (int j = 0; j < 4; j++) {
+        /* per 128-bit lane: [r0 r1 r0 r1] of weight rows 0, 1 and of 2, 3, then [r0 r1 r2 r3] */
+        __m512i t01 = _mm512_add_epi32(_mm512_unpacklo_epi32(a[0][j], a[1][j]),
+                                       _mm512_unpackhi_epi32(a[0][j], a[1][j]));
+        __m512i t23 = _mm512_add_epi32(_mm512_unpacklo_epi32(a[2][j], a[3][j]),
+                                       _mm512_unpackhi_epi32(a[2][j], a[3][j]));
+        u[j] = _mm512_add_epi32(_mm512_unpacklo_epi64(t01, t23), _mm512_unpackhi_epi64(t01, t23));
+    }
+    /* the 128-bit lanes of u[j] summed: lane j of the result (even lanes plus odd, twice) */
+#define HALF(x, y) _mm512_add_epi32(_mm512_shuffle_i32x4(x, y, 0x88), _mm512_shuffle_i32x4(x, y, 0xDD))
+    return HALF(HALF(u[0], u[1]), HALF(u[2], u[3]));
+#undef HALF
+}
+
+/* Step 4 of outputs (m..m+3, n..n+3) from their sums (lane 4j + i: output (m + j, n + i)),
+ * sixteen lanes at once: epilogue's operations lane by lane (so its bits). */
+VNNI static inline void put16(const int8_many *p, int64_t m, int64_t n, __m512i acc) {
+    const __m512i rows = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    __m512i colsum = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(p->colsum + n)));
+    __m512i zero = _mm512_permutexvar_epi32(
+        rows, _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p->zero + m))));
+    __m512 x_scale =
+        _mm512_permutexvar_ps(rows, _mm512_castps128_ps512(_mm_loadu_ps(p->x_scale + m)));
+    __m512 scale = _mm512_mul_ps(x_scale, _mm512_broadcast_f32x4(_mm_loadu_ps(p->w_scale + n)));
+    __m512 y = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc, _mm512_mullo_epi32(zero, colsum)));
+    y = p->bias ? _mm512_fmadd_ps(y, scale, _mm512_broadcast_f32x4(_mm_loadu_ps(p->bias + n)))
+                : _mm512_mul_ps(y, scale);
+    float *out = p->Y + m * p->N + n;
+    _mm_storeu_ps(out, _mm512_castps512_ps128(y));
+    _mm_storeu_ps(out + p->N, _mm512_extractf32x4_ps(y, 1));
+    _mm_storeu_ps(out + 2 * p->N, _mm512_extractf32x4_ps(y, 2));
+    _mm_storeu_ps(out + 3 * p->N, _mm512_extractf32x4_ps(y, 3));
+}
+
 /* Outputs (m..m+3, n..n+3) on AVX-512 VNNI: each step loads four input rows and four weight
  * rows once for their sixteen products, which sum in lanes (vpdpbusd, written out: gcc 12
- * copied each accumulator twice a step around its builtin); the lanes are summed at the end. */
+ * copied each accumulator twice a step around its builtin); the lanes are summed at the end,
+ * all sixteen outputs' at once. */
 #define DP(a, xv, wv) __asm__("vpdpbusd %2, %1, %0" : "+v"(a) : "v"(xv), "v"(wv))
 VNNI static inline void tile_vnni(const int8_many *p, int64_t m, int64_t n) {
     const int64_t K = p->K, padded = p->padded;
@@ -306,13 +340,15 @@ VNNI static inline void tile_vnni(const int8_many *p, int64_t m, int64_t n) {
         wv = _mm512_loadu_si512(w3 + k);
         DP(a30, v0, wv); DP(a31, v1, wv); DP(a32, v2, wv); DP(a33, v3, wv);
     }
-    int tail = k < K;
-    __m128i s0 = sum4_vnni(a00, a10, a20, a30), s1 = sum4_vnni(a01, a11, a21, a31);
-    __m128i s2 = sum4_vnni(a02, a12, a22, a32), s3 = sum4_vnni(a03, a13, a23, a33);
-    put4(p, m, n, tail ? _mm_add_epi32(s0, tails(p, m, n, k)) : s0);
-    put4(p, m + 1, n, tail ? _mm_add_epi32(s1, tails(p, m + 1, n, k)) : s1);
-    put4(p, m + 2, n, tail ? _mm_add_epi32(s2, tails(p, m + 2, n, k)) : s2);
-    put4(p, m + 3, n, tail ? _mm_add_epi32(s3, tails(p, m + 3, n, k)) : s3);
+    __m512i a[4][4] = {{a00, a01, a02, a03}, {a10, a11, a12, a13},
+                       {a20, a21, a22, a23}, {a30, a31, a32, a33}};
+    __m512i sums = sum16_vnni(a);
+    if (k < K) /* K's tail: input row j's four sums into lanes 4j..4j+3 */
+        for (int j = 0; j < 4; j++) {
+            sums = _mm512_mask_add_epi32(sums, (__mmask16)(0xF << (4 * j)), sums,
+                                         _mm512_broadcast_i32x4(tails(p, m + j, n, k)));
+        }
+    put16(p, m, n, sums);
 }
 #undef DP
 
