@@ -386,6 +386,13 @@ __attribute__((target("avx2,fma"))) static inline void tile_avx2(const int8_many
  * cache while the task's weight rows pass over them. */
 #define TILE_ROWS 64
 
+/* Ask for the weight rows PREFETCH bytes past tile n's four (a few input rows' tiles wait on
+ * the weights' stream, as one row's products do). */
+static inline void prefetch_rows(const int8_many *p, int64_t n) {
+    const int8_t *w = p->W + n * p->K + PREFETCH;
+    for (int64_t o = 0; o < 4 * p->K; o += 64) _mm_prefetch((const char *)(w + o), _MM_HINT_T1);
+}
+
 /* Y[m, n] for weight rows n in [n0, n1) and every row m: tiles of four weight rows by TX input
  * rows, the rest by int8_pairs. Each sum is the exact integer, so each output has the bits
  * its row alone gives (int8_task), whatever the tiling. */
@@ -394,8 +401,10 @@ __attribute__((target("avx2,fma"))) static inline void tile_avx2(const int8_many
         const int64_t whole = p->M / TX * TX, tiled = n0 + (n1 - n0) / 4 * 4;                 \
         for (int64_t b = 0; b < whole; b += TILE_ROWS) {                                      \
             int64_t end = b + TILE_ROWS < whole ? b + TILE_ROWS : whole;                      \
-            for (int64_t n = n0; n < tiled; n += 4)                                           \
+            for (int64_t n = n0; n < tiled; n += 4) {                                         \
+                prefetch_rows(p, n);                                                          \
                 for (int64_t m = b; m < end; m += TX) TILE(p, m, n);                          \
+            }                                                                                 \
         }                                                                                     \
         for (int64_t r = n0; r < n1; r++) int8_pairs(p, r, r < tiled ? whole : 0);            \
     }
