@@ -12,6 +12,7 @@ alone).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -79,6 +80,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
+    load_before = os.getloadavg()[0]
     lines = [
         "| rows | products | zoo (ms) | FBGEMM (ms) | zoo / FBGEMM speed |",
         "|---:|---|---:|---:|---:|",
@@ -94,7 +96,8 @@ def main() -> None:
     lines += [
         "",
         f"Medians of {args.rounds} rounds, the kernels alternating; {args.threads} threads; "
-        f"random weights of gpt2-124m's shapes, quantized per row. Machine: "
+        f"random weights of gpt2-124m's shapes, quantized per row; load (1 min) "
+        f"{load_before:.2f} before, {os.getloadavg()[0]:.2f} after. Machine: "
         f"{machine_facts('torch')}.",
     ]
     publish("\n".join(lines), title="int8 products of many rows", markdown=args.markdown)
