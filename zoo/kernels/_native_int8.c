@@ -289,7 +289,8 @@ VNNI static inline __m512i sum16_vnni(__m512i a[4][4]) {
         u[j] = _mm512_add_epi32(_mm512_unpacklo_epi64(t01, t23), _mm512_unpackhi_epi64(t01, t23));
     }
     /* the 128-bit lanes of u[j] summed: lane j of the result (even lanes plus odd, twice) */
-#define HALF(x, y) _mm512_add_epi32(_mm512_shuffle_i32x4(x, y, 0x88), _mm512_shuffle_i32x4(x, y, 0xDD))
+#define HALF(x, y) \
+    _mm512_add_epi32(_mm512_shuffle_i32x4(x, y, 0x88), _mm512_shuffle_i32x4(x, y, 0xDD))
     return HALF(HALF(u[0], u[1]), HALF(u[2], u[3]));
 #undef HALF
 }
