@@ -95,12 +95,15 @@ CHILD = textwrap.dedent(
         same(layer, torch.randn(m, k) * 3)
     print("ok many rows")
 
+    for k in (96, 99):  # the bad value among the eight-lane steps, and in the last few
+        odd = dynamic_int8(Linear(k, 40))
+        for bad in (float("nan"), float("inf"), float("-inf")):
+            for m, where in ((3, 7), (3, k - 1), (1, k - 1), (200, k - 2)):
+                x = torch.randn(m, k)
+                x[m // 2, where] = bad
+                assert int8_linear(odd, x) is None  # left to FBGEMM
+                assert torch.equal(odd(x).isnan(), fbgemm(odd, x).isnan())
     layer = dynamic_int8(Linear(96, 40))
-    for bad in (float("nan"), float("inf"), float("-inf")):
-        x = torch.randn(3, 96)
-        x[1, 7] = bad
-        assert int8_linear(layer, x) is None  # left to FBGEMM
-        assert torch.equal(layer(x).isnan(), fbgemm(layer, x).isnan())
     assert bool(layer(torch.full((1, 96), float("nan"))).isnan().all())
     print("ok non-finite")
 

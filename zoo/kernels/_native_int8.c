@@ -94,6 +94,18 @@ __attribute__((target("avx2,fma"))) static void quantize_row(
     const __m256 cap_v = _mm256_set1_ps(cap);
     const __m256i lo_v = _mm256_setzero_si256(), hi_v = _mm256_set1_epi32(255);
     int64_t k = 0;
+#define Q8(o) \
+    _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(_mm256_min_ps( \
+                         _mm256_fmadd_ps(_mm256_loadu_ps(x + k + o), inv_v, zero_v), cap_v)), \
+                                      lo_v), \
+                     hi_v)
+    for (; k + 32 <= K; k += 32) { /* each value in [0, 255]: the packs keep it exactly */
+        __m256i ab = _mm256_packus_epi32(Q8(0), Q8(8)), cd = _mm256_packus_epi32(Q8(16), Q8(24));
+        __m256i bytes = _mm256_packus_epi16(ab, cd); /* per 128-bit lane: a b c d, four each */
+        bytes = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256((__m256i *)(xq + k), bytes);
+    }
+#undef Q8
     for (; k + 8 <= K; k += 8) {
         __m256 t = _mm256_min_ps(_mm256_fmadd_ps(_mm256_loadu_ps(x + k), inv_v, zero_v), cap_v);
         __m256i r = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(t), lo_v), hi_v);
@@ -435,11 +447,40 @@ __attribute__((target("avx2,fma"))) static void int8_task_many(const int8_many *
 }
 #endif
 
-/* Step 1 for x (K): its scale and zero point; -1 where x holds NaN or infinity, else 0. */
-static int row_params(const float *x, int64_t K, float *x_scale, int32_t *zero) {
+#ifdef ZOO_X86
+/* Step 1 for x (K): its scale and zero point; -1 where x holds NaN or infinity, else 0. The
+ * least and the greatest value, eight lanes at a time: for finite values the same two numbers
+ * in any order (a zero's sign aside, which choose_params drops). */
+__attribute__((target("avx2,fma"))) static int row_params(const float *x, int64_t K,
+                                                          float *x_scale, int32_t *zero) {
     float lo = 0.f, hi = 0.f;
-    if (K > 0) lo = hi = x[0];
-    for (int64_t k = 0; k < K; k++) {
+    int64_t k = 0;
+    if (K >= 8) {
+        const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+        const __m256 largest = _mm256_set1_ps(3.40282347e38f);
+        __m256 lo_v = _mm256_loadu_ps(x), hi_v = lo_v;
+        __m256 finite = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+        for (; k + 8 <= K; k += 8) {
+            __m256 v = _mm256_loadu_ps(x + k);
+            /* |v| <= the largest float: false for infinity and (ordered) for NaN */
+            finite = _mm256_and_ps(
+                finite, _mm256_cmp_ps(_mm256_and_ps(v, magnitude), largest, _CMP_LE_OQ));
+            lo_v = _mm256_min_ps(lo_v, v);
+            hi_v = _mm256_max_ps(hi_v, v);
+        }
+        if (_mm256_movemask_ps(finite) != 0xFF) return -1;
+        float los[8], his[8];
+        _mm256_storeu_ps(los, lo_v);
+        _mm256_storeu_ps(his, hi_v);
+        lo = los[0], hi = his[0];
+        for (int j = 1; j < 8; j++) {
+            lo = los[j] < lo ? los[j] : lo;
+            hi = his[j] > hi ? his[j] : hi;
+        }
+    } else if (K > 0) {
+        lo = hi = x[0];
+    }
+    for (; k < K; k++) {
         if (!isfinite(x[k])) return -1;
         lo = x[k] < lo ? x[k] : lo;
         hi = x[k] > hi ? x[k] : hi;
@@ -447,6 +488,7 @@ static int row_params(const float *x, int64_t K, float *x_scale, int32_t *zero) 
     choose_params(lo, hi, x_scale, zero);
     return 0;
 }
+#endif
 
 /* y (N) = the dynamic int8 product of x (K) and W (N, K, row-major int8) with per-row scales
  * w_scale (N), row sums colsum (N: sum_k W[n, k]) and bias (N, or NULL), on `threads`
@@ -478,6 +520,10 @@ int zoo_gemv_int8(const float *x, const int8_t *W, const float *w_scale, const i
 #endif
 }
 
+/* Input values from which the rows are quantized on the threads (below, one thread is sooner
+ * done than the team is woken). */
+#define QUANTIZE_ON_THREADS 65536
+
 /* Y (M, N) = the dynamic int8 product of the rows of X (M, K) and W, each row quantized with
  * its own scale and zero point (`shared` 0) or all with those of the whole of X (`shared` 1),
  * the weights read from memory once for all rows. Returns 0, or -1 (Y untouched) where X holds
@@ -493,14 +539,23 @@ static int gemm_int8(const float *X, const int8_t *W, const float *w_scale, cons
     float *x_scale = malloc((size_t)M * sizeof(float));
     int32_t *zero = malloc((size_t)M * sizeof(int32_t));
     int status = xq && x_scale && zero ? 0 : -1;
-    if (status == 0 && shared) status = row_params(X, M * K, x_scale, zero);
-    for (int64_t m = 0; m < M && status == 0; m++) {
-        if (shared) {
-            x_scale[m] = x_scale[0], zero[m] = zero[0];
-        } else {
-            status = row_params(X + m * K, K, x_scale + m, zero + m);
+    float whole_scale = 0.f;
+    int32_t whole_zero = 0;
+    if (status == 0 && shared) status = row_params(X, M * K, &whole_scale, &whole_zero);
+    if (status == 0) { /* the rows quantized on the threads where there are many */
+        int failed = 0;
+#pragma omp parallel for schedule(static) num_threads(threads) reduction(|| : failed) \
+    if (M * K >= QUANTIZE_ON_THREADS)
+        for (int64_t m = 0; m < M; m++) {
+            if (shared) {
+                x_scale[m] = whole_scale, zero[m] = whole_zero;
+            } else if (row_params(X + m * K, K, x_scale + m, zero + m)) {
+                failed = 1;
+                continue;
+            }
+            quantize_row(X + m * K, xq + m * padded, K, padded, x_scale[m], zero[m]);
         }
-        if (status == 0) quantize_row(X + m * K, xq + m * padded, K, padded, x_scale[m], zero[m]);
+        status = failed ? -1 : 0;
     }
     if (status == 0) {
         const int8_many p = {W,    xq,     padded,  M,       N,    K,
