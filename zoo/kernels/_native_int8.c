@@ -85,6 +85,15 @@ static void choose_params(float lo, float hi, float *scale_out, int32_t *zero_ou
 }
 
 #ifdef ZOO_X86
+/* Eight values x[0..8) quantized: x * inv + zero (inv = 1 / scale), capped as FBGEMM caps,
+ * rounded to even and clamped to [0, 255], as int32 lanes. */
+__attribute__((target("avx2,fma"))) static inline __m256i quantize8(const float *x, __m256 inv,
+                                                                   __m256 zero, __m256 cap) {
+    __m256 t = _mm256_min_ps(_mm256_fmadd_ps(_mm256_loadu_ps(x), inv, zero), cap);
+    return _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(t), _mm256_setzero_si256()),
+                            _mm256_set1_epi32(255));
+}
+
 /* xq[k] for k < K (step 2 above), and zeros up to `padded`. */
 __attribute__((target("avx2,fma"))) static void quantize_row(
     const float *x, uint8_t *xq, int64_t K, int64_t padded, float scale, int32_t zero) {
@@ -92,25 +101,20 @@ __attribute__((target("avx2,fma"))) static void quantize_row(
     const float cap = 2147483520.f; /* the largest float below INT32_MAX, as FBGEMM clips */
     const __m256 inv_v = _mm256_set1_ps(inv), zero_v = _mm256_set1_ps((float)zero);
     const __m256 cap_v = _mm256_set1_ps(cap);
-    const __m256i lo_v = _mm256_setzero_si256(), hi_v = _mm256_set1_epi32(255);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     int64_t k = 0;
-#define Q8(o) \
-    _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(_mm256_min_ps( \
-                         _mm256_fmadd_ps(_mm256_loadu_ps(x + k + o), inv_v, zero_v), cap_v)), \
-                                      lo_v), \
-                     hi_v)
     for (; k + 32 <= K; k += 32) { /* each value in [0, 255]: the packs keep it exactly */
-        __m256i ab = _mm256_packus_epi32(Q8(0), Q8(8)), cd = _mm256_packus_epi32(Q8(16), Q8(24));
+        const float *v = x + k;
+        __m256i ab = _mm256_packus_epi32(quantize8(v, inv_v, zero_v, cap_v),
+                                         quantize8(v + 8, inv_v, zero_v, cap_v));
+        __m256i cd = _mm256_packus_epi32(quantize8(v + 16, inv_v, zero_v, cap_v),
+                                         quantize8(v + 24, inv_v, zero_v, cap_v));
         __m256i bytes = _mm256_packus_epi16(ab, cd); /* per 128-bit lane: a b c d, four each */
-        bytes = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-        _mm256_storeu_si256((__m256i *)(xq + k), bytes);
+        _mm256_storeu_si256((__m256i *)(xq + k), _mm256_permutevar8x32_epi32(bytes, order));
     }
-#undef Q8
     for (; k + 8 <= K; k += 8) {
-        __m256 t = _mm256_min_ps(_mm256_fmadd_ps(_mm256_loadu_ps(x + k), inv_v, zero_v), cap_v);
-        __m256i r = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(t), lo_v), hi_v);
         int32_t lanes[8];
-        _mm256_storeu_si256((__m256i *)lanes, r);
+        _mm256_storeu_si256((__m256i *)lanes, quantize8(x + k, inv_v, zero_v, cap_v));
         for (int j = 0; j < 8; j++) xq[k + j] = (uint8_t)lanes[j];
     }
     for (; k < K; k++) {
