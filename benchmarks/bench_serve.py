@@ -239,12 +239,12 @@ def round_of(
     for clients in args.clients if "levels" in args.parts else ():
         level_texts = [distinct[i % len(distinct)] for i in range(max(args.requests, clients))]
         for s in order:
-            level = attempt(s, load, level_texts, args.max_tokens, clients)
+            level = measured(s, load, level_texts, args.max_tokens, clients)
             if level is not None:
                 s.levels.setdefault(clients, []).append(level)
                 print(f"  {s.label}: {clients} clients, {level.rates[0]:.1f} tok/s", flush=True)
     for s in order if "stall" in args.parts else ():
-        found = attempt(
+        found = measured(
             s,
             partial(
                 stall,
@@ -263,7 +263,7 @@ def round_of(
                 flush=True,
             )
     for s in order if "prefix" in args.parts else ():
-        pair = attempt(s, shared_prefix, texts, args.probe_tokens)
+        pair = measured(s, shared_prefix, texts, args.probe_tokens)
         if pair is not None:
             s.prefixes.append(pair)
             print(
@@ -272,13 +272,19 @@ def round_of(
             )
 
 
+def measured(served: Served, measure: Callable[..., T], *args: Any) -> T | None:
+    """:func:`attempt` once the machine has gone idle (the server measured before has stopped
+    spinning), the wait recorded for the report."""
+    if served.failed is None:
+        served.settled.append(settle())
+    return attempt(served, measure, *args)
+
+
 def attempt(served: Served, measure: Callable[..., T], *args: Any) -> T | None:
-    """``measure(port, model, *args)`` on ``served`` once the machine has gone idle (the
-    server measured before has stopped spinning); None if it failed before, or fails now
+    """``measure(port, model, *args)`` on ``served``; None if it failed before, or fails now
     (then it is marked failed, with the reason, and measured no more)."""
     if served.failed is not None:
         return None
-    served.settled.append(settle())
     try:
         return measure(served.server.port, served.model, *args)
     except (RuntimeError, OSError, ValueError) as exc:

@@ -46,21 +46,23 @@ def cpu_flags() -> str:
 
 
 def busy_cpus(seconds: float = 0.25) -> float:
-    """How many CPUs the whole machine kept busy over the next ``seconds`` (``/proc/stat``;
-    0.0 where it cannot be read)."""
+    """How many CPUs the whole machine kept busy over the next ``seconds``, as zoo's thread
+    policy reads them (:func:`zoo.kernels.threads.read_busy_seconds`: every process's time,
+    niced ones included); 0.0 where ``/proc/stat`` cannot be read."""
+    from zoo.kernels.threads import read_busy_seconds
 
-    def ticks() -> tuple[int, int]:
+    cpus = range(os.cpu_count() or 1)
+
+    def busy() -> float | None:
         try:
-            fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-        except (OSError, ValueError):
-            return 0, 0
-        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-        return sum(fields) - idle, sum(fields)
+            return read_busy_seconds(Path("/proc/stat").read_text(), cpus, niced=True)
+        except OSError:
+            return None
 
-    busy0, all0 = ticks()
+    before = busy()
     time.sleep(seconds)
-    busy1, all1 = ticks()
-    return (os.cpu_count() or 1) * (busy1 - busy0) / max(all1 - all0, 1)
+    after = busy()
+    return 0.0 if before is None or after is None else (after - before) / seconds
 
 
 def settle(*, under: float = 0.15, timeout: float = 10.0) -> float:

@@ -403,11 +403,11 @@ __attribute__((target("avx2,fma"))) static inline void tile_avx2(const int8_many
  * cache while the task's weight rows pass over them. */
 #define TILE_ROWS 64
 
-/* Ask for the weight rows PREFETCH bytes past tile n's four (a few input rows' tiles wait on
- * the weights' stream, as one row's products do). */
-static inline void prefetch_rows(const int8_many *p, int64_t n) {
+/* Ask for the bytes PREFETCH past weight rows n..n+rows-1 (a few input rows' products wait on
+ * the weights' stream, as one row's do). */
+static inline void prefetch_rows(const int8_many *p, int64_t n, int64_t rows) {
     const int8_t *w = p->W + n * p->K + PREFETCH;
-    for (int64_t o = 0; o < 4 * p->K; o += 64) _mm_prefetch((const char *)(w + o), _MM_HINT_T1);
+    for (int64_t o = 0; o < rows * p->K; o += 64) _mm_prefetch((const char *)(w + o), _MM_HINT_T1);
 }
 
 /* Y[m, n] for weight rows n in [n0, n1) and every row m: tiles of four weight rows by TX input
@@ -419,7 +419,7 @@ static inline void prefetch_rows(const int8_many *p, int64_t n) {
         for (int64_t b = 0; b < whole; b += TILE_ROWS) {                                      \
             int64_t end = b + TILE_ROWS < whole ? b + TILE_ROWS : whole;                      \
             for (int64_t n = n0; n < tiled; n += 4) {                                         \
-                prefetch_rows(p, n);                                                          \
+                prefetch_rows(p, n, 4);                                                       \
                 for (int64_t m = b; m < end; m += TX) TILE(p, m, n);                          \
             }                                                                                 \
         }                                                                                     \
@@ -443,9 +443,7 @@ __attribute__((target("avx2,fma"))) static void int8_task_many(const int8_many *
         return;
     }
     for (int64_t n = n0; n < n1; n++) {
-        const int8_t *w = p->W + n * p->K;
-        for (int64_t o = 0; o < p->K; o += 64) /* the row PREFETCH bytes on */
-            _mm_prefetch((const char *)(w + o + PREFETCH), _MM_HINT_T1);
+        prefetch_rows(p, n, 1);
         int8_pairs(p, n, 0);
     }
 }
