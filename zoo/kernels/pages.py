@@ -1,17 +1,22 @@
 """Where a CPU weight's bytes live, for the kernels that stream them every decoding step.
 
 ``zoo.load`` assigns weights memory-mapped from their file (copy-on-write: nothing is read
-until it is used, no second copy is made). The kernels stream such pages more slowly than
-the process's own memory on huge pages (the file's 4 KiB pages cost the processor more
-address translations per byte; docs/benchmarks.md has the figures), so a decoding session
+until it is used, no second copy is made); ``zoo.build``, a layout's conversions and
+quantization leave them on the heap, each where the allocator put it. The kernels stream
+weights on 2 MiB huge pages much faster than on 4 KiB ones (each 4 KiB page costs the
+processor an address translation, dearer still in a virtual machine; docs/benchmarks.md has
+the figures), and a tensor allocated on its own gets huge pages only for the whole aligned
+2 MiB blocks inside it: none for most of a small model's weights. So a decoding session
 (:func:`zoo.runtime.start_decoding`, the slot batches of ``zoo serve``) first moves the
-weights into the process's own memory (:func:`make_resident`), one weight at a time, giving
-each weight's file pages back as it goes: resident memory holds the weights about once
-throughout. :func:`release_pages` is the page-giving half, which
-quantization uses on its own (the float weights are never copied there).
+weights into one arena of the process's own memory advised for huge pages
+(:func:`make_resident`), one weight at a time, giving each weight's file pages (or heap
+memory) back as it goes: resident memory holds the weights about once throughout.
+:func:`release_pages` is the page-giving half, which quantization uses on its own (the float
+weights are never copied there).
 
-Everything here is Linux's (``/proc/self/maps``, ``madvise``); elsewhere nothing is found
-mapped and nothing moves. Weights larger than the memory available stay mapped.
+Everything here is Linux's (``/proc/self/maps``, ``madvise``, ``malloc_trim``); elsewhere
+nothing is found mapped and nothing moves. Weights larger than the memory available stay
+where they are.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ _MADV_DONTNEED = 4
 _MADV_HUGEPAGE = 14
 _HUGE_PAGE = 2 * 1024 * 1024  # x86-64's and arm64's transparent huge page
 _CHUNK = 4 * 1024 * 1024  # bytes of a mapped weight copied before its pages are given back
+_ALIGN = 64  # each tensor in an arena starts on a cache line
 
 
 @functools.cache
@@ -107,16 +113,18 @@ def release_pages(tensor: Tensor) -> None:
         _give_back(first, last)
 
 
-def resident(tensor: Tensor, mappings: list[tuple[int, int]] | None = None) -> Tensor:
-    """A contiguous copy of CPU ``tensor`` in the process's own memory, on huge pages where
-    Linux offers them (advised before the copy first touches the pages); where ``tensor`` is
-    memory-mapped from a file (``mappings``: :func:`_file_mappings`, read now where not
-    given) its pages are given back as they are copied, :data:`_CHUNK` bytes at a time, so
-    the two are never both resident whole."""
-    copy = torch.empty(tensor.shape, dtype=tensor.dtype)
-    if copy.numel() == 0:
-        return copy
-    _advise(*_extent(copy), _MADV_HUGEPAGE, _HUGE_PAGE)
+def resident(
+    tensor: Tensor, mappings: list[tuple[int, int]] | None = None, into: Tensor | None = None
+) -> Tensor:
+    """A contiguous copy of CPU ``tensor`` in the process's own memory: ``into`` (a
+    contiguous tensor of its dtype and shape, :meth:`_Arena.take`'s), else an arena of its
+    own on huge pages where Linux offers them. Where ``tensor`` is memory-mapped from a file
+    (``mappings``: :func:`_file_mappings`, read now where not given) its pages are given back
+    as they are copied, :data:`_CHUNK` bytes at a time, so the two are never both resident
+    whole."""
+    if tensor.numel() == 0:
+        return torch.empty(tensor.shape, dtype=tensor.dtype)
+    copy = _Arena(_size(tensor)).take(tensor) if into is None else into
     mapped = in_file_mapping(*_extent(tensor), mappings)
     if not tensor.is_contiguous():  # (a transposed view: one weight, copied whole)
         copy.copy_(tensor)
@@ -132,13 +140,59 @@ def resident(tensor: Tensor, mappings: list[tuple[int, int]] | None = None) -> T
     return copy
 
 
+def _size(tensor: Tensor) -> int:
+    """The bytes ``tensor`` takes in an arena: its elements', up to the next cache line."""
+    return -(-tensor.numel() * tensor.element_size() // _ALIGN) * _ALIGN
+
+
+class _Arena:
+    """Anonymous private memory that contiguous tensors are carved from, advised
+    ``MADV_HUGEPAGE`` from its first huge page's boundary on: tensors side by side share
+    huge pages, as tensors allocated one by one (each starting anywhere) cannot. Each tensor
+    taken has a storage of its own over its bytes (as if allocated alone: saving one saves
+    only it; safetensors sees no shared memory); the mapping lives while any of them does.
+    """
+
+    def __init__(self, nbytes: int) -> None:
+        self._map = mmap.mmap(-1, nbytes + _HUGE_PAGE, flags=mmap.MAP_PRIVATE)
+        start = torch.frombuffer(self._map, dtype=torch.uint8, count=1).data_ptr()
+        self._next = -start % _HUGE_PAGE  # (the first tensor on a huge page's first byte)
+        _advise(start, start + len(self._map), _MADV_HUGEPAGE, mmap.PAGESIZE)  # (one VMA)
+        _arenas[start] = start + len(self._map)
+        weakref.finalize(self._map, _arenas.pop, start, None)
+
+    def take(self, like: Tensor) -> Tensor:
+        """An uninitialised contiguous tensor of ``like``'s dtype and shape, next in line."""
+        taken = torch.frombuffer(
+            self._map, dtype=like.dtype, count=like.numel(), offset=self._next
+        ).view(like.shape)
+        self._next += _size(like)
+        return taken
+
+
+def _in_arena(first: int, last: int) -> bool:
+    """Whether the bytes ``[first, last)`` lie inside an arena that is still mapped."""
+    return any(low <= first and last <= high for low, high in list(_arenas.items()))
+
+
+def _trim_heap() -> None:
+    """Give the heap's free memory back to the OS (glibc's ``malloc_trim``): a weight moved
+    off the heap leaves its bytes free there, which the process would otherwise keep."""
+    libc = _libc()
+    trim = getattr(libc, "malloc_trim", None) if libc is not None else None
+    if trim is not None:
+        trim(0)
+
+
 def make_resident(model: nn.Module) -> int:
-    """Move every CPU parameter and buffer of ``model`` that is still memory-mapped from a
-    weights file into the process's own memory (:func:`resident`), in place (``.data``: the
-    same parameters, so tied ones stay one and hooks stay); returns how many bytes moved.
-    Nothing moves where they would not fit in the memory available (the mapping can be paged
-    from the file; the process's own memory cannot). A model whose CPU tensors are where the
-    last call left them is not looked at again (each decoding session calls this)."""
+    """Move every CPU parameter and buffer of ``model`` not yet in an arena (memory-mapped
+    from a weights file, on the heap) into one arena on huge pages (:func:`resident`), in
+    place (``.data``: the same parameters, so tied ones stay one and hooks stay); returns how
+    many bytes moved. Views of a moved tensor taken before (``weight.data``,
+    ``weight.view(...)``) keep the old bytes. Nothing moves where the weights would not fit
+    in the memory available (the mapping can be paged from the file; the process's own
+    memory cannot), nor off Linux. A model whose CPU tensors are where the last call left
+    them is not looked at again (each decoding session calls this)."""
     from ..memory import available_memory
 
     tensors = {
@@ -149,18 +203,27 @@ def make_resident(model: nn.Module) -> int:
     where = frozenset(t.data_ptr() for t in tensors.values())
     if not tensors or _settled.get(model) == where:
         return 0
-    mappings = _file_mappings()  # (copies are anonymous memory: the file mappings stay these)
-    found = [t for t in tensors.values() if in_file_mapping(*_extent(t), mappings)]
+    found = [t for t in tensors.values() if _libc() is not None and not _in_arena(*_extent(t))]
     moved = sum(t.numel() * t.element_size() for t in found)
     free = available_memory("cpu")
     if free is not None and moved > free:
         return 0
-    with torch.no_grad():
-        for tensor in found:
-            tensor.data = resident(tensor.data, mappings)
+    if found:
+        mappings = _file_mappings()  # (the arena is anonymous: the file mappings stay these)
+        try:
+            arena = _Arena(sum(map(_size, found)))
+        except OSError:  # (no address space left for it: the weights stay where they are)
+            return 0
+        with torch.no_grad():
+            for tensor in found:
+                tensor.data = resident(tensor.data, mappings, into=arena.take(tensor))
+                _trim_heap()  # (microseconds: the heap's bytes go back as the arena's come)
     _settled[model] = frozenset(t.data_ptr() for t in tensors.values())
     return moved
 
 
-#: Each model :func:`make_resident` left with no tensor mapped: where its CPU tensors were.
+#: Each arena's first byte and the byte past its last, while it is mapped.
+_arenas: dict[int, int] = {}
+
+#: Each model :func:`make_resident` left with every tensor in an arena: where they were.
 _settled: weakref.WeakKeyDictionary[nn.Module, frozenset[int]] = weakref.WeakKeyDictionary()
