@@ -117,14 +117,16 @@ def resident(
     tensor: Tensor, mappings: list[tuple[int, int]] | None = None, into: Tensor | None = None
 ) -> Tensor:
     """A contiguous copy of CPU ``tensor`` in the process's own memory: ``into`` (a
-    contiguous tensor of its dtype and shape, :meth:`_Arena.take`'s), else an arena of its
-    own on huge pages where Linux offers them. Where ``tensor`` is memory-mapped from a file
-    (``mappings``: :func:`_file_mappings`, read now where not given) its pages are given back
-    as they are copied, :data:`_CHUNK` bytes at a time, so the two are never both resident
-    whole."""
-    if tensor.numel() == 0:
-        return torch.empty(tensor.shape, dtype=tensor.dtype)
-    copy = _Arena(_size(tensor)).take(tensor) if into is None else into
+    contiguous tensor of its dtype and shape, :meth:`_Arena.take`'s), else a tensor of its
+    own advised for huge pages (where Linux offers them, for the whole 2 MiB blocks inside
+    it). Where ``tensor`` is memory-mapped from a file (``mappings``: :func:`_file_mappings`,
+    read now where not given) its pages are given back as they are copied, :data:`_CHUNK`
+    bytes at a time, so the two are never both resident whole."""
+    copy = torch.empty(tensor.shape, dtype=tensor.dtype) if into is None else into
+    if copy.numel() == 0:
+        return copy
+    if into is None:
+        _advise(*_extent(copy), _MADV_HUGEPAGE, _HUGE_PAGE)
     mapped = in_file_mapping(*_extent(tensor), mappings)
     if not tensor.is_contiguous():  # (a transposed view: one weight, copied whole)
         copy.copy_(tensor)
@@ -147,17 +149,19 @@ def _size(tensor: Tensor) -> int:
 
 class _Arena:
     """Anonymous private memory that contiguous tensors are carved from, advised
-    ``MADV_HUGEPAGE`` from its first huge page's boundary on: tensors side by side share
-    huge pages, as tensors allocated one by one (each starting anywhere) cannot. Each tensor
-    taken has a storage of its own over its bytes (as if allocated alone: saving one saves
-    only it; safetensors sees no shared memory); the mapping lives while any of them does.
-    """
+    ``MADV_HUGEPAGE``: tensors side by side share huge pages, which tensors allocated one
+    by one (each starting anywhere, its first and last 2 MiB never whole) cannot. Each
+    tensor taken has a storage of its own over its bytes (as if allocated alone: saving one
+    saves only it; safetensors sees no shared memory); the mapping lives while any of them
+    does. (Its first and last partial 2 MiB stay on small pages: nothing is mapped beyond
+    what is asked.)"""
 
     def __init__(self, nbytes: int) -> None:
-        self._map = mmap.mmap(-1, nbytes + _HUGE_PAGE, flags=mmap.MAP_PRIVATE)
+        pages = -(-max(nbytes, 1) // mmap.PAGESIZE)  # (whole pages: one VMA, advised whole)
+        self._map = mmap.mmap(-1, pages * mmap.PAGESIZE, flags=mmap.MAP_PRIVATE)
         start = torch.frombuffer(self._map, dtype=torch.uint8, count=1).data_ptr()
-        self._next = -start % _HUGE_PAGE  # (the first tensor on a huge page's first byte)
-        _advise(start, start + len(self._map), _MADV_HUGEPAGE, mmap.PAGESIZE)  # (one VMA)
+        self._next = 0
+        _advise(start, start + len(self._map), _MADV_HUGEPAGE, mmap.PAGESIZE)
         _arenas[start] = start + len(self._map)
         weakref.finalize(self._map, _arenas.pop, start, None)
 
