@@ -226,7 +226,9 @@ def test_weights_moved_off_the_heap_give_its_memory_back() -> None:
     for untrimmed in (False, True):
         child = subprocess.run(
             [sys.executable, "-c", _HEAP_CHILD.format(untrimmed=untrimmed)],
-            capture_output=True, text=True, timeout=120,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         assert child.returncode == 0, child.stderr
         grown[untrimmed] = int(child.stdout.split()[-1])

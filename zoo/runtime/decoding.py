@@ -57,8 +57,8 @@ def start_decoding(
     takes them; a :class:`~zoo.nn.DecoderLM` decodes over a KV cache (:func:`start_session`);
     any other decoder by recomputation (:class:`~zoo.runtime.session.RecomputeSession`).
     ``compile=True`` is refused (a ``ValueError``) for a session that cannot compile its step.
-    CPU weights still memory-mapped from their file move into the process's own memory
-    first (:func:`zoo.kernels.pages.make_resident`: decoding streams them every step).
+    CPU weights (memory-mapped from their file, or on the heap) move into one arena on huge
+    pages first (:func:`zoo.kernels.pages.make_resident`: decoding streams them every step).
     """
     make_resident(model)
     own = getattr(model, "start_decoding", None)

@@ -175,7 +175,7 @@ class SlotBatch(Generic[K]):
         before_forward: Callable[[list[K]], None] | None = None,
     ) -> None:
         check_batchable(model)
-        make_resident(model)  # (each step streams the weights: out of the file's mapping)
+        make_resident(model)  # (each step streams the weights: onto huge pages)
         c = model.config
         max_len = c.context_length if max_len is None else max_len
         if not 0 < max_len <= c.context_length:
