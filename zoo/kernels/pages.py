@@ -197,8 +197,6 @@ def make_resident(model: nn.Module) -> int:
     in the memory available (the mapping can be paged from the file; the process's own
     memory cannot), nor off Linux. A model whose CPU tensors are where the last call left
     them is not looked at again (each decoding session calls this)."""
-    from ..memory import available_memory
-
     tensors = {
         id(t): t
         for t in (*model.parameters(), *model.buffers())
@@ -208,21 +206,34 @@ def make_resident(model: nn.Module) -> int:
     if not tensors or _settled.get(model) == where:
         return 0
     found = [t for t in tensors.values() if _libc() is not None and not _in_arena(*_extent(t))]
-    moved = sum(t.numel() * t.element_size() for t in found)
+    moved = _into_arena(found)
+    if moved is None:
+        return 0
+    _settled[model] = frozenset(t.data_ptr() for t in tensors.values())
+    return moved
+
+
+def _into_arena(tensors: list[Tensor]) -> int | None:
+    """Move ``tensors`` (CPU, distinct) into one new arena, each in place, the heap trimmed
+    after each; the bytes moved, or ``None`` (none moved) where they would not fit in the
+    memory available or no address space is left for the arena."""
+    from ..memory import available_memory
+
+    moved = sum(t.numel() * t.element_size() for t in tensors)
     free = available_memory("cpu")
     if free is not None and moved > free:
+        return None
+    if not tensors:
         return 0
-    if found:
-        mappings = _file_mappings()  # (the arena is anonymous: the file mappings stay these)
-        try:
-            arena = _Arena(sum(map(_size, found)))
-        except OSError:  # (no address space left for it: the weights stay where they are)
-            return 0
-        with torch.no_grad():
-            for tensor in found:
-                tensor.data = resident(tensor.data, mappings, into=arena.take(tensor))
-                _trim_heap()  # (microseconds: the heap's bytes go back as the arena's come)
-    _settled[model] = frozenset(t.data_ptr() for t in tensors.values())
+    mappings = _file_mappings()  # (the arena is anonymous: the file mappings stay these)
+    try:
+        arena = _Arena(sum(map(_size, tensors)))
+    except OSError:
+        return None
+    with torch.no_grad():
+        for tensor in tensors:
+            tensor.data = resident(tensor.data, mappings, into=arena.take(tensor))
+            _trim_heap()  # (microseconds: the heap's bytes go back as the arena's come)
     return moved
 
 
