@@ -187,6 +187,41 @@ def test_an_arena_is_unmapped_with_its_last_tensor() -> None:
     assert not pages._in_arena(start, start + 4)
 
 
+@pytest.mark.parametrize("built_in_inference_mode", [False, True])
+def test_a_moved_weight_keeps_its_kind_whatever_mode_decoding_runs_in(
+    built_in_inference_mode: bool,
+) -> None:
+    """Decoding sessions start under ``torch.inference_mode``: a weight moved there became an
+    inference tensor, and the model could not be trained after a generation ("Inference
+    tensors cannot be saved for backward"). A model built in inference mode stays as it was
+    (a normal tensor under its parameters failed its forward)."""
+    with torch.inference_mode(built_in_inference_mode):
+        model = nn.Linear(8, 8)
+    want = model.weight.detach().clone()
+    with torch.inference_mode():
+        assert pages.make_resident(model) > 0
+    assert torch.equal(model.weight, want)
+    assert model.weight.is_inference() == model.bias.is_inference() == built_in_inference_mode
+    if built_in_inference_mode:
+        with torch.inference_mode():
+            model(torch.ones(1, 8))
+    else:
+        model(torch.ones(1, 8)).sum().backward()
+        assert model.weight.grad is not None
+
+
+def test_a_model_trains_after_a_generation() -> None:
+    import zoo
+    from zoo.testing import small_overrides
+
+    model = zoo.build("gpt2-124m", **small_overrides("gpt2-124m"))
+    ids = torch.tensor([[1, 2, 3]])
+    zoo.generate(model, ids, max_new_tokens=2, temperature=0)
+    model.train()
+    model(ids).float().mean().backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
 def test_no_address_space_for_an_arena_moves_nothing(monkeypatch) -> None:
     def refuse(nbytes: int) -> None:
         raise OSError(12, "Cannot allocate memory")

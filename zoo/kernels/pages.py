@@ -205,7 +205,7 @@ def make_resident(model: nn.Module) -> int:
     where = frozenset(t.data_ptr() for t in tensors.values())
     if not tensors or _settled.get(model) == where:
         return 0
-    found = [t for t in tensors.values() if _libc() is not None and not _in_arena(*_extent(t))]
+    found = [] if _libc() is None else [t for t in tensors.values() if not _in_arena(*_extent(t))]
     moved = _into_arena(found)
     if moved is None:
         return 0
@@ -214,9 +214,10 @@ def make_resident(model: nn.Module) -> int:
 
 
 def _into_arena(tensors: list[Tensor]) -> int | None:
-    """Move ``tensors`` (CPU, distinct) into one new arena, each in place, the heap trimmed
-    after each; the bytes moved, or ``None`` (none moved) where they would not fit in the
-    memory available or no address space is left for the arena."""
+    """Move ``tensors`` (CPU, distinct) into one new arena, each in place and of its kind
+    (an inference tensor or not, as it was), the heap trimmed after each; the bytes moved,
+    or ``None`` (none moved) where they would not fit in the memory available or no address
+    space is left for the arena."""
     from ..memory import available_memory
 
     moved = sum(t.numel() * t.element_size() for t in tensors)
@@ -230,10 +231,12 @@ def _into_arena(tensors: list[Tensor]) -> int | None:
         arena = _Arena(sum(map(_size, tensors)))
     except OSError:
         return None
-    with torch.no_grad():
-        for tensor in tensors:
+    for tensor in tensors:
+        # each copy of the kind it replaces, whatever mode the caller decodes in: a weight
+        # made an inference tensor by a session's inference_mode could not be trained after
+        with torch.no_grad(), torch.inference_mode(tensor.is_inference()):
             tensor.data = resident(tensor.data, mappings, into=arena.take(tensor))
-            _trim_heap()  # (microseconds: the heap's bytes go back as the arena's come)
+        _trim_heap()  # (microseconds: the heap's bytes go back as the arena's come)
     return moved
 
 
