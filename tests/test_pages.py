@@ -187,9 +187,11 @@ def test_an_arena_is_unmapped_with_its_last_tensor() -> None:
     assert not pages._in_arena(start, start + 4)
 
 
+@needs_maps
+@pytest.mark.parametrize("moved_in_inference_mode", [True, False])
 @pytest.mark.parametrize("built_in_inference_mode", [False, True])
 def test_a_moved_weight_keeps_its_kind_whatever_mode_decoding_runs_in(
-    built_in_inference_mode: bool,
+    built_in_inference_mode: bool, moved_in_inference_mode: bool
 ) -> None:
     """Decoding sessions start under ``torch.inference_mode``: a weight moved there became an
     inference tensor, and the model could not be trained after a generation ("Inference
@@ -198,7 +200,7 @@ def test_a_moved_weight_keeps_its_kind_whatever_mode_decoding_runs_in(
     with torch.inference_mode(built_in_inference_mode):
         model = nn.Linear(8, 8)
     want = model.weight.detach().clone()
-    with torch.inference_mode():
+    with torch.inference_mode(moved_in_inference_mode):
         assert pages.make_resident(model) > 0
     assert torch.equal(model.weight, want)
     assert model.weight.is_inference() == model.bias.is_inference() == built_in_inference_mode
