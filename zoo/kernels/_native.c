@@ -132,58 +132,45 @@ __attribute__((target("avx2,fma"))) static inline float hsum(__m256 v) {
 
 /* Eight more products of each of four rows into its sums: a_i += w_i[k:k + 8] * x[k:k + 8]. */
 __attribute__((always_inline, target("avx2,fma"))) static inline void f32_step4(
-    const float *w0, const float *w1, const float *w2, const float *w3, const float *x,
-    int64_t k, __m256 *a0, __m256 *a1, __m256 *a2, __m256 *a3) {
+    const float *const w[4], const float *x, int64_t k, __m256 a[4]) {
     __m256 xv = _mm256_loadu_ps(x + k);
-    *a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + k), xv, *a0);
-    *a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w1 + k), xv, *a1);
-    *a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w2 + k), xv, *a2);
-    *a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w3 + k), xv, *a3);
+    for (int r = 0; r < 4; r++) a[r] = _mm256_fmadd_ps(_mm256_loadu_ps(w[r] + k), xv, a[r]);
 }
 
-/* y[n] = W[n, :] . x + b[n] for n in [n0, n1): four rows at a time share each load of x,
- * sixteen values of each row a step (two steps of eight lanes, one prefetch per row and
- * step, no test of k in the loop: 23 -> 25 GB/s on one thread from huge pages, see
- * docs/benchmarks.md); each row's lanes sum in k's order as eight at a time would. */
+/* y[n] = W[n, :] . x + b[n] for n in [n0, n1): four rows at a time share each load of x, one
+ * from each quarter of the range, so the weights are read as four long runs of contiguous
+ * rows, which the hardware's prefetchers follow on their own (four rows side by side, with
+ * a software prefetch 32 KiB ahead, started three new runs every four rows: one thread read
+ * 23-26 GB/s from huge pages where these read 29-33, as a plain sum does; docs/benchmarks.md).
+ * Each row's eight lanes sum in k's order, then the lanes, the rest and the bias. */
 __attribute__((target("avx2,fma"))) static void f32_rows(
     const float *W, const float *x, const float *b, float *y, int64_t n0, int64_t n1, int64_t K) {
-    int64_t n = n0;
-    for (; n + 4 <= n1; n += 4) {
-        const float *w0 = W + n * K, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
-        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-        __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+    int64_t quarter = n1 > n0 ? (n1 - n0) / 4 : 0;
+    for (int64_t i = 0; i < quarter; i++) {
+        int64_t n[4];
+        const float *w[4];
+        __m256 a[4];
+        for (int r = 0; r < 4; r++) {
+            n[r] = n0 + r * quarter + i;
+            w[r] = W + n[r] * K;
+            a[r] = _mm256_setzero_ps();
+        }
         int64_t k = 0;
-        for (; k + 16 <= K; k += 16) { /* a line of each row, 32 KiB ahead */
-            _mm_prefetch((const char *)(w0 + k + PREFETCH_AHEAD), _MM_HINT_T1);
-            _mm_prefetch((const char *)(w1 + k + PREFETCH_AHEAD), _MM_HINT_T1);
-            _mm_prefetch((const char *)(w2 + k + PREFETCH_AHEAD), _MM_HINT_T1);
-            _mm_prefetch((const char *)(w3 + k + PREFETCH_AHEAD), _MM_HINT_T1);
-            f32_step4(w0, w1, w2, w3, x, k, &a0, &a1, &a2, &a3);
-            f32_step4(w0, w1, w2, w3, x, k + 8, &a0, &a1, &a2, &a3);
+        for (; k + 16 <= K; k += 16) {
+            f32_step4(w, x, k, a);
+            f32_step4(w, x, k + 8, a);
         }
         if (k + 8 <= K) {
-            f32_step4(w0, w1, w2, w3, x, k, &a0, &a1, &a2, &a3);
+            f32_step4(w, x, k, a);
             k += 8;
         }
-        float s0 = hsum(a0), s1 = hsum(a1), s2 = hsum(a2), s3 = hsum(a3);
-        for (; k < K; k++) {
-            s0 = fmaf(w0[k], x[k], s0);
-            s1 = fmaf(w1[k], x[k], s1);
-            s2 = fmaf(w2[k], x[k], s2);
-            s3 = fmaf(w3[k], x[k], s3);
+        for (int r = 0; r < 4; r++) {
+            float s = hsum(a[r]);
+            for (int64_t j = k; j < K; j++) s = fmaf(w[r][j], x[j], s);
+            y[n[r]] = b ? s + b[n[r]] : s;
         }
-        if (b) {
-            s0 += b[n];
-            s1 += b[n + 1];
-            s2 += b[n + 2];
-            s3 += b[n + 3];
-        }
-        y[n] = s0;
-        y[n + 1] = s1;
-        y[n + 2] = s2;
-        y[n + 3] = s3;
     }
-    for (; n < n1; n++) {
+    for (int64_t n = n0 + 4 * quarter; n < n1; n++) {
         const float *w0 = W + n * K;
         __m256 a0 = _mm256_setzero_ps();
         int64_t k = 0;
@@ -264,12 +251,14 @@ __attribute__((target("avx2,fma"))) static void f32_rows_many(
 void zoo_gemv_f32(const float *W, const float *x, const float *b, float *y, int64_t N, int64_t K,
                   int threads) {
 #ifdef ZOO_X86
-    int64_t tasks = (N + ROWS_PER_TASK - 1) / ROWS_PER_TASK;
-#pragma omp parallel for schedule(static) num_threads(threads)
-    for (int64_t t = 0; t < tasks; t++) {
-        int64_t n0 = t * ROWS_PER_TASK;
-        int64_t n1 = n0 + ROWS_PER_TASK < N ? n0 + ROWS_PER_TASK : N;
-        f32_rows(W, x, b, y, n0, n1, K);
+#pragma omp parallel num_threads(threads)
+    { /* each thread its own contiguous rows, read as four long runs (f32_rows) */
+        int64_t t = 0, team = 1;
+#ifdef _OPENMP
+        t = omp_get_thread_num();
+        team = omp_get_num_threads();
+#endif
+        f32_rows(W, x, b, y, N * t / team, N * (t + 1) / team, K);
     }
 #else
     (void)W, (void)x, (void)b, (void)y, (void)N, (void)K, (void)threads;
