@@ -46,13 +46,13 @@
 /* Weight rows a thread takes at a time: 16 rows of 768 floats are 48 KiB, a few pages. */
 #define ROWS_PER_TASK 16
 
-/* How far ahead of its reads each float32 kernel asks for each weight row into the second
- * level cache, in floats (a prefetch hint, which never faults, even past the matrix): 32 KiB
- * per row it reads. With a few input rows the products take long enough per byte that the
- * hardware's own prefetching falls behind and the cores wait for memory, then compute; and
- * one thread alone (beside a busy core) cannot keep enough reads in flight by itself. Asked
- * this far ahead, the weights arrive while the rows compute (docs/benchmarks.md, "Figures
- * behind design choices"). */
+/* How far ahead of its reads the few-row float32 kernel (f32_tile) asks for each weight row
+ * into the second level cache, in floats (a prefetch hint, which never faults, even past the
+ * matrix): 32 KiB per row it reads. With a few input rows the products take long enough per
+ * byte that the hardware's own prefetching falls behind and the cores wait for memory, then
+ * compute. Asked this far ahead, the weights arrive while the rows compute
+ * (docs/benchmarks.md, "Figures behind design choices"). The one-row kernel reads its rows
+ * as four long runs instead, which the hardware's prefetchers follow (f32_rows). */
 #define PREFETCH_AHEAD 8192
 
 /* 1 where this CPU has AVX2 and FMA (the kernels below need both), else 0. */
