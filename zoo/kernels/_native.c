@@ -43,7 +43,9 @@
 #include <omp.h>
 #endif
 
-/* Weight rows a thread takes at a time: 16 rows of 768 floats are 48 KiB, a few pages. */
+/* Weight rows the few-row kernel (zoo_gemm_f32) hands a thread at a time: 16 rows of 768
+ * floats are 48 KiB, a few pages. The one-row kernel gives each thread its own contiguous
+ * rows instead (zoo_gemv_f32). */
 #define ROWS_PER_TASK 16
 
 /* How far ahead of its reads the few-row float32 kernel (f32_tile) asks for each weight row
